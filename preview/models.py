@@ -1,0 +1,226 @@
+"""Models: offline synthetic presets of real architectures, local diffusers folders, TAESD weights.
+
+Nothing here downloads. A synthetic model has random seeded weights: its costs are real, its pictures
+are noise, and `Model.synthetic` says so everywhere it is reported.
+"""
+from __future__ import annotations
+
+import string
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+Family = Literal["sd15", "sdxl"]
+SYNTHETIC = ("synthetic:tiny", "synthetic:tiny-xl", "synthetic:small", "synthetic:sd15")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class ModelError(ValueError):
+    """A model or weights that cannot be loaded; the message is one line a person can act on."""
+
+
+@dataclass
+class Model:
+    name: str                # the --model value as given
+    pipe: Any                # a diffusers StableDiffusion(XL)Pipeline
+    family: Family
+    synthetic: bool
+    taesd: nn.Module | None  # None when no TAESD weights were given for a real model
+    taesd_kind: Literal["diffusers", "madebyollin", "none"]
+    device: torch.device
+    dtype: torch.dtype
+    default_size: int        # pixels, square
+    load_s: float
+
+    @property
+    def vae_scale_factor(self) -> int:
+        return int(self.pipe.vae_scale_factor)
+
+
+def choose_device(name: str) -> torch.device:
+    """The one place that decides the device: auto takes CUDA when torch sees one."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ModelError("--device cuda: torch sees no CUDA device here; use --device cpu or auto")
+    if name not in ("cpu", "cuda"):
+        raise ModelError(f"--device {name!r}: allowed are auto, cpu, cuda")
+    return torch.device(name)
+
+
+def _tokenizer() -> Any:
+    """A CLIP tokenizer built offline. Token ids do not change compute: the sequence is padded to 77."""
+    from transformers import CLIPTokenizer
+
+    chars = list(string.ascii_lowercase + string.digits)
+    tokens = ["<|startoftext|>", "<|endoftext|>", "!"] + chars + [c + "</w>" for c in chars]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    return CLIPTokenizer(vocab=vocab, merges=[], unk_token="<|endoftext|>", bos_token="<|startoftext|>",
+                         eos_token="<|endoftext|>", pad_token="<|endoftext|>", model_max_length=77)
+
+
+def _scheduler() -> Any:
+    from diffusers import EulerDiscreteScheduler
+
+    # SD1.5's training schedule; Euler is what most local UIs default to.
+    return EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                                  num_train_timesteps=1000, steps_offset=1, timestep_spacing="leading")
+
+
+def _clip(hidden: int, layers: int, heads: int, inter: int, vocab: int = 1000, **kw: Any) -> Any:
+    from transformers import CLIPTextConfig
+
+    return CLIPTextConfig(bos_token_id=0, eos_token_id=2, pad_token_id=1, vocab_size=vocab, hidden_size=hidden,
+                          intermediate_size=inter, num_attention_heads=heads, num_hidden_layers=layers,
+                          max_position_embeddings=77, layer_norm_eps=1e-5, **kw)
+
+
+def _vae(widths: tuple[int, ...], norm_groups: int = 32) -> Any:
+    from diffusers import AutoencoderKL
+
+    n = len(widths)
+    return AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=widths,
+                         layers_per_block=2, norm_num_groups=norm_groups, sample_size=64,
+                         down_block_types=("DownEncoderBlock2D",) * n, up_block_types=("UpDecoderBlock2D",) * n,
+                         scaling_factor=0.18215)
+
+
+def _taesd(stages: int) -> Any:
+    from diffusers import AutoencoderTiny
+
+    if stages == 4:
+        return AutoencoderTiny()  # the real TAESD architecture, 2,445,063 parameters
+    # As many upsampling stages as the VAE has, or the preview is the wrong size.
+    return AutoencoderTiny(encoder_block_out_channels=(32,) * stages, decoder_block_out_channels=(32,) * stages,
+                           num_encoder_blocks=(1,) * stages, num_decoder_blocks=(1,) * stages)
+
+
+def _unet(widths: tuple[int, ...], cross_dim: int, **kw: Any) -> Any:
+    from diffusers import UNet2DConditionModel
+
+    n = len(widths)
+    if n == 2:
+        down, up = ("DownBlock2D", "CrossAttnDownBlock2D"), ("CrossAttnUpBlock2D", "UpBlock2D")
+    else:
+        down = ("CrossAttnDownBlock2D",) * (n - 1) + ("DownBlock2D",)
+        up = ("UpBlock2D",) + ("CrossAttnUpBlock2D",) * (n - 1)
+    return UNet2DConditionModel(sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
+                                block_out_channels=widths, down_block_types=down, up_block_types=up,
+                                cross_attention_dim=cross_dim, **kw)
+
+
+def _build_synthetic(name: str, seed: int) -> tuple[Any, Family, Any, int]:
+    from diffusers import StableDiffusionPipeline, StableDiffusionXLPipeline
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection
+
+    torch.manual_seed(seed)  # weights are deterministic for a seed
+    common = dict(tokenizer=_tokenizer(), scheduler=_scheduler(), safety_checker=None, feature_extractor=None,
+                  requires_safety_checker=False)
+    if name == "synthetic:tiny":
+        unet = _unet((32, 64), 32)
+        vae, taesd = _vae((32, 64)), _taesd(2)
+        te = CLIPTextModel(_clip(32, 5, 4, 37))
+        return StableDiffusionPipeline(vae=vae, text_encoder=te, unet=unet, **common), "sd15", taesd, 64
+    if name == "synthetic:tiny-xl":
+        unet = _unet((32, 64), 64, attention_head_dim=(2, 4), use_linear_projection=True,
+                     addition_embed_type="text_time", addition_time_embed_dim=8, transformer_layers_per_block=(1, 2),
+                     projection_class_embeddings_input_dim=80, norm_num_groups=1)
+        vae, taesd = _vae((32, 64)), _taesd(2)
+        cfg = _clip(32, 5, 4, 37, hidden_act="gelu", projection_dim=32)
+        pipe = StableDiffusionXLPipeline(vae=vae, text_encoder=CLIPTextModel(cfg), text_encoder_2=CLIPTextModelWithProjection(cfg),
+                                         tokenizer=_tokenizer(), tokenizer_2=_tokenizer(), unet=unet,
+                                         scheduler=_scheduler())
+        return pipe, "sdxl", taesd, 64
+    if name == "synthetic:small":
+        unet = _unet((64, 128, 256, 256), 256, attention_head_dim=8)
+        vae, taesd = _vae((32, 64, 128, 128)), _taesd(4)
+        te = CLIPTextModel(_clip(256, 4, 4, 1024))
+        return StableDiffusionPipeline(vae=vae, text_encoder=te, unet=unet, **common), "sd15", taesd, 256
+    if name == "synthetic:sd15":
+        unet = _unet((320, 640, 1280, 1280), 768, attention_head_dim=8)
+        vae, taesd = _vae((128, 256, 512, 512)), _taesd(4)
+        te = CLIPTextModel(_clip(768, 12, 12, 3072, vocab=49408, hidden_act="quick_gelu"))
+        return StableDiffusionPipeline(vae=vae, text_encoder=te, unet=unet, **common), "sd15", taesd, 512
+    raise ModelError(f"unknown synthetic model {name!r}; allowed are {', '.join(SYNTHETIC)}")
+
+
+def load_taesd(path: str) -> tuple[nn.Module, Literal["diffusers", "madebyollin"]]:
+    """A diffusers AutoencoderTiny folder, or madebyollin's taesd(xl)_decoder.pth / .safetensors."""
+    p = Path(path)
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ModelError(f"--taesd {path}: folder has no config.json; give a diffusers AutoencoderTiny folder "
+                             "(madebyollin/taesd) or a taesd_decoder.pth / .safetensors file")
+        from diffusers import AutoencoderTiny
+
+        return AutoencoderTiny.from_pretrained(str(p), local_files_only=True), "diffusers"
+    if not p.is_file():
+        raise ModelError(f"--taesd {path}: no such file or folder; download taesd_decoder.pth (or taesdxl_decoder.pth "
+                         "for SDXL) from github.com/madebyollin/taesd, or a diffusers AutoencoderTiny folder")
+    from .taesd import Decoder
+
+    if p.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(p))
+    else:
+        state = torch.load(str(p), map_location="cpu", weights_only=True)
+    dec = Decoder()
+    try:
+        dec.load_state_dict(state)
+    except RuntimeError as e:
+        raise ModelError(f"--taesd {path}: not a TAESD decoder state dict ({str(e).splitlines()[0]})") from None
+    return dec, "madebyollin"
+
+
+def _load_local(name: str, dtype: torch.dtype) -> tuple[Any, Family]:
+    from diffusers import DiffusionPipeline, StableDiffusionXLPipeline
+
+    p = Path(name)
+    looks_like_path = p.is_absolute() or name.startswith(".") or p.exists() or name.count("/") != 1
+    if looks_like_path and not (p / "model_index.json").is_file():
+        raise ModelError(f"--model {name}: no diffusers folder there (model_index.json not found); give a local "
+                         f"diffusers folder or one of {', '.join(SYNTHETIC)}")
+    try:
+        pipe = DiffusionPipeline.from_pretrained(name, local_files_only=True, dtype=dtype)
+    except Exception as e:  # diffusers raises several types for a missing cache entry
+        raise ModelError(f"--model {name}: not in the local cache and downloads are off "
+                         f"({type(e).__name__}); download it on a networked machine or pass a folder") from None
+    if not hasattr(pipe, "unet") or not hasattr(pipe, "vae"):
+        raise ModelError(f"--model {name}: {type(pipe).__name__} is not a Stable Diffusion (XL) pipeline")
+    return pipe, "sdxl" if isinstance(pipe, StableDiffusionXLPipeline) else "sd15"
+
+
+def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: str = "float32",
+         seed: int = 0) -> Model:
+    """Load a model onto the chosen device. Raises ModelError with a one-line message."""
+    if dtype not in DTYPES:
+        raise ModelError(f"--dtype {dtype!r}: allowed are {', '.join(DTYPES)}")
+    dev, tdtype = choose_device(device), DTYPES[dtype]
+    from diffusers.utils import logging as dlogging
+
+    dlogging.set_verbosity_error()  # diffusers' cast warnings say nothing a user can act on here
+    t0 = time.perf_counter()
+    tiny: nn.Module | None
+    kind: Literal["diffusers", "madebyollin", "none"]
+    if name.startswith("synthetic:"):
+        pipe, family, tiny, size = _build_synthetic(name, seed)
+        kind = "diffusers"
+        synthetic = True
+    else:
+        pipe, family = _load_local(name, tdtype)
+        tiny, kind, size, synthetic = None, "none", 1024 if family == "sdxl" else 512, False
+    if taesd is not None:
+        tiny, kind = load_taesd(taesd)
+    pipe.to(dev)  # load on the CPU, then move
+    if tdtype != torch.float32:
+        pipe.to(dtype=tdtype)
+    pipe.set_progress_bar_config(disable=True)
+    if tiny is not None:
+        tiny.to(dev, tdtype).eval().requires_grad_(False)
+    return Model(name=name, pipe=pipe, family=family, synthetic=synthetic, taesd=tiny, taesd_kind=kind,
+                 device=dev, dtype=tdtype, default_size=size, load_s=time.perf_counter() - t0)

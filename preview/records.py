@@ -1,0 +1,166 @@
+"""Plain records of what a run cost, and append-only CSV files that survive a kill.
+
+Times are milliseconds unless a name says otherwise. What each stage includes, on CPU and on CUDA:
+
+  denoise_ms   CPU: host time from the end of the previous step's callback (the pipeline call for step 1,
+               so its setup lands there) to this step's callback: UNet with CFG, scheduler step.
+               CUDA: device time between CUDA events recorded at those same two points.
+  decode_ms    the preview decoder (latents -> image in [0, 1]). CPU: host time. CUDA: device time (events).
+  resize_ms    downscale to preview_max, conversion to uint8 and HWC layout (on the device). CPU: host time.
+               CUDA: device time (events).
+  sync_ms      CUDA: host time blocked waiting for the device to finish the preview (the one wait a host copy
+               needs anyway; none is added). CPU: 0, there is no device to wait for.
+  transfer_ms  CUDA: device -> host copy of the uint8 preview, host time. CPU: 0 (already in host memory).
+  encode_ms    host time of the image encoder.
+  send_ms, ack_rtt_ms, client_decode_ms, client_paint_ms, dropped: filled by the server (empty in the bench).
+
+A run's wall_s runs from the request start to the final image encoded and written; other_ms is wall time
+minus every measured phase and stage, so nothing is dropped silently.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Iterable
+
+PREVIEW_STAGES = ("decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms")
+
+
+@dataclass
+class StepRow:
+    run_id: str
+    step: int
+    timestep: float
+    preview: int = 0
+    denoise_ms: float = 0.0
+    decode_ms: float = 0.0
+    sync_ms: float = 0.0
+    transfer_ms: float = 0.0
+    resize_ms: float = 0.0
+    encode_ms: float = 0.0
+    bytes: int = 0
+    decoder: str = "none"
+    every: int = 1
+    encoder: str = ""
+    quality: int = 0
+    width: int = 0
+    height: int = 0
+    preview_width: int = 0
+    preview_height: int = 0
+    mode: str = "sync"
+    skipped: int = 0           # a preview was due but not made (overlap pipeline full)
+    event: str = ""            # what changed at this step: a live control, a fallback after an error
+    send_ms: float | None = None
+    ack_rtt_ms: float | None = None
+    client_decode_ms: float | None = None
+    client_paint_ms: float | None = None
+    dropped: int | None = None
+
+    @property
+    def preview_ms(self) -> float:
+        return sum(getattr(self, k) for k in PREVIEW_STAGES)
+
+
+STEP_COLUMNS = tuple(f.name for f in fields(StepRow))
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    model: str
+    synthetic: int
+    device: str
+    device_name: str
+    dtype: str
+    threads: int
+    torch: str
+    diffusers: str
+    steps: int
+    width: int
+    height: int
+    seed: int
+    decoder: str          # the decoder at the start of the run
+    every: int
+    encoder: str          # the encoder that really ran
+    quality: int
+    preview_max: int
+    mode: str
+    status: str           # done | stopped | failed
+    first_run: int        # first run after the model loaded: kept, but out of steady-state statistics
+    load_s: float         # model load time of this process
+    wall_s: float
+    text_encode_ms: float
+    denoise_ms: float
+    decode_ms: float
+    sync_ms: float
+    transfer_ms: float
+    resize_ms: float
+    encode_ms: float
+    final_decode_ms: float
+    final_encode_ms: float
+    write_ms: float
+    other_ms: float       # wall minus everything above: pipeline setup and wrap-up, Python glue
+    previews: int
+    skipped: int
+    bytes: int
+
+    @property
+    def preview_ms(self) -> float:
+        return sum(getattr(self, k) for k in PREVIEW_STAGES)
+
+
+RUN_COLUMNS = tuple(f.name for f in fields(RunRecord))
+
+
+def _cell(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return v
+
+
+def as_csv_row(record: Any, columns: Iterable[str], extra: dict[str, Any] | None = None) -> list[Any]:
+    d = asdict(record) if not isinstance(record, dict) else record
+    if extra:
+        d = {**d, **extra}
+    return [_cell(d.get(c)) for c in columns]
+
+
+class CsvAppender:
+    """Appends rows and flushes each batch to disk, so a killed process leaves every written row readable."""
+
+    def __init__(self, path: Path, columns: Iterable[str]) -> None:
+        self.path, self.columns = Path(path), tuple(columns)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not self.path.exists() or self.path.stat().st_size == 0
+        self._f = open(self.path, "a", newline="", encoding="utf-8")
+        self._w = csv.writer(self._f)
+        if fresh:
+            self._w.writerow(self.columns)
+            self._flush()
+
+    def append(self, rows: Iterable[Any], extra: dict[str, Any] | None = None) -> None:
+        for r in rows:
+            self._w.writerow(as_csv_row(r, self.columns, extra))
+        self._flush()
+
+    def _flush(self) -> None:
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def to_csv_text(rows: Iterable[Any], columns: Iterable[str]) -> str:
+    cols = tuple(columns)
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(cols)
+    for r in rows:
+        w.writerow(as_csv_row(r, cols))
+    return buf.getvalue()

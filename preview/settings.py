@@ -1,0 +1,83 @@
+"""Run and preview settings: frozen, validated in one place, shared by the bench flags and the server messages."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from .decoders import DECODERS
+from .encoders import ENCODERS
+
+MAX_STEPS = 1000
+MAX_EVERY = 10_000
+MAX_PROMPT = 2000  # characters
+MIN_SIDE, MAX_SIDE = 64, 2048  # pixels; MAX_SIDE is the default cap, a server may lower it
+
+
+class SettingsError(ValueError):
+    """One line naming the field, the bad value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class PreviewSettings:
+    """What a user can change while a run goes on; the next step uses the new values."""
+    decoder: str = "latent2rgb"
+    every: int = 1           # preview after step i (1-based) when i % every == 0
+    preview_max: int = 0     # long side in pixels, 0 = native
+    encoder: str = "turbojpeg"
+    quality: int = 80        # 1..100; PNG ignores it
+
+    def __post_init__(self) -> None:
+        _choice("decoder", self.decoder, DECODERS)
+        _int("every", self.every, 1, MAX_EVERY)
+        _int("preview_max", self.preview_max, 0, 8192)
+        if 0 < self.preview_max < 8:
+            raise SettingsError(f"preview_max={self.preview_max}: use 0 (native) or at least 8 pixels")
+        _choice("encoder", self.encoder, ENCODERS)
+        _int("quality", self.quality, 1, 100)
+
+    def changed(self, **kw: Any) -> PreviewSettings:
+        return replace(self, **kw)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    prompt: str = "a lighthouse on a cliff at dusk"
+    steps: int = 20
+    width: int = 256
+    height: int = 256
+    seed: int = 0
+    guidance: float = 7.5
+    preview: PreviewSettings = field(default_factory=PreviewSettings)
+    max_side: int = MAX_SIDE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prompt, str) or len(self.prompt) > MAX_PROMPT:
+            raise SettingsError(f"prompt: a string of at most {MAX_PROMPT} characters is allowed")
+        _int("steps", self.steps, 1, MAX_STEPS)
+        for name in ("width", "height"):
+            v = getattr(self, name)
+            _int(name, v, MIN_SIDE, self.max_side)
+            if v % 8:
+                raise SettingsError(f"{name}={v}: must be a multiple of 8 (64..{self.max_side})")
+        _int("seed", self.seed, 0, 2**63 - 1)
+
+
+PREVIEW_FIELDS = tuple(f.name for f in fields(PreviewSettings))
+RUN_FIELDS = tuple(f.name for f in fields(RunSettings) if f.name not in ("preview", "max_side"))
+
+
+def _int(name: str, v: object, lo: int, hi: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise SettingsError(f"{name}={v!r}: must be an integer from {lo} to {hi}")
+    if not lo <= v <= hi:
+        raise SettingsError(f"{name}={v}: must be from {lo} to {hi}")
+
+
+def _choice(name: str, v: object, allowed: dict[str, Any]) -> None:
+    if v not in allowed:
+        raise SettingsError(f"{name}={v!r}: allowed are {', '.join(allowed)}")
+
+
+def should_preview(step: int, every: int) -> bool:
+    """Step is 1-based: with every=5 the previews come after steps 5, 10, 15 ..."""
+    return step % every == 0
