@@ -4,7 +4,7 @@ A registry, not reflection: a user's decoder name is looked up in DECODERS, and 
 """
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import torch
 
@@ -58,7 +58,7 @@ def _vae(model: Model) -> Decode:
 
 
 def _taesd(model: Model) -> Decode:
-    tiny = model.taesd
+    tiny: Any = model.taesd
     if tiny is None:
         raise DecoderError("decoder taesd needs TAESD weights: pass --taesd PATH (taesd_decoder.pth, or "
                            "taesdxl_decoder.pth for SDXL, from github.com/madebyollin/taesd, or a diffusers "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import logging
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -44,13 +44,14 @@ _turbo: object | None = None
 _warned = False
 
 
-def _turbojpeg() -> Encoder:
+def _turbojpeg(lib_path: str | None = None) -> Encoder:
+    """lib_path: where libturbojpeg is (None: the system's); tests point it at a missing file."""
     global _turbo, _warned
     try:
-        if _turbo is None:
+        if _turbo is None or lib_path is not None:
             from turbojpeg import TurboJPEG
 
-            _turbo = TurboJPEG()
+            _turbo = TurboJPEG(lib_path)
     except (ImportError, OSError, RuntimeError) as e:
         if not _warned:
             log.warning("turbojpeg unavailable (%s); falling back to Pillow JPEG (apt install libturbojpeg0)",
@@ -59,10 +60,10 @@ def _turbojpeg() -> Encoder:
         return Encoder("pillow", "jpeg", _pillow("JPEG"))
     from turbojpeg import TJPF_RGB, TJSAMP_420
 
-    tj = _turbo
+    tj: Any = _turbo
 
     def encode(rgb: np.ndarray, quality: int) -> bytes:
-        return tj.encode(np.ascontiguousarray(rgb), quality=quality, pixel_format=TJPF_RGB,  # type: ignore[attr-defined]
+        return tj.encode(np.ascontiguousarray(rgb), quality=quality, pixel_format=TJPF_RGB,
                          jpeg_subsample=TJSAMP_420)
 
     return Encoder("turbojpeg", "jpeg", encode)

@@ -262,9 +262,9 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             raise
         emit(True)
 
-    totals = {k: sum(getattr(r, k) for r in rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
+    totals: dict[str, Any] = {k: sum(getattr(r, k) for r in rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
     wall_ms = (t_end - t_start) * 1e3
-    phases = dict(text_encode_ms=sw.ms(mark0, mark_te), final_decode_ms=(t_dec1 - t_dec0) * 1e3,
+    phases: dict[str, Any] = dict(text_encode_ms=sw.ms(mark0, mark_te), final_decode_ms=(t_dec1 - t_dec0) * 1e3,
                   final_encode_ms=(t_enc1 - t_dec1) * 1e3, write_ms=(t_end - t_enc1) * 1e3)
     other = wall_ms - sum(totals.values()) - sum(phases.values())
     record = RunRecord(run_id=run_id, **_env(model), steps=settings.steps, width=settings.width,

@@ -5,6 +5,7 @@ are noise, and `Model.synthetic` says so everywhere it is reported.
 """
 from __future__ import annotations
 
+import os
 import string
 import time
 from dataclasses import dataclass
@@ -13,6 +14,9 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+
+# transformers warns at import that torchvision is missing; nothing here uses image processors
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 Family = Literal["sd15", "sdxl"]
 SYNTHETIC = ("synthetic:tiny", "synthetic:tiny-xl", "synthetic:small", "synthetic:sd15")
@@ -103,6 +107,8 @@ def _unet(widths: tuple[int, ...], cross_dim: int, **kw: Any) -> Any:
     from diffusers import UNet2DConditionModel
 
     n = len(widths)
+    down: tuple[str, ...]
+    up: tuple[str, ...]
     if n == 2:
         down, up = ("DownBlock2D", "CrossAttnDownBlock2D"), ("CrossAttnUpBlock2D", "UpBlock2D")
     else:
@@ -163,12 +169,16 @@ def load_taesd(path: str) -> tuple[nn.Module, Literal["diffusers", "madebyollin"
                          "for SDXL) from github.com/madebyollin/taesd, or a diffusers AutoencoderTiny folder")
     from .taesd import Decoder
 
-    if p.suffix == ".safetensors":
-        from safetensors.torch import load_file
+    try:
+        if p.suffix == ".safetensors":
+            from safetensors.torch import load_file
 
-        state = load_file(str(p))
-    else:
-        state = torch.load(str(p), map_location="cpu", weights_only=True)
+            state = load_file(str(p))
+        else:
+            state = torch.load(str(p), map_location="cpu", weights_only=True)
+    except Exception as e:  # torch and safetensors raise several types for a bad file
+        raise ModelError(f"--taesd {path}: not a readable checkpoint ({type(e).__name__}); expected "
+                         "taesd_decoder.pth or .safetensors from github.com/madebyollin/taesd") from None
     dec = Decoder()
     try:
         dec.load_state_dict(state)

@@ -1,0 +1,140 @@
+"""python -m bench: sweep preview decoders and intervals against no-preview baselines, write CSVs, print a summary."""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+from typing import Callable, NoReturn, Sequence, TypeVar
+
+from preview.decoders import DECODERS
+from preview.encoders import ENCODERS
+from preview.settings import MAX_EVERY, PreviewSettings, RunSettings, SettingsError
+
+T = TypeVar("T")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, status 2, no usage dump
+        self.exit(2, f"bench: {message}\n")
+
+
+def listof(kind: Callable[[str], T], allowed: Sequence[str] | None = None) -> Callable[[str], tuple[T, ...]]:
+    def parse(text: str) -> tuple[T, ...]:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("empty list")
+        if allowed is not None:
+            bad = [x for x in items if x not in allowed]
+            if bad:
+                raise argparse.ArgumentTypeError(f"unknown {bad[0]!r}; allowed are {', '.join(allowed)}")
+        return tuple(kind(x) for x in items)
+    return parse
+
+
+def every_value(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= n <= MAX_EVERY:
+        raise argparse.ArgumentTypeError(f"{n}: every must be from 1 to {MAX_EVERY}")
+    return n
+
+
+def side(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if n % 8 or not 64 <= n <= 2048:
+        raise argparse.ArgumentTypeError(f"{n}: must be a multiple of 8 from 64 to 2048")
+    return n
+
+
+def positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n}: must be 0 or more")
+    return n
+
+
+def parser() -> Parser:
+    p = Parser(prog="python -m bench", description=__doc__,
+               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", default="synthetic:small",
+                   help="synthetic:tiny | synthetic:tiny-xl | synthetic:small | synthetic:sd15 | a local diffusers folder")
+    p.add_argument("--taesd", default=None, help="TAESD weights: AutoencoderTiny folder or taesd_decoder.pth/.safetensors")
+    p.add_argument("--decoders", type=listof(str, list(DECODERS)), default=("none", "latent2rgb", "taesd", "vae"),
+                   help="comma-separated preview decoders")
+    p.add_argument("--every", type=listof(every_value), default=(1, 2, 5, 10),
+                   help="comma-separated preview intervals: a preview after step i when i %% N == 0")
+    p.add_argument("--steps", type=every_value, default=10, help="denoising steps per run")
+    p.add_argument("--width", type=side, default=None, help="image width in pixels (default: the model's)")
+    p.add_argument("--height", type=side, default=None, help="image height in pixels (default: the model's)")
+    p.add_argument("--seed", type=positive, default=0, help="seed of the latents and of synthetic weights")
+    p.add_argument("--prompt", default=RunSettings.prompt)
+    p.add_argument("--repeats", type=positive, default=3, help="measured pairs per configuration")
+    p.add_argument("--warmup", type=positive, default=1, help="warm-up rounds (kept in runs.csv, out of statistics)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    p.add_argument("--encoder", choices=list(ENCODERS), default="turbojpeg")
+    p.add_argument("--quality", type=int, default=80, help="JPEG/WebP quality 1..100")
+    p.add_argument("--preview-max", type=positive, default=0, help="downscale previews to this long side (0 = native)")
+    p.add_argument("--direct", action="store_true",
+                   help="also time the bare diffusers call, paired with decoder none (the engine's own cost)")
+    p.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder for runs.csv and steps.csv")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from bench.summary import summarize, table
+    from bench.sweep import Plan, run_sweep
+    from preview.decoders import DecoderError
+    from preview.models import ModelError, load
+
+    try:
+        preview = PreviewSettings(decoder="none", encoder=args.encoder, quality=args.quality,
+                                  preview_max=args.preview_max)
+        model = load(args.model, taesd=args.taesd, device=args.device, dtype=args.dtype, seed=args.seed)
+        settings = RunSettings(prompt=args.prompt, steps=args.steps, width=args.width or model.default_size,
+                               height=args.height or model.default_size, seed=args.seed, preview=preview)
+        if "taesd" in args.decoders and model.taesd is None:
+            raise DecoderError("decoder taesd needs TAESD weights: pass --taesd PATH (taesd_decoder.pth from "
+                               "github.com/madebyollin/taesd, or a diffusers AutoencoderTiny folder)")
+    except (ModelError, SettingsError, DecoderError) as e:
+        print(f"bench: {e}", file=sys.stderr)
+        return 2
+    plan = Plan(settings, args.decoders, args.every, args.repeats, args.warmup, args.direct)
+    total = len(list(plan.schedule()))
+    from tqdm import tqdm
+
+    label = "synthetic " if model.synthetic else ""
+    print(f"{label}model {model.name} ({model.family}) on {model.device} {args.dtype}, loaded in {model.load_s:.1f} s; "
+          f"{total} runs of {settings.steps} steps at {settings.width}x{settings.height} -> {args.out}", file=sys.stderr)
+    with tqdm(total=total, unit="run", file=sys.stderr) as bar:
+        try:
+            runs = run_sweep(model, plan, args.out, progress=bar.update)
+        except KeyboardInterrupt:
+            print(f"\nbench: interrupted; finished runs are in {args.out}/runs.csv", file=sys.stderr)
+            return 130
+    with open(args.out / "steps.csv", newline="") as f:
+        steps = [r for r in csv.DictReader(f) if r["run_id"] in {x["run_id"] for x in runs}]
+    rows = summarize(runs, steps)
+    r0 = runs[0]
+    meta = (f"{'SYNTHETIC (random weights: real costs, noise pictures) ' if model.synthetic else ''}{model.name} | "
+            f"{r0['device_name']} {r0['dtype']} threads={r0['threads']} | {settings.width}x{settings.height} "
+            f"{settings.steps} steps | encoder {r0['encoder'] or args.encoder} q{args.quality} | torch {r0['torch']} "
+            f"diffusers {r0['diffusers']}")
+    text = table(rows, meta)
+    (args.out / "summary.txt").write_text(text + "\n")
+    with open(args.out / "summary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(text)
+    return 0

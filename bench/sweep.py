@@ -1,0 +1,124 @@
+"""A sweep: every configuration against a no-preview baseline, interleaved, appended to CSVs run by run."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+from preview.engine import Run, _env, generate, save_image
+from preview.models import Model
+from preview.records import RUN_COLUMNS, STEP_COLUMNS, CsvAppender, RunRecord
+from preview.settings import PreviewSettings, RunSettings
+
+SWEEP_COLUMNS = ("config", "role", "repeat")
+RUNS_CSV_COLUMNS = SWEEP_COLUMNS + RUN_COLUMNS + ("overhead_pct", "pair_overhead_pct")
+STEPS_CSV_COLUMNS = SWEEP_COLUMNS + STEP_COLUMNS
+
+
+@dataclass(frozen=True)
+class Plan:
+    settings: RunSettings          # the base run; its preview settings carry encoder, quality, preview_max
+    decoders: tuple[str, ...]
+    every: tuple[int, ...]
+    repeats: int = 3
+    warmup: int = 1
+    direct: bool = False           # also time the bare diffusers call, paired with decoder none
+
+    def configs(self) -> list[PreviewSettings]:
+        base = self.settings.preview
+        return [replace(base, decoder=d, every=e) for d in self.decoders if d != "none" for e in self.every]
+
+    def schedule(self) -> Iterator[tuple[str, int, PreviewSettings | None]]:
+        """(role, repeat, preview settings or None for a direct call), in the order they run."""
+        none = replace(self.settings.preview, decoder="none", every=1)
+        warm = [none] + [replace(none, decoder=d) for d in dict.fromkeys(self.decoders) if d != "none"]
+        for _ in range(self.warmup):
+            for p in warm:
+                yield "warmup", 0, p
+        for r in range(1, self.repeats + 1):
+            for c in self.configs():
+                yield "baseline", r, none   # A B A B: drift on a noisy machine cancels
+                yield "config", r, c
+            if self.direct:
+                yield "direct", r, None
+                yield "baseline", r, none
+            if not self.configs() and not self.direct:
+                yield "baseline", r, none
+
+
+def config_name(p: PreviewSettings | None) -> str:
+    if p is None:
+        return "direct"
+    return "none" if p.decoder == "none" else f"{p.decoder}/every{p.every}"
+
+
+def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Path | None,
+                clock: Callable[[], float] = time.perf_counter) -> Run:
+    """The same generation as a user's script would call it: the pipeline alone, then PNG and write."""
+    with torch.inference_mode():
+        t0 = clock()
+        gen = torch.Generator("cpu").manual_seed(settings.seed)
+        out = model.pipe(settings.prompt, num_inference_steps=settings.steps, width=settings.width,
+                         height=settings.height, guidance_scale=settings.guidance, generator=gen,
+                         output_type="np").images[0]
+        png = save_image((out * 255).round().clip(0, 255).astype(np.uint8))
+        if image_path is not None:
+            image_path.write_bytes(png)
+        wall = clock() - t0
+    zero: dict[str, Any] = {k: 0.0 for k in ("text_encode_ms", "denoise_ms", "decode_ms", "sync_ms", "transfer_ms", "resize_ms",
+                             "encode_ms", "final_decode_ms", "final_encode_ms", "write_ms")}
+    rec = RunRecord(run_id=run_id, **_env(model), steps=settings.steps, width=settings.width, height=settings.height,
+                    seed=settings.seed, decoder="direct", every=0, encoder="", quality=0, preview_max=0, mode="direct",
+                    status="done", first_run=0, load_s=model.load_s, wall_s=wall, **zero, other_ms=wall * 1e3,
+                    previews=0, skipped=0, bytes=0)
+    return Run(rec, [])
+
+
+def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any] | None = None) -> list[dict[str, Any]]:
+    """Runs the plan, appending each finished run to out/runs.csv and out/steps.csv. Returns the run rows."""
+    out.mkdir(parents=True, exist_ok=True)
+    runs_csv, steps_csv = CsvAppender(out / "runs.csv", RUNS_CSV_COLUMNS), CsvAppender(out / "steps.csv", STEPS_CSV_COLUMNS)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    baselines: list[float] = []
+    last_baseline: float | None = None
+    results: list[dict[str, Any]] = []
+    try:
+        for n, (role, rep, p) in enumerate(plan.schedule()):
+            run_id = f"{stamp}-{n:04d}"
+            settings = plan.settings if p is None else replace(plan.settings, preview=p)
+            if role == "warmup":
+                settings = replace(settings, steps=min(settings.steps, 3))
+            image = out / "final.png"
+            if p is None:
+                run = direct_call(model, settings, run_id, image)
+            else:
+                run = generate(model, settings, run_id=run_id, image_path=image, first_run=(n == 0))
+            wall = run.record.wall_s
+            overhead = pair = None
+            if role == "baseline":
+                baselines.append(wall)
+                last_baseline = wall
+            elif role in ("config", "direct") and baselines:
+                overhead = 100 * (wall / statistics.median(baselines) - 1)
+                pair = 100 * (wall / last_baseline - 1) if last_baseline else None
+            extra = {"config": config_name(p), "role": role, "repeat": rep}
+            if role == "direct":  # the engine's own cost: decoder none against the bare call that follows
+                last_baseline = None
+            row = {**extra, **run.record.__dict__, "overhead_pct": overhead, "pair_overhead_pct": pair}
+            if role == "baseline" and results and results[-1]["role"] == "direct":
+                d = results[-1]  # pair the direct call with the none run right after it
+                row["pair_overhead_pct"] = 100 * (wall / d["wall_s"] - 1)
+            runs_csv.append([row])
+            steps_csv.append(run.rows, extra)
+            results.append(row)
+            if progress:
+                progress(1)
+    finally:
+        runs_csv.close()
+        steps_csv.close()
+    return results

@@ -1,0 +1,109 @@
+"""The bench as a user runs it: a subprocess on synthetic:tiny, its CSVs, its errors, and a kill mid-sweep."""
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from preview.records import STEP_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRED_STEP = ("run_id, step, timestep, preview, denoise_ms, decode_ms, sync_ms, transfer_ms, resize_ms, encode_ms, "
+                 "bytes, decoder, every, encoder, quality, width, height, preview_width, preview_height").split(", ")
+
+
+def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_sweep_writes_csvs_and_summary(tmp_path):
+    p = bench("--model", "synthetic:tiny", "--decoders", "none,latent2rgb,vae", "--every", "1,2", "--steps", "4",
+              "--repeats", "2", "--warmup", "1", "--direct", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    runs, steps = rows(tmp_path / "runs.csv"), rows(tmp_path / "steps.csv")
+    assert set(REQUIRED_STEP) <= set(steps[0]) and tuple(steps[0])[3:] == STEP_COLUMNS
+    for col in ("wall_s", "overhead_pct", "device_name", "dtype", "threads", "torch", "diffusers", "synthetic",
+                "text_encode_ms", "denoise_ms", "final_decode_ms", "final_encode_ms", "write_ms", "first_run",
+                "load_s", "other_ms", "previews", "bytes"):
+        assert col in runs[0], col
+    assert all(r["synthetic"] == "1" and r["model"] == "synthetic:tiny" for r in runs)
+    # warm-up: none, latent2rgb, vae; then per repeat 4 configs x (baseline, config) + direct + baseline
+    assert len(runs) == 3 + 2 * (4 * 2 + 2)
+    assert [r["first_run"] for r in runs].count("1") == 1 and runs[0]["role"] == "warmup"
+    roles = [r["role"] for r in runs[3:13]]
+    assert roles == ["baseline", "config"] * 4 + ["direct", "baseline"]
+    # overhead is relative to the median baseline of the sweep so far
+    cfg = [r for r in runs if r["role"] == "config"]
+    assert all(r["overhead_pct"] != "" for r in cfg)
+    vae1 = [r for r in cfg if r["config"] == "vae/every1"]
+    assert all(int(r["previews"]) == 4 for r in vae1)
+    assert all(int(r["previews"]) == 2 for r in cfg if r["config"].endswith("every2"))
+    # every run's step rows are in steps.csv, with previews where the schedule says
+    by_run = {}
+    for s in steps:
+        by_run.setdefault(s["run_id"], []).append(s)
+    for r in runs:
+        if r["role"] != "direct":
+            assert sum(int(s["preview"]) for s in by_run[r["run_id"]]) == int(r["previews"])
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "SYNTHETIC" in summary and "vae/every1" in summary and "vs direct" in summary
+    assert "vae/every1" in p.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--decoders", "none,vqgan"), "unknown 'vqgan'; allowed are none, latent2rgb, taesd, vae"),
+    (("--every", "0"), "every must be from 1"),
+    (("--width", "65"), "multiple of 8"),
+    (("--model", "/no/such/model"), "model_index.json not found"),
+    (("--taesd", "/no/such/taesd.pth"), "no such file or folder"),
+    (("--quality", "0"), "quality=0"),
+])
+def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
+    p = bench("--model", "synthetic:tiny", "--out", str(tmp_path), *args)
+    assert p.returncode == 2
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_help_documents_every_flag():
+    p = bench("--help")
+    for flag in ("--model", "--taesd", "--decoders", "--every", "--steps", "--width", "--height", "--seed", "--prompt",
+                 "--repeats", "--warmup", "--device", "--dtype", "--encoder", "--quality", "--preview-max", "--out"):
+        assert flag in p.stdout
+
+
+def test_killed_sweep_leaves_readable_csvs(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "--model", "synthetic:tiny", "--decoders", "vae",
+                             "--every", "1", "--steps", "6", "--repeats", "50", "--out", str(tmp_path)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runs_csv = tmp_path / "runs.csv"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if runs_csv.exists() and len(runs_csv.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    runs = rows(runs_csv)
+    steps = rows(tmp_path / "steps.csv")
+    assert len(runs) >= 4
+    assert all(None not in r.values() and r["wall_s"] for r in runs)  # no torn row
+    # every run listed has all of its step rows
+    ids = {r["run_id"] for r in runs}
+    for rid in ids:
+        n = sum(1 for s in steps if s["run_id"] == rid)
+        want = 3 if rid == runs[0]["run_id"] or rid == runs[1]["run_id"] else 6  # warm-up runs take 3 steps
+        assert n == want

@@ -1,0 +1,145 @@
+"""A measured generation on synthetic:tiny: rows, reconciliation, live controls, faults, model loading."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from preview import models
+from preview.engine import Controls, Frame, generate
+from preview.records import PREVIEW_STAGES, StepRow
+from preview.settings import PreviewSettings, RunSettings
+
+
+def run(model, decoder="latent2rgb", every=1, steps=4, **kw):
+    s = RunSettings(steps=steps, width=64, height=64, preview=PreviewSettings(decoder=decoder, every=every))
+    return generate(model, s, run_id="t", **kw)
+
+
+def test_rows_follow_schedule_and_frames_match(tiny, tmp_path):
+    frames: list[Frame] = []
+    r = run(tiny, "taesd", every=2, steps=5, on_frame=frames.append, image_path=tmp_path / "final.png")
+    assert [x.step for x in r.rows] == [1, 2, 3, 4, 5]
+    assert [x.preview for x in r.rows] == [0, 1, 0, 1, 0]
+    assert [f.step for f in frames] == [2, 4]
+    assert all(f.width == f.height == 64 and f.format == "jpeg" and f.data[:2] == b"\xff\xd8" for f in frames)
+    assert [x.bytes for x in r.rows if x.preview] == [len(f.data) for f in frames]
+    assert r.record.previews == 2 and r.record.bytes == sum(len(f.data) for f in frames)
+    assert (tmp_path / "final.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert r.image is not None and r.image.shape == (64, 64, 3)
+    # timesteps are the scheduler's, decreasing
+    ts = [x.timestep for x in r.rows]
+    assert ts == sorted(ts, reverse=True) and len(set(ts)) == 5
+
+
+def test_stage_sums_reconcile_with_wall_time(tiny):
+    r = run(tiny, "vae", every=1).record
+    measured = (r.text_encode_ms + r.denoise_ms + r.preview_ms + r.final_decode_ms + r.final_encode_ms + r.write_ms)
+    assert abs(measured + r.other_ms - r.wall_s * 1e3) < 1e-6
+    # on the CPU every figure is host time between marks in one sequence, so nothing is counted twice
+    assert r.other_ms >= 0
+    assert r.decode_ms > 0 and r.denoise_ms > 0 and r.text_encode_ms > 0 and r.final_decode_ms > 0
+    assert r.synthetic == 1 and r.status == "done"
+
+
+def test_decoder_none_touches_nothing(tiny):
+    a = run(tiny, "none")
+    b = run(tiny, "none")
+    assert a.record.previews == 0 and all(x.preview_ms == 0 and x.bytes == 0 for x in a.rows)
+    assert (a.image == b.image).all()  # deterministic for a seed
+
+
+def test_previews_do_not_change_the_final_image(tiny):
+    assert (run(tiny, "none").image == run(tiny, "vae").image).all()
+
+
+def test_live_control_takes_effect_at_next_step_and_is_recorded(tiny):
+    controls = Controls(PreviewSettings(decoder="latent2rgb"))
+    seen: list[StepRow] = []
+
+    def on_row(row: StepRow) -> None:
+        seen.append(row)
+        if row.step == 2:
+            controls.set(decoder="taesd", every=1)
+
+    r = run(tiny, steps=4, controls=controls, on_row=on_row)
+    assert [x.decoder for x in r.rows] == ["latent2rgb", "latent2rgb", "taesd", "taesd"]
+    assert r.rows[2].event == "set decoder=taesd" and r.rows[1].event == ""
+    assert r.rows[2].preview_width == 64 and r.rows[1].preview_width == 32  # taesd upsamples, latent2rgb does not
+    assert seen == r.rows
+
+
+def test_preview_failure_falls_back_and_run_goes_on(tiny):
+    class Broken(torch.nn.Module):
+        def decode(self, x, return_dict=False):
+            raise RuntimeError("CUDA out of memory (simulated)")
+
+    broken = models.Model(**{**tiny.__dict__, "taesd": Broken()})
+    errors: list[str] = []
+    r = run(broken, "taesd", steps=3, on_error=errors.append)
+    assert r.record.status == "done" and len(r.rows) == 3
+    assert "taesd failed at step 1" in r.rows[0].event and "latent2rgb" in r.rows[0].event
+    assert r.rows[0].preview == 0 and [x.decoder for x in r.rows[1:]] == ["latent2rgb", "latent2rgb"]
+    assert r.rows[1].preview == 1 and len(errors) == 1
+
+
+def test_stop_keeps_completed_rows(tiny):
+    r = run(tiny, steps=6, should_stop=lambda: True)
+    assert r.record.status == "stopped" and len(r.rows) == 1
+
+
+def test_sdxl_family_runs_with_every_decoder(tiny_xl):
+    for d in ("latent2rgb", "taesd", "vae"):
+        r = run(tiny_xl, d, steps=2)
+        assert r.record.previews == 2 and r.record.model == "synthetic:tiny-xl"
+
+
+def test_local_folder_and_taesd_file_load(tiny, tmp_path):
+    tiny.pipe.save_pretrained(tmp_path / "sd")
+    from preview.taesd import Decoder
+
+    torch.save(Decoder().state_dict(), tmp_path / "taesd_decoder.pth")
+    m = models.load(str(tmp_path / "sd"), taesd=str(tmp_path / "taesd_decoder.pth"), device="cpu")
+    assert m.synthetic is False and m.family == "sd15" and m.taesd_kind == "madebyollin"
+    r = generate(m, RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="taesd")), run_id="l")
+    # madebyollin's decoder always upsamples 8x: a 32x32 latent gives 256x256
+    assert r.rows[0].preview_width == 256 and r.record.synthetic == 0
+    # the same pipeline loaded from its folder gives the same picture
+    assert (r.image == run(tiny, "none", steps=2).image).all()
+
+
+def test_missing_model_and_weights_are_one_line_errors(tmp_path):
+    with pytest.raises(models.ModelError) as e:
+        models.load(str(tmp_path / "nothing"))
+    assert "model_index.json not found" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(models.ModelError, match="taesd_decoder.pth"):
+        models.load_taesd(str(tmp_path / "missing.pth"))
+    (tmp_path / "bad.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(models.ModelError, match="not a readable checkpoint"):
+        models.load_taesd(str(tmp_path / "bad.pth"))
+
+
+def test_taesd_needs_weights_for_a_real_model(tiny, tmp_path):
+    tiny.pipe.save_pretrained(tmp_path / "sd")
+    m = models.load(str(tmp_path / "sd"), device="cpu")
+    from preview.decoders import DecoderError, build
+
+    with pytest.raises(DecoderError, match="--taesd PATH"):
+        build("taesd", m)
+
+
+def test_synthetic_sd15_has_the_real_parameter_counts():
+    # built on the meta device: the counts of the real architecture without allocating 1 B weights
+    with torch.device("meta"):
+        unet = models._unet((320, 640, 1280, 1280), 768, attention_head_dim=8)
+        vae = models._vae((128, 256, 512, 512))
+        taesd = models._taesd(4)
+        from transformers import CLIPTextModel
+
+        te = CLIPTextModel(models._clip(768, 12, 12, 3072, vocab=49408, hidden_act="quick_gelu"))
+    count = lambda m: sum(p.numel() for p in m.parameters())
+    assert count(unet) == 859_520_964
+    assert count(vae) == 83_653_863
+    assert count(taesd) == 2_445_063
+    assert count(te) == 123_060_480

@@ -1,0 +1,109 @@
+"""Schedule, latent2rgb arithmetic, decoders' shapes and ranges, encoders, preview sizing."""
+from __future__ import annotations
+
+import io
+import logging
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from preview import decoders, encoders
+from preview.engine import preview_size, to_uint8_hwc
+from preview.settings import PreviewSettings, RunSettings, SettingsError, should_preview
+
+
+def test_schedule_is_one_based_modulo():
+    assert [s for s in range(1, 11) if should_preview(s, 1)] == list(range(1, 11))
+    assert [s for s in range(1, 11) if should_preview(s, 3)] == [3, 6, 9]
+    assert [s for s in range(1, 11) if should_preview(s, 10)] == [10]
+    assert [s for s in range(1, 5) if should_preview(s, 5)] == []
+
+
+def test_latent2rgb_matches_hand_computed_pixel():
+    # one pixel with latent (1, 0, 0, 0) picks row 0 of the SD1.5 table; (0, 0, 0, 1) picks row 3
+    lat = torch.zeros(1, 4, 1, 2)
+    lat[0, 0, 0, 0] = 1.0
+    lat[0, 3, 0, 1] = 1.0
+    out = decoders.latent2rgb("sd15", torch.device("cpu"), torch.float32)(lat)
+    want0 = [(0.3512 + 1) / 2, (0.2297 + 1) / 2, (0.3227 + 1) / 2]
+    want1 = [(-0.2120 + 1) / 2, (-0.2616 + 1) / 2, (-0.7177 + 1) / 2]
+    assert out.shape == (1, 3, 1, 2)
+    assert torch.allclose(out[0, :, 0, 0], torch.tensor(want0), atol=1e-6)
+    assert torch.allclose(out[0, :, 0, 1], torch.tensor(want1), atol=1e-6)
+
+
+def test_latent2rgb_sdxl_bias_and_clamp():
+    lat = torch.zeros(1, 4, 1, 1)
+    out = decoders.latent2rgb("sdxl", torch.device("cpu"), torch.float32)(lat)
+    assert torch.allclose(out[0, :, 0, 0], torch.tensor([(0.1084 + 1) / 2, (-0.0175 + 1) / 2, (-0.0011 + 1) / 2]))
+    big = decoders.latent2rgb("sd15", torch.device("cpu"), torch.float32)(torch.full((1, 4, 1, 1), 100.0))
+    assert big.min() >= 0 and big.max() <= 1
+
+
+@pytest.mark.parametrize("name,scale", [("latent2rgb", 1), ("taesd", 2), ("vae", 2)])
+def test_decoder_shapes_and_ranges(tiny, tiny_xl, name, scale):
+    for model in (tiny, tiny_xl):
+        lat = torch.randn(1, 4, 32, 32, generator=torch.Generator().manual_seed(1)) * 3
+        with torch.inference_mode():
+            img = decoders.build(name, model)(lat)
+        assert img.shape == (1, 3, 32 * scale, 32 * scale)
+        assert img.dtype == torch.float32
+        assert float(img.min()) >= 0.0 and float(img.max()) <= 1.0
+        assert float(img.std()) > 0  # not a constant picture
+
+
+def test_unknown_decoder_lists_valid_names(tiny):
+    with pytest.raises(decoders.DecoderError, match="allowed are none, latent2rgb, taesd, vae"):
+        decoders.build("vqgan", tiny)
+
+
+@pytest.mark.parametrize("name,fmt", [("turbojpeg", "JPEG"), ("pillow", "JPEG"), ("webp", "WEBP"), ("png", "PNG")])
+def test_encoders_produce_decodable_images(name, fmt):
+    rgb = (np.arange(48 * 32 * 3) % 251).astype(np.uint8).reshape(48, 32, 3)
+    enc = encoders.get(name)
+    data = enc.encode(rgb, 80)
+    img = Image.open(io.BytesIO(data))
+    assert img.format == fmt and img.size == (32, 48)
+    if name == "png":  # lossless
+        assert np.array_equal(np.asarray(img), rgb)
+
+
+def test_turbojpeg_falls_back_to_pillow_once(caplog):
+    encoders._warned = False
+    with caplog.at_level(logging.WARNING, logger="previewlab"):
+        a = encoders._turbojpeg("/nonexistent/libturbojpeg.so")
+        b = encoders._turbojpeg("/nonexistent/libturbojpeg.so")
+    assert a.name == b.name == "pillow" and a.format == "jpeg"
+    assert sum("falling back to Pillow" in r.message for r in caplog.records) == 1
+    encoders._turbo = None  # the next get() loads the real library again
+    assert encoders.get("turbojpeg").name == "turbojpeg"
+
+
+def test_preview_size_and_uint8_conversion():
+    assert preview_size(512, 256, 0) == (512, 256)
+    assert preview_size(512, 256, 128) == (128, 64)
+    assert preview_size(64, 64, 128) == (64, 64)
+    img = torch.rand(3, 64, 32)
+    u8 = to_uint8_hwc(img, 16)
+    assert u8.shape == (16, 8, 3) and u8.dtype == torch.uint8
+    full = to_uint8_hwc(torch.ones(3, 4, 4))
+    assert int(full.min()) == 255
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(every=0), "every"), (dict(every=True), "every"), (dict(quality=101), "quality"),
+    (dict(decoder="nope"), "decoder"), (dict(encoder="gif"), "encoder"), (dict(preview_max=4), "preview_max"),
+])
+def test_preview_settings_reject_bad_values(kw, field):
+    with pytest.raises(SettingsError, match=field):
+        PreviewSettings(**kw)
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(width=65), "width"), (dict(height=4096), "height"), (dict(steps=0), "steps"), (dict(prompt="x" * 3000), "prompt"),
+])
+def test_run_settings_reject_bad_values(kw, field):
+    with pytest.raises(SettingsError, match=field):
+        RunSettings(**kw)
