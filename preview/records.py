@@ -133,8 +133,9 @@ def as_csv_row(record: Any, columns: Iterable[str], extra: dict[str, Any] | None
 class CsvAppender:
     """Appends rows and flushes each batch to disk, so a killed process leaves every written row readable."""
 
-    def __init__(self, path: Path, columns: Iterable[str]) -> None:
-        self.path, self.columns = Path(path), tuple(columns)
+    def __init__(self, path: Path, columns: Iterable[str], fsync: bool = True) -> None:
+        """fsync=False: flush to the OS only, which a killed process cannot lose (a power cut can)."""
+        self.path, self.columns, self.fsync = Path(path), tuple(columns), fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fresh = not self.path.exists() or self.path.stat().st_size == 0
         self._f = open(self.path, "a", newline="", encoding="utf-8")
@@ -150,7 +151,8 @@ class CsvAppender:
 
     def _flush(self) -> None:
         self._f.flush()
-        os.fsync(self._f.fileno())
+        if self.fsync:
+            os.fsync(self._f.fileno())
 
     def close(self) -> None:
         self._f.close()

@@ -1,0 +1,125 @@
+"""Watchers: each client has a one-frame slot and a bounded text queue, drained by its own sender task.
+
+A frame is packed once and shared. A newer frame replaces an unsent one, and the replaced frame counts as
+dropped for that client. The generation never waits on a client: everything here runs on the event loop and
+a slow socket only ever holds its own slot.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from starlette.websockets import WebSocket
+
+log = logging.getLogger("previewlab.server")
+MAX_TEXT_QUEUE = 256  # step rows a client may fall behind by before the oldest are dropped
+
+
+@dataclass
+class Packed:
+    run_id: str
+    step: int
+    seq: int
+    blob: bytes
+
+
+@dataclass
+class Sent:
+    run_id: str
+    step: int
+    t0: float       # loop clock when the send began, seconds
+    send_ms: float
+
+
+@dataclass
+class Client:
+    ws: WebSocket
+    cid: int
+    slot: Packed | None = None
+    texts: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=MAX_TEXT_QUEUE))
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    sent: dict[int, Sent] = field(default_factory=dict)  # seq -> send record, waiting for the browser's ack
+    task: asyncio.Task[None] | None = None
+    frames_sent: int = 0
+    frames_dropped: int = 0
+
+
+OnDrop = Callable[[Client, Packed], None]
+
+
+class Hub:
+    def __init__(self, send_timeout_s: float = 10.0, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clients: dict[int, Client] = {}
+        self.send_timeout_s = send_timeout_s
+        self.clock = clock
+        self.on_drop: OnDrop | None = None
+        self._next = 0
+
+    def add(self, ws: WebSocket) -> Client:
+        self._next += 1
+        c = Client(ws, self._next)
+        self.clients[c.cid] = c
+        c.task = asyncio.get_running_loop().create_task(self._sender(c))
+        return c
+
+    async def remove(self, c: Client) -> None:
+        """The one place a client's resources are released."""
+        self.clients.pop(c.cid, None)
+        if c.task and c.task is not asyncio.current_task():
+            c.task.cancel()
+            try:
+                await c.task
+            except (asyncio.CancelledError, Exception):
+                pass
+        c.slot = None
+        c.texts.clear()
+        c.sent.clear()
+
+    def text(self, msg: dict[str, Any], only: Client | None = None) -> None:
+        data = json.dumps(msg, separators=(",", ":"))
+        for c in [only] if only else list(self.clients.values()):
+            c.texts.append(data)
+            c.wake.set()
+
+    def frame(self, f: Packed) -> None:
+        for c in list(self.clients.values()):
+            old, c.slot = c.slot, f
+            if old is not None:
+                c.frames_dropped += 1
+                if self.on_drop:
+                    self.on_drop(c, old)
+            c.wake.set()
+
+    async def _sender(self, c: Client) -> None:
+        try:
+            while True:
+                await c.wake.wait()
+                c.wake.clear()
+                while c.texts:
+                    await asyncio.wait_for(c.ws.send_text(c.texts.popleft()), self.send_timeout_s)
+                f, c.slot = c.slot, None
+                if f is not None:
+                    t0 = self.clock()
+                    await asyncio.wait_for(c.ws.send_bytes(f.blob), self.send_timeout_s)
+                    c.sent[f.seq] = Sent(f.run_id, f.step, t0, (self.clock() - t0) * 1e3)
+                    c.frames_sent += 1
+                    if len(c.sent) > 64:  # acks that never came: forget the oldest
+                        c.sent.pop(next(iter(c.sent)))
+        except asyncio.CancelledError:
+            raise
+        except asyncio.TimeoutError:
+            log.warning("client %d: send timed out after %.0f s; closing it", c.cid, self.send_timeout_s)
+            await self._close(c, 1008)
+        except Exception as e:  # the transport went away: the receiver's finally cleans up
+            log.info("client %d: send failed (%s)", c.cid, type(e).__name__)
+
+    async def _close(self, c: Client, code: int) -> None:
+        try:
+            await asyncio.wait_for(c.ws.close(code), 1.0)
+        except Exception:
+            pass

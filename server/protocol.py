@@ -1,0 +1,131 @@
+"""The WebSocket protocol: one validator turns a text frame into a typed message or a ProtocolError.
+
+Browser -> server (text, JSON objects with a "type"):
+  start  {prompt, steps, width, height, seed, decoder, every, preview_max, encoder, quality}  (all optional)
+  set    {decoder, every, preview_max, encoder, quality}  (at least one)
+  stop   {}
+  ack    {seq, client_decode_ms, client_paint_ms}
+Server -> browser: text {"type": "hello" | "run" | "step" | "delivery" | "done" | "error", ...};
+binary previews: 4-byte big-endian header length N, N bytes of UTF-8 JSON header, then the image bytes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any, Union
+
+from preview.settings import PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings, RunSettings, SettingsError
+
+MAX_MESSAGE_BYTES = 64 * 1024
+
+
+class ProtocolError(ValueError):
+    """A message that was not accepted; str() is the one line sent back as an `error`."""
+
+
+@dataclass(frozen=True)
+class Start:
+    settings: RunSettings
+
+
+@dataclass(frozen=True)
+class Set:
+    changes: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+@dataclass(frozen=True)
+class Ack:
+    seq: int
+    client_decode_ms: float
+    client_paint_ms: float
+
+
+Message = Union[Start, Set, Stop, Ack]
+TYPES = ("start", "set", "stop", "ack")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ProtocolError(f"{name} is not allowed: numbers must be finite")
+
+
+def _number(field: str, v: Any, lo: float, hi: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        raise ProtocolError(f"{field}: must be a number from {lo:g} to {hi:g}, got {short(v)}")
+    return float(v)
+
+
+def short(v: Any, limit: int = 40) -> str:
+    """A bad value as logs and errors quote it: at most `limit` characters."""
+    text = repr(v)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def parse(text: str, *, defaults: RunSettings) -> Message:
+    """Parse one text frame. `defaults` carries the server's run defaults and its size cap (max_side)."""
+    if len(text.encode("utf-8", "replace")) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message over {MAX_MESSAGE_BYTES} bytes")
+    try:
+        msg = json.loads(text, parse_constant=_reject_constant)
+    except ProtocolError:
+        raise
+    except ValueError:
+        raise ProtocolError(f"not JSON: {short(text)}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"expected a JSON object with a \"type\", got {type(msg).__name__}")
+    kind = msg.pop("type", None)
+    if kind not in TYPES:
+        raise ProtocolError(f"type: unknown {short(kind)}; allowed are {', '.join(TYPES)}")
+    if kind == "stop":
+        _no_extra(kind, msg, ())
+        return Stop()
+    if kind == "ack":
+        _no_extra(kind, msg, ("seq", "client_decode_ms", "client_paint_ms"))
+        seq = msg.get("seq")
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise ProtocolError(f"seq: must be a non-negative integer, got {short(seq)}")
+        return Ack(seq, _number("client_decode_ms", msg.get("client_decode_ms", 0), 0, 3.6e6),
+                   _number("client_paint_ms", msg.get("client_paint_ms", 0), 0, 3.6e6))
+    if kind == "set":
+        _no_extra(kind, msg, PREVIEW_FIELDS)
+        if not msg:
+            raise ProtocolError(f"set: name at least one of {', '.join(PREVIEW_FIELDS)}")
+        try:
+            PreviewSettings(**{**defaults.preview.__dict__, **msg})  # validates every named field
+        except SettingsError as e:
+            raise ProtocolError(str(e)) from None
+        return Set(msg)
+    _no_extra(kind, msg, RUN_FIELDS + PREVIEW_FIELDS)
+    run = {k: v for k, v in msg.items() if k in RUN_FIELDS}
+    prev = {k: v for k, v in msg.items() if k in PREVIEW_FIELDS}
+    try:
+        preview = PreviewSettings(**{**defaults.preview.__dict__, **prev})
+        settings = RunSettings(**{**{k: getattr(defaults, k) for k in RUN_FIELDS}, **run}, preview=preview,
+                               max_side=defaults.max_side)
+    except SettingsError as e:
+        raise ProtocolError(str(e)) from None
+    return Start(settings)
+
+
+def _no_extra(kind: str, msg: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    extra = [k for k in msg if k not in allowed]
+    if extra:
+        names = ", ".join(allowed) if allowed else "no fields"
+        raise ProtocolError(f"{kind}: unknown field {short(extra[0])}; allowed are {names}")
+
+
+def pack_frame(header: dict[str, Any], data: bytes) -> bytes:
+    """4-byte big-endian header length, the UTF-8 JSON header, the image bytes."""
+    h = json.dumps(header, separators=(",", ":")).encode()
+    return struct.pack(">I", len(h)) + h + data
+
+
+def unpack_frame(blob: bytes) -> tuple[dict[str, Any], bytes]:
+    (n,) = struct.unpack(">I", blob[:4])
+    return json.loads(blob[4:4 + n]), blob[4 + n:]

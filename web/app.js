@@ -1,0 +1,223 @@
+// previewlab page: one WebSocket (/ws). Text frames are JSON with a "type"; binary frames are previews:
+// 4-byte big-endian header length N, N bytes of UTF-8 JSON header, then the image bytes.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const LIVE = ["decoder", "every", "preview_max", "encoder", "quality"];
+const NUMERIC = new Set(["steps", "width", "height", "seed", "every", "preview_max", "quality"]);
+const STAGES = ["denoise_ms", "decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "render_ms"];
+const COLORS = ["#8da0cb", "#e78ac3", "#fc8d62", "#ffd92f", "#a6d854", "#66c2a5", "#b3b3b3", "#e5c494"];
+
+let ws = null;
+let run = null;          // the run this tab is watching: its settings, rows by step, figures
+let chart = null;
+let chartDirty = false;
+const canvas = $("preview");
+const ctx = canvas.getContext("2d");
+
+function showError(text) {
+  const e = $("error");
+  e.textContent = text;
+  e.hidden = !text;
+}
+
+function value(id) {
+  const el = $(id);
+  return NUMERIC.has(id) ? Number(el.value) : el.value;
+}
+
+function send(msg) {
+  if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(msg));
+}
+
+function connect() {
+  ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws${location.search}`);
+  ws.binaryType = "arraybuffer";
+  ws.onopen = () => { $("conn").textContent = "connected"; $("conn").className = "pill ok"; };
+  ws.onclose = (ev) => {
+    $("conn").textContent = `disconnected (${ev.code})`; $("conn").className = "pill";
+    setTimeout(connect, 1000);
+  };
+  ws.onmessage = (ev) => {
+    if (typeof ev.data === "string") onText(JSON.parse(ev.data));
+    else onFrame(ev.data);
+  };
+}
+
+function onText(msg) {
+  switch (msg.type) {
+    case "hello": {
+      $("model").textContent = `${msg.model} · ${msg.device} ${msg.dtype}`;
+      $("banner").hidden = !msg.synthetic;
+      for (const [k, v] of Object.entries(msg.defaults)) if ($(k) && !$(k).dataset.touched) $(k).value = v;
+      $("width").max = $("height").max = msg.max_side;
+      if (msg.running) beginRun(msg.running);
+      break;
+    }
+    case "run": beginRun(msg); break;
+    case "step": onStep(msg); break;
+    case "delivery": onDelivery(msg); break;
+    case "done": endRun(msg); break;
+    case "error": showError(msg.message); break;
+  }
+}
+
+function beginRun(meta) {
+  run = { meta, rows: new Map(), started: performance.now(), frames: 0, bytes: 0, dropped: 0, lastSeq: null,
+          lastStep: 0 };
+  showError("");
+  $("f-status").textContent = `running ${meta.run_id}`;
+  $("start").disabled = true;
+  $("stop").disabled = false;
+  for (const k of LIVE) if (meta[k] !== undefined) $(k).value = meta[k];
+  chartDirty = true;
+}
+
+function endRun(meta) {
+  $("f-status").textContent = `${meta.status} ${meta.run_id}` + (meta.error ? ` (${meta.error})` : "");
+  $("start").disabled = false;
+  $("stop").disabled = true;
+  loadRuns();
+}
+
+function row(step) {
+  if (!run.rows.has(step)) run.rows.set(step, { step });
+  return run.rows.get(step);
+}
+
+function onStep(msg) {
+  if (!run || msg.run_id !== run.meta.run_id) return;
+  Object.assign(row(msg.step), msg);
+  run.lastStep = Math.max(run.lastStep, msg.step);
+  $("f-step").textContent = `${msg.step} / ${run.meta.steps}`;
+  if (msg.event) $("f-status").textContent = `running ${run.meta.run_id} · step ${msg.step}: ${msg.event}`;
+  let denoise = 0, preview = 0;
+  for (const r of run.rows.values()) {
+    denoise += r.denoise_ms || 0;
+    preview += (r.decode_ms || 0) + (r.sync_ms || 0) + (r.transfer_ms || 0) + (r.resize_ms || 0) + (r.encode_ms || 0);
+  }
+  $("f-overhead").textContent = denoise ? `${(100 * preview / denoise).toFixed(1)} % (${preview.toFixed(0)} of ${denoise.toFixed(0)} ms)` : "–";
+  chartDirty = true;
+}
+
+function onDelivery(msg) {
+  if (!run || msg.run_id !== run.meta.run_id) return;
+  Object.assign(row(msg.step), { send_ms: msg.send_ms, ack_rtt_ms: msg.ack_rtt_ms });
+  chartDirty = true;
+}
+
+async function onFrame(buf) {
+  const view = new DataView(buf);
+  const n = view.getUint32(0, false);
+  const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 4, n)));
+  const blob = new Blob([new Uint8Array(buf, 4 + n)], { type: `image/${header.format}` });
+  if (run && header.run_id === run.meta.run_id) {
+    run.frames += 1;
+    run.bytes += buf.byteLength;
+    if (run.lastSeq !== null && header.seq > run.lastSeq + 1) run.dropped += header.seq - run.lastSeq - 1;
+    run.lastSeq = header.seq;
+  }
+  const t0 = performance.now();
+  const bitmap = await createImageBitmap(blob);
+  const t1 = performance.now();
+  requestAnimationFrame(() => {
+    if (canvas.width !== bitmap.width || canvas.height !== bitmap.height) {
+      canvas.width = bitmap.width;
+      canvas.height = bitmap.height;
+    }
+    ctx.drawImage(bitmap, 0, 0);
+    bitmap.close();
+    const t2 = performance.now();
+    $("caption").textContent = `step ${header.step} · ${header.decoder} · ${header.width}x${header.height} · ${header.format} · ${(buf.byteLength / 1024).toFixed(1)} KB`;
+    canvas.dataset.step = header.step;
+    canvas.dataset.decoder = header.decoder;
+    canvas.dataset.painted = String(Number(canvas.dataset.painted || 0) + 1);
+    send({ type: "ack", seq: header.seq, client_decode_ms: +(t1 - t0).toFixed(3), client_paint_ms: +(t2 - t1).toFixed(3) });
+    if (run && header.run_id === run.meta.run_id) {
+      const r = row(header.step);
+      r.render_ms = (t1 - t0) + (t2 - t1);
+      const secs = (performance.now() - run.started) / 1000;
+      $("f-frames").textContent = run.frames;
+      $("f-dropped").textContent = run.dropped;
+      $("f-bps").textContent = `${(run.bytes / secs / 1024).toFixed(1)} KB/s`;
+      $("f-pps").textContent = (run.frames / secs).toFixed(2);
+      chartDirty = true;
+    }
+  });
+}
+
+function makeChart() {
+  const series = [{ label: "step" }];
+  // drawn as cumulative sums, top stage first, so each band shows one stage's share of the step
+  STAGES.forEach((s, i) => series.push({ label: s.replace("_ms", ""), stroke: COLORS[i], fill: COLORS[i] + "cc", width: 1,
+                                         value: (u, v, si, idx) => rawValue(si, idx) }));
+  chart = new uPlot({ width: Math.min(1100, window.innerWidth - 40), height: 260, series,
+                      scales: { x: { time: false } }, axes: [{ label: "step" }, { label: "ms" }] },
+                    [[], ...STAGES.map(() => [])], $("chart"));
+}
+
+let rawRows = [];
+function rawValue(si, idx) {
+  const r = rawRows[idx];
+  if (!r) return "–";
+  const v = r[STAGES[si - 1]];
+  return v === undefined ? "–" : Number(v).toFixed(2);
+}
+
+function redraw() {
+  if (chartDirty && run && chart) {
+    chartDirty = false;
+    rawRows = [...run.rows.values()].filter((r) => r.denoise_ms !== undefined).sort((a, b) => a.step - b.step);
+    const xs = rawRows.map((r) => r.step);
+    const cols = [];
+    let acc = rawRows.map(() => 0);
+    for (const s of STAGES) {
+      acc = acc.map((a, i) => a + (Number(rawRows[i][s]) || 0));
+      cols.push(acc);
+    }
+    // series i is the sum of stages 0..i; reversed fill order keeps lower stages visible
+    chart.setData([xs, ...cols]);
+  }
+  requestAnimationFrame(redraw);
+}
+
+async function loadRuns() {
+  const res = await fetch("/runs");
+  const runs = await res.json();
+  const body = $("runs").querySelector("tbody");
+  body.textContent = "";
+  for (const m of runs.reverse()) {
+    const tr = document.createElement("tr");
+    const cells = [m.run_id, m.status, m.decoder, m.every, m.steps, `${m.width}x${m.height}`,
+                   m.totals ? m.totals.wall_s.toFixed(2) : ""];
+    for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.appendChild(td); }
+    const td = document.createElement("td");
+    const a = document.createElement("a");
+    a.href = `/runs/${encodeURIComponent(m.run_id)}.csv`;
+    a.textContent = "CSV";
+    a.download = `previewlab-${m.run_id}.csv`;
+    a.className = "run-csv";
+    td.appendChild(a);
+    tr.appendChild(td);
+    body.appendChild(tr);
+  }
+}
+
+$("start-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const msg = { type: "start" };
+  for (const k of ["prompt", "steps", "width", "height", "seed", ...LIVE]) msg[k] = value(k);
+  send(msg);
+});
+$("stop").addEventListener("click", () => send({ type: "stop" }));
+for (const k of LIVE) {
+  $(k).addEventListener("change", () => {
+    if (run && $("stop").disabled === false) send({ type: "set", [k]: value(k) });
+  });
+}
+for (const k of ["prompt", "steps", "width", "height", "seed"]) $(k).addEventListener("input", () => { $(k).dataset.touched = "1"; });
+
+makeChart();
+connect();
+loadRuns();
+requestAnimationFrame(redraw);
