@@ -13,3 +13,45 @@ def tiny() -> Model:
 @pytest.fixture(scope="session")
 def tiny_xl() -> Model:
     return load("synthetic:tiny-xl", device="cpu")
+
+
+import contextlib
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def live_server(app, host: str = "127.0.0.1") -> Iterator[str]:
+    """A real uvicorn on a free loopback port, in a thread; yields "host:port"."""
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=64 * 1024))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not t.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"{host}:{port}"
+    finally:
+        server.should_exit = True
+        t.join(30)
+
+
+@pytest.fixture
+def make_app(tiny, tmp_path):
+    from server.app import Server, build_app
+
+    def make(data_dir: Path | None = None, **kw):
+        srv = Server(tiny, data_dir or tmp_path / "runs", **kw)
+        return srv, build_app(srv)
+
+    return make

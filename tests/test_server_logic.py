@@ -1,0 +1,91 @@
+"""Control logic through Starlette's test client: start, refusals, live set, stop, runs and their CSVs."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from starlette.testclient import TestClient
+
+
+def recv_until(ws, kind: str, limit: int = 10_000) -> dict:
+    for _ in range(limit):
+        m = ws.receive()
+        if m.get("text") is not None:
+            msg = json.loads(m["text"])
+            if msg["type"] == kind:
+                return msg
+    raise AssertionError(f"no {kind} message")
+
+
+def test_hello_start_refuse_stop_and_csv(make_app):
+    srv, app = make_app()
+    with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+        hello = json.loads(ws.receive_text())
+        assert hello["type"] == "hello" and hello["synthetic"] is True and hello["defaults"]["width"] == 64
+        ws.send_text(json.dumps({"type": "set", "decoder": "vae"}))
+        assert "no generation is running" in recv_until(ws, "error")["message"]
+        ws.send_text(json.dumps({"type": "start", "steps": 500, "decoder": "latent2rgb", "every": 2}))
+        run = recv_until(ws, "run")
+        assert run["steps"] == 500 and run["every"] == 2 and run["synthetic"] is True
+        ws.send_text(json.dumps({"type": "start", "steps": 4}))
+        err = recv_until(ws, "error")
+        assert "already running" in err["message"] and run["run_id"] in err["message"]
+        recv_until(ws, "step")
+        ws.send_text(json.dumps({"type": "set", "every": 1, "decoder": "taesd"}))
+        changed = None
+        while changed is None:
+            s = recv_until(ws, "step")
+            if s["event"]:
+                changed = s
+        assert changed["event"] == "set every=1 decoder=taesd" and changed["decoder"] == "taesd"
+        ws.send_text(json.dumps({"type": "stop"}))
+        done = recv_until(ws, "done")
+        assert done["status"] == "stopped" and done["run_id"] == run["run_id"]
+        n_steps = done["totals"]["steps"]
+        runs = client.get("/runs").json()
+        assert [r["run_id"] for r in runs] == [run["run_id"]] and runs[0]["status"] == "stopped"
+        res = client.get(f"/runs/{run['run_id']}.csv")
+        assert res.status_code == 200 and res.headers["content-type"].startswith("text/csv")
+        rows = list(csv.DictReader(io.StringIO(res.text)))
+        assert 2 <= len(rows) < n_steps
+        assert rows[0]["decoder"] == "latent2rgb" and rows[-1]["decoder"] == "taesd"
+        assert [int(r["step"]) for r in rows] == list(range(1, len(rows) + 1))
+        assert client.get("/runs.csv").text.count("\n") == len(rows) + 1
+
+
+def test_unknown_and_hostile_run_ids_are_404(make_app):
+    srv, app = make_app()
+    with TestClient(app) as client:
+        for rid in ("nope", "..%2F..%2Fetc%2Fpasswd", "20261130-000000-001"):
+            assert client.get(f"/runs/{rid}.csv").status_code == 404
+
+
+def test_bad_messages_get_an_error_and_the_socket_stays_open(make_app):
+    srv, app = make_app()
+    with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+        ws.receive_text()
+        cases = [
+            ("not json", "not JSON"),
+            ("[1, 2]", "expected a JSON object"),
+            ('{"type": "launch"}', "type: unknown 'launch'"),
+            ('{"type": "start", "steps": "10"}', "steps='10'"),
+            ('{"type": "start", "steps": true}', "steps=True"),
+            ('{"type": "start", "width": 100}', "width=100: must be a multiple of 8"),
+            ('{"type": "start", "width": 4096}', "width=4096: must be from 64 to 1024"),
+            ('{"type": "start", "bogus": 1}', "unknown field 'bogus'"),
+            ('{"type": "set", "every": 0}', "every=0"),
+            ('{"type": "set", "quality": NaN}', "NaN is not allowed"),
+            ('{"type": "set", "decoder": "vqgan"}', "allowed are none, latent2rgb, taesd, vae"),
+            ('{"type": "set", "encoder": "gif"}', "allowed are turbojpeg, pillow, webp, png"),
+            ('{"type": "ack", "seq": 99, "client_decode_ms": 1, "client_paint_ms": 1}', "seq 99 was never sent"),
+            ('{"type": "stop"}', "no generation is running"),
+        ]
+        for text, needle in cases:
+            ws.send_text(text)
+            msg = recv_until(ws, "error")
+            assert needle in msg["message"], (text, msg)
+        ws.send_bytes(b"\x00\x01")
+        assert "binary frames are not accepted" in recv_until(ws, "error")["message"]
+        ws.send_text('{"type": "start", "steps": 2}')
+        assert recv_until(ws, "done")["status"] == "done"  # still open and working
