@@ -32,6 +32,20 @@ def listof(kind: Callable[[str], T], allowed: Sequence[str] | None = None) -> Ca
     return parse
 
 
+def every_or_auto(text: str) -> int | str:
+    return "auto" if text == "auto" else every_value(text)
+
+
+def budget_value(text: str) -> float:
+    try:
+        b = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < b <= 1000:
+        raise argparse.ArgumentTypeError(f"{b:g}: budget is a percent above 0, at most 1000")
+    return b
+
+
 def every_value(text: str) -> int:
     try:
         n = int(text)
@@ -70,8 +84,15 @@ def parser() -> Parser:
     p.add_argument("--taesd", default=None, help="TAESD weights: AutoencoderTiny folder or taesd_decoder.pth/.safetensors")
     p.add_argument("--decoders", type=listof(str, list(DECODERS)), default=("none", "latent2rgb", "taesd", "vae"),
                    help="comma-separated preview decoders")
-    p.add_argument("--every", type=listof(every_value), default=(1, 2, 5, 10),
-                   help="comma-separated preview intervals: a preview after step i when i %% N == 0")
+    p.add_argument("--every", type=listof(every_or_auto), default=(1, 2, 5, 10),
+                   help="comma-separated preview intervals: a preview after step i when i %% N == 0; "
+                        "'auto' lets the autopilot pick the interval to fit --budget")
+    p.add_argument("--budget", type=budget_value, default=10.0,
+                   help="preview overhead budget in percent of denoise time, for --every auto")
+    p.add_argument("--modes", type=listof(str, ["sync", "overlap"]), default=("overlap",),
+                   help="sync: preview work inside the step callback (how popular UIs do it); overlap: off the "
+                        "denoising path (side CUDA stream, encode thread)")
+    p.add_argument("--inflight", type=every_value, default=2, help="overlap: most previews in flight at once")
     p.add_argument("--steps", type=every_value, default=10, help="denoising steps per run")
     p.add_argument("--width", type=side, default=None, help="image width in pixels (default: the model's)")
     p.add_argument("--height", type=side, default=None, help="image height in pixels (default: the model's)")
@@ -80,7 +101,17 @@ def parser() -> Parser:
     p.add_argument("--repeats", type=positive, default=3, help="measured pairs per configuration")
     p.add_argument("--warmup", type=positive, default=1, help="warm-up rounds (kept in runs.csv, out of statistics)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    p.add_argument("--dtype", type=listof(str, ["float32", "float16", "bfloat16"]), default=("float32",),
+                   help="comma-separated: float32, float16, bfloat16 (one model load each)")
+    p.add_argument("--offload", type=listof(str, ["none", "model", "sequential"]), default=("none",),
+                   help="diffusers CPU offload (CUDA only): none, model, sequential")
+    p.add_argument("--compile", type=listof(str, ["none", "decoder"]), default=("none",),
+                   help="torch.compile the preview decoder; compile time is reported apart (compile_ms)")
+    p.add_argument("--channels-last", type=listof(str, ["off", "on"]), default=("off",),
+                   help="channels-last memory format for UNet, VAE and TAESD: off, on")
+    p.add_argument("--trace", type=Path, default=None,
+                   help="also write a torch.profiler Chrome trace of one run (stages as previewlab.* ranges)")
+    p.add_argument("--cprofile", type=Path, default=None, help="also write a cProfile dump of one run")
     p.add_argument("--encoder", choices=list(ENCODERS), default="turbojpeg")
     p.add_argument("--quality", type=int, default=80, help="JPEG/WebP quality 1..100")
     p.add_argument("--preview-max", type=positive, default=0, help="downscale previews to this long side (0 = native)")
@@ -92,45 +123,67 @@ def parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from bench.summary import summarize, table
-    from bench.sweep import Plan, run_sweep
+    import itertools
+
+    from bench.summary import mode_ratios, summarize, table
+    from bench.sweep import Plan, run_sweep, traced_run
     from preview.decoders import DecoderError
     from preview.models import ModelError, load
 
-    try:
-        preview = PreviewSettings(decoder="none", encoder=args.encoder, quality=args.quality,
-                                  preview_max=args.preview_max)
-        model = load(args.model, taesd=args.taesd, device=args.device, dtype=args.dtype, seed=args.seed)
-        settings = RunSettings(prompt=args.prompt, steps=args.steps, width=args.width or model.default_size,
-                               height=args.height or model.default_size, seed=args.seed, preview=preview)
-        if "taesd" in args.decoders and model.taesd is None:
-            raise DecoderError("decoder taesd needs TAESD weights: pass --taesd PATH (taesd_decoder.pth from "
-                               "github.com/madebyollin/taesd, or a diffusers AutoencoderTiny folder)")
-    except (ModelError, SettingsError, DecoderError) as e:
-        print(f"bench: {e}", file=sys.stderr)
-        return 2
-    plan = Plan(settings, args.decoders, args.every, args.repeats, args.warmup, args.direct)
-    total = len(list(plan.schedule()))
-    from tqdm import tqdm
-
-    label = "synthetic " if model.synthetic else ""
-    print(f"{label}model {model.name} ({model.family}) on {model.device} {args.dtype}, loaded in {model.load_s:.1f} s; "
-          f"{total} runs of {settings.steps} steps at {settings.width}x{settings.height} -> {args.out}", file=sys.stderr)
-    with tqdm(total=total, unit="run", file=sys.stderr) as bar:
+    variants = list(itertools.product(args.dtype, args.offload, args.compile, args.channels_last))
+    runs: list[dict] = []
+    traces: list[dict] = []
+    meta = ""
+    for dtype, offload, comp, cl in variants:
+        label = "" if len(variants) == 1 else f"[{dtype} offload={offload} compile={comp} cl={cl}] "
         try:
-            runs = run_sweep(model, plan, args.out, progress=bar.update)
+            preview = PreviewSettings(decoder="none", encoder=args.encoder, quality=args.quality,
+                                      preview_max=args.preview_max)
+            model = load(args.model, taesd=args.taesd, device=args.device, dtype=dtype, seed=args.seed,
+                         offload=offload, channels_last=(cl == "on"))
+            settings = RunSettings(prompt=args.prompt, steps=args.steps, width=args.width or model.default_size,
+                                   height=args.height or model.default_size, seed=args.seed, preview=preview)
+            if "taesd" in args.decoders and model.taesd is None:
+                raise DecoderError("decoder taesd needs TAESD weights: pass --taesd PATH (taesd_decoder.pth from "
+                                   "github.com/madebyollin/taesd, or a diffusers AutoencoderTiny folder)")
+        except (ModelError, SettingsError, DecoderError) as e:
+            print(f"bench: {e}", file=sys.stderr)
+            return 2
+        plan = Plan(settings, args.decoders, args.every, args.repeats, args.warmup, args.direct, args.modes,
+                    args.budget, args.inflight, comp == "decoder")
+        total = len(list(plan.schedule()))
+        synth = "synthetic " if model.synthetic else ""
+        print(f"{label}{synth}model {model.name} ({model.family}) on {model.device} {dtype}, loaded in "
+              f"{model.load_s:.1f} s; {total} runs of {settings.steps} steps at {settings.width}x{settings.height} "
+              f"-> {args.out}", file=sys.stderr)
+        bar = progress_bar(total)
+        try:
+            runs += run_sweep(model, plan, args.out, progress=bar, label=label)
         except KeyboardInterrupt:
             print(f"\nbench: interrupted; finished runs are in {args.out}/runs.csv", file=sys.stderr)
             return 130
+        finally:
+            bar(0, close=True)
+        for kind, folder in (("trace", args.trace), ("cprofile", args.cprofile)):
+            if folder is not None:
+                traces.append(traced_run(model, plan, folder, kind, label))
+        r0 = runs[-1]
+        meta = (f"{'SYNTHETIC (random weights: real costs, noise pictures) ' if model.synthetic else ''}{model.name} | "
+                f"{r0['device_name']} {', '.join(args.dtype)} threads={r0['threads']} | {settings.width}x{settings.height} "
+                f"{settings.steps} steps | encoder {r0['encoder'] or args.encoder} q{args.quality} | torch {r0['torch']} "
+                f"diffusers {r0['diffusers']}")
+    ids = {x["run_id"] for x in runs}
     with open(args.out / "steps.csv", newline="") as f:
-        steps = [r for r in csv.DictReader(f) if r["run_id"] in {x["run_id"] for x in runs}]
+        steps = [r for r in csv.DictReader(f) if r["run_id"] in ids]
     rows = summarize(runs, steps)
-    r0 = runs[0]
-    meta = (f"{'SYNTHETIC (random weights: real costs, noise pictures) ' if model.synthetic else ''}{model.name} | "
-            f"{r0['device_name']} {r0['dtype']} threads={r0['threads']} | {settings.width}x{settings.height} "
-            f"{settings.steps} steps | encoder {r0['encoder'] or args.encoder} q{args.quality} | torch {r0['torch']} "
-            f"diffusers {r0['diffusers']}")
     text = table(rows, meta)
+    ratios = mode_ratios(rows)
+    if ratios:
+        text += "\n" + ratios
+    for t in traces:
+        base = next((r["wall_s"] for r in rows if r["config"] == t["config"]), None)
+        ref = f" (untraced median {base:.2f} s, {100 * (t['wall_s'] / base - 1):+.1f} %)" if base else ""
+        text += f"\n{t['kind']}: {t['path']}: traced run {t['wall_s']:.2f} s{ref}, writing it {t['export_s']:.2f} s"
     (args.out / "summary.txt").write_text(text + "\n")
     with open(args.out / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -138,3 +191,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         w.writerows(rows)
     print(text)
     return 0
+
+
+def progress_bar(total: int) -> Callable[..., None]:
+    """tqdm when it is installed (a bare GPU machine may lack it), else a line per tenth of the sweep."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        done = [0]
+
+        def plain(n: int, close: bool = False) -> None:
+            done[0] += n
+            if n and (done[0] * 10 // total) != ((done[0] - n) * 10 // total):
+                print(f"  {done[0]}/{total} runs", file=sys.stderr, flush=True)
+        return plain
+    bar = tqdm(total=total, unit="run", file=sys.stderr, mininterval=1.0)
+
+    def update(n: int, close: bool = False) -> None:
+        bar.update(n)
+        if close:
+            bar.close()
+    return update

@@ -54,7 +54,7 @@ def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -
 
 def table(rows: list[dict[str, Any]], meta: str) -> str:
     """A fixed-width table: per configuration, stage medians/p95 (ms per preview) and overhead."""
-    head = f"{'config':<20}{'runs':>5}{'wall s':>9}{'denoise':>9}{'decode':>15}{'resize':>13}{'sync+xfer':>11}" \
+    head = f"{'config':<30}{'runs':>5}{'wall s':>9}{'denoise':>9}{'decode':>15}{'resize':>13}{'sync+xfer':>11}" \
            f"{'encode':>13}{'KB/frame':>9}{'overhead %':>17}"
     lines = [meta, head, "-" * len(head)]
     for r in rows:
@@ -62,10 +62,26 @@ def table(rows: list[dict[str, Any]], meta: str) -> str:
         if r["config"] == "none" and r["pair_overhead_pct"] is not None:
             ov = f"vs direct {r['pair_overhead_pct']:+.2f}"
         lines.append(
-            f"{r['config']:<20}{r['runs']:>5}{r['wall_s']:>9.2f}{r['denoise_ms_p50']:>9.1f}"
+            f"{r['config']:<30}{r['runs']:>5}{r['wall_s']:>9.2f}{r['denoise_ms_p50']:>9.1f}"
             f"{r['decode_ms_p50']:>8.1f}/{r['decode_ms_p95']:<6.1f}{r['resize_ms_p50']:>6.2f}/{r['resize_ms_p95']:<6.2f}"
             f"{r['sync_ms_p50'] + r['transfer_ms_p50']:>11.2f}{r['encode_ms_p50']:>6.2f}/{r['encode_ms_p95']:<6.2f}"
             f"{r['bytes_per_frame'] / 1024:>9.1f}{ov:>17}")
     lines.append("stage columns: median/p95 ms per preview; overhead: median wall vs the median no-preview "
                  "baseline, ± half the IQR")
     return "\n".join(lines)
+
+
+def mode_ratios(rows: list[dict[str, Any]]) -> str:
+    """Per decoder and interval measured in both modes: overlap's overhead as a fraction of sync's."""
+    by = {r["config"]: r for r in rows}
+    lines = []
+    for name, r in by.items():
+        if not name.endswith("/sync"):
+            continue
+        o = by.get(name[: -len("/sync")] + "/overlap")
+        if o is None or r["overhead_pct"] is None or o["overhead_pct"] is None:
+            continue
+        s_ov, o_ov = r["overhead_pct"], o["overhead_pct"]
+        ratio = f"{o_ov / s_ov:.2f}" if s_ov > 0 else "n/a (sync overhead <= 0)"
+        lines.append(f"  {name[: -len('/sync')]:<28} sync {s_ov:+7.1f} %   overlap {o_ov:+7.1f} %   overlap/sync {ratio}")
+    return ("overhead, overlap against sync:\n" + "\n".join(lines)) if lines else ""

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from preview.engine import Run, _env, generate, save_image
+from preview.engine import Run, _env, Previewer, generate, save_image
 from preview.models import Model
 from preview.records import RUN_COLUMNS, STEP_COLUMNS, CsvAppender, RunRecord
 from preview.settings import PreviewSettings, RunSettings
@@ -24,19 +24,33 @@ STEPS_CSV_COLUMNS = SWEEP_COLUMNS + STEP_COLUMNS
 class Plan:
     settings: RunSettings          # the base run; its preview settings carry encoder, quality, preview_max
     decoders: tuple[str, ...]
-    every: tuple[int, ...]
+    every: tuple[int | str, ...]   # intervals, or "auto" for the budget autopilot
     repeats: int = 3
     warmup: int = 1
     direct: bool = False           # also time the bare diffusers call, paired with decoder none
+    modes: tuple[str, ...] = ("overlap",)
+    budget: float = 10.0           # percent, for every=auto
+    inflight: int = 2
+    compile: bool = False
 
     def configs(self) -> list[PreviewSettings]:
-        base = self.settings.preview
-        return [replace(base, decoder=d, every=e) for d in self.decoders if d != "none" for e in self.every]
+        base, out = self.settings.preview, []
+        for d in self.decoders:
+            if d == "none":
+                continue
+            for e in self.every:
+                for m in self.modes:
+                    if e == "auto":
+                        out.append(replace(base, decoder=d, every=1, budget=self.budget, mode=m))
+                    else:
+                        out.append(replace(base, decoder=d, every=int(e), budget=0.0, mode=m))
+        return out
 
     def schedule(self) -> Iterator[tuple[str, int, PreviewSettings | None]]:
         """(role, repeat, preview settings or None for a direct call), in the order they run."""
-        none = replace(self.settings.preview, decoder="none", every=1)
-        warm = [none] + [replace(none, decoder=d) for d in dict.fromkeys(self.decoders) if d != "none"]
+        none = replace(self.settings.preview, decoder="none", every=1, budget=0.0, mode=self.modes[0])
+        warm = [none] + [replace(none, decoder=d, mode=m) for d in dict.fromkeys(self.decoders) if d != "none"
+                         for m in self.modes]
         for _ in range(self.warmup):
             for p in warm:
                 yield "warmup", 0, p
@@ -54,7 +68,10 @@ class Plan:
 def config_name(p: PreviewSettings | None) -> str:
     if p is None:
         return "direct"
-    return "none" if p.decoder == "none" else f"{p.decoder}/every{p.every}"
+    if p.decoder == "none":
+        return "none"
+    every = f"auto{p.budget:g}%" if p.budget > 0 else f"every{p.every}"
+    return f"{p.decoder}/{every}/{p.mode}"
 
 
 def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Path | None,
@@ -74,13 +91,17 @@ def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Pa
                              "encode_ms", "final_decode_ms", "final_encode_ms", "write_ms")}
     rec = RunRecord(run_id=run_id, **_env(model), steps=settings.steps, width=settings.width, height=settings.height,
                     seed=settings.seed, decoder="direct", every=0, encoder="", quality=0, preview_max=0, mode="direct",
-                    status="done", first_run=0, load_s=model.load_s, wall_s=wall, **zero, other_ms=wall * 1e3,
-                    previews=0, skipped=0, bytes=0)
+                    budget=0.0, status="done", first_run=0, load_s=model.load_s, wall_s=wall, **zero, drain_ms=0.0,
+                    other_ms=wall * 1e3, previews=0, skipped=0, bytes=0, inflight_peak=0, offload=model.offload,
+                    compile=0, channels_last=int(model.channels_last), compile_ms=0.0)
     return Run(rec, [])
 
 
-def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any] | None = None) -> list[dict[str, Any]]:
-    """Runs the plan, appending each finished run to out/runs.csv and out/steps.csv. Returns the run rows."""
+def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any] | None = None,
+              label: str = "") -> list[dict[str, Any]]:
+    """Runs the plan, appending each finished run to out/runs.csv and out/steps.csv. Returns the run rows.
+    label prefixes the configuration names (a model variant: dtype, offload, compile, channels-last)."""
+    previewer = Previewer(model, plan.compile)  # decoders (and their compiled forms) live for the sweep
     out.mkdir(parents=True, exist_ok=True)
     runs_csv, steps_csv = CsvAppender(out / "runs.csv", RUNS_CSV_COLUMNS), CsvAppender(out / "steps.csv", STEPS_CSV_COLUMNS)
     stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -97,7 +118,8 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
             if p is None:
                 run = direct_call(model, settings, run_id, image)
             else:
-                run = generate(model, settings, run_id=run_id, image_path=image, first_run=(n == 0))
+                run = generate(model, settings, run_id=run_id, image_path=image, first_run=(n == 0),
+                               inflight=plan.inflight, previewer=previewer)
             wall = run.record.wall_s
             overhead = pair = None
             if role == "baseline":
@@ -106,7 +128,7 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
             elif role in ("config", "direct") and baselines:
                 overhead = 100 * (wall / statistics.median(baselines) - 1)
                 pair = 100 * (wall / last_baseline - 1) if last_baseline else None
-            extra = {"config": config_name(p), "role": role, "repeat": rep}
+            extra = {"config": label + config_name(p), "role": role, "repeat": rep}
             if role == "direct":  # the engine's own cost: decoder none against the bare call that follows
                 last_baseline = None
             row = {**extra, **run.record.__dict__, "overhead_pct": overhead, "pair_overhead_pct": pair}
@@ -122,3 +144,35 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
         runs_csv.close()
         steps_csv.close()
     return results
+
+
+def traced_run(model: Model, plan: Plan, out: Path, kind: str, label: str = "") -> dict[str, Any]:
+    """One run of the plan's first configuration under torch.profiler (kind "trace", a Chrome trace with
+    previewlab.<stage> ranges) or cProfile (kind "cprofile"). Its wall time is reported, never used in the
+    statistics, so the tracer's own cost is visible apart."""
+    import cProfile
+
+    cfg = (plan.configs() or [replace(plan.settings.preview, decoder="none")])[0]
+    settings = replace(plan.settings, preview=cfg)
+    name = (label + config_name(cfg)).replace("/", "_").replace(" ", "_").replace("%", "pct")
+    out.mkdir(parents=True, exist_ok=True)
+    rid = time.strftime("%Y%m%dT%H%M%S") + f"-{kind}"
+    if kind == "trace":
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if model.device.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            run = generate(model, settings, run_id=rid, ranges=True, inflight=plan.inflight)
+        t0 = time.perf_counter()
+        path = out / f"trace-{name}.json"
+        prof.export_chrome_trace(str(path))
+    else:
+        pr = cProfile.Profile()
+        pr.enable()
+        run = generate(model, settings, run_id=rid, inflight=plan.inflight)
+        pr.disable()
+        t0 = time.perf_counter()
+        path = out / f"cprofile-{name}.prof"
+        pr.dump_stats(str(path))
+    return {"config": label + config_name(cfg), "kind": kind, "path": str(path), "wall_s": run.record.wall_s,
+            "export_s": time.perf_counter() - t0}

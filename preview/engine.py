@@ -17,7 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from . import decoders, encoders
+from .autopilot import Autopilot
 from .models import Model
+from .overlap import Overlap
 from .records import PREVIEW_STAGES, RunRecord, StepRow
 from .settings import PreviewSettings, RunSettings, should_preview
 from .stopwatch import Stopwatch
@@ -68,6 +70,8 @@ class _Marks:
     dec0: Any = None
     dec1: Any = None
     res1: Any = None
+    copied: Any = None     # CUDA overlap: the event after the device -> host copy
+    future: Any = None     # overlap: the encode thread's work for this row
 
 
 @dataclass
@@ -96,18 +100,34 @@ def to_uint8_hwc(image: torch.Tensor, preview_max: int = 0) -> torch.Tensor:
     return (image * 255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).contiguous()
 
 
-class _Previewer:
+class Previewer:
     """Builds decoders and encoders on demand and keeps them for the run (a switch back costs nothing)."""
 
-    def __init__(self, model: Model) -> None:
-        self.model = model
+    def __init__(self, model: Model, compile: bool = False) -> None:
+        self.model, self.compile = model, compile
         self._dec: dict[str, decoders.Decode | None] = {}
         self._enc: dict[str, encoders.Encoder] = {}
+        self.compile_ms: dict[str, float] = {}
 
     def decoder(self, name: str) -> decoders.Decode | None:
         if name not in self._dec:
-            self._dec[name] = decoders.build(name, self.model)
+            fn = decoders.build(name, self.model)
+            if fn is not None and self.compile:
+                fn = torch.compile(fn, dynamic=False)
+            self._dec[name] = fn
         return self._dec[name]
+
+    def warm(self, name: str, latent_shape: tuple[int, ...]) -> float:
+        """Compile a decoder ahead of the run (torch.compile compiles on first call); returns the compile ms,
+        which is reported apart from the steady state."""
+        fn = self.decoder(name)
+        if fn is None or not self.compile or name in self.compile_ms:
+            return 0.0
+        t0 = time.perf_counter()
+        out = fn(torch.zeros(latent_shape, device=self.model.device, dtype=self.model.dtype))
+        out.cpu()  # outside the measured run: the compile is not done until its first result is
+        self.compile_ms[name] = (time.perf_counter() - t0) * 1e3
+        return self.compile_ms[name]
 
     def encoder(self, name: str) -> encoders.Encoder:
         if name not in self._enc:
@@ -154,84 +174,203 @@ def save_image(image: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def on_path_ms(row: StepRow, cuda: bool) -> float:
+    """The part of a row's preview stages that ran on the denoising thread, so it adds to wall time.
+
+    sync: all of it. overlap on CPU: decode and resize (the encode left the thread). overlap on CUDA: none of
+    it; what the side stream still costs shows as slower denoise_ms and as drain_ms.
+    """
+    if row.mode == "sync":
+        return row.preview_ms
+    return 0.0 if cuda else row.decode_ms + row.resize_ms
+
+
+class _Ranges:
+    """torch.profiler ranges named previewlab.<stage>; does nothing unless a trace was asked for."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self._open: dict[str, Any] = {}
+
+    def begin(self, name: str) -> None:
+        if self.on:
+            rf = torch.profiler.record_function(f"previewlab.{name}")
+            rf.__enter__()
+            self._open[name] = rf
+
+    def end(self, name: str) -> None:
+        rf = self._open.pop(name, None)
+        if rf is not None:
+            rf.__exit__(None, None, None)
+
+
 def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Controls | None = None,
              on_row: Callable[[StepRow], None] | None = None, on_frame: Callable[[Frame], None] | None = None,
              on_error: Callable[[str], None] | None = None, should_stop: Callable[[], bool] | None = None,
-             image_path: Path | None = None, first_run: bool = False, clock: Clock = time.perf_counter) -> Run:
+             image_path: Path | None = None, first_run: bool = False, inflight: int = 2, ranges: bool = False,
+             compile_decoder: bool = False, previewer: Previewer | None = None,
+             clock: Clock = time.perf_counter) -> Run:
     """Run one generation and measure it. Rows reach on_row in step order as soon as their times are known."""
     controls = controls or Controls(settings.preview)
     pipe, sw = model.pipe, Stopwatch(model.device, clock)
-    prev = _Previewer(model)
+    prev = previewer or Previewer(model, compile_decoder)
+    rng = _Ranges(ranges)
     start_settings = controls.get()
+    latent_shape = (1, 4, settings.height // model.vae_scale_factor, settings.width // model.vae_scale_factor)
+    compile_ms = prev.warm(start_settings.decoder, latent_shape)
     start_encoder = prev.encoder(start_settings.encoder).name
+    overlap: Overlap | None = None  # made on first use: sync-only runs never start its thread
+    pilot: Autopilot | None = None
     # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.
     pipe.scheduler.set_timesteps(settings.steps, device="cpu")
     timesteps = [float(t) for t in pipe.scheduler.timesteps]
     rows: list[StepRow] = []
     pending: list[_Marks] = []
+    state: dict[str, Any] = {"last": None, "since": 0}
     status = "done"  # a failure raises; the caller records it
 
+    def ready(m: _Marks) -> bool:
+        return (m.future is None or m.future.done()) and sw.ready(m.copied or m.res1 or m.cb)
+
     def emit(force: bool) -> None:
-        while pending and (force or sw.ready(pending[0].res1 or pending[0].cb)):
+        while pending and (force or ready(pending[0])):
             m = pending.pop(0)
+            if m.future is not None:
+                m.future.result()  # errors inside were already turned into an event on the row
             m.row.denoise_ms = sw.ms(m.start, m.cb)
-            if m.dec0 is not None:
+            if m.dec0 is not None and m.row.preview:
                 m.row.decode_ms, m.row.resize_ms = sw.ms(m.dec0, m.dec1), sw.ms(m.dec1, m.res1)
+                if m.copied is not None:
+                    m.row.transfer_ms = sw.ms(m.res1, m.copied)
+            if pilot is not None:
+                pilot.observe_step(m.row.denoise_ms)
+                if m.row.preview:
+                    on_thread = m.row.decode_ms + m.row.resize_ms
+                    if m.row.mode == "sync":
+                        on_thread += m.row.sync_ms + m.row.transfer_ms + m.row.encode_ms
+                    pilot.observe_preview(on_thread)
             rows.append(m.row)
             if on_row:
                 on_row(m.row)
 
-    state: dict[str, Any] = {"last": None, "seq": 0}
+    def failed(row: StepRow, s: PreviewSettings, e: BaseException) -> None:
+        """A preview must never end the run: report, fall back to a cheaper decoder, record it on the row."""
+        fallback = "latent2rgb" if s.decoder != "latent2rgb" else "none"
+        detail = str(e).splitlines()[0][:160] if str(e) else ""
+        msg = f"preview with decoder {s.decoder} failed at step {row.step} ({type(e).__name__}: {detail}); " \
+              f"continuing with {fallback}"
+        traceback.print_exc(limit=2)
+        controls.set(decoder=fallback)
+        controls.notes[:] = []
+        if pilot is not None:
+            pilot.decoder = fallback
+        row.event = (row.event + "; " if row.event else "") + msg
+        row.preview = 0
+        if on_error:
+            on_error(msg)
 
-    def preview(row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings) -> None:
-        decode = prev.decoder(s.decoder)
-        assert decode is not None
-        enc = prev.encoder(s.encoder)
-        marks.dec0 = sw.mark()
-        image = decode(latents[:1])[0]
-        marks.dec1 = sw.mark()
-        u8 = to_uint8_hwc(image, s.preview_max)
-        marks.res1 = sw.mark()
+    def finish(row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: np.ndarray, sync_ms: float) -> None:
+        """Encode and hand off: in the callback (sync) or on the encode thread (overlap)."""
         t0 = clock()
-        sw.wait(marks.res1)  # the wait the host copy needs anyway, made visible as sync_ms
-        t1 = clock()
-        arr = u8.cpu().numpy()
-        t2 = clock()
         data = enc.encode(arr, s.quality)
-        t3 = clock()
-        row.sync_ms, row.transfer_ms, row.encode_ms = (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3
+        row.encode_ms, row.sync_ms = (clock() - t0) * 1e3, sync_ms
         row.preview, row.bytes, row.encoder = 1, len(data), enc.name
         row.preview_height, row.preview_width = int(arr.shape[0]), int(arr.shape[1])
         if on_frame:
-            on_frame(Frame(run_id, row.step, s.decoder, enc.format, row.preview_width, row.preview_height, data))
+            on_frame(Frame(run_id, row.step, row.decoder, enc.format, row.preview_width, row.preview_height, data))
+
+    def preview_sync(row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
+                     decode: decoders.Decode, enc: encoders.Encoder) -> None:
+        rng.begin("decode")
+        marks.dec0 = sw.mark()
+        image = decode(latents[:1])[0]
+        marks.dec1 = sw.mark()
+        rng.end("decode")
+        rng.begin("resize")
+        u8 = to_uint8_hwc(image, s.preview_max)
+        marks.res1 = sw.mark()
+        rng.end("resize")
+        rng.begin("sync")
+        t0 = clock()
+        sw.wait(marks.res1)  # the wait the host copy needs anyway, made visible as sync_ms
+        t1 = clock()
+        rng.end("sync")
+        rng.begin("transfer")
+        arr = u8.cpu().numpy()
+        row.transfer_ms = (clock() - t1) * 1e3
+        rng.end("transfer")
+        rng.begin("encode")
+        finish(row, s, enc, arr, (t1 - t0) * 1e3)
+        rng.end("encode")
+
+    def preview_overlap(row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
+                        decode: decoders.Decode, enc: encoders.Encoder) -> None:
+        nonlocal overlap
+        if overlap is None:
+            overlap = Overlap(model.device, sw, inflight)
+        if overlap.flight.full():
+            row.skipped = 1  # the pipeline is full: skip this preview, never queue it
+            return
+
+        def done(arr: np.ndarray, sync_ms: float, copied: Any) -> None:
+            try:
+                finish(row, s, enc, arr, sync_ms)
+            except Exception as e:
+                failed(row, s, e)
+
+        rng.begin("decode")
+        marks.future = overlap.submit(latents, decode, lambda img: to_uint8_hwc(img, s.preview_max), done, marks)
+        rng.end("decode")
+        row.preview = 1  # made, or being made; a failure on the encode thread resets it
 
     def callback(p: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
         cb = sw.mark()
+        rng.end("denoise")
         step = i + 1
         s = controls.get()
-        row = StepRow(run_id, step, timesteps[i] if i < len(timesteps) else -1.0, decoder=s.decoder, every=s.every,
-                      encoder="", quality=s.quality, width=settings.width, height=settings.height)
-        if controls.notes:
-            row.event, controls.notes[:] = "; ".join(controls.notes), []
-        marks = _Marks(row, state["last"], cb)
-        if s.decoder != "none" and should_preview(step, s.every):
-            try:
-                preview(row, marks, kw["latents"], s)
-            except Exception as e:  # a preview must never end the run: fall back to a cheaper decoder
-                fallback = "latent2rgb" if s.decoder != "latent2rgb" else "none"
-                msg = f"preview with decoder {s.decoder} failed at step {step} ({type(e).__name__}: " \
-                      f"{str(e).splitlines()[0][:160] if str(e) else ''}); continuing with {fallback}"
-                traceback.print_exc(limit=2)
-                controls.set(decoder=fallback)
+        decoder, every = s.decoder, s.every
+        event = "; ".join(controls.notes) if controls.notes else ""
+        controls.notes[:] = []
+        nonlocal pilot
+        if s.budget > 0 and s.decoder != "none":
+            if pilot is None or pilot.budget_pct != s.budget or (event and "decoder=" in event):
+                pilot = Autopilot(s.budget, settings.steps, s.decoder, has_taesd=model.taesd is not None)
+            every = pilot.decide()
+            if pilot.decoder != s.decoder:
+                controls.set(decoder=pilot.decoder)
                 controls.notes[:] = []
-                row.event = (row.event + "; " if row.event else "") + msg
-                row.preview, marks.dec0 = 0, None
-                if on_error:
-                    on_error(msg)
+                decoder = pilot.decoder
+            if pilot.note:
+                event = (event + "; " if event else "") + pilot.note
+        else:
+            pilot = None
+        row = StepRow(run_id, step, timesteps[i] if i < len(timesteps) else -1.0, decoder=decoder, every=every,
+                      encoder="", quality=s.quality, width=settings.width, height=settings.height, mode=s.mode,
+                      event=event)
+        marks = _Marks(row, state["last"], cb)
+        state["since"] += 1
+        due = should_preview(step, every) if s.budget <= 0 else state["since"] >= every
+        if decoder != "none" and due:
+            state["since"] = 0
+            try:
+                if prev.compile and decoder not in prev.compile_ms:  # a live switch: compile now, say so
+                    c = prev.warm(decoder, tuple(kw["latents"][:1].shape))
+                    row.event = (row.event + "; " if row.event else "") + f"compiled {decoder} in {c:.0f} ms"
+                decode = prev.decoder(decoder)
+                assert decode is not None
+                enc = prev.encoder(s.encoder)
+                if s.mode == "sync":
+                    preview_sync(row, marks, kw["latents"], s.changed(decoder=decoder), decode, enc)
+                else:
+                    preview_overlap(row, marks, kw["latents"], s.changed(decoder=decoder), decode, enc)
+            except Exception as e:
+                failed(row, s.changed(decoder=decoder), e)
+                marks.dec0 = None
         pending.append(marks)
         emit(False)
         if should_stop and should_stop():
             p._interrupt = True
+        rng.begin("denoise")
         state["last"] = sw.mark()
         return kw
 
@@ -239,18 +378,29 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
         t_start = clock()
         mark0 = sw.mark()
         try:
+            rng.begin("text_encode")
             embeds = encode_prompt(model, settings.prompt, settings.guidance)
+            rng.end("text_encode")
             mark_te = sw.mark()
             state["last"] = mark_te
             gen = torch.Generator("cpu").manual_seed(settings.seed)  # rebuilt for every run
+            rng.begin("denoise")
             latents = pipe(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
                            guidance_scale=settings.guidance, generator=gen, output_type="latent",
                            callback_on_step_end=callback, callback_on_step_end_tensor_inputs=["latents"],
                            **embeds).images
+            rng.end("denoise")
+            t_drain = clock()
+            if overlap is not None:
+                overlap.drain()  # previews still in flight finish before the final decode uses the VAE
             t_dec0 = clock()
+            rng.begin("final_decode")
             image = final_image(model, latents)  # .cpu() waits for the device: every event before is done
+            rng.end("final_decode")
             t_dec1 = clock()
+            rng.begin("final_encode")
             png = save_image(image)
+            rng.end("final_encode")
             t_enc1 = clock()
             if image_path is not None:
                 image_path.write_bytes(png)
@@ -258,6 +408,10 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             if len(rows) + len(pending) < settings.steps:
                 status = "stopped"
         except BaseException:
+            for name in list(rng._open):
+                rng.end(name)
+            if overlap is not None:
+                overlap.drain()
             emit(True)  # every completed step still reaches on_row
             raise
         emit(True)
@@ -265,13 +419,17 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
     totals: dict[str, Any] = {k: sum(getattr(r, k) for r in rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
     wall_ms = (t_end - t_start) * 1e3
     phases: dict[str, Any] = dict(text_encode_ms=sw.ms(mark0, mark_te), final_decode_ms=(t_dec1 - t_dec0) * 1e3,
-                  final_encode_ms=(t_enc1 - t_dec1) * 1e3, write_ms=(t_end - t_enc1) * 1e3)
-    other = wall_ms - sum(totals.values()) - sum(phases.values())
+                                  final_encode_ms=(t_enc1 - t_dec1) * 1e3, write_ms=(t_end - t_enc1) * 1e3)
+    on_path = sum(on_path_ms(r, model.device.type == "cuda") for r in rows)
+    other = wall_ms - totals["denoise_ms"] - on_path - sum(phases.values()) - (t_dec0 - t_drain) * 1e3
     record = RunRecord(run_id=run_id, **_env(model), steps=settings.steps, width=settings.width,
                        height=settings.height, seed=settings.seed, decoder=start_settings.decoder,
                        every=start_settings.every, encoder=start_encoder, quality=start_settings.quality,
-                       preview_max=start_settings.preview_max, mode="sync", status=status, first_run=int(first_run),
-                       load_s=model.load_s, wall_s=wall_ms / 1e3, **totals, **phases, other_ms=other,
+                       preview_max=start_settings.preview_max, mode=start_settings.mode, budget=start_settings.budget,
+                       status=status, first_run=int(first_run), load_s=model.load_s, wall_s=wall_ms / 1e3, **totals,
+                       **phases, drain_ms=(t_dec0 - t_drain) * 1e3, other_ms=other,
                        previews=sum(r.preview for r in rows), skipped=sum(r.skipped for r in rows),
-                       bytes=sum(r.bytes for r in rows))
+                       bytes=sum(r.bytes for r in rows), inflight_peak=overlap.flight.peak if overlap else 0,
+                       offload=model.offload, compile=int(prev.compile), channels_last=int(model.channels_last),
+                       compile_ms=compile_ms)
     return Run(record, rows, image)

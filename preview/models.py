@@ -39,6 +39,8 @@ class Model:
     dtype: torch.dtype
     default_size: int        # pixels, square
     load_s: float
+    offload: str = "none"
+    channels_last: bool = False
 
     @property
     def vae_scale_factor(self) -> int:
@@ -205,12 +207,24 @@ def _load_local(name: str, dtype: torch.dtype) -> tuple[Any, Family]:
     return pipe, "sdxl" if isinstance(pipe, StableDiffusionXLPipeline) else "sd15"
 
 
+OFFLOADS = ("none", "model", "sequential")
+
+
 def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: str = "float32",
-         seed: int = 0) -> Model:
-    """Load a model onto the chosen device. Raises ModelError with a one-line message."""
+         seed: int = 0, offload: str = "none", channels_last: bool = False) -> Model:
+    """Load a model onto the chosen device. Raises ModelError with a one-line message.
+
+    offload: diffusers' CPU offload (model: whole models move to the GPU when used; sequential: layer by
+    layer). With it, a full-VAE preview moves the VAE to the device and back: a cost worth seeing.
+    """
     if dtype not in DTYPES:
         raise ModelError(f"--dtype {dtype!r}: allowed are {', '.join(DTYPES)}")
+    if offload not in OFFLOADS:
+        raise ModelError(f"--offload {offload!r}: allowed are {', '.join(OFFLOADS)}")
     dev, tdtype = choose_device(device), DTYPES[dtype]
+    if offload != "none" and dev.type != "cuda":
+        raise ModelError(f"--offload {offload}: needs a CUDA device (it moves models between CPU and GPU memory); "
+                         "use --offload none on the CPU")
     from diffusers.utils import logging as dlogging
 
     dlogging.set_verbosity_error()  # diffusers' cast warnings say nothing a user can act on here
@@ -226,11 +240,22 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
         tiny, kind, size, synthetic = None, "none", 1024 if family == "sdxl" else 512, False
     if taesd is not None:
         tiny, kind = load_taesd(taesd)
-    pipe.to(dev)  # load on the CPU, then move
     if tdtype != torch.float32:
         pipe.to(dtype=tdtype)
+    if channels_last:
+        for part in ("unet", "vae"):
+            getattr(pipe, part).to(memory_format=torch.channels_last)
+        if tiny is not None:
+            tiny.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    if offload == "model":
+        pipe.enable_model_cpu_offload(device=dev)  # needs the accelerate package
+    elif offload == "sequential":
+        pipe.enable_sequential_cpu_offload(device=dev)
+    else:
+        pipe.to(dev)  # load on the CPU, then move
     pipe.set_progress_bar_config(disable=True)
     if tiny is not None:
         tiny.to(dev, tdtype).eval().requires_grad_(False)
     return Model(name=name, pipe=pipe, family=family, synthetic=synthetic, taesd=tiny, taesd_kind=kind,
-                 device=dev, dtype=tdtype, default_size=size, load_s=time.perf_counter() - t0)
+                 device=dev, dtype=tdtype, default_size=size, load_s=time.perf_counter() - t0, offload=offload,
+                 channels_last=channels_last)

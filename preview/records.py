@@ -15,7 +15,9 @@ Times are milliseconds unless a name says otherwise. What each stage includes, o
   send_ms, ack_rtt_ms, client_decode_ms, client_paint_ms, dropped: filled by the server (empty in the bench).
 
 A run's wall_s runs from the request start to the final image encoded and written; other_ms is wall time
-minus every measured phase and stage, so nothing is dropped silently.
+minus every measured phase and stage on the denoising path, so nothing is dropped silently. In overlap mode
+the preview stages run beside the denoising: they are reported, but not subtracted (they would be counted
+twice); their cost shows in slower denoise_ms and in drain_ms.
 """
 from __future__ import annotations
 
@@ -87,7 +89,8 @@ class RunRecord:
     encoder: str          # the encoder that really ran
     quality: int
     preview_max: int
-    mode: str
+    mode: str             # sync | overlap, at the start of the run
+    budget: float         # autopilot budget in percent, 0 = a fixed interval
     status: str           # done | stopped | failed
     first_run: int        # first run after the model loaded: kept, but out of steady-state statistics
     load_s: float         # model load time of this process
@@ -102,10 +105,16 @@ class RunRecord:
     final_decode_ms: float
     final_encode_ms: float
     write_ms: float
-    other_ms: float       # wall minus everything above: pipeline setup and wrap-up, Python glue
+    drain_ms: float       # overlap: waiting for the last previews in flight after the final step
+    other_ms: float       # wall minus everything on the path: pipeline setup and wrap-up, Python glue
     previews: int
     skipped: int
     bytes: int
+    inflight_peak: int    # overlap: most previews in flight at once
+    offload: str          # none | model | sequential (diffusers' CPU offload)
+    compile: int          # 1: the preview decoder went through torch.compile
+    channels_last: int
+    compile_ms: float     # compiling the starting decoder, before the run's clock starts (not in wall_s)
 
     @property
     def preview_ms(self) -> float:

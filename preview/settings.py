@@ -25,8 +25,13 @@ class PreviewSettings:
     preview_max: int = 0     # long side in pixels, 0 = native
     encoder: str = "turbojpeg"
     quality: int = 80        # 1..100; PNG ignores it
+    mode: str = "overlap"    # sync: all preview work inside the step callback; overlap: off the denoising path
+    budget: float = 0.0      # percent; > 0 lets the autopilot choose the interval (every = "auto")
 
     def __post_init__(self) -> None:
+        _choice("mode", self.mode, {"sync": 1, "overlap": 1})
+        if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)) or not 0 <= self.budget <= 1000:
+            raise SettingsError(f"budget={self.budget!r}: must be a number of percent from 0 (off) to 1000")
         _choice("decoder", self.decoder, DECODERS)
         _int("every", self.every, 1, MAX_EVERY)
         _int("preview_max", self.preview_max, 0, 8192)

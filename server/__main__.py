@@ -20,6 +20,11 @@ def parser() -> Parser:
     p.add_argument("--taesd", default=None, help="TAESD weights: AutoencoderTiny folder or taesd_decoder.pth/.safetensors")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    p.add_argument("--offload", choices=("none", "model", "sequential"), default="none",
+                   help="diffusers CPU offload (CUDA only)")
+    p.add_argument("--compile", choices=("none", "decoder"), default="none", help="torch.compile the preview decoder")
+    p.add_argument("--channels-last", action="store_true", help="channels-last memory format for the models")
+    p.add_argument("--inflight", type=int, default=2, help="overlap mode: most previews in flight at once")
     p.add_argument("--seed", type=int, default=0, help="seed of synthetic weights")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -35,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from preview.models import ModelError, load
 
     try:
-        model = load(args.model, taesd=args.taesd, device=args.device, dtype=args.dtype, seed=args.seed)
+        model = load(args.model, taesd=args.taesd, device=args.device, dtype=args.dtype, seed=args.seed,
+                     offload=args.offload, channels_last=args.channels_last)
     except ModelError as e:
         print(f"server: {e}", file=sys.stderr)
         return 2
@@ -43,7 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from .app import Server, build_app
 
-    server = Server(model, args.data_dir, max_side=args.max_side, send_timeout_s=args.send_timeout)
+    server = Server(model, args.data_dir, max_side=args.max_side, send_timeout_s=args.send_timeout,
+                    inflight=args.inflight, compile_decoder=args.compile == "decoder")
     app = build_app(server)
     label = " (SYNTHETIC model: random weights, real costs, noise pictures)" if model.synthetic else ""
     print(f"previewlab: {model.name}{label} on {model.device}; open http://{args.host}:{args.port}/", flush=True)

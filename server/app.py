@@ -33,8 +33,10 @@ WEB = Path(__file__).resolve().parents[1] / "web"
 class Server(Listener):
     """Holds the model's worker, the watchers and the data folder; the Listener side runs on the loop."""
 
-    def __init__(self, model: Model, data_dir: Path, *, max_side: int = 1024, send_timeout_s: float = 10.0) -> None:
+    def __init__(self, model: Model, data_dir: Path, *, max_side: int = 1024, send_timeout_s: float = 10.0,
+                 inflight: int = 2, compile_decoder: bool = False) -> None:
         self.model = model
+        self.inflight, self.compile_decoder = inflight, compile_decoder
         self.store = Store(data_dir)
         self.hub = Hub(send_timeout_s)
         self.hub.on_drop = self._dropped
@@ -46,7 +48,8 @@ class Server(Listener):
         self.current: dict[str, Any] | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.worker = Worker(self.model, self.store, loop, self)
+        self.worker = Worker(self.model, self.store, loop, self, inflight=self.inflight,
+                             compile_decoder=self.compile_decoder)
 
     # -- Listener: called on the loop by the worker --------------------------------------------------------
     def run_started(self, meta: dict[str, Any]) -> None:

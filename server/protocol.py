@@ -1,8 +1,9 @@
 """The WebSocket protocol: one validator turns a text frame into a typed message or a ProtocolError.
 
 Browser -> server (text, JSON objects with a "type"):
-  start  {prompt, steps, width, height, seed, decoder, every, preview_max, encoder, quality}  (all optional)
-  set    {decoder, every, preview_max, encoder, quality}  (at least one)
+  start  {prompt, steps, width, height, seed, decoder, every, preview_max, encoder, quality, mode, budget}
+         (all optional; every may be "auto": the autopilot picks the interval to fit budget, in percent)
+  set    {decoder, every, preview_max, encoder, quality, mode, budget}  (at least one)
   stop   {}
   ack    {seq, client_decode_ms, client_paint_ms}
 Server -> browser: text {"type": "hello" | "run" | "step" | "delivery" | "done" | "error", ...};
@@ -96,12 +97,14 @@ def parse(text: str, *, defaults: RunSettings) -> Message:
         _no_extra(kind, msg, PREVIEW_FIELDS)
         if not msg:
             raise ProtocolError(f"set: name at least one of {', '.join(PREVIEW_FIELDS)}")
+        msg = _auto(msg, defaults.preview.budget)
         try:
             PreviewSettings(**{**defaults.preview.__dict__, **msg})  # validates every named field
         except SettingsError as e:
             raise ProtocolError(str(e)) from None
         return Set(msg)
     _no_extra(kind, msg, RUN_FIELDS + PREVIEW_FIELDS)
+    msg = _auto(msg, defaults.preview.budget)
     run = {k: v for k, v in msg.items() if k in RUN_FIELDS}
     prev = {k: v for k, v in msg.items() if k in PREVIEW_FIELDS}
     try:
@@ -111,6 +114,23 @@ def parse(text: str, *, defaults: RunSettings) -> Message:
     except SettingsError as e:
         raise ProtocolError(str(e)) from None
     return Start(settings)
+
+
+AUTO_BUDGET = 10.0  # percent, when every is "auto" and no budget is named
+
+
+def _auto(msg: dict[str, Any], default_budget: float) -> dict[str, Any]:
+    """every: "auto" means the autopilot with the named budget; a number turns it off."""
+    msg = dict(msg)
+    if msg.get("every") == "auto":
+        msg["every"] = 1
+        if "budget" not in msg:
+            msg["budget"] = default_budget or AUTO_BUDGET
+        elif msg["budget"] == 0:
+            raise ProtocolError("budget: every=\"auto\" needs a budget above 0 percent")
+    elif "every" in msg and "budget" not in msg:
+        msg["budget"] = 0.0
+    return msg
 
 
 def _no_extra(kind: str, msg: dict[str, Any], allowed: tuple[str, ...]) -> None:

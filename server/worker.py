@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any, Callable, Literal
 
-from preview.engine import Controls, Frame, generate
+from preview.engine import Controls, Frame, Previewer, generate
 from preview.models import Model
 from preview.records import StepRow
 from preview.settings import RunSettings
@@ -39,8 +39,11 @@ class Listener:
 
 
 class Worker:
-    def __init__(self, model: Model, store: Store, loop: asyncio.AbstractEventLoop, listener: Listener) -> None:
+    def __init__(self, model: Model, store: Store, loop: asyncio.AbstractEventLoop, listener: Listener, *,
+                 inflight: int = 2, compile_decoder: bool = False) -> None:
         self.model, self.store, self.loop, self.listener = model, store, loop, listener
+        self.previewer = Previewer(model, compile_decoder)  # decoders are built once and kept across runs
+        self.inflight = inflight
         self.state: State = "idle"
         self.run_id: str | None = None
         self.controls: Controls | None = None
@@ -90,7 +93,7 @@ class Worker:
                            on_frame=lambda f: self._call(self.listener.frame, f),
                            on_error=lambda msg: self._call(self.listener.error, rid, msg),
                            should_stop=self._stop.is_set, image_path=self.store.final_image_path(rid),
-                           first_run=self._first)
+                           first_run=self._first, inflight=self.inflight, previewer=self.previewer)
             self._first = False
             end = {**meta, "status": run.record.status, "totals": asdict(run.record)}
         except Exception as e:

@@ -33,14 +33,18 @@ def test_rows_follow_schedule_and_frames_match(tiny, tmp_path):
     assert ts == sorted(ts, reverse=True) and len(set(ts)) == 5
 
 
-def test_stage_sums_reconcile_with_wall_time(tiny):
-    r = run(tiny, "vae", every=1).record
-    measured = (r.text_encode_ms + r.denoise_ms + r.preview_ms + r.final_decode_ms + r.final_encode_ms + r.write_ms)
-    assert abs(measured + r.other_ms - r.wall_s * 1e3) < 1e-6
+@pytest.mark.parametrize("mode", ["sync", "overlap"])
+def test_stage_sums_reconcile_with_wall_time(tiny, mode):
+    res = generate(tiny, RunSettings(steps=4, width=64, height=64, preview=PreviewSettings(decoder="vae", mode=mode)),
+                   run_id="t")
+    r = res.record
+    phases = r.text_encode_ms + r.denoise_ms + r.final_decode_ms + r.final_encode_ms + r.write_ms + r.drain_ms
+    on_path = r.preview_ms if mode == "sync" else r.decode_ms + r.resize_ms  # on the CPU the encode left the thread
+    assert abs(phases + on_path + r.other_ms - r.wall_s * 1e3) < 1e-6
     # on the CPU every figure is host time between marks in one sequence, so nothing is counted twice
     assert r.other_ms >= 0
-    assert r.decode_ms > 0 and r.denoise_ms > 0 and r.text_encode_ms > 0 and r.final_decode_ms > 0
-    assert r.synthetic == 1 and r.status == "done"
+    assert r.decode_ms > 0 and r.encode_ms > 0 and r.denoise_ms > 0 and r.text_encode_ms > 0 and r.final_decode_ms > 0
+    assert r.synthetic == 1 and r.status == "done" and r.mode == mode and r.previews == 4
 
 
 def test_decoder_none_touches_nothing(tiny):

@@ -80,6 +80,9 @@ def test_bad_messages_get_an_error_and_the_socket_stays_open(make_app):
             ('{"type": "set", "encoder": "gif"}', "allowed are turbojpeg, pillow, webp, png"),
             ('{"type": "ack", "seq": 99, "client_decode_ms": 1, "client_paint_ms": 1}', "seq 99 was never sent"),
             ('{"type": "stop"}', "no generation is running"),
+            ('{"type": "set", "mode": "async"}', "mode='async': allowed are sync, overlap"),
+            ('{"type": "start", "every": "auto", "budget": 0}', "needs a budget above 0"),
+            ('{"type": "start", "every": "sometimes"}', "every='sometimes'"),
         ]
         for text, needle in cases:
             ws.send_text(text)
@@ -89,3 +92,20 @@ def test_bad_messages_get_an_error_and_the_socket_stays_open(make_app):
         assert "binary frames are not accepted" in recv_until(ws, "error")["message"]
         ws.send_text('{"type": "start", "steps": 2}')
         assert recv_until(ws, "done")["status"] == "done"  # still open and working
+
+
+def test_every_auto_runs_the_autopilot_and_records_its_interval(make_app):
+    srv, app = make_app()
+    with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+        ws.receive_text()
+        ws.send_text(json.dumps({"type": "start", "steps": 12, "decoder": "vae", "every": "auto", "budget": 5,
+                                 "mode": "sync"}))
+        run = recv_until(ws, "run")
+        assert run["budget"] == 5 and run["mode"] == "sync"
+        done = recv_until(ws, "done")
+        assert done["status"] == "done"
+        rows = list(csv.DictReader(io.StringIO(client.get(f"/runs/{run['run_id']}.csv").text)))
+        # the autopilot starts at every step to measure, then widens the interval; each change is an event
+        assert rows[0]["every"] == "1" and rows[0]["preview"] == "1"
+        assert any(r["event"].startswith("autopilot") for r in rows)
+        assert max(int(r["every"]) for r in rows) > 1

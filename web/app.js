@@ -3,8 +3,8 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const LIVE = ["decoder", "every", "preview_max", "encoder", "quality"];
-const NUMERIC = new Set(["steps", "width", "height", "seed", "every", "preview_max", "quality"]);
+const LIVE = ["decoder", "every", "preview_max", "encoder", "quality", "mode", "budget"];
+const NUMERIC = new Set(["steps", "width", "height", "seed", "every", "preview_max", "quality", "budget"]);
 const STAGES = ["denoise_ms", "decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "render_ms"];
 const COLORS = ["#8da0cb", "#e78ac3", "#fc8d62", "#ffd92f", "#a6d854", "#66c2a5", "#b3b3b3", "#e5c494"];
 
@@ -23,7 +23,20 @@ function showError(text) {
 
 function value(id) {
   const el = $(id);
+  if (id === "every" && el.value.trim() === "auto") return "auto";
   return NUMERIC.has(id) ? Number(el.value) : el.value;
+}
+
+// every and budget travel together: budget only means something when every is "auto"
+function previewFields(changed) {
+  const out = {};
+  for (const k of changed) {
+    if (k === "budget" || k === "every") {
+      out.every = value("every");
+      if (out.every === "auto") out.budget = value("budget");
+    } else out[k] = value(k);
+  }
+  return out;
 }
 
 function send(msg) {
@@ -49,7 +62,7 @@ function onText(msg) {
     case "hello": {
       $("model").textContent = `${msg.model} · ${msg.device} ${msg.dtype}`;
       $("banner").hidden = !msg.synthetic;
-      for (const [k, v] of Object.entries(msg.defaults)) if ($(k) && !$(k).dataset.touched) $(k).value = v;
+      for (const [k, v] of Object.entries(msg.defaults)) if ($(k) && !$(k).dataset.touched && k !== "budget") $(k).value = v;
       $("width").max = $("height").max = msg.max_side;
       if (msg.running) beginRun(msg.running);
       break;
@@ -69,7 +82,8 @@ function beginRun(meta) {
   $("f-status").textContent = `running ${meta.run_id}`;
   $("start").disabled = true;
   $("stop").disabled = false;
-  for (const k of LIVE) if (meta[k] !== undefined) $(k).value = meta[k];
+  for (const k of LIVE) if (meta[k] !== undefined && k !== "budget") $(k).value = meta[k];
+  if (meta.budget > 0) { $("every").value = "auto"; $("budget").value = meta.budget; }
   chartDirty = true;
 }
 
@@ -205,14 +219,14 @@ async function loadRuns() {
 
 $("start-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
-  const msg = { type: "start" };
-  for (const k of ["prompt", "steps", "width", "height", "seed", ...LIVE]) msg[k] = value(k);
+  const msg = { type: "start", ...previewFields(LIVE) };
+  for (const k of ["prompt", "steps", "width", "height", "seed"]) msg[k] = value(k);
   send(msg);
 });
 $("stop").addEventListener("click", () => send({ type: "stop" }));
 for (const k of LIVE) {
   $(k).addEventListener("change", () => {
-    if (run && $("stop").disabled === false) send({ type: "set", [k]: value(k) });
+    if (run && $("stop").disabled === false) send({ type: "set", ...previewFields([k]) });
   });
 }
 for (const k of ["prompt", "steps", "width", "height", "seed"]) $(k).addEventListener("input", () => { $(k).dataset.touched = "1"; });

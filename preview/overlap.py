@@ -1,0 +1,111 @@
+"""Overlap mode: preview work leaves the denoising thread, with at most K frames in flight.
+
+CUDA: the decode runs on a side stream that waits on an event recorded after the step's latents are ready;
+the latents are first cloned on the main stream, so the next step can never change them under the decode.
+Conversion to uint8 and any downscale happen on the device; the copy goes to pinned host memory without
+blocking; an encode thread waits for the copy's event (that wait is its sync_ms) and encodes.
+
+CPU: there is no device to overlap with, so the decode stays on the denoising thread (torch already uses
+every core for it); the JPEG encode and the frame hand-off move to the encode thread.
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .stopwatch import Stopwatch
+
+
+class InFlight:
+    """At most `limit` previews between submit and done. full() is checked before starting one: a preview
+    due while the pipeline is full is skipped and counted, never queued."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"inflight={limit}: must be at least 1")
+        self.limit = limit
+        self.count = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def full(self) -> bool:
+        with self._lock:
+            return self.count >= self.limit
+
+    def enter(self) -> None:
+        with self._lock:
+            if self.count >= self.limit:
+                raise RuntimeError("in-flight limit exceeded")
+            self.count += 1
+            self.peak = max(self.peak, self.count)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+class Overlap:
+    def __init__(self, device: torch.device, sw: Stopwatch, limit: int) -> None:
+        self.cuda = device.type == "cuda"
+        self.sw = sw
+        self.flight = InFlight(limit)
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="previewlab-encode")
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+
+    def submit(self, latents: torch.Tensor, decode: Callable[[torch.Tensor], torch.Tensor],
+               to_u8: Callable[[torch.Tensor], torch.Tensor], finish: Callable[[np.ndarray, float, Any], None],
+               marks: Any) -> Future[None]:
+        """Start one preview; finish(host uint8 array, sync_ms, copied mark) runs on the encode thread."""
+        self.flight.enter()
+        host: Any
+        try:
+            if self.cuda:
+                host, copied = self._device_part(latents, decode, to_u8, marks)
+            else:
+                marks.dec0 = self.sw.mark()
+                image = decode(latents[:1])[0]
+                marks.dec1 = self.sw.mark()
+                host = to_u8(image).numpy()
+                marks.res1 = self.sw.mark()
+                copied = None
+        except BaseException:
+            self.flight.leave()
+            raise
+        return self.pool.submit(self._host_part, host, copied, finish)
+
+    def _device_part(self, latents: torch.Tensor, decode: Callable[[torch.Tensor], torch.Tensor],
+                     to_u8: Callable[[torch.Tensor], torch.Tensor], marks: Any) -> tuple[torch.Tensor, Any]:
+        lat = latents[:1].clone()  # on the main stream, ordered before the next step can touch `latents`
+        ready = torch.cuda.Event()
+        ready.record()
+        assert self.stream is not None
+        with torch.cuda.stream(self.stream):
+            self.stream.wait_event(ready)
+            lat.record_stream(self.stream)  # the allocator must not hand lat's memory to the main stream early
+            marks.dec0 = self.sw.mark()
+            image = decode(lat)[0]
+            marks.dec1 = self.sw.mark()
+            u8 = to_u8(image)
+            marks.res1 = self.sw.mark()
+            host = torch.empty(u8.shape, dtype=torch.uint8, pin_memory=True)
+            host.copy_(u8, non_blocking=True)
+            copied = self.sw.mark()
+        marks.copied = copied
+        return host, copied
+
+    def _host_part(self, host: Any, copied: Any, finish: Callable[[np.ndarray, float, Any], None]) -> None:
+        try:
+            t0 = self.sw.clock()
+            self.sw.wait(copied)  # the copy must have landed before a byte of `host` is read
+            sync_ms = (self.sw.clock() - t0) * 1e3
+            arr = host.numpy() if isinstance(host, torch.Tensor) else host
+            finish(arr, sync_ms, copied)
+        finally:
+            self.flight.leave()
+
+    def drain(self) -> None:
+        self.pool.shutdown(wait=True)

@@ -1,0 +1,64 @@
+"""Overlap mode: the same pictures as sync mode, at most K frames in flight, skips counted, never queued."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from preview import encoders
+from preview.engine import Frame, generate
+from preview.settings import PreviewSettings, RunSettings
+
+
+def frames_of(model, mode: str, decoder: str, steps: int = 6, **kw) -> tuple[list[Frame], object]:
+    frames: list[Frame] = []
+    s = RunSettings(steps=steps, width=64, height=64, preview=PreviewSettings(decoder=decoder, mode=mode, **kw))
+    run = generate(model, s, run_id=mode, on_frame=frames.append)
+    return frames, run
+
+
+@pytest.mark.parametrize("decoder", ["latent2rgb", "taesd", "vae"])
+def test_overlap_frames_are_sync_frames(tiny, decoder):
+    sync, rs = frames_of(tiny, "sync", decoder)
+    over, ro = frames_of(tiny, "overlap", decoder, )
+    assert [f.step for f in sync] == [f.step for f in over] == [1, 2, 3, 4, 5, 6]
+    for a, b in zip(sync, over):
+        assert a.data == b.data  # same pixels, same encoder: the same bytes
+    assert (rs.image == ro.image).all()
+    assert all(r.mode == "overlap" for r in ro.rows) and ro.record.mode == "overlap"
+
+
+def test_inflight_bound_skips_and_counts(tiny, monkeypatch):
+    gate = threading.Event()
+    started = []
+
+    def gated() -> encoders.Encoder:
+        inner = encoders.get("pillow")
+
+        def encode(rgb: np.ndarray, quality: int) -> bytes:
+            started.append(1)
+            assert gate.wait(60), "gate never opened"
+            return inner.encode(rgb, quality)
+
+        return encoders.Encoder("gated", "jpeg", encode)
+
+    monkeypatch.setitem(encoders.ENCODERS, "gated", gated)
+    steps, k = 8, 2
+    calls = {"n": 0}
+
+    def should_stop() -> bool:  # called once per step by the denoising thread: open the gate after the last
+        calls["n"] += 1
+        if calls["n"] == steps:
+            gate.set()
+        return False
+
+    frames: list[Frame] = []
+    s = RunSettings(steps=steps, width=64, height=64,
+                    preview=PreviewSettings(decoder="latent2rgb", mode="overlap", encoder="gated"))
+    run = generate(tiny, s, run_id="k", on_frame=frames.append, should_stop=should_stop, inflight=k)
+    # the encoder held every frame until the last step: the first K got in, every later one was skipped
+    assert [r.preview for r in run.rows] == [1, 1] + [0] * (steps - k)
+    assert [r.skipped for r in run.rows] == [0, 0] + [1] * (steps - k)
+    assert run.record.skipped == steps - k and run.record.inflight_peak == k
+    assert [f.step for f in frames] == [1, 2] and len(started) == k
