@@ -204,37 +204,44 @@ class _Ranges:
             rf.__exit__(None, None, None)
 
 
-def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Controls | None = None,
-             on_row: Callable[[StepRow], None] | None = None, on_frame: Callable[[Frame], None] | None = None,
-             on_error: Callable[[str], None] | None = None, should_stop: Callable[[], bool] | None = None,
-             image_path: Path | None = None, first_run: bool = False, inflight: int = 2, ranges: bool = False,
-             compile_decoder: bool = False, previewer: Previewer | None = None,
-             clock: Clock = time.perf_counter) -> Run:
-    """Run one generation and measure it. Rows reach on_row in step order as soon as their times are known."""
-    controls = controls or Controls(settings.preview)
-    pipe, sw = model.pipe, Stopwatch(model.device, clock)
-    prev = previewer or Previewer(model, compile_decoder)
-    rng = _Ranges(ranges)
-    start_settings = controls.get()
-    latent_shape = (1, 4, settings.height // model.vae_scale_factor, settings.width // model.vae_scale_factor)
-    compile_ms = prev.warm(start_settings.decoder, latent_shape)
-    start_encoder = prev.encoder(start_settings.encoder).name
-    overlap: Overlap | None = None  # made on first use: sync-only runs never start its thread
-    pilot: Autopilot | None = None
-    # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.
-    pipe.scheduler.set_timesteps(settings.steps, device="cpu")
-    timesteps = [float(t) for t in pipe.scheduler.timesteps]
-    rows: list[StepRow] = []
-    pending: list[_Marks] = []
-    state: dict[str, Any] = {"last": None, "since": 0}
-    status = "done"  # a failure raises; the caller records it
+class StepMeter:
+    """The step callback and everything it measures: one per run (generate) or per pipeline call (watch).
 
-    def ready(m: _Marks) -> bool:
-        return (m.future is None or m.future.done()) and sw.ready(m.copied or m.res1 or m.cb)
+    Rows reach on_row in step order as soon as their times are known (on CUDA: once the device has passed
+    their events, asked without waiting).
+    """
 
-    def emit(force: bool) -> None:
-        while pending and (force or ready(pending[0])):
-            m = pending.pop(0)
+    def __init__(self, model: Model, controls: Controls, run_id: str, *, width: int, height: int,
+                 steps: int, timesteps: list[float] | None = None, previewer: Previewer | None = None,
+                 on_row: Callable[[StepRow], None] | None = None, on_frame: Callable[[Frame], None] | None = None,
+                 on_error: Callable[[str], None] | None = None, should_stop: Callable[[], bool] | None = None,
+                 inflight: int = 2, ranges: bool = False, clock: Clock = time.perf_counter) -> None:
+        self.model, self.controls, self.run_id = model, controls, run_id
+        self.width, self.height, self.steps, self.timesteps = width, height, steps, timesteps or []
+        self.prev = previewer or Previewer(model)
+        self.on_row, self.on_frame, self.on_error, self.should_stop = on_row, on_frame, on_error, should_stop
+        self.inflight, self.clock = inflight, clock
+        self.sw = Stopwatch(model.device, clock)
+        self.rng = _Ranges(ranges)
+        self.overlap: Overlap | None = None  # made on first use: sync-only runs never start its thread
+        self.pilot: Autopilot | None = None
+        self.rows: list[StepRow] = []
+        self.pending: list[_Marks] = []
+        self.last: Any = None  # the mark where the current step's denoising began
+        self.since = 0         # steps since the last preview (autopilot schedule)
+
+    def begin(self, mark: Any = None) -> None:
+        """The denoising starts now (or at an earlier mark)."""
+        self.last = mark if mark is not None else self.sw.mark()
+        self.rng.begin("denoise")
+
+    def _ready(self, m: _Marks) -> bool:
+        return (m.future is None or m.future.done()) and self.sw.ready(m.copied or m.res1 or m.cb)
+
+    def emit(self, force: bool) -> None:
+        sw, pilot = self.sw, self.pilot
+        while self.pending and (force or self._ready(self.pending[0])):
+            m = self.pending.pop(0)
             if m.future is not None:
                 m.future.result()  # errors inside were already turned into an event on the row
             m.row.denoise_ms = sw.ms(m.start, m.cb)
@@ -249,38 +256,49 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
                     if m.row.mode == "sync":
                         on_thread += m.row.sync_ms + m.row.transfer_ms + m.row.encode_ms
                     pilot.observe_preview(on_thread)
-            rows.append(m.row)
-            if on_row:
-                on_row(m.row)
+            self.rows.append(m.row)
+            if self.on_row:
+                self.on_row(m.row)
 
-    def failed(row: StepRow, s: PreviewSettings, e: BaseException) -> None:
+    def drain(self) -> None:
+        """Wait for previews in flight, then hand over every row left."""
+        if self.overlap is not None:
+            self.overlap.drain()
+            self.overlap = None
+        for name in list(self.rng._open):
+            self.rng.end(name)
+        self.emit(True)
+
+    def _failed(self, row: StepRow, s: PreviewSettings, e: BaseException) -> None:
         """A preview must never end the run: report, fall back to a cheaper decoder, record it on the row."""
         fallback = "latent2rgb" if s.decoder != "latent2rgb" else "none"
         detail = str(e).splitlines()[0][:160] if str(e) else ""
         msg = f"preview with decoder {s.decoder} failed at step {row.step} ({type(e).__name__}: {detail}); " \
               f"continuing with {fallback}"
         traceback.print_exc(limit=2)
-        controls.set(decoder=fallback)
-        controls.notes[:] = []
-        if pilot is not None:
-            pilot.decoder = fallback
+        self.controls.set(decoder=fallback)
+        self.controls.notes[:] = []
+        if self.pilot is not None:
+            self.pilot.decoder = fallback
         row.event = (row.event + "; " if row.event else "") + msg
         row.preview = 0
-        if on_error:
-            on_error(msg)
+        if self.on_error:
+            self.on_error(msg)
 
-    def finish(row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: np.ndarray, sync_ms: float) -> None:
+    def _finish(self, row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: np.ndarray, sync_ms: float) -> None:
         """Encode and hand off: in the callback (sync) or on the encode thread (overlap)."""
-        t0 = clock()
+        t0 = self.clock()
         data = enc.encode(arr, s.quality)
-        row.encode_ms, row.sync_ms = (clock() - t0) * 1e3, sync_ms
+        row.encode_ms, row.sync_ms = (self.clock() - t0) * 1e3, sync_ms
         row.preview, row.bytes, row.encoder = 1, len(data), enc.name
         row.preview_height, row.preview_width = int(arr.shape[0]), int(arr.shape[1])
-        if on_frame:
-            on_frame(Frame(run_id, row.step, row.decoder, enc.format, row.preview_width, row.preview_height, data))
+        if self.on_frame:
+            self.on_frame(Frame(self.run_id, row.step, row.decoder, enc.format, row.preview_width,
+                                row.preview_height, data))
 
-    def preview_sync(row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
-                     decode: decoders.Decode, enc: encoders.Encoder) -> None:
+    def _preview_sync(self, row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
+                      decode: decoders.Decode, enc: encoders.Encoder) -> None:
+        sw, rng, clock = self.sw, self.rng, self.clock
         rng.begin("decode")
         marks.dec0 = sw.mark()
         image = decode(latents[:1])[0]
@@ -300,41 +318,41 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
         row.transfer_ms = (clock() - t1) * 1e3
         rng.end("transfer")
         rng.begin("encode")
-        finish(row, s, enc, arr, (t1 - t0) * 1e3)
+        self._finish(row, s, enc, arr, (t1 - t0) * 1e3)
         rng.end("encode")
 
-    def preview_overlap(row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
-                        decode: decoders.Decode, enc: encoders.Encoder) -> None:
-        nonlocal overlap
-        if overlap is None:
-            overlap = Overlap(model.device, sw, inflight)
-        if overlap.flight.full():
+    def _preview_overlap(self, row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
+                         decode: decoders.Decode, enc: encoders.Encoder) -> None:
+        if self.overlap is None:
+            self.overlap = Overlap(self.model.device, self.sw, self.inflight)
+        if self.overlap.flight.full():
             row.skipped = 1  # the pipeline is full: skip this preview, never queue it
             return
 
         def done(arr: np.ndarray, sync_ms: float, copied: Any) -> None:
             try:
-                finish(row, s, enc, arr, sync_ms)
+                self._finish(row, s, enc, arr, sync_ms)
             except Exception as e:
-                failed(row, s, e)
+                self._failed(row, s, e)
 
-        rng.begin("decode")
-        marks.future = overlap.submit(latents, decode, lambda img: to_uint8_hwc(img, s.preview_max), done, marks)
-        rng.end("decode")
+        self.rng.begin("decode")
+        marks.future = self.overlap.submit(latents, decode, lambda img: to_uint8_hwc(img, s.preview_max), done, marks)
+        self.rng.end("decode")
         row.preview = 1  # made, or being made; a failure on the encode thread resets it
 
-    def callback(p: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
-        cb = sw.mark()
-        rng.end("denoise")
+    def __call__(self, p: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
+        cb = self.sw.mark()
+        self.rng.end("denoise")
         step = i + 1
+        controls = self.controls
         s = controls.get()
         decoder, every = s.decoder, s.every
         event = "; ".join(controls.notes) if controls.notes else ""
         controls.notes[:] = []
-        nonlocal pilot
         if s.budget > 0 and s.decoder != "none":
+            pilot = self.pilot
             if pilot is None or pilot.budget_pct != s.budget or (event and "decoder=" in event):
-                pilot = Autopilot(s.budget, settings.steps, s.decoder, has_taesd=model.taesd is not None)
+                pilot = self.pilot = Autopilot(s.budget, self.steps, s.decoder, has_taesd=self.model.taesd is not None)
             every = pilot.decide()
             if pilot.decoder != s.decoder:
                 controls.set(decoder=pilot.decoder)
@@ -343,16 +361,18 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             if pilot.note:
                 event = (event + "; " if event else "") + pilot.note
         else:
-            pilot = None
-        row = StepRow(run_id, step, timesteps[i] if i < len(timesteps) else -1.0, decoder=decoder, every=every,
-                      encoder="", quality=s.quality, width=settings.width, height=settings.height, mode=s.mode,
-                      event=event)
-        marks = _Marks(row, state["last"], cb)
-        state["since"] += 1
-        due = should_preview(step, every) if s.budget <= 0 else state["since"] >= every
+            self.pilot = None
+        ts = self.timesteps[i] if i < len(self.timesteps) else -1.0
+        row = StepRow(self.run_id, step, ts, decoder=decoder, every=every, encoder="", quality=s.quality,
+                      width=self.width, height=self.height, mode=s.mode, event=event)
+        marks = _Marks(row, self.last, cb)
+        self.since += 1
+        due = should_preview(step, every) if s.budget <= 0 else self.since >= every
         if decoder != "none" and due:
-            state["since"] = 0
+            self.since = 0
+            ps = s.changed(decoder=decoder)
             try:
+                prev = self.prev
                 if prev.compile and decoder not in prev.compile_ms:  # a live switch: compile now, say so
                     c = prev.warm(decoder, tuple(kw["latents"][:1].shape))
                     row.event = (row.event + "; " if row.event else "") + f"compiled {decoder} in {c:.0f} ms"
@@ -360,19 +380,43 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
                 assert decode is not None
                 enc = prev.encoder(s.encoder)
                 if s.mode == "sync":
-                    preview_sync(row, marks, kw["latents"], s.changed(decoder=decoder), decode, enc)
+                    self._preview_sync(row, marks, kw["latents"], ps, decode, enc)
                 else:
-                    preview_overlap(row, marks, kw["latents"], s.changed(decoder=decoder), decode, enc)
+                    self._preview_overlap(row, marks, kw["latents"], ps, decode, enc)
             except Exception as e:
-                failed(row, s.changed(decoder=decoder), e)
+                self._failed(row, ps, e)
                 marks.dec0 = None
-        pending.append(marks)
-        emit(False)
-        if should_stop and should_stop():
+        self.pending.append(marks)
+        self.emit(False)
+        if self.should_stop and self.should_stop():
             p._interrupt = True
-        rng.begin("denoise")
-        state["last"] = sw.mark()
+        self.rng.begin("denoise")
+        self.last = self.sw.mark()
         return kw
+
+
+def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Controls | None = None,
+             on_row: Callable[[StepRow], None] | None = None, on_frame: Callable[[Frame], None] | None = None,
+             on_error: Callable[[str], None] | None = None, should_stop: Callable[[], bool] | None = None,
+             image_path: Path | None = None, first_run: bool = False, inflight: int = 2, ranges: bool = False,
+             compile_decoder: bool = False, previewer: Previewer | None = None,
+             clock: Clock = time.perf_counter) -> Run:
+    """Run one generation and measure it. Rows reach on_row in step order as soon as their times are known."""
+    controls = controls or Controls(settings.preview)
+    pipe = model.pipe
+    prev = previewer or Previewer(model, compile_decoder)
+    start_settings = controls.get()
+    latent_shape = (1, 4, settings.height // model.vae_scale_factor, settings.width // model.vae_scale_factor)
+    compile_ms = prev.warm(start_settings.decoder, latent_shape)
+    start_encoder = prev.encoder(start_settings.encoder).name
+    # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.
+    pipe.scheduler.set_timesteps(settings.steps, device="cpu")
+    meter = StepMeter(model, controls, run_id, width=settings.width, height=settings.height, steps=settings.steps,
+                      timesteps=[float(t) for t in pipe.scheduler.timesteps], previewer=prev, on_row=on_row,
+                      on_frame=on_frame, on_error=on_error, should_stop=should_stop, inflight=inflight,
+                      ranges=ranges, clock=clock)
+    sw, rng = meter.sw, meter.rng
+    status = "done"  # a failure raises; the caller records it
 
     with torch.inference_mode():
         t_start = clock()
@@ -382,17 +426,17 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             embeds = encode_prompt(model, settings.prompt, settings.guidance)
             rng.end("text_encode")
             mark_te = sw.mark()
-            state["last"] = mark_te
             gen = torch.Generator("cpu").manual_seed(settings.seed)  # rebuilt for every run
-            rng.begin("denoise")
+            meter.begin(mark_te)
             latents = pipe(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
                            guidance_scale=settings.guidance, generator=gen, output_type="latent",
-                           callback_on_step_end=callback, callback_on_step_end_tensor_inputs=["latents"],
+                           callback_on_step_end=meter, callback_on_step_end_tensor_inputs=["latents"],
                            **embeds).images
             rng.end("denoise")
             t_drain = clock()
-            if overlap is not None:
-                overlap.drain()  # previews still in flight finish before the final decode uses the VAE
+            peak = meter.overlap.flight.peak if meter.overlap else 0
+            if meter.overlap is not None:
+                meter.overlap.drain()  # previews still in flight finish before the final decode uses the VAE
             t_dec0 = clock()
             rng.begin("final_decode")
             image = final_image(model, latents)  # .cpu() waits for the device: every event before is done
@@ -405,17 +449,14 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             if image_path is not None:
                 image_path.write_bytes(png)
             t_end = clock()
-            if len(rows) + len(pending) < settings.steps:
+            if len(meter.rows) + len(meter.pending) < settings.steps:
                 status = "stopped"
         except BaseException:
-            for name in list(rng._open):
-                rng.end(name)
-            if overlap is not None:
-                overlap.drain()
-            emit(True)  # every completed step still reaches on_row
+            meter.drain()  # every completed step still reaches on_row
             raise
-        emit(True)
+        meter.drain()
 
+    rows = meter.rows
     totals: dict[str, Any] = {k: sum(getattr(r, k) for r in rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
     wall_ms = (t_end - t_start) * 1e3
     phases: dict[str, Any] = dict(text_encode_ms=sw.ms(mark0, mark_te), final_decode_ms=(t_dec1 - t_dec0) * 1e3,
@@ -429,7 +470,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
                        status=status, first_run=int(first_run), load_s=model.load_s, wall_s=wall_ms / 1e3, **totals,
                        **phases, drain_ms=(t_dec0 - t_drain) * 1e3, other_ms=other,
                        previews=sum(r.preview for r in rows), skipped=sum(r.skipped for r in rows),
-                       bytes=sum(r.bytes for r in rows), inflight_peak=overlap.flight.peak if overlap else 0,
+                       bytes=sum(r.bytes for r in rows), inflight_peak=peak,
                        offload=model.offload, compile=int(prev.compile), channels_last=int(model.channels_last),
                        compile_ms=compile_ms)
     return Run(record, rows, image)

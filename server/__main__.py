@@ -26,7 +26,13 @@ def parser() -> Parser:
     p.add_argument("--channels-last", action="store_true", help="channels-last memory format for the models")
     p.add_argument("--inflight", type=int, default=2, help="overlap mode: most previews in flight at once")
     p.add_argument("--seed", type=int, default=0, help="seed of synthetic weights")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind; beyond loopback needs --allow-remote")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow binding beyond loopback; then a token is required on the page and the WebSocket")
+    p.add_argument("--token", default=None, help="the token for --allow-remote (default: generated and printed)")
+    p.add_argument("--allow-host", action="append", default=[],
+                   help="an extra Host name the server answers to (repeatable); loopback names always work")
+    p.add_argument("--max-clients", type=int, default=32, help="most WebSocket watchers at once")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--data-dir", type=Path, default=Path("runs"), help="where runs and their CSVs are kept")
     p.add_argument("--max-side", type=int, default=1024, help="largest width or height a client may ask for")
@@ -36,6 +42,17 @@ def parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    import secrets
+
+    from .guard import is_loopback
+
+    token = None
+    if not is_loopback(args.host):
+        if not args.allow_remote:
+            print(f"server: --host {args.host} is beyond loopback: anyone who can reach it could drive the model; "
+                  "add --allow-remote to do it anyway (a token is then required)", file=sys.stderr)
+            return 2
+        token = args.token or secrets.token_urlsafe(18)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from preview.models import ModelError, load
 
@@ -49,12 +66,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from .app import Server, build_app
 
+    hosts = tuple(args.allow_host) + ((args.host,) if args.host not in ("0.0.0.0", "::") else ())
     server = Server(model, args.data_dir, max_side=args.max_side, send_timeout_s=args.send_timeout,
-                    inflight=args.inflight, compile_decoder=args.compile == "decoder")
+                    inflight=args.inflight, compile_decoder=args.compile == "decoder", max_clients=args.max_clients,
+                    hosts=hosts, token=token)
     app = build_app(server)
     label = " (SYNTHETIC model: random weights, real costs, noise pictures)" if model.synthetic else ""
-    print(f"previewlab: {model.name}{label} on {model.device}; open http://{args.host}:{args.port}/", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", ws_max_size=protocol_max())
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{shown}:{args.port}/" + (f"?token={token}" if token else "")
+    if token:
+        print(f"WARNING: listening on {args.host}, beyond loopback; the page needs the token in its URL", flush=True)
+    print(f"previewlab: {model.name}{label} on {model.device}; open {url}", flush=True)
+
+    class Graceful(uvicorn.Server):
+        """On SIGTERM / Ctrl-C: stop the run and close clients with 1001 before uvicorn shuts down."""
+        closing = False
+
+        def handle_exit(self, sig: int, frame: object) -> None:
+            if self.closing:
+                return super().handle_exit(sig, frame)  # type: ignore[arg-type]
+            self.closing = True
+            import asyncio
+
+            task = asyncio.get_event_loop().create_task(server.graceful())
+            task.add_done_callback(lambda _: uvicorn.Server.handle_exit(self, sig, frame))  # type: ignore[arg-type]
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", ws_max_size=protocol_max())
+    Graceful(config).run()
     return 0
 
 

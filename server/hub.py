@@ -45,6 +45,8 @@ class Client:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     sent: dict[int, Sent] = field(default_factory=dict)  # seq -> send record, waiting for the browser's ack
     task: asyncio.Task[None] | None = None
+    owner: asyncio.Task[Any] | None = None  # the endpoint's task, cancelled to drop a stuck client
+    killed: str = ""                         # why the server closed this client
     frames_sent: int = 0
     frames_dropped: int = 0
 
@@ -58,6 +60,7 @@ class Hub:
         self.send_timeout_s = send_timeout_s
         self.clock = clock
         self.on_drop: OnDrop | None = None
+        self.on_sent: OnDrop | None = None
         self._next = 0
 
     def add(self, ws: WebSocket) -> Client:
@@ -108,18 +111,28 @@ class Hub:
                     await asyncio.wait_for(c.ws.send_bytes(f.blob), self.send_timeout_s)
                     c.sent[f.seq] = Sent(f.run_id, f.step, t0, (self.clock() - t0) * 1e3)
                     c.frames_sent += 1
+                    if self.on_sent:
+                        self.on_sent(c, f)
                     if len(c.sent) > 64:  # acks that never came: forget the oldest
                         c.sent.pop(next(iter(c.sent)))
         except asyncio.CancelledError:
             raise
         except asyncio.TimeoutError:
             log.warning("client %d: send timed out after %.0f s; closing it", c.cid, self.send_timeout_s)
-            await self._close(c, 1008)
+            await self.kill(c, 1008, "send timeout")
         except Exception as e:  # the transport went away: the receiver's finally cleans up
             log.info("client %d: send failed (%s)", c.cid, type(e).__name__)
 
-    async def _close(self, c: Client, code: int) -> None:
+    async def kill(self, c: Client, code: int, why: str) -> None:
+        """Close a client from the server's side and end its endpoint; its finally releases it."""
+        c.killed = why
+        self.clients.pop(c.cid, None)  # no more frames for it, whatever the close does
         try:
             await asyncio.wait_for(c.ws.close(code), 1.0)
         except Exception:
-            pass
+            pass  # a client that does not read cannot take a close frame either
+        if c.owner is not None and c.owner is not asyncio.current_task():
+            c.owner.cancel()
+
+    async def close_all(self, code: int, why: str) -> None:
+        await asyncio.gather(*(self.kill(c, code, why) for c in list(self.clients.values())))

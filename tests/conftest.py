@@ -50,8 +50,13 @@ def live_server(app, host: str = "127.0.0.1") -> Iterator[str]:
 def make_app(tiny, tmp_path):
     from server.app import Server, build_app
 
-    def make(data_dir: Path | None = None, **kw):
-        srv = Server(tiny, data_dir or tmp_path / "runs", **kw)
+    def make(data_dir: Path | None = None, model=None, **kw):
+        kw.setdefault("hosts", ("testserver",))  # Starlette's TestClient sends Host: testserver
+        srv = Server(model or tiny, data_dir or tmp_path / "runs", **kw)
         return srv, build_app(srv)
 
     return make
+
+
+# Starlette's TestClient connects from "testclient", not loopback: it must send a same-origin Origin
+SAME_ORIGIN = {"origin": "http://testserver"}

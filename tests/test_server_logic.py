@@ -7,6 +7,8 @@ import json
 
 from starlette.testclient import TestClient
 
+from tests.conftest import SAME_ORIGIN
+
 
 def recv_until(ws, kind: str, limit: int = 10_000) -> dict:
     for _ in range(limit):
@@ -20,7 +22,7 @@ def recv_until(ws, kind: str, limit: int = 10_000) -> dict:
 
 def test_hello_start_refuse_stop_and_csv(make_app):
     srv, app = make_app()
-    with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
         hello = json.loads(ws.receive_text())
         assert hello["type"] == "hello" and hello["synthetic"] is True and hello["defaults"]["width"] == 64
         ws.send_text(json.dumps({"type": "set", "decoder": "vae"}))
@@ -63,7 +65,7 @@ def test_unknown_and_hostile_run_ids_are_404(make_app):
 
 def test_bad_messages_get_an_error_and_the_socket_stays_open(make_app):
     srv, app = make_app()
-    with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
         ws.receive_text()
         cases = [
             ("not json", "not JSON"),
@@ -96,7 +98,7 @@ def test_bad_messages_get_an_error_and_the_socket_stays_open(make_app):
 
 def test_every_auto_runs_the_autopilot_and_records_its_interval(make_app):
     srv, app = make_app()
-    with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
         ws.receive_text()
         ws.send_text(json.dumps({"type": "start", "steps": 12, "decoder": "vae", "every": "auto", "budget": 5,
                                  "mode": "sync"}))

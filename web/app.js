@@ -195,15 +195,73 @@ function redraw() {
   requestAnimationFrame(redraw);
 }
 
+// One run's figures from its totals: what the page's table and comparison show.
+function figuresOf(m) {
+  const t = m.totals;
+  if (!t) return null;
+  const steps = Math.max(1, t.steps);
+  const onPath = t.mode === "sync" ? t.decode_ms + t.sync_ms + t.transfer_ms + t.resize_ms + t.encode_ms
+                                   : (t.device === "cuda" ? 0 : t.decode_ms + t.resize_ms);
+  return { wall_s: t.wall_s, denoise_per_step: t.denoise_ms / steps, preview_on_path: onPath,
+           overhead_pct: t.denoise_ms ? 100 * onPath / t.denoise_ms : 0, previews: t.previews,
+           kb_per_frame: t.previews ? t.bytes / t.previews / 1024 : 0, decode_ms: t.decode_ms, encode_ms: t.encode_ms };
+}
+
+const picked = [];
+let runsById = new Map();
+
+function showCompare() {
+  const box = $("compare");
+  box.hidden = picked.length !== 2;
+  if (box.hidden) return;
+  const [a, b] = picked.map((id) => runsById.get(id));
+  const fa = figuresOf(a), fb = figuresOf(b);
+  const t = $("compare-table");
+  t.textContent = "";
+  const head = document.createElement("tr");
+  for (const h of ["", `A ${a.run_id} (${a.decoder}/${a.mode})`, `B ${b.run_id} (${b.decoder}/${b.mode})`, "B / A"]) {
+    const th = document.createElement("th"); th.textContent = h; head.appendChild(th);
+  }
+  t.appendChild(head);
+  for (const k of Object.keys(fa || {})) {
+    const tr = document.createElement("tr");
+    const va = fa[k], vb = fb ? fb[k] : NaN;
+    for (const c of [k, va.toFixed(2), Number(vb).toFixed(2), va ? (vb / va).toFixed(3) : "–"]) {
+      const td = document.createElement("td"); td.textContent = c; tr.appendChild(td);
+    }
+    t.appendChild(tr);
+  }
+}
+
 async function loadRuns() {
   const res = await fetch("/runs");
   const runs = await res.json();
+  runsById = new Map(runs.map((m) => [m.run_id, m]));
   const body = $("runs").querySelector("tbody");
   body.textContent = "";
   for (const m of runs.reverse()) {
     const tr = document.createElement("tr");
-    const cells = [m.run_id, m.status, m.decoder, m.every, m.steps, `${m.width}x${m.height}`,
-                   m.totals ? m.totals.wall_s.toFixed(2) : ""];
+    const f = figuresOf(m);
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.className = "pick";
+    box.disabled = !f;
+    box.checked = picked.includes(m.run_id);
+    box.addEventListener("change", () => {
+      if (box.checked) { picked.push(m.run_id); if (picked.length > 2) picked.shift(); }
+      else picked.splice(picked.indexOf(m.run_id), 1);
+      for (const other of body.querySelectorAll("input.pick")) other.checked = picked.includes(other.dataset.id);
+      showCompare();
+    });
+    box.dataset.id = m.run_id;
+    const tdBox = document.createElement("td");
+    tdBox.appendChild(box);
+    tr.appendChild(tdBox);
+    const every = m.budget > 0 ? `auto ${m.budget}%` : m.every;
+    const cells = [m.run_id, m.status, m.decoder, every, m.mode, m.steps, `${m.width}x${m.height}`,
+                   f ? f.wall_s.toFixed(2) : "", f ? f.denoise_per_step.toFixed(1) : "",
+                   f ? f.preview_on_path.toFixed(0) : "", f ? f.overhead_pct.toFixed(1) : "",
+                   f ? f.previews : "", f ? f.kb_per_frame.toFixed(1) : ""];
     for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.appendChild(td); }
     const td = document.createElement("td");
     const a = document.createElement("a");

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The CPU figures in the README, in one command (about 20 minutes on 2 cores). Run it on a quiet machine:
+# anything else running shows up as noise in the overheads. Results land in runs/cpu-results/<name>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+R=runs/cpu-results
+rm -rf "$R"
+# 1. the default sweep (what make bench runs)
+$PY -m bench --model synthetic:small --out $R/default
+# 2. the engine's own cost: decoder none against the bare diffusers call, 10 interleaved pairs
+$PY -m bench --model synthetic:small --decoders none --direct --repeats 10 --out $R/engine-cost
+# 3. sync against overlap
+$PY -m bench --model synthetic:small --decoders latent2rgb,taesd,vae --every 1 --modes sync,overlap --out $R/modes
+# 4. the budget autopilot: measured overhead against a 10 % budget
+$PY -m bench --model synthetic:small --steps 30 --decoders taesd,vae --every auto --budget 10 --modes sync,overlap \
+  --out $R/autopilot
+# 5. the real SD1.5 architectures at 256x256, short
+$PY -m bench --model synthetic:sd15 --width 256 --height 256 --steps 4 --every 1,2 --repeats 1 --out $R/sd15

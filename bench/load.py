@@ -1,0 +1,167 @@
+"""python -m bench load: many watchers, one stuck reader and one reconnecting client against a real server.
+
+Starts `python -m server` on a loopback port (synthetic:small by default), then alternates runs with one
+client and runs with the crowd, and reports the generation's wall time, the server's memory and the frames
+delivered and dropped. Bounded: a fixed number of runs, each with a timeout; loopback only.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import csv
+import io
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Sequence
+
+
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def stuck_socket(port: int) -> socket.socket:
+    """Completes the WebSocket handshake, then never reads (a small receive window fills fast)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall(f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    return s
+
+
+async def watcher(url: str, stop: asyncio.Event, counts: list[int]) -> None:
+    import websockets
+
+    async with websockets.connect(url, max_size=None) as ws:
+        while not stop.is_set():
+            try:
+                m = await asyncio.wait_for(ws.recv(), 0.5)
+            except asyncio.TimeoutError:
+                continue
+            if isinstance(m, bytes):
+                counts[0] += 1
+                n = int.from_bytes(m[:4], "big")
+                seq = json.loads(m[4:4 + n])["seq"]
+                await ws.send(json.dumps({"type": "ack", "seq": seq, "client_decode_ms": 0, "client_paint_ms": 0}))
+
+
+async def reconnector(url: str, stop: asyncio.Event, counts: list[int]) -> None:
+    import websockets
+
+    while not stop.is_set():
+        try:
+            async with websockets.connect(url, max_size=None) as ws:
+                await ws.recv()
+                counts[1] += 1
+        except Exception:
+            await asyncio.sleep(0.05)
+
+
+async def one_run(port: int, pid: int, crowd: int, args: argparse.Namespace) -> dict[str, Any]:
+    import websockets
+
+    url = f"ws://127.0.0.1:{port}/ws"
+    stop = asyncio.Event()
+    counts = [0, 0]
+    tasks = []
+    stuck = None
+    if crowd:
+        tasks = [asyncio.create_task(watcher(url, stop, counts)) for _ in range(crowd)]
+        tasks.append(asyncio.create_task(reconnector(url, stop, counts)))
+        stuck = stuck_socket(port)
+        await asyncio.sleep(1.0)
+    peak, samples = 0, []
+    async with websockets.connect(url, max_size=None) as ws:
+        await ws.recv()
+        rss0 = rss_kib(pid)
+        await ws.send(json.dumps({"type": "start", "steps": args.steps, "decoder": args.decoder, "every": 1}))
+        done = None
+        t_end = time.monotonic() + args.timeout
+        while done is None and time.monotonic() < t_end:
+            try:
+                m = await asyncio.wait_for(ws.recv(), 0.1)
+            except asyncio.TimeoutError:
+                m = None
+            r = rss_kib(pid)
+            peak = max(peak, r)
+            samples.append(r)
+            if isinstance(m, str) and json.loads(m)["type"] == "done":
+                done = json.loads(m)
+    stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if stuck:
+        stuck.close()
+    if done is None:
+        raise SystemExit(f"bench load: run did not finish within {args.timeout} s")
+    rid = done["run_id"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/runs/{rid}.csv") as f:
+        rows = list(csv.DictReader(io.StringIO(f.read().decode())))
+    dropped = sum(int(r["dropped"] or 0) for r in rows)
+    half = samples[len(samples) // 2] if samples else 0
+    return dict(crowd=crowd, wall_s=done["totals"]["wall_s"], rss_start_mib=rss0 / 1024, rss_mid_mib=half / 1024,
+                rss_end_mib=(samples[-1] if samples else 0) / 1024, rss_peak_mib=peak / 1024,
+                frames_delivered=counts[0], reconnects=counts[1], frames_dropped=dropped)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench load", description=__doc__)
+    p.add_argument("--model", default="synthetic:small")
+    p.add_argument("--clients", type=int, default=50, help="watching clients besides the stuck and reconnecting ones")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--decoder", default="taesd")
+    p.add_argument("--pairs", type=int, default=2, help="(one client, crowd) pairs, interleaved")
+    p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
+    p.add_argument("--out", type=Path, default=Path("runs/load"))
+    args = p.parse_args(argv)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = Path(tempfile.mkdtemp(prefix="previewlab-load-"))
+    server = subprocess.Popen([sys.executable, "-m", "server", "--model", args.model, "--port", str(port),
+                               "--data-dir", str(data), "--max-clients", str(args.clients + 8),
+                               "--send-timeout", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/runs", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        results = []
+        asyncio.run(one_run(port, server.pid, 0, argparse.Namespace(**{**vars(args), "steps": 3})))  # warm-up
+        for _ in range(args.pairs):
+            for crowd in (0, args.clients):
+                r = asyncio.run(one_run(port, server.pid, crowd, args))
+                results.append(r)
+                print(json.dumps(r), file=sys.stderr)
+        peak_hwm = rss_kib(server.pid, "VmHWM") / 1024
+    finally:
+        server.terminate()
+        server.wait(60)
+    solo = statistics.median(r["wall_s"] for r in results if r["crowd"] == 0)
+    crowd = statistics.median(r["wall_s"] for r in results if r["crowd"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "load.json").write_text(json.dumps({"results": results, "peak_hwm_mib": peak_hwm}, indent=1))
+    print(f"{args.model} {args.steps} steps, {args.decoder} every step; {args.clients} watchers + 1 stuck + "
+          f"1 reconnecting, {args.pairs} interleaved pairs")
+    print(f"wall: one client {solo:.2f} s, crowd {crowd:.2f} s ({100 * (crowd / solo - 1):+.1f} %)")
+    for r in results:
+        print(f"  crowd={r['crowd']:>3} wall {r['wall_s']:.2f} s  rss start/mid/end/peak "
+              f"{r['rss_start_mib']:.0f}/{r['rss_mid_mib']:.0f}/{r['rss_end_mib']:.0f}/{r['rss_peak_mib']:.0f} MiB  "
+              f"frames delivered {r['frames_delivered']}  dropped {r['frames_dropped']}  reconnects {r['reconnects']}")
+    print(f"server peak RSS (VmHWM) {peak_hwm:.0f} MiB")
+    return 0

@@ -1,0 +1,167 @@
+"""python -m bench report DIR: a sweep's CSVs -> PNG plots and one self-contained report.html.
+
+Reading (CSV -> rows) and the figures (rows -> numbers) are pure; plotting and writing are the I/O at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import html
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from bench.summary import summarize
+
+PREVIEW_PARTS = ("decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "browser_ms")
+
+
+def read(folder: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    def load(name: str) -> list[dict[str, str]]:
+        p = folder / name
+        if not p.is_file():
+            raise SystemExit(f"bench report: {p} not found; give a folder written by python -m bench --out")
+        with open(p, newline="") as f:
+            return [r for r in csv.DictReader(f) if None not in r.values()]
+    return load("runs.csv"), load("steps.csv")
+
+
+def caption(runs: list[dict[str, str]]) -> str:
+    """Model (synthetic where it is), device, dtype, resolution and steps: carried by every plot."""
+    r = next((x for x in runs if x["role"] != "warmup"), runs[0])
+    synth = "SYNTHETIC " if r["synthetic"] == "1" else ""
+    return (f"{synth}{r['model']} | {r['device_name']} {r['dtype']} | {r['width']}x{r['height']} | "
+            f"{r['steps']} steps | torch {r['torch']} diffusers {r['diffusers']}")
+
+
+def parse_config(name: str) -> tuple[str, str, str]:
+    """'taesd/every5/overlap' -> ('taesd', 'every5', 'overlap'); 'none' -> ('none', '', '')."""
+    parts = name.split("] ")[-1].split("/")
+    return (parts + ["", ""])[0], (parts + ["", ""])[1], (parts + ["", "", ""])[2]
+
+
+def figures(runs: list[dict[str, str]], steps: list[dict[str, str]]) -> dict[str, Any]:
+    """The numbers behind every plot, straight from the CSVs (tests check them against the files)."""
+    summary = summarize(runs, steps)
+    steady = {r["run_id"] for r in runs if r["role"] not in ("warmup",) and r["first_run"] != "1"}
+    config_of = {r["run_id"]: r["config"] for r in runs}
+    overhead: dict[str, list[tuple[int, float]]] = {}
+    for s in summary:
+        dec, every, mode = parse_config(s["config"])
+        if every.startswith("every") and s["overhead_pct"] is not None:
+            overhead.setdefault(f"{dec} {mode}".strip(), []).append((int(every[5:]), s["overhead_pct"]))
+    for line in overhead.values():
+        line.sort()
+    parts: dict[str, dict[str, float]] = {}
+    per_step: dict[str, dict[int, list[float]]] = {}
+    frame_bytes: dict[str, list[int]] = {}
+    for s in steps:
+        if s["run_id"] not in steady:
+            continue
+        cfg = config_of.get(s["run_id"], "?")
+        step_ms = float(s["denoise_ms"]) + (sum(float(s[k]) for k in PREVIEW_PARTS[:5]) if s["mode"] == "sync" else 0)
+        per_step.setdefault(cfg, {}).setdefault(int(s["step"]), []).append(step_ms)
+        if s["preview"] != "1":
+            continue
+        acc = parts.setdefault(cfg, {k: 0.0 for k in PREVIEW_PARTS} | {"n": 0.0})
+        for k in PREVIEW_PARTS[:5]:
+            acc[k] += float(s[k])
+        acc["send_ms"] += float(s.get("send_ms") or 0)
+        acc["browser_ms"] += float(s.get("client_decode_ms") or 0) + float(s.get("client_paint_ms") or 0)
+        acc["n"] += 1
+        frame_bytes.setdefault(f"{s['decoder']} {s['encoder']}", []).append(int(s["bytes"]))
+    stacked = {cfg: {k: v[k] / v["n"] for k in PREVIEW_PARTS} for cfg, v in parts.items() if v["n"]}
+    medians = {cfg: {step: statistics.median(v) for step, v in sorted(d.items())} for cfg, d in per_step.items()}
+    sizes = {k: statistics.median(v) for k, v in sorted(frame_bytes.items())}
+    return {"summary": summary, "overhead": overhead, "stacked": stacked, "per_step": medians, "bytes": sizes}
+
+
+def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+
+    def save(f: Any, name: str) -> None:
+        f.suptitle(title, fontsize=8)
+        f.tight_layout()
+        p = out / name
+        f.savefig(p, dpi=110)
+        plt.close(f)
+        paths.append(p)
+
+    f, ax = plt.subplots(figsize=(7, 4))
+    for label, pts in sorted(fig["overhead"].items()):
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    ax.set_xlabel("preview every N steps")
+    ax.set_ylabel("overhead vs no previews (%)")
+    ax.set_xscale("log")
+    ax.axhline(0, color="#888", lw=0.8)
+    ax.legend(fontsize=8)
+    ax.set_title("Preview overhead against interval")
+    save(f, "overhead_vs_interval.png")
+
+    f, ax = plt.subplots(figsize=(8, 4.5))
+    cfgs = sorted(fig["stacked"])
+    bottom = [0.0] * len(cfgs)
+    for k in PREVIEW_PARTS:
+        vals = [fig["stacked"][c][k] for c in cfgs]
+        ax.barh(cfgs, vals, left=bottom, label=k.replace("_ms", ""))
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xlabel("ms per preview (mean)")
+    ax.legend(fontsize=7, ncol=4)
+    ax.set_title("Where a preview's time goes")
+    ax.tick_params(axis="y", labelsize=7)
+    save(f, "preview_breakdown.png")
+
+    f, ax = plt.subplots(figsize=(7, 4))
+    for cfg, d in sorted(fig["per_step"].items()):
+        ax.plot(list(d), list(d.values()), label=cfg, lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("ms on the denoising path (median over runs)")
+    ax.legend(fontsize=6, ncol=2)
+    ax.set_title("Per-step time across the run")
+    save(f, "per_step.png")
+
+    f, ax = plt.subplots(figsize=(7, 3.5))
+    ax.bar(list(fig["bytes"]), [v / 1024 for v in fig["bytes"].values()])
+    ax.set_ylabel("KiB per frame (median)")
+    ax.set_title("Bytes per frame by decoder and encoder")
+    ax.tick_params(axis="x", labelsize=7, rotation=20)
+    save(f, "bytes_per_frame.png")
+    return paths
+
+
+def render_html(fig: dict[str, Any], title: str, images: list[Path]) -> str:
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v if not isinstance(v, float) else round(v, 2)))}</td>"
+                         for v in (s["config"], s["runs"], s["wall_s"], s["decode_ms_p50"], s["encode_ms_p50"],
+                                   s["overhead_pct"] if s["overhead_pct"] is not None else "")) + "</tr>"
+        for s in fig["summary"])
+    imgs = "".join(f'<figure><img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+                   f"<figcaption>{p.stem.replace('_', ' ')}</figcaption></figure>" for p in images)
+    return (f"<!doctype html><meta charset=utf-8><title>previewlab report</title>"
+            f"<style>body{{font:14px system-ui;margin:24px}}td,th{{padding:2px 8px;border-bottom:1px solid #ddd}}"
+            f"img{{max-width:100%}}</style><h1>previewlab report</h1><p>{html.escape(title)}</p>"
+            f"<table><tr><th>config</th><th>runs</th><th>wall s</th><th>decode ms p50</th><th>encode ms p50</th>"
+            f"<th>overhead %</th></tr>{rows}</table>{imgs}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench report", description=__doc__)
+    p.add_argument("dir", type=Path, help="a folder written by python -m bench --out")
+    args = p.parse_args(argv)
+    runs, steps = read(args.dir)
+    if not runs:
+        print(f"bench report: {args.dir}/runs.csv has no runs", file=sys.stderr)
+        return 2
+    title = caption(runs)
+    fig = figures(runs, steps)
+    images = plot(fig, title, args.dir)
+    (args.dir / "report.html").write_text(render_html(fig, title, images))
+    print(f"wrote {args.dir / 'report.html'} and {len(images)} plots")
+    return 0

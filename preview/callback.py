@@ -1,0 +1,268 @@
+"""A drop-in diffusers step-end callback: measure, watch and export the previews of your own pipeline call.
+
+    from preview import watch as preview_watch
+    watch = preview_watch(pipe, decoder="taesd", every=2, taesd="path/to/taesd")   # or serve=True
+    image = pipe(prompt, callback_on_step_end=watch,
+                 callback_on_step_end_tensor_inputs=watch.tensor_inputs).images[0]
+    watch.rows; watch.to_csv("costs.csv")
+
+The callback returns the pipeline's kwargs untouched. It never moves, copies or re-wraps the user's models;
+the phases of the call (text encoding, denoising, final decode) come from forward hooks on the pipeline's own
+text encoders and VAE decoder, and one forward pre-hook on the UNet that removes itself at the first step.
+"""
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from diffusers.callbacks import PipelineCallback
+
+from .decoders import DecoderError
+from .engine import Controls, Frame, Previewer, StepMeter, _env, on_path_ms, save_image
+from .models import Family, Model, load_taesd
+from .records import PREVIEW_STAGES, STEP_COLUMNS, RunRecord, StepRow, to_csv_text
+from .settings import PreviewSettings
+
+
+def model_of(pipe: Any, taesd: str | None) -> Model:
+    """Describe a user's pipeline as the engine's Model, without touching its modules."""
+    family: Family = "sdxl" if getattr(pipe, "text_encoder_2", None) is not None else "sd15"
+    device = torch.device(pipe._execution_device)
+    dtype = pipe.unet.dtype
+    tiny, kind = (None, "none")
+    if taesd is not None:
+        tiny, kind = load_taesd(taesd)
+        tiny.to(device, dtype).eval().requires_grad_(False)  # the decoder the user asked for, ours to place
+    offload = "model" if getattr(pipe, "_offload_gpu_id", None) is not None else "none"
+    return Model(name=type(pipe).__name__, pipe=pipe, family=family, synthetic=False, taesd=tiny,
+                 taesd_kind=kind,  # type: ignore[arg-type]
+                 device=device, dtype=dtype, default_size=0, load_s=0.0, offload=offload)
+
+
+class Watch(PipelineCallback):
+    tensor_inputs = ["latents"]
+
+    def __init__(self, pipe: Any, *, decoder: str = "latent2rgb", every: int = 1, taesd: str | None = None,
+                 mode: str = "overlap", encoder: str = "turbojpeg", quality: int = 80, preview_max: int = 0,
+                 budget: float = 0.0, inflight: int = 2, serve: bool = False, host: str = "127.0.0.1",
+                 port: int = 8000, data_dir: str | Path = "runs") -> None:
+        super().__init__()
+        self.pipe = pipe
+        self.model = model_of(pipe, taesd)
+        self.controls = Controls(PreviewSettings(decoder=decoder, every=every, mode=mode, encoder=encoder,
+                                                 quality=quality, preview_max=preview_max, budget=budget))
+        if decoder == "taesd" and self.model.taesd is None:
+            raise DecoderError("decoder taesd needs TAESD weights: pass taesd=PATH (taesd_decoder.pth from "
+                               "github.com/madebyollin/taesd, or a diffusers AutoencoderTiny folder)")
+        self.previewer = Previewer(self.model)
+        self.inflight = inflight
+        self.rows: list[StepRow] = []          # the rows of the latest call, in step order
+        self.records: list[RunRecord] = []     # one per finished call
+        self.meter: StepMeter | None = None
+        self._call: dict[str, Any] = {}        # marks of the call in progress
+        self._previewing = False
+        self._stop = threading.Event()
+        self._n = 0
+        self._hooks: list[Any] = []
+        self._unet_hook: Any = None
+        self.server: Any = None
+        self._hook()
+        if serve:
+            from server.embedded import serve as start_server
+
+            self.server = start_server(self, host=host, port=port, data_dir=Path(data_dir))
+
+    # -- the call's phases, from hooks on the user's own modules ----------------------------------------------
+    def _hook(self) -> None:
+        for name in ("text_encoder", "text_encoder_2"):
+            te = getattr(self.pipe, name, None)
+            if te is not None:
+                self._hooks.append(te.register_forward_pre_hook(lambda *a: self._text_start()))
+                self._hooks.append(te.register_forward_hook(lambda *a: self._text_end()))
+        dec = self.pipe.vae.decoder
+        self._hooks.append(dec.register_forward_pre_hook(lambda *a: self._vae("decode0")))
+        self._hooks.append(dec.register_forward_hook(lambda *a: self._vae("decode1")))
+        self._arm()
+
+    def _arm(self) -> None:
+        """A one-shot hook: the UNet's first forward of the next call marks where step 1 begins."""
+        if self._unet_hook is None:
+            self._unet_hook = self.pipe.unet.register_forward_pre_hook(lambda *a: self._unet_start())
+
+    def _unet_start(self) -> None:
+        if self._call.get("finished"):  # a call without text encoding (prompt_embeds given) follows another
+            self._close_call()
+        self._call.setdefault("denoise0", self._sw().mark())
+        self._call.setdefault("t0", time.perf_counter())
+        if self._unet_hook is not None:
+            self._unet_hook.remove()
+            self._unet_hook = None
+
+    def _sw(self) -> Any:
+        from .stopwatch import Stopwatch
+
+        return Stopwatch(self.model.device, time.perf_counter)
+
+    def _text_start(self) -> None:
+        if self._call.get("finished"):
+            self._close_call()
+        if "t0" not in self._call:
+            self._call.update(t0=time.perf_counter(), te0=self._sw().mark())
+
+    def _text_end(self) -> None:
+        self._call["te1"] = self._sw().mark()
+
+    def _vae(self, key: str) -> None:
+        if not self._previewing and self._call.get("finished"):
+            self._call[key] = self._sw().mark()
+            if key == "decode1":
+                self._call["t_decoded"] = time.perf_counter()
+
+    # -- the step callback --------------------------------------------------------------------------------------
+    def callback_fn(self, pipeline: Any, step_index: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
+        if step_index == 0 or self.meter is None:
+            self._begin(pipeline, callback_kwargs["latents"])
+        assert self.meter is not None
+        self._previewing = True
+        try:
+            out = self.meter(pipeline, step_index, timestep, callback_kwargs)
+        finally:
+            self._previewing = False
+        if step_index + 1 >= getattr(pipeline, "num_timesteps", 10**9) or pipeline._interrupt:
+            self._end_denoise()
+        return out
+
+    def _begin(self, pipeline: Any, latents: torch.Tensor) -> None:
+        if self.meter is not None:
+            self._close_call()
+        self._n += 1
+        self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{self._n % 1000:03d}"
+        steps = int(getattr(pipeline, "num_timesteps", 0) or 0)
+        # the schedule from a CPU copy of the scheduler: reading a device timestep would wait for the device
+        sched = copy.deepcopy(pipeline.scheduler)
+        try:
+            sched.set_timesteps(steps, device="cpu")
+            timesteps = [float(t) for t in sched.timesteps][:steps]
+        except Exception:
+            timesteps = []
+        vsf = int(getattr(pipeline, "vae_scale_factor", 8))
+        h, w = int(latents.shape[-2]) * vsf, int(latents.shape[-1]) * vsf
+        self.rows = []
+        server = self.server
+        self.meter = StepMeter(self.model, self.controls, self.run_id, width=w, height=h, steps=steps,
+                               timesteps=timesteps, previewer=self.previewer, inflight=self.inflight,
+                               on_row=self._row, on_frame=server.frame_from_thread if server else None,
+                               on_error=server.error_from_thread if server else None,
+                               should_stop=self._stop.is_set)
+        self.meter.begin(self._call.get("denoise0"))
+        self._call["steps"], self._call["width"], self._call["height"] = steps, w, h
+        self._call.setdefault("t0", time.perf_counter())
+        self._stop.clear()
+        if server:
+            server.started_from_thread(self._meta())
+
+    def _row(self, row: StepRow) -> None:
+        self.rows.append(row)
+        if self.server:
+            self.server.row_from_thread(row)
+
+    def _end_denoise(self) -> None:
+        assert self.meter is not None
+        t = time.perf_counter()
+        self.meter.drain()
+        self._call.update(finished=True, drain_ms=(time.perf_counter() - t) * 1e3, t_denoised=time.perf_counter())
+        self._arm()
+
+    # -- the end of the request ------------------------------------------------------------------------------
+    def save(self, image: Any, path: str | Path) -> Path:
+        """Encode the final image as PNG and write it, timed: the request ends here."""
+        arr = np.asarray(image.convert("RGB") if hasattr(image, "convert") else image)
+        t0 = time.perf_counter()
+        png = save_image(arr.astype(np.uint8))
+        t1 = time.perf_counter()
+        Path(path).write_bytes(png)
+        t2 = time.perf_counter()
+        self._call.update(final_encode_ms=(t1 - t0) * 1e3, write_ms=(t2 - t1) * 1e3, t_end=t2)
+        self._close_call()
+        return Path(path)
+
+    image_saved = save
+
+    def finish(self) -> RunRecord | None:
+        """Close the latest call's record without saving an image (save() does this for you)."""
+        return self._close_call()
+
+    def _close_call(self) -> RunRecord | None:
+        c, meter = self._call, self.meter
+        self._call, self.meter = {}, None
+        if meter is None:
+            return None
+        if not c.get("finished"):
+            meter.drain()
+        sw = meter.sw
+        end = c.get("t_end") or c.get("t_decoded") or c.get("t_denoised") or time.perf_counter()
+        wall_ms = (end - c.get("t0", end)) * 1e3
+        totals = {k: sum(getattr(r, k) for r in meter.rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
+        phases = dict(text_encode_ms=sw.ms(c.get("te0"), c.get("te1")),
+                      final_decode_ms=sw.ms(c.get("decode0"), c.get("decode1")),
+                      final_encode_ms=c.get("final_encode_ms", 0.0), write_ms=c.get("write_ms", 0.0))
+        on_path = sum(on_path_ms(r, self.model.device.type == "cuda") for r in meter.rows)
+        s = self.controls.get()
+        rec = RunRecord(run_id=meter.run_id, **_env(self.model), steps=c.get("steps", 0), width=c.get("width", 0),
+                        height=c.get("height", 0), seed=-1, decoder=s.decoder, every=s.every,
+                        encoder=s.encoder, quality=s.quality, preview_max=s.preview_max, mode=s.mode, budget=s.budget,
+                        status="done" if len(meter.rows) >= c.get("steps", 0) else "stopped", first_run=0,
+                        load_s=0.0, wall_s=wall_ms / 1e3, **totals, **phases, drain_ms=c.get("drain_ms", 0.0),
+                        other_ms=wall_ms - totals["denoise_ms"] - on_path - sum(phases.values()) - c.get("drain_ms", 0.0),
+                        previews=sum(r.preview for r in meter.rows), skipped=sum(r.skipped for r in meter.rows),
+                        bytes=sum(r.bytes for r in meter.rows), inflight_peak=0, offload=self.model.offload,
+                        compile=0, channels_last=0, compile_ms=0.0)
+        self.records.append(rec)
+        if self.server:
+            self.server.ended_from_thread({**self._meta(meter.run_id), "status": rec.status,
+                                           "totals": rec.__dict__})
+        return rec
+
+    @property
+    def record(self) -> RunRecord | None:
+        """The latest call's record, closing it if the call has finished."""
+        if self.meter is not None and self._call.get("finished"):
+            self._close_call()
+        return self.records[-1] if self.records else None
+
+    def to_csv(self, path: str | Path) -> Path:
+        Path(path).write_text(to_csv_text(self.rows, STEP_COLUMNS))
+        return Path(path)
+
+    def _meta(self, run_id: str | None = None) -> dict[str, Any]:
+        m, c = self.model, self._call
+        return dict(run_id=run_id or self.run_id, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), model=m.name,
+                    synthetic=m.synthetic, family=m.family, device=m.device.type,
+                    dtype=str(m.dtype).removeprefix("torch."), prompt="(your script)", steps=c.get("steps", 0),
+                    width=c.get("width", 0), height=c.get("height", 0), seed=-1,
+                    **self.controls.get().__dict__)
+
+    # -- what the embedded server may ask ------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def remove(self) -> None:
+        """Remove the hooks from the user's modules and stop the server, if any."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        if self._unet_hook is not None:
+            self._unet_hook.remove()
+            self._unet_hook = None
+        if self.server:
+            self.server.shutdown()
+
+
+def watch(pipe: Any, **kw: Any) -> Watch:
+    """A step-end callback for `pipe` that measures, previews and records each call. See Watch."""
+    return Watch(pipe, **kw)

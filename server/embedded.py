@@ -1,0 +1,107 @@
+"""The live page for a user's own pipeline: preview.watch(pipe, serve=True) runs the server in a thread.
+
+The user's code owns the pipeline and its loop; this side only shows what the watch measures. Start is
+refused (generations come from the script); set changes the watch's live controls; stop interrupts the
+call at its next step.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from preview.engine import Frame
+from preview.records import StepRow
+
+from .app import Server, build_app
+from .worker import Busy
+
+
+class WatchSource:
+    """What the server's message handler asks of a run's owner, answered by the watch."""
+
+    def __init__(self, watch: Any) -> None:
+        self.watch = watch
+
+    @property
+    def state(self) -> str:
+        return "running" if self.watch.meter is not None and not self.watch._call.get("finished") else "idle"
+
+    def start(self, settings: Any) -> dict[str, Any]:
+        raise Busy("this page watches a script's own pipeline: start generations from the script")
+
+    def set(self, changes: dict[str, Any]) -> None:
+        self.watch.controls.set(**changes)
+
+    def stop(self) -> bool:
+        if self.state != "running":
+            return False
+        self.watch.request_stop()
+        return True
+
+    def shutdown(self) -> None:
+        pass
+
+
+class Embedded:
+    """Thread-safe doors from the denoising thread into the server's event loop; none of them waits."""
+
+    def __init__(self, server: Server, uv: Any, thread: threading.Thread, loop: asyncio.AbstractEventLoop,
+                 url: str) -> None:
+        self.server, self.uv, self.thread, self.loop, self.url = server, uv, thread, loop, url
+
+    def _call(self, fn: Any, *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def started_from_thread(self, meta: dict[str, Any]) -> None:
+        def begin() -> None:
+            self.server.store.begin(meta)
+            self.server.run_started(meta)
+        self._call(begin)
+
+    def row_from_thread(self, row: StepRow) -> None:
+        self._call(self.server.row, row)
+
+    def frame_from_thread(self, frame: Frame) -> None:
+        self._call(self.server.frame, frame)
+
+    def error_from_thread(self, message: str) -> None:
+        self._call(self.server.error, "", message)
+
+    def ended_from_thread(self, meta: dict[str, Any]) -> None:
+        self._call(self.server.run_ended, meta)
+
+    def shutdown(self) -> None:
+        self.uv.should_exit = True
+        self.thread.join(30)
+
+
+def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: Path = Path("runs")) -> Embedded:
+    import uvicorn
+
+    from .protocol import MAX_MESSAGE_BYTES
+
+    server = Server(watch.model, data_dir, source=WatchSource(watch))
+    config = uvicorn.Config(build_app(server), host=host, port=port, log_level="warning", ws_max_size=MAX_MESSAGE_BYTES)
+    uv = uvicorn.Server(config)
+    holder: dict[str, Any] = {}
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        holder["loop"] = loop
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(uv.serve())
+
+    t = threading.Thread(target=run, name="previewlab-server", daemon=True)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        if time.monotonic() > deadline or not t.is_alive():
+            raise RuntimeError(f"previewlab: the server could not start on {host}:{port}")
+        time.sleep(0.02)
+    port = uv.servers[0].sockets[0].getsockname()[1] if port == 0 else port
+    url = f"http://{host}:{port}/"
+    print(f"previewlab: watching {watch.model.name}; open {url}", flush=True)
+    return Embedded(server, uv, t, holder["loop"], url)

@@ -1,0 +1,128 @@
+"""Who may talk to the server: a Host allowlist (DNS rebinding), a same-origin check on the WebSocket
+(cross-site WebSocket hijacking), and a token when bound beyond loopback. One ASGI middleware, before routing.
+
+Refusals: HTTP 400 for a bad Host, 403 for a bad Origin or token; a WebSocket is refused before accept (uvicorn
+answers the handshake with 403). Every refusal is logged with a short, truncated quote of what was sent.
+"""
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+from http.cookies import SimpleCookie
+from typing import Any, Iterable
+from urllib.parse import parse_qs, urlsplit
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+log = logging.getLogger("previewlab.server")
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+COOKIE = "previewlab_token"
+
+
+def split_host(value: str) -> tuple[str, int | None] | None:
+    """'example:8000' -> ('example', 8000); '[::1]:8000' -> ('::1', 8000); None if it cannot be parsed."""
+    value = value.strip().lower()
+    if not value or any(c in value for c in " /\\@?#"):
+        return None
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            return None
+        host, rest = value[1:end], value[end + 1:]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return None
+        if rest == "":
+            return host, None
+        if not rest.startswith(":") or not rest[1:].isdigit():
+            return None
+        return host, int(rest[1:])
+    if value.count(":") > 1:
+        return None  # a bare IPv6 address must be bracketed in a Host header
+    host, _, port = value.partition(":")
+    if port and not port.isdigit():
+        return None
+    return host, int(port) if port else None
+
+
+def is_loopback(addr: str | None) -> bool:
+    if not addr:
+        return False
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return addr == "localhost"
+
+
+def _short(v: Any, n: int = 60) -> str:
+    s = repr(v)
+    return s if len(s) <= n else s[:n] + "..."
+
+
+class Guard:
+    def __init__(self, app: ASGIApp, *, hosts: Iterable[str], token: str | None = None) -> None:
+        self.app = app
+        self.hosts = {h.lower().strip("[]") for h in hosts} | set(LOOPBACK_NAMES)
+        self.token = token
+
+    def _headers(self, scope: Scope) -> dict[str, str]:
+        return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+    def _token_ok(self, scope: Scope, headers: dict[str, str]) -> bool:
+        if self.token is None:
+            return True
+        given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
+        if not given and "cookie" in headers:
+            c = SimpleCookie()
+            try:
+                c.load(headers["cookie"])
+            except Exception:
+                return False
+            given = c[COOKIE].value if COOKIE in c else ""
+        return bool(given) and hmac.compare_digest(given, self.token)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        headers = self._headers(scope)
+        client = (scope.get("client") or (None, None))[0]
+        parsed = split_host(headers.get("host", ""))
+        if parsed is None or parsed[0] not in self.hosts:
+            return await self._refuse(scope, receive, send, 400, f"host {_short(headers.get('host'))} not allowed")
+        if scope["type"] == "websocket":
+            origin = headers.get("origin")
+            if origin is None:
+                if not is_loopback(client):
+                    return await self._refuse(scope, receive, send, 403, "WebSocket without Origin from non-loopback")
+            else:
+                o = urlsplit(origin)
+                same = o.scheme in ("http", "https") and split_host(o.netloc) == parsed
+                if not same:
+                    return await self._refuse(scope, receive, send, 403, f"cross-origin WebSocket from {_short(origin)}")
+        if not self._token_ok(scope, headers):
+            return await self._refuse(scope, receive, send, 403, "missing or wrong token")
+        if self.token is not None and scope["type"] == "http" and scope.get("path") == "/":
+            return await self.app(scope, receive, self._set_cookie(send))
+        await self.app(scope, receive, send)
+
+    def _set_cookie(self, send: Send) -> Send:
+        async def wrapped(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                cookie = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie.encode())]}
+            await send(message)
+        return wrapped
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, status: int, why: str) -> None:
+        client = scope.get("client")
+        log.warning("refused %s %s from %s: %s", scope["type"], _short(scope.get("path"), 40), client, why)
+        if scope["type"] == "websocket":
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008})  # before accept: the handshake gets 403
+            return
+        body = f"{why}\n".encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})

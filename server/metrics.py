@@ -1,0 +1,90 @@
+"""What a long-running server exposes: GET /metrics (Prometheus text format) and two append-only logs.
+
+  <data>/wall-seconds.txt     one line per finished generation: its wall seconds
+  <data>/generations.jsonl    one JSON object per finished generation (settings, totals, device memory)
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from preview.records import PREVIEW_STAGES, StepRow
+
+SECONDS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+STAGE_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class Metrics:
+    """One registry per server (tests run several in a process)."""
+
+    def __init__(self, data_dir: Path, device: torch.device) -> None:
+        self.data_dir, self.device = Path(data_dir), device
+        r = self.registry = CollectorRegistry()
+        self.generation = Histogram("previewlab_generation_seconds", "Wall time of a generation", ["decoder", "status"],
+                                    buckets=SECONDS, registry=r)
+        self.stage = Histogram("previewlab_preview_stage_seconds", "Time of one preview stage", ["stage", "decoder"],
+                               buckets=STAGE_SECONDS, registry=r)
+        self.denoise = Histogram("previewlab_denoise_step_seconds", "Denoising time of one step", buckets=STAGE_SECONDS,
+                                 registry=r)
+        self.frames_sent = Counter("previewlab_frames_sent", "Preview frames written to a client", registry=r)
+        self.frames_dropped = Counter("previewlab_frames_dropped", "Frames replaced before a client got them",
+                                      registry=r)
+        self.bytes_sent = Counter("previewlab_bytes_sent", "Preview bytes written to clients", registry=r)
+        self.clients = Gauge("previewlab_connected_clients", "WebSocket watchers connected", registry=r)
+        self.device_memory = Gauge("previewlab_device_memory_bytes", "CUDA memory", ["kind"], registry=r)
+        self._mem_before: dict[str, int] = {}
+
+    def step(self, row: StepRow) -> None:
+        self.denoise.observe(row.denoise_ms / 1e3)
+        if row.preview:
+            for k in PREVIEW_STAGES:
+                self.stage.labels(k.removesuffix("_ms"), row.decoder).observe(getattr(row, k) / 1e3)
+
+    def sent(self, nbytes: int) -> None:
+        self.frames_sent.inc()
+        self.bytes_sent.inc(nbytes)
+
+    def memory(self) -> dict[str, int]:
+        if self.device.type != "cuda":
+            return {}
+        return {"allocated": torch.cuda.memory_allocated(self.device),
+                "reserved": torch.cuda.memory_reserved(self.device),
+                "peak": torch.cuda.max_memory_allocated(self.device)}
+
+    def run_started(self) -> None:
+        self._mem_before = self.memory()
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def run_ended(self, meta: dict[str, Any]) -> None:
+        totals = meta.get("totals") or {}
+        wall = float(totals.get("wall_s", 0.0))
+        self.generation.labels(meta.get("decoder", ""), meta.get("status", "")).observe(wall)
+        after = self.memory()
+        for k, v in after.items():
+            self.device_memory.labels(k).set(v)
+        entry = {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run_id": meta["run_id"],
+            "prompt": str(meta.get("prompt", ""))[:100], "seed": meta.get("seed"), "steps": meta.get("steps"),
+            "width": meta.get("width"), "height": meta.get("height"), "model": meta.get("model"),
+            "synthetic": meta.get("synthetic"), "status": meta.get("status"),
+            "decoder": meta.get("decoder"), "every": meta.get("every"), "mode": meta.get("mode"),
+            "budget": meta.get("budget"), "encoder": meta.get("encoder"), "quality": meta.get("quality"),
+            "preview_max": meta.get("preview_max"), "wall_s": wall,
+            "totals_ms": {k: v for k, v in totals.items() if k.endswith("_ms")},
+            "device_memory": {"before": self._mem_before or None, "after": after or None,
+                              "peak": after.get("peak") if after else None},
+        }
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.data_dir / "wall-seconds.txt", "a") as f:
+            f.write(f"{wall:.3f}\n")
+        with open(self.data_dir / "generations.jsonl", "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

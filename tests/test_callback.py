@@ -1,0 +1,127 @@
+"""preview.watch on a plain diffusers pipeline the test builds itself, called the way a user's script calls it."""
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+import websockets
+from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
+
+from preview import watch as preview_watch
+from preview.models import _build_synthetic
+from preview.records import STEP_COLUMNS
+from server.protocol import unpack_frame
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    p, _, _, _ = _build_synthetic("synthetic:tiny", 0)  # a plain StableDiffusionPipeline of tiny components
+    p.set_progress_bar_config(disable=True)
+    return p
+
+
+def call(pipe, **kw):
+    return pipe("a cat", num_inference_steps=4, height=64, width=64, output_type="np",
+                generator=torch.Generator().manual_seed(3), **kw).images[0]
+
+
+def test_decoder_none_leaves_the_output_bit_identical(pipe):
+    plain = call(pipe)
+    w = preview_watch(pipe, decoder="none")
+    watched = call(pipe, callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs)
+    w.remove()
+    assert np.array_equal(plain, watched)
+    assert [r.step for r in w.rows] == [1, 2, 3, 4] and all(r.preview == 0 for r in w.rows)
+
+
+def test_rows_csv_and_phases_of_a_users_call(pipe, tmp_path):
+    w = preview_watch(pipe, decoder="latent2rgb", every=2, mode="sync")
+    image = call(pipe, callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs)
+    assert [r.preview for r in w.rows] == [0, 1, 0, 1]
+    assert all(r.denoise_ms > 0 for r in w.rows) and w.rows[1].bytes > 0 and w.rows[1].preview_width == 32
+    ts = [r.timestep for r in w.rows]
+    assert ts == [float(t) for t in pipe.scheduler.timesteps]  # the schedule, read without a device wait
+    path = w.to_csv(tmp_path / "costs.csv")
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == STEP_COLUMNS and len(rows) == 4 and rows[3]["decoder"] == "latent2rgb"
+    w.save((image * 255).round().astype(np.uint8), tmp_path / "out.png")
+    rec = w.records[-1]
+    assert rec.text_encode_ms > 0 and rec.final_decode_ms > 0 and rec.final_encode_ms > 0 and rec.write_ms > 0
+    assert rec.previews == 2 and rec.steps == 4 and rec.status == "done"
+    measured = (rec.text_encode_ms + rec.denoise_ms + rec.preview_ms + rec.final_decode_ms + rec.final_encode_ms
+                + rec.write_ms + rec.drain_ms)
+    assert abs(measured + rec.other_ms - rec.wall_s * 1e3) < 1e-6 and rec.other_ms >= 0
+    assert (tmp_path / "out.png").read_bytes()[:4] == b"\x89PNG"
+    # a second call starts a new record and new rows
+    call(pipe, callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs)
+    assert len(w.rows) == 4 and w.record is not None and len(w.records) == 2
+    w.remove()
+
+
+def test_runs_beside_a_users_own_callback(pipe):
+    class Count(PipelineCallback):
+        tensor_inputs = ["latents"]
+
+        def __init__(self):
+            super().__init__()
+            self.steps = []
+
+        def callback_fn(self, pipeline, step_index, timestep, callback_kwargs):
+            self.steps.append(step_index)
+            return callback_kwargs
+
+    mine = Count()
+    w = preview_watch(pipe, decoder="vae")
+    both = MultiPipelineCallbacks([w, mine])
+    call(pipe, callback_on_step_end=both, callback_on_step_end_tensor_inputs=both.tensor_inputs)
+    assert mine.steps == [0, 1, 2, 3]
+    assert [r.preview for r in w.rows] == [1, 1, 1, 1] and w.rows[0].preview_width == 64
+    w.remove()
+
+
+def test_serve_shows_the_users_run_over_ws(pipe, tmp_path):
+    w = preview_watch(pipe, decoder="latent2rgb", serve=True, port=0, data_dir=tmp_path)
+    url = w.server.url.replace("http", "ws") + "ws"
+
+    async def watch_it():
+        frames, steps, done = [], [], None
+        async with websockets.connect(url) as ws:
+            hello = json.loads(await ws.recv())
+            assert hello["type"] == "hello"
+            await ws.send(json.dumps({"type": "start"}))
+            t = threading.Thread(target=lambda: (call(pipe, callback_on_step_end=w,
+                                                      callback_on_step_end_tensor_inputs=w.tensor_inputs),
+                                                 w.finish()))
+            refused = json.loads(await ws.recv())
+            assert refused["type"] == "error" and "start generations from the script" in refused["message"]
+            t.start()
+            while done is None:
+                m = await asyncio.wait_for(ws.recv(), 60)
+                if isinstance(m, bytes):
+                    header, data = unpack_frame(m)
+                    frames.append(header)
+                    await ws.send(json.dumps({"type": "ack", "seq": header["seq"], "client_decode_ms": 1,
+                                              "client_paint_ms": 1}))
+                else:
+                    msg = json.loads(m)
+                    if msg["type"] == "step":
+                        steps.append(msg)
+                    elif msg["type"] == "done":
+                        done = msg
+            t.join()
+        return frames, steps, done
+
+    try:
+        frames, steps, done = asyncio.run(watch_it())
+    finally:
+        w.remove()
+    assert [f["step"] for f in frames] == [1, 2, 3, 4] and frames[0]["decoder"] == "latent2rgb"
+    assert [s["step"] for s in steps] == [1, 2, 3, 4] and done["status"] == "done"
+    run_dir = tmp_path / done["run_id"]
+    assert (run_dir / "steps.csv").is_file() and (run_dir / "meta.json").is_file()
