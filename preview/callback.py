@@ -41,7 +41,8 @@ def model_of(pipe: Any, taesd: str | None) -> Model:
     offload = "model" if getattr(pipe, "_offload_gpu_id", None) is not None else "none"
     return Model(name=type(pipe).__name__, pipe=pipe, family=family, synthetic=False, taesd=tiny,
                  taesd_kind=kind,  # type: ignore[arg-type]
-                 device=device, dtype=dtype, default_size=0, load_s=0.0, offload=offload)
+                 device=device, dtype=dtype, default_size=1024 if family == "sdxl" else 512, load_s=0.0,
+                 offload=offload)
 
 
 class Watch(PipelineCallback):

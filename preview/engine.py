@@ -108,6 +108,7 @@ class Previewer:
         self._dec: dict[str, decoders.Decode | None] = {}
         self._enc: dict[str, encoders.Encoder] = {}
         self.compile_ms: dict[str, float] = {}
+        self.cost_ms: dict[str, float] = {}  # the autopilot's latest cost per preview, by decoder
 
     def decoder(self, name: str) -> decoders.Decode | None:
         if name not in self._dec:
@@ -256,6 +257,7 @@ class StepMeter:
                     if m.row.mode == "sync":
                         on_thread += m.row.sync_ms + m.row.transfer_ms + m.row.encode_ms
                     pilot.observe_preview(on_thread)
+                    self.prev.cost_ms[m.row.decoder] = pilot.cost_ms or on_thread  # a prior for later runs
             self.rows.append(m.row)
             if self.on_row:
                 self.on_row(m.row)
@@ -279,7 +281,7 @@ class StepMeter:
         self.controls.set(decoder=fallback)
         self.controls.notes[:] = []
         if self.pilot is not None:
-            self.pilot.decoder = fallback
+            self.pilot.decoder, self.pilot.awaiting = fallback, False
         row.event = (row.event + "; " if row.event else "") + msg
         row.preview = 0
         if self.on_error:
@@ -352,7 +354,11 @@ class StepMeter:
         if s.budget > 0 and s.decoder != "none":
             pilot = self.pilot
             if pilot is None or pilot.budget_pct != s.budget or (event and "decoder=" in event):
-                pilot = self.pilot = Autopilot(s.budget, self.steps, s.decoder, has_taesd=self.model.taesd is not None)
+                old = pilot
+                pilot = self.pilot = Autopilot(s.budget, self.steps, s.decoder, has_taesd=self.model.taesd is not None,
+                                               prior_ms=self.prev.cost_ms.get(s.decoder))
+                if old is not None:  # a live change keeps the run's books
+                    pilot.total_step_ms, pilot.total_cost_ms, pilot.step_ms = old.total_step_ms, old.total_cost_ms, old.step_ms
             every = pilot.decide()
             if pilot.decoder != s.decoder:
                 controls.set(decoder=pilot.decoder)
@@ -367,7 +373,7 @@ class StepMeter:
                       width=self.width, height=self.height, mode=s.mode, event=event)
         marks = _Marks(row, self.last, cb)
         self.since += 1
-        due = should_preview(step, every) if s.budget <= 0 else self.since >= every
+        due = should_preview(step, every) if self.pilot is None else self.pilot.due(self.since)
         if decoder != "none" and due:
             self.since = 0
             ps = s.changed(decoder=decoder)
@@ -386,6 +392,8 @@ class StepMeter:
             except Exception as e:
                 self._failed(row, ps, e)
                 marks.dec0 = None
+            if self.pilot is not None and row.preview:
+                self.pilot.started()  # no second preview until this one's cost is known
         self.pending.append(marks)
         self.emit(False)
         if self.should_stop and self.should_stop():

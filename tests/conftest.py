@@ -24,15 +24,23 @@ from typing import Iterator
 
 
 @contextlib.contextmanager
-def live_server(app, host: str = "127.0.0.1") -> Iterator[str]:
-    """A real uvicorn on a free loopback port, in a thread; yields "host:port"."""
+def live_server(app, host: str = "127.0.0.1", sndbuf: int | None = None) -> Iterator[str]:
+    """A real uvicorn on a free loopback port, in a thread; yields "host:port".
+
+    sndbuf: the kernel send buffer of accepted sockets (they inherit the listener's), so a peer that stops
+    reading blocks the server's writes after kilobytes instead of the megabytes Linux allows by default."""
     import uvicorn
 
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=64 * 1024))
-    t = threading.Thread(target=server.run, daemon=True)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if sndbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    # uvicorn's own keepalive pings would also drop a stuck peer (after 40 s); tests look at previewlab's timeout
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=64 * 1024,
+                                           ws_ping_interval=600))
+    t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     t.start()
     deadline = time.monotonic() + 30
     while not server.started:
@@ -44,6 +52,7 @@ def live_server(app, host: str = "127.0.0.1") -> Iterator[str]:
     finally:
         server.should_exit = True
         t.join(30)
+        sock.close()
 
 
 @pytest.fixture

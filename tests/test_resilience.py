@@ -62,20 +62,22 @@ async def drive(url: str, start: dict) -> tuple[int, dict]:
 
 def test_stuck_reader_is_dropped_and_costs_nothing(make_app):
     srv, app = make_app(send_timeout_s=1.0)
-    with live_server(app) as addr:
+    with live_server(app, sndbuf=16 * 1024) as addr:
         stuck = raw_ws(addr, rcvbuf=4096)
         time.sleep(0.2)
         assert len(srv.hub.clients) == 1
         stuck_client = next(iter(srv.hub.clients.values()))
         # PNG previews of noise are large: the stuck socket fills within a few frames
-        frames, done = asyncio.run(drive(f"ws://{addr}/ws", {"steps": 30, "width": 256, "height": 256,
-                                                              "decoder": "vae", "encoder": "png"}))
+        frames, done = asyncio.run(drive(f"ws://{addr}/ws", {"steps": 30, "width": 128, "height": 128,
+                                                              "decoder": "taesd", "encoder": "png"}))
         assert done["status"] == "done" and frames == 30  # the reading client got every frame
         assert stuck_client.killed == "send timeout"
-        assert stuck_client.frames_sent < 30 and stuck_client.slot is None  # released: no frame kept for it
+        assert stuck_client.frames_sent < 10 and stuck_client.slot is None  # released: no frame kept for it
         assert stuck_client not in srv.hub.clients.values()
         rows = srv.store.rows(done["run_id"])
-        assert len(rows) == 30 and sum(int(r["dropped"] or 0) for r in rows) > 0  # the stuck one's drops
+        assert len(rows) == 30
+        # while its send was blocked, newer frames replaced the one in its slot: counted as drops, not queued
+        assert stuck_client.frames_dropped == sum(int(r["dropped"] or 0) for r in rows)
         stuck.close()
 
 
@@ -217,7 +219,8 @@ def test_sigterm_finishes_writing_and_closes_clients_1001(tmp_path):
     try:
         seen, code = asyncio.run(steps_then(f"ws://127.0.0.1:{port}/ws", 10, lambda: os.kill(p.pid, signal.SIGTERM)))
         assert code == 1001
-        assert p.wait(60) == 0
+        # uvicorn re-raises the signal it caught once shutdown is done, so a clean exit reads as -SIGTERM
+        assert p.wait(60) in (0, -signal.SIGTERM)
     finally:
         if p.poll() is None:
             p.kill()
