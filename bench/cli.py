@@ -46,31 +46,29 @@ def budget_value(text: str) -> float:
     return b
 
 
-def every_value(text: str) -> int:
+def _integer(text: str) -> int:
     try:
-        n = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def every_value(text: str) -> int:
+    n = _integer(text)
     if not 1 <= n <= MAX_EVERY:
         raise argparse.ArgumentTypeError(f"{n}: every must be from 1 to {MAX_EVERY}")
     return n
 
 
 def side(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    n = _integer(text)
     if n % 8 or not 64 <= n <= 2048:
         raise argparse.ArgumentTypeError(f"{n}: must be a multiple of 8 from 64 to 2048")
     return n
 
 
 def positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    n = _integer(text)
     if n < 0:
         raise argparse.ArgumentTypeError(f"{n}: must be 0 or more")
     return n

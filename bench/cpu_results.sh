@@ -17,3 +17,7 @@ $PY -m bench --model synthetic:small --steps 30 --decoders taesd,vae --every aut
   --out $R/autopilot
 # 5. the real SD1.5 architectures at 256x256, short
 $PY -m bench --model synthetic:sd15 --width 256 --height 256 --steps 4 --every 1,2 --repeats 1 --out $R/sd15
+# 6. plots of the default sweep (the README shows one)
+$PY -m bench report $R/default
+# 7. the server under load: 50 watchers, a stuck reader, a reconnecting client
+$PY -m bench load --out $R/load

@@ -59,7 +59,8 @@ async def watcher(url: str, stop: asyncio.Event, counts: list[int]) -> None:
                 await ws.send(json.dumps({"type": "ack", "seq": seq, "client_decode_ms": 0, "client_paint_ms": 0}))
 
 
-async def reconnector(url: str, stop: asyncio.Event, counts: list[int]) -> None:
+async def reconnector(url: str, stop: asyncio.Event, counts: list[int], period_s: float) -> None:
+    """A tab that keeps reloading: connect, take the hello, leave, `period_s` later again."""
     import websockets
 
     while not stop.is_set():
@@ -68,7 +69,8 @@ async def reconnector(url: str, stop: asyncio.Event, counts: list[int]) -> None:
                 await ws.recv()
                 counts[1] += 1
         except Exception:
-            await asyncio.sleep(0.05)
+            pass
+        await asyncio.sleep(period_s)
 
 
 async def one_run(port: int, pid: int, crowd: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -81,7 +83,7 @@ async def one_run(port: int, pid: int, crowd: int, args: argparse.Namespace) -> 
     stuck = None
     if crowd:
         tasks = [asyncio.create_task(watcher(url, stop, counts)) for _ in range(crowd)]
-        tasks.append(asyncio.create_task(reconnector(url, stop, counts)))
+        tasks.append(asyncio.create_task(reconnector(url, stop, counts, args.reconnect_period)))
         stuck = stuck_socket(port)
         await asyncio.sleep(1.0)
     peak, samples = 0, []
@@ -125,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--decoder", default="taesd")
     p.add_argument("--pairs", type=int, default=2, help="(one client, crowd) pairs, interleaved")
     p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
+    p.add_argument("--reconnect-period", type=float, default=0.1,
+                   help="seconds between the reconnecting client's connections (0: as fast as it can)")
     p.add_argument("--out", type=Path, default=Path("runs/load"))
     args = p.parse_args(argv)
     with socket.socket() as s:
@@ -157,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "load.json").write_text(json.dumps({"results": results, "peak_hwm_mib": peak_hwm}, indent=1))
     print(f"{args.model} {args.steps} steps, {args.decoder} every step; {args.clients} watchers + 1 stuck + "
-          f"1 reconnecting, {args.pairs} interleaved pairs")
+          f"1 reconnecting every {args.reconnect_period:g} s, {args.pairs} interleaved pairs")
     print(f"wall: one client {solo:.2f} s, crowd {crowd:.2f} s ({100 * (crowd / solo - 1):+.1f} %)")
     for r in results:
         print(f"  crowd={r['crowd']:>3} wall {r['wall_s']:.2f} s  rss start/mid/end/peak "

@@ -156,6 +156,13 @@ def _build_synthetic(name: str, seed: int) -> tuple[Any, Family, Any, int]:
     raise ModelError(f"unknown synthetic model {name!r}; allowed are {', '.join(SYNTHETIC)}")
 
 
+def synthetic_pipeline(name: str = "synthetic:tiny", seed: int = 0) -> Any:
+    """A plain diffusers pipeline of a synthetic preset's components (random seeded weights), on the CPU."""
+    pipe, _, _, _ = _build_synthetic(name, seed)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
 def load_taesd(path: str) -> tuple[nn.Module, Literal["diffusers", "madebyollin"]]:
     """A diffusers AutoencoderTiny folder, or madebyollin's taesd(xl)_decoder.pth / .safetensors."""
     p = Path(path)

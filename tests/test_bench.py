@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -107,3 +108,40 @@ def test_killed_sweep_leaves_readable_csvs(tmp_path):
         n = sum(1 for s in steps if s["run_id"] == rid)
         want = 3 if rid == runs[0]["run_id"] or rid == runs[1]["run_id"] else 6  # warm-up runs take 3 steps
         assert n == want
+
+
+def test_trace_and_cprofile_write_named_stages(tmp_path):
+    p = bench("--model", "synthetic:tiny", "--decoders", "taesd", "--every", "1", "--modes", "sync", "--steps", "3",
+              "--repeats", "1", "--warmup", "0", "--trace", str(tmp_path / "t"), "--cprofile", str(tmp_path / "c"),
+              "--out", str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    (trace,) = (tmp_path / "t").glob("trace-*.json")
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e.get("name") for e in events}
+    for stage in ("denoise", "decode", "resize", "sync", "transfer", "encode", "text_encode", "final_decode"):
+        assert f"previewlab.{stage}" in names, stage
+    assert sum(e.get("name") == "previewlab.decode" for e in events) == 3  # one per preview
+    (prof,) = (tmp_path / "c").glob("cprofile-*.prof")
+    import pstats
+
+    assert any("generate" in fn[2] for fn in pstats.Stats(str(prof)).stats)  # type: ignore[attr-defined]
+    summary = (tmp_path / "o" / "summary.txt").read_text()
+    assert "trace: " in summary and "cprofile: " in summary and "untraced median" in summary  # cost reported apart
+    runs = rows(tmp_path / "o" / "runs.csv")
+    assert all(r["role"] in ("baseline", "config") for r in runs)  # traced runs never enter the statistics
+
+
+def test_dtype_and_channels_last_are_axes(tmp_path):
+    p = bench("--model", "synthetic:tiny", "--decoders", "latent2rgb", "--every", "2", "--steps", "2",
+              "--repeats", "1", "--warmup", "0", "--dtype", "float32,bfloat16", "--channels-last", "off,on",
+              "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    runs = rows(tmp_path / "runs.csv")
+    combos = {(r["dtype"], r["channels_last"]) for r in runs}
+    assert combos == {("float32", "0"), ("float32", "1"), ("bfloat16", "0"), ("bfloat16", "1")}
+    assert any(r["config"].startswith("[bfloat16 offload=none compile=none cl=on] latent2rgb") for r in runs)
+
+
+def test_offload_needs_a_gpu_and_says_so(tmp_path):
+    p = bench("--model", "synthetic:tiny", "--device", "cpu", "--offload", "model", "--out", str(tmp_path))
+    assert p.returncode == 2 and "needs a CUDA device" in p.stderr and "Traceback" not in p.stderr

@@ -13,16 +13,14 @@ import websockets
 from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 
 from preview import watch as preview_watch
-from preview.models import _build_synthetic
+from preview.models import synthetic_pipeline
 from preview.records import STEP_COLUMNS
 from server.protocol import unpack_frame
 
 
 @pytest.fixture(scope="module")
 def pipe():
-    p, _, _, _ = _build_synthetic("synthetic:tiny", 0)  # a plain StableDiffusionPipeline of tiny components
-    p.set_progress_bar_config(disable=True)
-    return p
+    return synthetic_pipeline("synthetic:tiny")  # a plain StableDiffusionPipeline of tiny components
 
 
 def call(pipe, **kw):

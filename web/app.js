@@ -6,6 +6,7 @@ const $ = (id) => document.getElementById(id);
 const LIVE = ["decoder", "every", "preview_max", "encoder", "quality", "mode", "budget"];
 const NUMERIC = new Set(["steps", "width", "height", "seed", "every", "preview_max", "quality", "budget"]);
 const STAGES = ["denoise_ms", "decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "render_ms"];
+const DRAW = STAGES.map((_, i) => STAGES.length - 1 - i);  // series order: the top of the stack first
 const COLORS = ["#8da0cb", "#e78ac3", "#fc8d62", "#ffd92f", "#a6d854", "#66c2a5", "#b3b3b3", "#e5c494"];
 
 let ws = null;
@@ -162,19 +163,20 @@ async function onFrame(buf) {
 
 function makeChart() {
   const series = [{ label: "step" }];
-  // drawn as cumulative sums, top stage first, so each band shows one stage's share of the step
-  STAGES.forEach((s, i) => series.push({ label: s.replace("_ms", ""), stroke: COLORS[i], fill: COLORS[i] + "cc", width: 1,
-                                         value: (u, v, si, idx) => rawValue(si, idx) }));
+  // Stacked: each series is the cumulative sum up to its stage, drawn from the top stage down so each smaller
+  // sum paints over the larger one and every band shows one stage's share of the step.
+  DRAW.forEach((i) => series.push({ label: STAGES[i].replace("_ms", ""), stroke: COLORS[i], fill: COLORS[i], width: 1,
+                                    value: (u, v, si, idx) => rawValue(DRAW[si - 1], idx) }));
   chart = new uPlot({ width: Math.min(1100, window.innerWidth - 40), height: 260, series,
-                      scales: { x: { time: false } }, axes: [{ label: "step" }, { label: "ms" }] },
+                      scales: { x: { time: false }, y: { range: (u, lo, hi) => [0, Math.max(1, hi)] } }, axes: [{ label: "step" }, { label: "ms" }] },
                     [[], ...STAGES.map(() => [])], $("chart"));
 }
 
 let rawRows = [];
-function rawValue(si, idx) {
+function rawValue(stage, idx) {
   const r = rawRows[idx];
   if (!r) return "–";
-  const v = r[STAGES[si - 1]];
+  const v = r[STAGES[stage]];
   return v === undefined ? "–" : Number(v).toFixed(2);
 }
 
@@ -189,8 +191,7 @@ function redraw() {
       acc = acc.map((a, i) => a + (Number(rawRows[i][s]) || 0));
       cols.push(acc);
     }
-    // series i is the sum of stages 0..i; reversed fill order keeps lower stages visible
-    chart.setData([xs, ...cols]);
+    chart.setData([xs, ...DRAW.map((i) => cols[i])]);
   }
   requestAnimationFrame(redraw);
 }

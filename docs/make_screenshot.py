@@ -1,0 +1,55 @@
+"""Takes docs/page.png: the page during a synthetic:small run, after a live decoder switch.
+
+    .venv/bin/python docs/make_screenshot.py
+"""
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+data = tempfile.mkdtemp()
+server = subprocess.Popen([sys.executable, "-m", "server", "--model", "synthetic:small", "--port", str(port),
+                           "--data-dir", data], cwd=ROOT)
+try:
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/runs", timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1050})
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector("#conn.ok")
+        # one short finished run first, so the list has something to show
+        page.fill("#steps", "6")
+        page.select_option("#decoder", "vae")
+        page.click("#start")
+        page.wait_for_function("document.getElementById('f-status').textContent.startsWith('done')", timeout=120_000)
+        page.fill("#steps", "30")
+        page.select_option("#decoder", "latent2rgb")
+        page.click("#start")
+        page.wait_for_function("Number(document.getElementById('preview').dataset.painted || 0) >= 14", timeout=120_000)
+        page.select_option("#decoder", "taesd")
+        page.wait_for_function("parseInt(document.getElementById('f-step').textContent) >= 24", timeout=120_000,
+                               polling=100)
+        page.screenshot(path=str(ROOT / "docs" / "page.png"), full_page=True)
+        page.wait_for_function("document.getElementById('f-status').textContent.startsWith('done')", timeout=120_000)
+        browser.close()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+        (ROOT / "docs" / "metrics-example.txt").write_text(r.read().decode())
+finally:
+    server.terminate()
+    server.wait(60)
+print("wrote docs/page.png and docs/metrics-example.txt")

@@ -1,0 +1,31 @@
+"""Measure the previews of your own diffusers call with two added lines.
+
+Runs offline on a synthetic pipeline (random weights: real costs, noise pictures). With a real model, build
+`pipe` the way you always do, e.g. StableDiffusionPipeline.from_pretrained(folder, local_files_only=True).
+
+    .venv/bin/python examples/own_script.py [--serve]
+"""
+import sys
+
+import torch
+
+from preview import watch as preview_watch
+from preview.models import synthetic_pipeline
+
+pipe = synthetic_pipeline("synthetic:small")  # stands in for your own pipeline
+
+watch = preview_watch(pipe, decoder="latent2rgb", every=2, serve="--serve" in sys.argv)
+image = pipe("a lighthouse on a cliff at dusk", num_inference_steps=10, height=256, width=256,
+             generator=torch.Generator().manual_seed(0),
+             callback_on_step_end=watch, callback_on_step_end_tensor_inputs=watch.tensor_inputs).images[0]
+watch.save(image, "own_script.png")
+watch.to_csv("own_script.csv")
+
+rec = watch.record
+print(f"wall {rec.wall_s:.2f} s = text {rec.text_encode_ms:.0f} ms + denoise {rec.denoise_ms:.0f} ms + previews "
+      f"{rec.preview_ms:.1f} ms ({rec.previews} frames, {rec.bytes} bytes) + final decode {rec.final_decode_ms:.0f} ms "
+      f"+ PNG {rec.final_encode_ms:.0f} ms + write {rec.write_ms:.1f} ms + other {rec.other_ms:.0f} ms")
+print("per-step rows in own_script.csv; image in own_script.png")
+if "--serve" in sys.argv:
+    input(f"the page is at {watch.server.url}; press Enter to quit ")
+watch.remove()
