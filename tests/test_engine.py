@@ -59,7 +59,8 @@ def test_previews_do_not_change_the_final_image(tiny):
 
 
 def test_live_control_takes_effect_at_next_step_and_is_recorded(tiny):
-    controls = Controls(PreviewSettings(decoder="latent2rgb"))
+    # sync mode: a row reaches on_row inside its own step's callback, so the set below lands before step 3
+    controls = Controls(PreviewSettings(decoder="latent2rgb", mode="sync"))
     seen: list[StepRow] = []
 
     def on_row(row: StepRow) -> None:

@@ -1,0 +1,357 @@
+"""The step callback: what previewlab adds to the denoising loop, and everything it measures per step.
+
+With decoder `none` it reads a clock, fills one row and returns the pipeline's dict untouched. It never waits
+on a socket: frames and rows go to callbacks that must return at once (the server hands them to its loop).
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import decoders, encoders
+from .autopilot import Autopilot
+from .models import Model
+from .overlap import Overlap
+from .records import StepRow
+from .settings import PreviewSettings, should_preview
+from .stopwatch import Stopwatch
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One encoded preview, made once and shared by every watcher."""
+    run_id: str
+    step: int
+    decoder: str
+    format: str
+    width: int
+    height: int
+    data: bytes
+
+
+class Controls:
+    """Live preview settings: set from any thread, read once per step by the denoising thread.
+
+    Replacing one reference is atomic in CPython, so the reader never sees half a change.
+    """
+
+    def __init__(self, preview: PreviewSettings) -> None:
+        self._s = preview
+        self.notes: list[str] = []  # changes not yet stamped on a step row
+
+    def get(self) -> PreviewSettings:
+        return self._s
+
+    def set(self, **changes: Any) -> PreviewSettings:
+        new = self._s.changed(**changes)  # validates; raises SettingsError and changes nothing
+        diff = [f"{k}={v}" for k, v in changes.items() if getattr(self._s, k) != v]
+        self._s = new
+        if diff:
+            self.notes.append("set " + " ".join(diff))
+        return new
+
+
+@dataclass
+class _Marks:
+    """Stopwatch handles of one step, turned into milliseconds once the device has passed them."""
+    row: StepRow
+    start: Any
+    cb: Any
+    dec0: Any = None
+    dec1: Any = None
+    res1: Any = None
+    copied: Any = None     # CUDA overlap: the event after the device -> host copy
+    future: Any = None     # overlap: the encode thread's work for this row
+
+
+def preview_size(width: int, height: int, preview_max: int) -> tuple[int, int]:
+    """(w, h) with the long side at most preview_max (0 = native), aspect kept."""
+    long = max(width, height)
+    if preview_max == 0 or long <= preview_max:
+        return width, height
+    s = preview_max / long
+    return max(1, round(width * s)), max(1, round(height * s))
+
+
+def to_uint8_hwc(image: torch.Tensor, preview_max: int = 0) -> torch.Tensor:
+    """(3, H, W) in [0, 1] -> uint8 (h, w, 3), downscaled on the tensor's device when preview_max asks."""
+    _, h, w = image.shape
+    pw, ph = preview_size(w, h, preview_max)
+    if (pw, ph) != (w, h):
+        image = F.interpolate(image[None].float(), size=(ph, pw), mode="bilinear", antialias=True,
+                              align_corners=False)[0]
+    return (image * 255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).contiguous()
+
+
+class Previewer:
+    """Builds decoders and encoders on demand and keeps them for the run (a switch back costs nothing)."""
+
+    def __init__(self, model: Model, compile: bool = False) -> None:
+        self.model, self.compile = model, compile
+        self._dec: dict[str, decoders.Decode | None] = {}
+        self._enc: dict[str, encoders.Encoder] = {}
+        self.compile_ms: dict[str, float] = {}
+        self.cost_ms: dict[str, float] = {}  # the autopilot's latest cost per preview, by decoder
+
+    def decoder(self, name: str) -> decoders.Decode | None:
+        if name not in self._dec:
+            fn = decoders.build(name, self.model)
+            if fn is not None and self.compile:
+                fn = torch.compile(fn, dynamic=False)
+            self._dec[name] = fn
+        return self._dec[name]
+
+    def warm(self, name: str, latent_shape: tuple[int, ...]) -> float:
+        """Compile a decoder ahead of the run (torch.compile compiles on first call); returns the compile ms,
+        which is reported apart from the steady state."""
+        fn = self.decoder(name)
+        if fn is None or not self.compile or name in self.compile_ms:
+            return 0.0
+        t0 = time.perf_counter()
+        out = fn(torch.zeros(latent_shape, device=self.model.device, dtype=self.model.dtype))
+        out.cpu()  # outside the measured run: the compile is not done until its first result is
+        self.compile_ms[name] = (time.perf_counter() - t0) * 1e3
+        return self.compile_ms[name]
+
+    def encoder(self, name: str) -> encoders.Encoder:
+        if name not in self._enc:
+            self._enc[name] = encoders.get(name)
+        return self._enc[name]
+
+
+def on_path_ms(row: StepRow, cuda: bool) -> float:
+    """The part of a row's preview stages that ran on the denoising thread, so it adds to wall time.
+
+    sync: all of it. overlap on CPU: decode and resize (the encode left the thread). overlap on CUDA: none of
+    it; what the side stream still costs shows as slower denoise_ms and as drain_ms.
+    """
+    if row.mode == "sync":
+        return row.preview_ms
+    return 0.0 if cuda else row.decode_ms + row.resize_ms
+
+
+class _Ranges:
+    """torch.profiler ranges named previewlab.<stage>; does nothing unless a trace was asked for."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self._open: dict[str, Any] = {}
+
+    def begin(self, name: str) -> None:
+        if self.on:
+            rf = torch.profiler.record_function(f"previewlab.{name}")
+            rf.__enter__()
+            self._open[name] = rf
+
+    def end(self, name: str) -> None:
+        rf = self._open.pop(name, None)
+        if rf is not None:
+            rf.__exit__(None, None, None)
+
+
+class StepMeter:
+    """The step callback and everything it measures: one per run (generate) or per pipeline call (watch).
+
+    Rows reach on_row in step order as soon as their times are known (on CUDA: once the device has passed
+    their events, asked without waiting).
+    """
+
+    def __init__(self, model: Model, controls: Controls, run_id: str, *, width: int, height: int,
+                 steps: int, timesteps: list[float] | None = None, previewer: Previewer | None = None,
+                 on_row: Callable[[StepRow], None] | None = None, on_frame: Callable[[Frame], None] | None = None,
+                 on_error: Callable[[str], None] | None = None, should_stop: Callable[[], bool] | None = None,
+                 inflight: int = 2, ranges: bool = False, clock: Clock = time.perf_counter) -> None:
+        self.model, self.controls, self.run_id = model, controls, run_id
+        self.width, self.height, self.steps, self.timesteps = width, height, steps, timesteps or []
+        self.prev = previewer or Previewer(model)
+        self.on_row, self.on_frame, self.on_error, self.should_stop = on_row, on_frame, on_error, should_stop
+        self.inflight, self.clock = inflight, clock
+        self.sw = Stopwatch(model.device, clock)
+        self.rng = _Ranges(ranges)
+        self.overlap: Overlap | None = None  # made on first use: sync-only runs never start its thread
+        self.pilot: Autopilot | None = None
+        self.rows: list[StepRow] = []
+        self.pending: list[_Marks] = []
+        self.last: Any = None  # the mark where the current step's denoising began
+        self.since = 0         # steps since the last preview (autopilot schedule)
+
+    def begin(self, mark: Any = None) -> None:
+        """The denoising starts now (or at an earlier mark)."""
+        self.last = mark if mark is not None else self.sw.mark()
+        self.rng.begin("denoise")
+
+    def _ready(self, m: _Marks) -> bool:
+        return (m.future is None or m.future.done()) and self.sw.ready(m.copied or m.res1 or m.cb)
+
+    def emit(self, force: bool) -> None:
+        sw, pilot = self.sw, self.pilot
+        while self.pending and (force or self._ready(self.pending[0])):
+            m = self.pending.pop(0)
+            if m.future is not None:
+                m.future.result()  # errors inside were already turned into an event on the row
+            m.row.denoise_ms = sw.ms(m.start, m.cb)
+            if m.dec0 is not None and m.row.preview:
+                m.row.decode_ms, m.row.resize_ms = sw.ms(m.dec0, m.dec1), sw.ms(m.dec1, m.res1)
+                if m.copied is not None:
+                    m.row.transfer_ms = sw.ms(m.res1, m.copied)
+            if pilot is not None:
+                pilot.observe_step(m.row.denoise_ms)
+                if m.row.preview:
+                    on_thread = m.row.decode_ms + m.row.resize_ms
+                    if m.row.mode == "sync":
+                        on_thread += m.row.sync_ms + m.row.transfer_ms + m.row.encode_ms
+                    pilot.observe_preview(on_thread)
+                    self.prev.cost_ms[m.row.decoder] = pilot.cost_ms or on_thread  # a prior for later runs
+            self.rows.append(m.row)
+            if self.on_row:
+                self.on_row(m.row)
+
+    def drain(self) -> None:
+        """Wait for previews in flight, then hand over every row left."""
+        if self.overlap is not None:
+            self.overlap.drain()
+            self.overlap = None
+        for name in list(self.rng._open):
+            self.rng.end(name)
+        self.emit(True)
+
+    def _failed(self, row: StepRow, s: PreviewSettings, e: BaseException) -> None:
+        """A preview must never end the run: report, fall back to a cheaper decoder, record it on the row."""
+        fallback = "latent2rgb" if s.decoder != "latent2rgb" else "none"
+        detail = str(e).splitlines()[0][:160] if str(e) else ""
+        msg = f"preview with decoder {s.decoder} failed at step {row.step} ({type(e).__name__}: {detail}); " \
+              f"continuing with {fallback}"
+        traceback.print_exc(limit=2)
+        self.controls.set(decoder=fallback)
+        self.controls.notes[:] = []
+        if self.pilot is not None:
+            self.pilot.decoder, self.pilot.awaiting = fallback, False
+        row.event = (row.event + "; " if row.event else "") + msg
+        row.preview = 0
+        if self.on_error:
+            self.on_error(msg)
+
+    def _finish(self, row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: np.ndarray, sync_ms: float) -> None:
+        """Encode and hand off: in the callback (sync) or on the encode thread (overlap)."""
+        t0 = self.clock()
+        data = enc.encode(arr, s.quality)
+        row.encode_ms, row.sync_ms = (self.clock() - t0) * 1e3, sync_ms
+        row.preview, row.bytes, row.encoder = 1, len(data), enc.name
+        row.preview_height, row.preview_width = int(arr.shape[0]), int(arr.shape[1])
+        if self.on_frame:
+            self.on_frame(Frame(self.run_id, row.step, row.decoder, enc.format, row.preview_width,
+                                row.preview_height, data))
+
+    def _preview_sync(self, row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
+                      decode: decoders.Decode, enc: encoders.Encoder) -> None:
+        sw, rng, clock = self.sw, self.rng, self.clock
+        rng.begin("decode")
+        marks.dec0 = sw.mark()
+        image = decode(latents[:1])[0]
+        marks.dec1 = sw.mark()
+        rng.end("decode")
+        rng.begin("resize")
+        u8 = to_uint8_hwc(image, s.preview_max)
+        marks.res1 = sw.mark()
+        rng.end("resize")
+        rng.begin("sync")
+        t0 = clock()
+        sw.wait(marks.res1)  # the wait the host copy needs anyway, made visible as sync_ms
+        t1 = clock()
+        rng.end("sync")
+        rng.begin("transfer")
+        arr = u8.cpu().numpy()
+        row.transfer_ms = (clock() - t1) * 1e3
+        rng.end("transfer")
+        rng.begin("encode")
+        self._finish(row, s, enc, arr, (t1 - t0) * 1e3)
+        rng.end("encode")
+
+    def _preview_overlap(self, row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
+                         decode: decoders.Decode, enc: encoders.Encoder) -> None:
+        if self.overlap is None:
+            self.overlap = Overlap(self.model.device, self.sw, self.inflight)
+        if self.overlap.flight.full():
+            row.skipped = 1  # the pipeline is full: skip this preview, never queue it
+            return
+
+        def done(arr: np.ndarray, sync_ms: float, copied: Any) -> None:
+            try:
+                self._finish(row, s, enc, arr, sync_ms)
+            except Exception as e:
+                self._failed(row, s, e)
+
+        self.rng.begin("decode")
+        marks.future = self.overlap.submit(latents, decode, lambda img: to_uint8_hwc(img, s.preview_max), done, marks)
+        self.rng.end("decode")
+        row.preview = 1  # made, or being made; a failure on the encode thread resets it
+
+    def __call__(self, p: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
+        cb = self.sw.mark()
+        self.rng.end("denoise")
+        step = i + 1
+        controls = self.controls
+        s = controls.get()
+        decoder, every = s.decoder, s.every
+        event = "; ".join(controls.notes) if controls.notes else ""
+        controls.notes[:] = []
+        if s.budget > 0 and s.decoder != "none":
+            pilot = self.pilot
+            if pilot is None or pilot.budget_pct != s.budget or (event and "decoder=" in event):
+                old = pilot
+                pilot = self.pilot = Autopilot(s.budget, self.steps, s.decoder, has_taesd=self.model.taesd is not None,
+                                               prior_ms=self.prev.cost_ms.get(s.decoder))
+                if old is not None:  # a live change keeps the run's books
+                    pilot.total_step_ms, pilot.total_cost_ms, pilot.step_ms = old.total_step_ms, old.total_cost_ms, old.step_ms
+            every = pilot.decide()
+            if pilot.decoder != s.decoder:
+                controls.set(decoder=pilot.decoder)
+                controls.notes[:] = []
+                decoder = pilot.decoder
+            if pilot.note:
+                event = (event + "; " if event else "") + pilot.note
+        else:
+            self.pilot = None
+        ts = self.timesteps[i] if i < len(self.timesteps) else -1.0
+        row = StepRow(self.run_id, step, ts, decoder=decoder, every=every, encoder="", quality=s.quality,
+                      width=self.width, height=self.height, mode=s.mode, event=event)
+        marks = _Marks(row, self.last, cb)
+        self.since += 1
+        due = should_preview(step, every) if self.pilot is None else self.pilot.due(self.since)
+        if decoder != "none" and due:
+            self.since = 0
+            ps = s.changed(decoder=decoder)
+            try:
+                prev = self.prev
+                if prev.compile and decoder not in prev.compile_ms:  # a live switch: compile now, say so
+                    c = prev.warm(decoder, tuple(kw["latents"][:1].shape))
+                    row.event = (row.event + "; " if row.event else "") + f"compiled {decoder} in {c:.0f} ms"
+                decode = prev.decoder(decoder)
+                assert decode is not None
+                enc = prev.encoder(s.encoder)
+                if s.mode == "sync":
+                    self._preview_sync(row, marks, kw["latents"], ps, decode, enc)
+                else:
+                    self._preview_overlap(row, marks, kw["latents"], ps, decode, enc)
+            except Exception as e:
+                self._failed(row, ps, e)
+                marks.dec0 = None
+            if self.pilot is not None and row.preview:
+                self.pilot.started()  # no second preview until this one's cost is known
+        self.pending.append(marks)
+        self.emit(False)
+        if self.should_stop and self.should_stop():
+            p._interrupt = True
+        self.rng.begin("denoise")
+        self.last = self.sw.mark()
+        return kw
+
+
