@@ -116,8 +116,9 @@ class Previewer:
         if fn is None or not self.compile or name in self.compile_ms:
             return 0.0
         t0 = time.perf_counter()
-        out = fn(torch.zeros(latent_shape, device=self.model.device, dtype=self.model.dtype))
-        out.cpu()  # outside the measured run: the compile is not done until its first result is
+        with torch.inference_mode():  # as the run calls it: another grad mode would compile again
+            out = fn(torch.zeros(latent_shape, device=self.model.device, dtype=self.model.dtype))
+            out.cpu()  # outside the measured run: the compile is not done until its first result is
         self.compile_ms[name] = (time.perf_counter() - t0) * 1e3
         return self.compile_ms[name]
 

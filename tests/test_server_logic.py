@@ -112,3 +112,17 @@ def test_every_auto_runs_the_autopilot_and_records_its_interval(make_app):
         assert any(r["event"].startswith("autopilot: every") for r in rows)  # each interval change is recorded
         made = [int(r["step"]) for r in rows if r["preview"] == "1"]
         assert all(b - a >= int(rows[b - 1]["every"]) for a, b in zip(made, made[1:]))  # spacing honours the interval
+
+
+def test_logs_quote_only_a_short_piece_of_a_bad_message(make_app, caplog):
+    import logging
+
+    srv, app = make_app()
+    with caplog.at_level(logging.INFO, logger="previewlab.server"):
+        with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+            ws.receive_text()
+            ws.send_text("SECRET" * 5000)  # 30 KB of garbage, under the size limit
+            err = recv_until(ws, "error")
+    assert len(err["message"]) < 100 and err["message"].startswith("not JSON: 'SECRETSECRET")
+    bad = [r.getMessage() for r in caplog.records if "bad message" in r.getMessage()]
+    assert len(bad) == 1 and len(bad[0]) < 200 and bad[0].count("SECRET") <= 10
