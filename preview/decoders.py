@@ -50,6 +50,14 @@ def vae_decode(pipe: object, latents: torch.Tensor) -> torch.Tensor:
         latents = latents * s / cfg.scaling_factor + m
     else:
         latents = latents / cfg.scaling_factor
+    sdxl = getattr(pipe, "text_encoder_2", None) is not None  # the SD1.5 pipeline never upcasts
+    if sdxl and vae.dtype == torch.float16 and getattr(cfg, "force_upcast", False):
+        # SDXL's VAE overflows in float16: decode in float32 and go back, as the SDXL pipeline itself does
+        vae.to(dtype=torch.float32)
+        try:
+            return vae.decode(latents.float(), return_dict=False)[0]
+        finally:
+            vae.to(dtype=torch.float16)
     return vae.decode(latents.to(vae.dtype), return_dict=False)[0]
 
 

@@ -56,10 +56,11 @@ class Server(Listener):
     def __init__(self, model: Model, data_dir: Path, *, max_side: int = 1024, send_timeout_s: float = 10.0,
                  inflight: int = 2, compile_decoder: bool = False, max_clients: int = 32,
                  hosts: tuple[str, ...] = (), token: str | None = None, bad_burst: int = 20,
-                 bad_per_s: float = 2.0, source: Any = None) -> None:
+                 bad_per_s: float = 2.0, source: Any = None, ws_burst: int = 64, ws_per_s: float = 20.0) -> None:
         self.model = model
         self.max_clients, self.hosts, self.token = max_clients, hosts, token
         self.bad_burst, self.bad_per_s = bad_burst, bad_per_s
+        self.ws_burst, self.ws_per_s = ws_burst, ws_per_s
         self.inflight, self.compile_decoder = inflight, compile_decoder
         self.store = Store(data_dir)
         self.hub = Hub(send_timeout_s)
@@ -244,4 +245,4 @@ def build_app(server: Server) -> ASGIApp:
         WebSocketRoute("/ws", ws_endpoint),
         Mount("/static", StaticFiles(directory=WEB), name="static"),
     ], lifespan=lifespan)
-    return Guard(app, hosts=server.hosts, token=server.token)
+    return Guard(app, hosts=server.hosts, token=server.token, ws_burst=server.ws_burst, ws_per_s=server.ws_per_s)

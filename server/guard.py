@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import time
 from http.cookies import SimpleCookie
 from typing import Any, Iterable
 from urllib.parse import parse_qs, urlsplit
@@ -62,10 +63,27 @@ def _short(v: Any, n: int = 60) -> str:
 
 
 class Guard:
-    def __init__(self, app: ASGIApp, *, hosts: Iterable[str], token: str | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, hosts: Iterable[str], token: str | None = None,
+                 ws_burst: int = 64, ws_per_s: float = 20.0, clock: Any = time.monotonic) -> None:
+        """ws_burst, ws_per_s: WebSocket handshakes one address may open at once and per second after that; a
+        page reloading in a loop is refused before accept instead of costing the model's process a full
+        handshake each time."""
         self.app = app
         self.hosts = {h.lower().strip("[]") for h in hosts} | set(LOOPBACK_NAMES)
         self.token = token
+        self.ws_burst, self.ws_per_s, self.clock = ws_burst, ws_per_s, clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, time)
+        self._flood_logged = -1e9
+
+    def _handshake_allowed(self, addr: str) -> bool:
+        now = self.clock()
+        tokens, t = self._buckets.get(addr, (float(self.ws_burst), now))
+        tokens = min(self.ws_burst, tokens + (now - t) * self.ws_per_s)
+        ok = tokens >= 1
+        self._buckets[addr] = (tokens - 1 if ok else tokens, now)
+        if len(self._buckets) > 10_000:  # many addresses: forget the full buckets
+            self._buckets = {a: v for a, v in self._buckets.items() if v[0] < self.ws_burst}
+        return ok
 
     def _headers(self, scope: Scope) -> dict[str, str]:
         return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -92,6 +110,8 @@ class Guard:
         if parsed is None or parsed[0] not in self.hosts:
             return await self._refuse(scope, receive, send, 400, f"host {_short(headers.get('host'))} not allowed")
         if scope["type"] == "websocket":
+            if not self._handshake_allowed(str(client)):
+                return await self._refuse(scope, receive, send, 429, "too many WebSocket handshakes")
             origin = headers.get("origin")
             if origin is None:
                 if not is_loopback(client):
@@ -117,7 +137,10 @@ class Guard:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, status: int, why: str) -> None:
         client = scope.get("client")
-        log.warning("refused %s %s from %s: %s", scope["type"], _short(scope.get("path"), 40), client, why)
+        now = time.monotonic()
+        if status != 429 or now - self._flood_logged > 5:  # a flood is logged every 5 s, not per handshake
+            self._flood_logged = now if status == 429 else self._flood_logged
+            log.warning("refused %s %s from %s: %s", scope["type"], _short(scope.get("path"), 40), client, why)
         if scope["type"] == "websocket":
             await receive()  # websocket.connect
             await send({"type": "websocket.close", "code": 1008})  # before accept: the handshake gets 403

@@ -103,3 +103,15 @@ def test_rate_limit_refills_with_time():
     assert rl.allow() and not rl.allow()
     now[0] += 10.0
     assert rl.allow() and rl.allow() and not rl.allow()  # never more than the burst
+
+
+def test_handshake_flood_from_one_address_is_refused_before_accept(make_app):
+    srv, app = make_app(ws_burst=3, ws_per_s=0.001)
+    with TestClient(app) as client:
+        for _ in range(3):
+            with client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+                assert json.loads(ws.receive_text())["type"] == "hello"
+        with pytest.raises(WebSocketDisconnect):
+            with client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+                ws.receive_text()
+        assert client.get("/runs").status_code == 200  # plain HTTP is not limited by it
