@@ -87,7 +87,15 @@ async def one_run(port: int, pid: int, crowd: int, args: argparse.Namespace) -> 
         stuck = stuck_socket(port)
         await asyncio.sleep(1.0)
     peak, samples = 0, []
-    async with websockets.connect(url, max_size=None) as ws:
+    for _ in range(100):  # a reconnect flood can use up this address's handshake budget: retry, as the page does
+        try:
+            ws = await websockets.connect(url, max_size=None)
+            break
+        except websockets.InvalidStatus:
+            await asyncio.sleep(0.1)
+    else:
+        raise SystemExit("bench load: the driving client could not connect (handshakes refused for 10 s)")
+    async with ws:
         await ws.recv()
         rss0 = rss_kib(pid)
         await ws.send(json.dumps({"type": "start", "steps": args.steps, "decoder": args.decoder, "every": 1}))
