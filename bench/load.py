@@ -24,6 +24,25 @@ from pathlib import Path
 from typing import Any, Sequence
 
 
+def start_server(*flags: str) -> tuple[subprocess.Popen[bytes], int]:
+    """`python -m server` on a free loopback port, returned once it answers HTTP."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "server", "--port", str(port), *flags],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/runs", timeout=1).close()
+            return proc, port
+        except OSError:
+            if proc.poll() is not None:
+                raise SystemExit(f"bench load: the server exited with status {proc.returncode}")
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("bench load: the server did not answer within 120 s")
+
+
 def rss_kib(pid: int, field: str = "VmRSS") -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -139,20 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="seconds between the reconnecting client's connections (0: as fast as it can)")
     p.add_argument("--out", type=Path, default=Path("runs/load"))
     args = p.parse_args(argv)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     data = Path(tempfile.mkdtemp(prefix="previewlab-load-"))
-    server = subprocess.Popen([sys.executable, "-m", "server", "--model", args.model, "--port", str(port),
-                               "--data-dir", str(data), "--max-clients", str(args.clients + 8),
-                               "--send-timeout", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, port = start_server("--model", args.model, "--data-dir", str(data), "--max-clients",
+                                str(args.clients + 8), "--send-timeout", "5")
     try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/runs", timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
         results = []
         asyncio.run(one_run(port, server.pid, 0, argparse.Namespace(**{**vars(args), "steps": 3})))  # warm-up
         for _ in range(args.pairs):

@@ -2,30 +2,19 @@
 
     .venv/bin/python docs/make_screenshot.py
 """
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-data = tempfile.mkdtemp()
-server = subprocess.Popen([sys.executable, "-m", "server", "--model", "synthetic:small", "--port", str(port),
-                           "--data-dir", data], cwd=ROOT)
+sys.path.insert(0, str(ROOT))
+from bench.load import start_server  # noqa: E402
+
+server, port = start_server("--model", "synthetic:small", "--data-dir", tempfile.mkdtemp())
 try:
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/runs", timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.2)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
                                      args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])

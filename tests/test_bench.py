@@ -145,3 +145,13 @@ def test_dtype_and_channels_last_are_axes(tmp_path):
 def test_offload_needs_a_gpu_and_says_so(tmp_path):
     p = bench("--model", "synthetic:tiny", "--device", "cpu", "--offload", "model", "--out", str(tmp_path))
     assert p.returncode == 2 and "needs a CUDA device" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_load_tool_runs_a_bounded_crowd(tmp_path):
+    p = bench("load", "--model", "synthetic:tiny", "--clients", "3", "--steps", "3", "--pairs", "1",
+              "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    result = json.loads((tmp_path / "load.json").read_text())
+    crowd = [r for r in result["results"] if r["crowd"] == 3]
+    assert len(crowd) == 1 and crowd[0]["frames_delivered"] == 3 * 3 and crowd[0]["reconnects"] >= 1
+    assert "wall: one client" in p.stdout
