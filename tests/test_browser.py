@@ -46,5 +46,20 @@ def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path):
             assert all(float(r["client_decode_ms"]) >= 0 and float(r["ack_rtt_ms"]) > 0 for r in mine)
         # the uPlot chart drew into its canvas
         assert page.locator("#chart canvas").count() == 1
+        # a second, shorter run; then tick both in the list and compare them side by side
+        page.fill("#steps", "4")
+        page.click("#start")
+        page.wait_for_function("document.querySelectorAll('#runs tbody tr').length === 2", timeout=120_000)
+        boxes = page.locator("#runs input.pick")
+        boxes.nth(0).check()
+        boxes.nth(1).check()
+        page.wait_for_selector("#compare:not([hidden])")
+        table = page.text_content("#compare-table")
+        assert "wall_s" in table and "overhead_pct" in table and "B / A" in table
+        heads = page.locator("#compare-table th").all_text_contents()
+        assert heads[1].startswith("A ") and heads[2].startswith("B ") and heads[1][2:21] != heads[2][2:21]
+        cells = page.locator("#compare-table tr", has_text="previews").locator("td").all_text_contents()
+        a, b = float(cells[1]), float(cells[2])
+        assert {a, b} <= set(map(float, range(61))) and max(a, b) > 4 >= min(a, b)  # each run's own count
         assert console_errors == []
         browser.close()
