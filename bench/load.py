@@ -183,6 +183,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in results:
         print(f"  crowd={r['crowd']:>3} wall {r['wall_s']:.2f} s  rss start/mid/end/peak "
               f"{r['rss_start_mib']:.0f}/{r['rss_mid_mib']:.0f}/{r['rss_end_mib']:.0f}/{r['rss_peak_mib']:.0f} MiB  "
-              f"frames delivered {r['frames_delivered']}  dropped {r['frames_dropped']}  reconnects {r['reconnects']}")
+              f"frames to watchers {r['frames_delivered']}  dropped {r['frames_dropped']}  reconnects {r['reconnects']}")
     print(f"server peak RSS (VmHWM) {peak_hwm:.0f} MiB")
     return 0

@@ -66,8 +66,8 @@ def table(rows: list[dict[str, Any]], meta: str) -> str:
             f"{r['decode_ms_p50']:>8.1f}/{r['decode_ms_p95']:<6.1f}{r['resize_ms_p50']:>6.2f}/{r['resize_ms_p95']:<6.2f}"
             f"{r['sync_ms_p50'] + r['transfer_ms_p50']:>11.2f}{r['encode_ms_p50']:>6.2f}/{r['encode_ms_p95']:<6.2f}"
             f"{r['bytes_per_frame'] / 1024:>9.1f}{ov:>17}")
-    lines.append("stage columns: median/p95 ms per preview; overhead: median wall vs the median no-preview "
-                 "baseline, ± half the IQR")
+    lines.append("denoise: median ms per step; decode, resize, sync+xfer, encode: median/p95 ms per preview; "
+                 "overhead: median wall vs the median no-preview baseline, ± half the IQR")
     return "\n".join(lines)
 
 

@@ -10,9 +10,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from preview.engine import Run, _env, Previewer, generate, save_image
+from preview.engine import Previewer, Run, generate, run_record, save_image
 from preview.models import Model
-from preview.records import RUN_COLUMNS, STEP_COLUMNS, CsvAppender, RunRecord
+from preview.records import RUN_COLUMNS, STEP_COLUMNS, CsvAppender
 from preview.settings import PreviewSettings, RunSettings
 
 SWEEP_COLUMNS = ("config", "role", "repeat")
@@ -87,13 +87,11 @@ def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Pa
         if image_path is not None:
             image_path.write_bytes(png)
         wall = clock() - t0
-    zero: dict[str, Any] = {k: 0.0 for k in ("text_encode_ms", "denoise_ms", "decode_ms", "sync_ms", "transfer_ms", "resize_ms",
-                             "encode_ms", "final_decode_ms", "final_encode_ms", "write_ms")}
-    rec = RunRecord(run_id=run_id, **_env(model), steps=settings.steps, width=settings.width, height=settings.height,
-                    seed=settings.seed, decoder="direct", every=0, encoder="", quality=0, preview_max=0, mode="direct",
-                    budget=0.0, status="done", first_run=0, load_s=model.load_s, wall_s=wall, **zero, drain_ms=0.0,
-                    other_ms=wall * 1e3, previews=0, skipped=0, bytes=0, inflight_peak=0, offload=model.offload,
-                    compile=0, channels_last=int(model.channels_last), compile_ms=0.0)
+    phases = dict(text_encode_ms=0.0, final_decode_ms=0.0, final_encode_ms=0.0, write_ms=0.0)  # not split out
+    rec = run_record(model, run_id, [], wall_ms=wall * 1e3, phases=phases, steps=settings.steps,
+                     width=settings.width, height=settings.height, seed=settings.seed, decoder="direct", every=0,
+                     encoder="", quality=0, preview_max=0, mode="direct", budget=0.0, status="done", first_run=0,
+                     inflight_peak=0, compile=0, compile_ms=0.0)
     return Run(rec, [])
 
 

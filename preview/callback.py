@@ -23,10 +23,11 @@ import torch
 from diffusers.callbacks import PipelineCallback
 
 from .decoders import DecoderError
-from .engine import Controls, Frame, Previewer, StepMeter, _env, on_path_ms, save_image
+from .engine import Controls, Previewer, StepMeter, run_record, save_image
 from .models import Family, Model, load_taesd
-from .records import PREVIEW_STAGES, STEP_COLUMNS, RunRecord, StepRow, to_csv_text
+from .records import STEP_COLUMNS, RunRecord, StepRow, to_csv_text
 from .settings import PreviewSettings
+from .stopwatch import Stopwatch
 
 
 def model_of(pipe: Any, taesd: str | None) -> Model:
@@ -62,7 +63,8 @@ class Watch(PipelineCallback):
                                "github.com/madebyollin/taesd, or a diffusers AutoencoderTiny folder)")
         self.previewer = Previewer(self.model)
         self.inflight = inflight
-        self.rows: list[StepRow] = []          # the rows of the latest call, in step order
+        self._rows: list[StepRow] = []         # the rows of the latest call, in step order
+        self.sw = Stopwatch(self.model.device, time.perf_counter)
         self.records: list[RunRecord] = []     # one per finished call
         self.meter: StepMeter | None = None
         self._call: dict[str, Any] = {}        # marks of the call in progress
@@ -98,29 +100,24 @@ class Watch(PipelineCallback):
     def _unet_start(self) -> None:
         if self._call.get("finished"):  # a call without text encoding (prompt_embeds given) follows another
             self._close_call()
-        self._call.setdefault("denoise0", self._sw().mark())
+        self._call.setdefault("denoise0", self.sw.mark())
         self._call.setdefault("t0", time.perf_counter())
         if self._unet_hook is not None:
             self._unet_hook.remove()
             self._unet_hook = None
 
-    def _sw(self) -> Any:
-        from .stopwatch import Stopwatch
-
-        return Stopwatch(self.model.device, time.perf_counter)
-
     def _text_start(self) -> None:
         if self._call.get("finished"):
             self._close_call()
         if "t0" not in self._call:
-            self._call.update(t0=time.perf_counter(), te0=self._sw().mark())
+            self._call.update(t0=time.perf_counter(), te0=self.sw.mark())
 
     def _text_end(self) -> None:
-        self._call["te1"] = self._sw().mark()
+        self._call["te1"] = self.sw.mark()
 
     def _vae(self, key: str) -> None:
         if not self._previewing and self._call.get("finished"):
-            self._call[key] = self._sw().mark()
+            self._call[key] = self.sw.mark()
             if key == "decode1":
                 self._call["t_decoded"] = time.perf_counter()
 
@@ -153,7 +150,7 @@ class Watch(PipelineCallback):
             timesteps = []
         vsf = int(getattr(pipeline, "vae_scale_factor", 8))
         h, w = int(latents.shape[-2]) * vsf, int(latents.shape[-1]) * vsf
-        self.rows = []
+        self._rows = []
         server = self.server
         self.meter = StepMeter(self.model, self.controls, self.run_id, width=w, height=h, steps=steps,
                                timesteps=timesteps, previewer=self.previewer, inflight=self.inflight,
@@ -167,16 +164,22 @@ class Watch(PipelineCallback):
         if server:
             server.started_from_thread(self._meta())
 
+    @property
+    def rows(self) -> list[StepRow]:
+        """The latest call's per-step rows (the bench's schema), all of them once the call has returned."""
+        if self.meter is not None and self._call.get("finished"):
+            self.meter.drain()  # after the call: waiting here costs the user's loop nothing
+        return self._rows
+
     def _row(self, row: StepRow) -> None:
-        self.rows.append(row)
+        self._rows.append(row)
         if self.server:
             self.server.row_from_thread(row)
 
     def _end_denoise(self) -> None:
-        assert self.meter is not None
-        t = time.perf_counter()
-        self.meter.drain()
-        self._call.update(finished=True, drain_ms=(time.perf_counter() - t) * 1e3, t_denoised=time.perf_counter())
+        # Rows still waiting on the device or the encode thread are handed over when the call is closed or
+        # `rows` is read: waiting for them here would add a device wait inside the user's loop.
+        self._call.update(finished=True, t_denoised=time.perf_counter())
         self._arm()
 
     # -- the end of the request ------------------------------------------------------------------------------
@@ -203,26 +206,20 @@ class Watch(PipelineCallback):
         self._call, self.meter = {}, None
         if meter is None:
             return None
-        if not c.get("finished"):
-            meter.drain()
-        sw = meter.sw
+        peak = meter.finish_previews()
+        meter.drain()
+        sw = self.sw
         end = c.get("t_end") or c.get("t_decoded") or c.get("t_denoised") or time.perf_counter()
-        wall_ms = (end - c.get("t0", end)) * 1e3
-        totals = {k: sum(getattr(r, k) for r in meter.rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
         phases = dict(text_encode_ms=sw.ms(c.get("te0"), c.get("te1")),
                       final_decode_ms=sw.ms(c.get("decode0"), c.get("decode1")),
                       final_encode_ms=c.get("final_encode_ms", 0.0), write_ms=c.get("write_ms", 0.0))
-        on_path = sum(on_path_ms(r, self.model.device.type == "cuda") for r in meter.rows)
         s = self.controls.get()
-        rec = RunRecord(run_id=meter.run_id, **_env(self.model), steps=c.get("steps", 0), width=c.get("width", 0),
-                        height=c.get("height", 0), seed=-1, decoder=s.decoder, every=s.every,
-                        encoder=s.encoder, quality=s.quality, preview_max=s.preview_max, mode=s.mode, budget=s.budget,
-                        status="done" if len(meter.rows) >= c.get("steps", 0) else "stopped", first_run=0,
-                        load_s=0.0, wall_s=wall_ms / 1e3, **totals, **phases, drain_ms=c.get("drain_ms", 0.0),
-                        other_ms=wall_ms - totals["denoise_ms"] - on_path - sum(phases.values()) - c.get("drain_ms", 0.0),
-                        previews=sum(r.preview for r in meter.rows), skipped=sum(r.skipped for r in meter.rows),
-                        bytes=sum(r.bytes for r in meter.rows), inflight_peak=0, offload=self.model.offload,
-                        compile=0, channels_last=0, compile_ms=0.0)
+        rec = run_record(self.model, meter.run_id, meter.rows, wall_ms=(end - c.get("t0", end)) * 1e3,
+                         phases=phases, steps=c.get("steps", 0), width=c.get("width", 0), height=c.get("height", 0),
+                         seed=-1, decoder=s.decoder, every=s.every, encoder=s.encoder, quality=s.quality,
+                         preview_max=s.preview_max, mode=s.mode, budget=s.budget,
+                         status="done" if len(meter.rows) >= c.get("steps", 0) else "stopped", first_run=0,
+                         inflight_peak=peak, compile=0, compile_ms=0.0)
         self.records.append(rec)
         if self.server:
             self.server.ended_from_thread({**self._meta(meter.run_id), "status": rec.status,

@@ -16,7 +16,7 @@ from .records import PREVIEW_STAGES, RunRecord, StepRow
 from .settings import RunSettings
 
 __all__ = ["Controls", "Frame", "Previewer", "Run", "StepMeter", "generate", "on_path_ms", "preview_size",
-           "save_image", "to_uint8_hwc"]
+           "run_record", "save_image", "to_uint8_hwc"]
 
 
 @dataclass
@@ -34,6 +34,19 @@ def _env(model: Model) -> dict[str, Any]:
     return dict(model=model.name, synthetic=int(model.synthetic), device=dev.type, device_name=name,
                 dtype=str(model.dtype).removeprefix("torch."), threads=torch.get_num_threads(),
                 torch=torch.__version__, diffusers=diffusers.__version__)
+
+
+def run_record(model: Model, run_id: str, rows: list[StepRow], *, wall_ms: float, phases: dict[str, Any],
+               drain_ms: float = 0.0, **fields: Any) -> RunRecord:
+    """A run's record: stage totals from its rows, and other_ms = wall time minus everything measured on the
+    denoising path (phases, denoise, the preview stages that ran on it, the final drain)."""
+    totals: dict[str, Any] = {k: sum(getattr(r, k) for r in rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
+    on_path = sum(on_path_ms(r, model.device.type == "cuda") for r in rows)
+    other = wall_ms - totals["denoise_ms"] - on_path - sum(phases.values()) - drain_ms
+    return RunRecord(run_id=run_id, **_env(model), load_s=model.load_s, wall_s=wall_ms / 1e3, **totals, **phases,
+                     drain_ms=drain_ms, other_ms=other, previews=sum(r.preview for r in rows),
+                     skipped=sum(r.skipped for r in rows), bytes=sum(r.bytes for r in rows), offload=model.offload,
+                     channels_last=int(model.channels_last), **fields)
 
 
 def encode_prompt(model: Model, prompt: str, guidance: float) -> dict[str, Any]:
@@ -104,9 +117,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
                            **embeds).images
             rng.end("denoise")
             t_drain = clock()
-            peak = meter.overlap.flight.peak if meter.overlap else 0
-            if meter.overlap is not None:
-                meter.overlap.drain()  # previews still in flight finish before the final decode uses the VAE
+            peak = meter.finish_previews()  # previews in flight finish before the final decode uses the VAE
             t_dec0 = clock()
             rng.begin("final_decode")
             image = final_image(model, latents)  # .cpu() waits for the device: every event before is done
@@ -126,21 +137,13 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             raise
         meter.drain()
 
-    rows = meter.rows
-    totals: dict[str, Any] = {k: sum(getattr(r, k) for r in rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
-    wall_ms = (t_end - t_start) * 1e3
-    phases: dict[str, Any] = dict(text_encode_ms=sw.ms(mark0, mark_te), final_decode_ms=(t_dec1 - t_dec0) * 1e3,
-                                  final_encode_ms=(t_enc1 - t_dec1) * 1e3, write_ms=(t_end - t_enc1) * 1e3)
-    on_path = sum(on_path_ms(r, model.device.type == "cuda") for r in rows)
-    other = wall_ms - totals["denoise_ms"] - on_path - sum(phases.values()) - (t_dec0 - t_drain) * 1e3
-    record = RunRecord(run_id=run_id, **_env(model), steps=settings.steps, width=settings.width,
-                       height=settings.height, seed=settings.seed, decoder=start_settings.decoder,
-                       every=start_settings.every, encoder=start_encoder, quality=start_settings.quality,
-                       preview_max=start_settings.preview_max, mode=start_settings.mode, budget=start_settings.budget,
-                       status=status, first_run=int(first_run), load_s=model.load_s, wall_s=wall_ms / 1e3, **totals,
-                       **phases, drain_ms=(t_dec0 - t_drain) * 1e3, other_ms=other,
-                       previews=sum(r.preview for r in rows), skipped=sum(r.skipped for r in rows),
-                       bytes=sum(r.bytes for r in rows), inflight_peak=peak,
-                       offload=model.offload, compile=int(prev.compile), channels_last=int(model.channels_last),
-                       compile_ms=compile_ms)
-    return Run(record, rows, image)
+    phases = dict(text_encode_ms=sw.ms(mark0, mark_te), final_decode_ms=(t_dec1 - t_dec0) * 1e3,
+                  final_encode_ms=(t_enc1 - t_dec1) * 1e3, write_ms=(t_end - t_enc1) * 1e3)
+    record = run_record(model, run_id, meter.rows, wall_ms=(t_end - t_start) * 1e3, phases=phases,
+                        drain_ms=(t_dec0 - t_drain) * 1e3, steps=settings.steps, width=settings.width,
+                        height=settings.height, seed=settings.seed, decoder=start_settings.decoder,
+                        every=start_settings.every, encoder=start_encoder, quality=start_settings.quality,
+                        preview_max=start_settings.preview_max, mode=start_settings.mode,
+                        budget=start_settings.budget, status=status, first_run=int(first_run), inflight_peak=peak,
+                        compile=int(prev.compile), compile_ms=compile_ms)
+    return Run(record, meter.rows, image)

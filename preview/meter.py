@@ -5,6 +5,7 @@ on a socket: frames and rows go to callbacks that must return at once (the serve
 """
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -45,18 +46,29 @@ class Controls:
 
     def __init__(self, preview: PreviewSettings) -> None:
         self._s = preview
-        self.notes: list[str] = []  # changes not yet stamped on a step row
+        self._notes: list[str] = []  # changes not yet stamped on a step row
+        self._lock = threading.Lock()
 
     def get(self) -> PreviewSettings:
         return self._s
 
-    def set(self, **changes: Any) -> PreviewSettings:
-        new = self._s.changed(**changes)  # validates; raises SettingsError and changes nothing
-        diff = [f"{k}={v}" for k, v in changes.items() if getattr(self._s, k) != v]
-        self._s = new
-        if diff:
-            self.notes.append("set " + " ".join(diff))
+    def set(self, note: bool = True, **changes: Any) -> PreviewSettings:
+        """Change settings from any thread; note=False for the engine's own changes, which say why elsewhere."""
+        with self._lock:
+            new = self._s.changed(**changes)  # validates; raises SettingsError and changes nothing
+            diff = [f"{k}={v}" for k, v in changes.items() if getattr(self._s, k) != v]
+            self._s = new
+            if diff and note:
+                self._notes.append("set " + " ".join(diff))
         return new
+
+    def take_notes(self) -> str:
+        """The changes since the last call, as one event text; called once per step."""
+        if not self._notes:  # the common case takes no lock
+            return ""
+        with self._lock:
+            notes, self._notes = self._notes, []
+        return "; ".join(notes)
 
 
 @dataclass
@@ -215,11 +227,17 @@ class StepMeter:
             if self.on_row:
                 self.on_row(m.row)
 
+    def finish_previews(self) -> int:
+        """Wait for the previews in flight (overlap); returns the most that were in flight at once."""
+        if self.overlap is None:
+            return 0
+        self.overlap.drain()
+        peak, self.overlap = self.overlap.flight.peak, None
+        return peak
+
     def drain(self) -> None:
         """Wait for previews in flight, then hand over every row left."""
-        if self.overlap is not None:
-            self.overlap.drain()
-            self.overlap = None
+        self.finish_previews()
         for name in list(self.rng._open):
             self.rng.end(name)
         self.emit(True)
@@ -231,8 +249,7 @@ class StepMeter:
         msg = f"preview with decoder {s.decoder} failed at step {row.step} ({type(e).__name__}: {detail}); " \
               f"continuing with {fallback}"
         traceback.print_exc(limit=2)
-        self.controls.set(decoder=fallback)
-        self.controls.notes[:] = []
+        self.controls.set(decoder=fallback, note=False)
         if self.pilot is not None:
             self.pilot.decoder, self.pilot.awaiting = fallback, False
         row.event = (row.event + "; " if row.event else "") + msg
@@ -290,10 +307,10 @@ class StepMeter:
             except Exception as e:
                 self._failed(row, s, e)
 
+        row.preview = 1  # made, or being made; a failure on the encode thread resets it, so set it first
         self.rng.begin("decode")
         marks.future = self.overlap.submit(latents, decode, lambda img: to_uint8_hwc(img, s.preview_max), done, marks)
         self.rng.end("decode")
-        row.preview = 1  # made, or being made; a failure on the encode thread resets it
 
     def __call__(self, p: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
         cb = self.sw.mark()
@@ -302,8 +319,7 @@ class StepMeter:
         controls = self.controls
         s = controls.get()
         decoder, every = s.decoder, s.every
-        event = "; ".join(controls.notes) if controls.notes else ""
-        controls.notes[:] = []
+        event = controls.take_notes()
         if s.budget > 0 and s.decoder != "none":
             pilot = self.pilot
             if pilot is None or pilot.budget_pct != s.budget or (event and "decoder=" in event):
@@ -314,8 +330,7 @@ class StepMeter:
                     pilot.total_step_ms, pilot.total_cost_ms, pilot.step_ms = old.total_step_ms, old.total_cost_ms, old.step_ms
             every = pilot.decide()
             if pilot.decoder != s.decoder:
-                controls.set(decoder=pilot.decoder)
-                controls.notes[:] = []
+                controls.set(decoder=pilot.decoder, note=False)  # the autopilot's own note says why
                 decoder = pilot.decoder
             if pilot.note:
                 event = (event + "; " if event else "") + pilot.note
@@ -329,7 +344,7 @@ class StepMeter:
         due = should_preview(step, every) if self.pilot is None else self.pilot.due(self.since)
         if decoder != "none" and due:
             self.since = 0
-            ps = s.changed(decoder=decoder)
+            ps = s if decoder == s.decoder else s.changed(decoder=decoder)
             try:
                 prev = self.prev
                 if prev.compile and decoder not in prev.compile_ms:  # a live switch: compile now, say so
