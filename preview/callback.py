@@ -27,7 +27,7 @@ from .engine import Controls, Previewer, StepMeter, run_record, save_image
 from .models import Family, Model, load_taesd
 from .records import STEP_COLUMNS, RunRecord, StepRow, to_csv_text
 from .settings import PreviewSettings
-from .stopwatch import Stopwatch
+from .stopwatch import Clock, Device, Stopwatch
 
 
 def model_of(pipe: Any, taesd: str | None) -> Model:
@@ -52,7 +52,9 @@ class Watch(PipelineCallback):
     def __init__(self, pipe: Any, *, decoder: str = "latent2rgb", every: int = 1, taesd: str | None = None,
                  mode: str = "overlap", encoder: str = "turbojpeg", quality: int = 80, preview_max: int = 0,
                  budget: float = 0.0, inflight: int = 2, serve: bool = False, host: str = "127.0.0.1",
-                 port: int = 8000, data_dir: str | Path = "runs") -> None:
+                 port: int = 8000, data_dir: str | Path = "runs", clock: Clock = time.perf_counter,
+                 device: Device | None = None) -> None:
+        """clock and device are for tests: a fake host clock and a fake asynchronous device."""
         super().__init__()
         self.pipe = pipe
         self.model = model_of(pipe, taesd)
@@ -64,7 +66,8 @@ class Watch(PipelineCallback):
         self.previewer = Previewer(self.model)
         self.inflight = inflight
         self._rows: list[StepRow] = []         # the rows of the latest call, in step order
-        self.sw = Stopwatch(self.model.device, time.perf_counter)
+        self.clock = clock
+        self.sw = Stopwatch(self.model.device, clock, backend=device)
         self.records: list[RunRecord] = []     # one per finished call
         self.meter: StepMeter | None = None
         self._call: dict[str, Any] = {}        # marks of the call in progress
@@ -100,8 +103,11 @@ class Watch(PipelineCallback):
     def _unet_start(self) -> None:
         if self._call.get("finished"):  # a call without text encoding (prompt_embeds given) follows another
             self._close_call()
+        if "t0" not in self._call:  # no text encoding in this call: the call's clock starts here
+            t0 = self.clock()
+            self._call.update(t0=t0, denoise0=self.sw.mark())
+            self.sw.anchor(self._call["denoise0"], t0)
         self._call.setdefault("denoise0", self.sw.mark())
-        self._call.setdefault("t0", time.perf_counter())
         if self._unet_hook is not None:
             self._unet_hook.remove()
             self._unet_hook = None
@@ -110,7 +116,9 @@ class Watch(PipelineCallback):
         if self._call.get("finished"):
             self._close_call()
         if "t0" not in self._call:
-            self._call.update(t0=time.perf_counter(), te0=self.sw.mark())
+            t0 = self.clock()
+            self._call.update(t0=t0, te0=self.sw.mark())
+            self.sw.anchor(self._call["te0"], t0)  # a pipeline call starts on an idle device
 
     def _text_end(self) -> None:
         self._call["te1"] = self.sw.mark()
@@ -119,7 +127,7 @@ class Watch(PipelineCallback):
         if not self._previewing and self._call.get("finished"):
             self._call[key] = self.sw.mark()
             if key == "decode1":
-                self._call["t_decoded"] = time.perf_counter()
+                self._call["t_decoded"] = self.clock()  # host time: the device may still be decoding
 
     # -- the step callback --------------------------------------------------------------------------------------
     def callback_fn(self, pipeline: Any, step_index: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -156,10 +164,10 @@ class Watch(PipelineCallback):
                                timesteps=timesteps, previewer=self.previewer, inflight=self.inflight,
                                on_row=self._row, on_frame=server.frame_from_thread if server else None,
                                on_error=server.error_from_thread if server else None,
-                               should_stop=self._stop.is_set)
+                               should_stop=self._stop.is_set, clock=self.clock, sw=self.sw)
         self.meter.begin(self._call.get("denoise0"))
         self._call["steps"], self._call["width"], self._call["height"] = steps, w, h
-        self._call.setdefault("t0", time.perf_counter())
+        self._call.setdefault("t0", self.clock())
         self._stop.clear()
         if server:
             server.started_from_thread(self._meta())
@@ -179,18 +187,18 @@ class Watch(PipelineCallback):
     def _end_denoise(self) -> None:
         # Rows still waiting on the device or the encode thread are handed over when the call is closed or
         # `rows` is read: waiting for them here would add a device wait inside the user's loop.
-        self._call.update(finished=True, t_denoised=time.perf_counter())
+        self._call.update(finished=True, t_denoised=self.clock(), denoised=self.sw.mark())
         self._arm()
 
     # -- the end of the request ------------------------------------------------------------------------------
     def save(self, image: Any, path: str | Path) -> Path:
         """Encode the final image as PNG and write it, timed: the request ends here."""
         arr = np.asarray(image.convert("RGB") if hasattr(image, "convert") else image)
-        t0 = time.perf_counter()
+        t0 = self.clock()
         png = save_image(arr.astype(np.uint8))
-        t1 = time.perf_counter()
+        t1 = self.clock()
         Path(path).write_bytes(png)
-        t2 = time.perf_counter()
+        t2 = self.clock()
         self._call.update(final_encode_ms=(t1 - t0) * 1e3, write_ms=(t2 - t1) * 1e3, t_end=t2)
         self._close_call()
         return Path(path)
@@ -209,12 +217,12 @@ class Watch(PipelineCallback):
         peak = meter.finish_previews()
         meter.drain()
         sw = self.sw
-        end = c.get("t_end") or c.get("t_decoded") or c.get("t_denoised") or time.perf_counter()
+        end = c.get("t_end") or self._device_end(c) or self.clock()
         phases = dict(text_encode_ms=sw.ms(c.get("te0"), c.get("te1")),
                       final_decode_ms=sw.ms(c.get("decode0"), c.get("decode1")),
                       final_encode_ms=c.get("final_encode_ms", 0.0), write_ms=c.get("write_ms", 0.0))
         s = self.controls.get()
-        rec = run_record(self.model, meter.run_id, meter.rows, wall_ms=(end - c.get("t0", end)) * 1e3,
+        rec = run_record(self.model, meter.run_id, meter.rows, wall_ms=(end - c.get("t0", end)) * 1e3, cuda=self.sw.cuda,
                          phases=phases, steps=c.get("steps", 0), width=c.get("width", 0), height=c.get("height", 0),
                          seed=-1, decoder=s.decoder, every=s.every, encoder=s.encoder, quality=s.quality,
                          preview_max=s.preview_max, mode=s.mode, budget=s.budget,
@@ -225,6 +233,16 @@ class Watch(PipelineCallback):
             self.server.ended_from_thread({**self._meta(meter.run_id), "status": rec.status,
                                            "totals": rec.__dict__})
         return rec
+
+    def _device_end(self, c: dict[str, Any]) -> float | None:
+        """Without save(), the call ends where the device finished its last work: the final decode's end
+        (or the last step's, for output_type="latent"), mapped onto the host clock. A host timestamp taken
+        when the work was queued would end the call before the device did."""
+        for mark, host in (("decode1", "t_decoded"), ("denoised", "t_denoised")):
+            if host in c:
+                device = self.sw.host_time(c.get(mark))
+                return max(c[host], device) if device is not None else c[host]
+        return None
 
     @property
     def record(self) -> RunRecord | None:

@@ -4,9 +4,12 @@ A registry, not reflection: a user's decoder name is looked up in DECODERS, and 
 """
 from __future__ import annotations
 
+import copy
+import weakref
 from typing import Any, Callable, Literal
 
 import torch
+from torch import nn
 
 from .models import Family, Model
 
@@ -26,11 +29,20 @@ class DecoderError(ValueError):
     """An unknown decoder, or one this model cannot run; one line a person can act on."""
 
 
+def constant(values: Any, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A small constant on the device, built once when a decoder is built. On CUDA it goes through pinned
+    memory without blocking: a plain torch.tensor(..., device=cuda) waits for the whole queue, a hidden sync."""
+    t = torch.tensor(values, dtype=dtype)
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def latent2rgb(family: Family, device: torch.device, dtype: torch.dtype) -> Decode:
     """Latents (B, 4, h, w) -> (B, 3, h, w) in [0, 1]: one 4x3 matrix per pixel, at latent resolution."""
     f, b = LATENT_RGB[family]
-    factors = torch.tensor(f, device=device, dtype=dtype)
-    bias = torch.tensor(b, device=device, dtype=dtype).view(1, 3, 1, 1)
+    factors = constant(f, device, dtype)
+    bias = constant(b, device, dtype).view(1, 3, 1, 1)
 
     def decode(latents: torch.Tensor) -> torch.Tensor:
         rgb = torch.einsum("bchw,cr->brhw", latents.to(dtype), factors) + bias
@@ -39,30 +51,82 @@ def latent2rgb(family: Family, device: torch.device, dtype: torch.dtype) -> Deco
     return decode
 
 
-def vae_decode(pipe: object, latents: torch.Tensor) -> torch.Tensor:
-    """The pipeline's own VAE, unscaled as its final decode does it -> (B, 3, 8h, 8w) in [-1, 1]."""
-    vae = pipe.vae  # type: ignore[attr-defined]
+class _Fp32Decoder(nn.Module):
+    """previewlab's own float32 copy of a VAE's decoder half (post_quant_conv + decoder), for VAEs that
+    overflow in float16 (SDXL's, with force_upcast). The user's VAE is never cast in place: a cast frees
+    the float16 weights while another stream may still read them."""
+
+    def __init__(self, vae: Any) -> None:
+        super().__init__()
+        pqc = getattr(vae, "post_quant_conv", None)
+        self.post_quant_conv = copy.deepcopy(pqc).float() if pqc is not None else None
+        self.decoder = copy.deepcopy(vae.decoder).float()
+        self.requires_grad_(False).eval()
+        self.bytes = sum(p.numel() * p.element_size() for p in self.parameters())
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        if self.post_quant_conv is not None:
+            z = self.post_quant_conv(z)
+        return self.decoder(z)
+
+
+_FP32: weakref.WeakKeyDictionary[Any, _Fp32Decoder] = weakref.WeakKeyDictionary()
+
+
+def needs_fp32(pipe: Any) -> bool:
+    """SDXL's float16 VAE overflows: its pipeline decodes in float32 (force_upcast); the SD1.5 one never does."""
+    vae = pipe.vae
+    sdxl = getattr(pipe, "text_encoder_2", None) is not None
+    return sdxl and vae.dtype == torch.float16 and bool(getattr(vae.config, "force_upcast", False))
+
+
+def fp32_decoder(pipe: Any) -> _Fp32Decoder:
+    """The float32 decoder copy for this pipeline's VAE, made once and shared by previews and final decodes."""
+    vae = pipe.vae
+    if vae not in _FP32:
+        _FP32[vae] = _Fp32Decoder(vae)
+    return _FP32[vae]
+
+
+def copy_mb(pipe: Any) -> float:
+    """Memory held by previewlab's float32 decoder copy of this pipeline's VAE (0 when none was made)."""
+    dec = _FP32.get(pipe.vae)
+    return dec.bytes / 2**20 if dec is not None else 0.0
+
+
+def vae_decoder(pipe: Any, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The pipeline's own VAE, unscaled as its final decode does it: latents -> (B, 3, 8h, 8w) in [-1, 1].
+    Constants and the float32 copy (when needed) are made here, once, never per call."""
+    vae = pipe.vae
     cfg = vae.config
     mean, std = getattr(cfg, "latents_mean", None), getattr(cfg, "latents_std", None)
+    fp32 = needs_fp32(pipe)
+    dtype = torch.float32 if fp32 else vae.dtype
+    scale = float(cfg.scaling_factor)
+    m = s = None
     if mean is not None and std is not None:  # SDXL-family VAEs that publish latent statistics
-        m = torch.tensor(mean, device=latents.device, dtype=latents.dtype).view(1, -1, 1, 1)
-        s = torch.tensor(std, device=latents.device, dtype=latents.dtype).view(1, -1, 1, 1)
-        latents = latents * s / cfg.scaling_factor + m
-    else:
-        latents = latents / cfg.scaling_factor
-    sdxl = getattr(pipe, "text_encoder_2", None) is not None  # the SD1.5 pipeline never upcasts
-    if sdxl and vae.dtype == torch.float16 and getattr(cfg, "force_upcast", False):
-        # SDXL's VAE overflows in float16: decode in float32 and go back, as the SDXL pipeline itself does
-        vae.to(dtype=torch.float32)
-        try:
-            return vae.decode(latents.float(), return_dict=False)[0]
-        finally:
-            vae.to(dtype=torch.float16)
-    return vae.decode(latents.to(vae.dtype), return_dict=False)[0]
+        m = constant(mean, device, dtype).view(1, -1, 1, 1)
+        s = constant(std, device, dtype).view(1, -1, 1, 1)
+    dec = fp32_decoder(pipe) if fp32 else None
+
+    def decode(latents: torch.Tensor) -> torch.Tensor:
+        z = latents.to(dtype)
+        z = z * s / scale + m if m is not None and s is not None else z / scale
+        if dec is not None:
+            return dec(z)
+        return vae.decode(z, return_dict=False)[0]
+
+    return decode
+
+
+def vae_decode(pipe: object, latents: torch.Tensor) -> torch.Tensor:
+    """One decode with the pipeline's VAE (builds the decoder; the engine keeps a built one where it can)."""
+    return vae_decoder(pipe, latents.device)(latents)
 
 
 def _vae(model: Model) -> Decode:
-    return lambda latents: ((vae_decode(model.pipe, latents) + 1) / 2).clamp(0, 1)
+    decode = vae_decoder(model.pipe, model.device)
+    return lambda latents: ((decode(latents) + 1) / 2).clamp(0, 1)
 
 
 def _taesd(model: Model) -> Decode:

@@ -14,9 +14,10 @@ from .meter import Clock, Controls, Frame, Previewer, StepMeter, on_path_ms, pre
 from .models import Model
 from .records import PREVIEW_STAGES, RunRecord, StepRow
 from .settings import RunSettings
+from .stopwatch import Stopwatch
 
-__all__ = ["Controls", "Frame", "Previewer", "Run", "StepMeter", "generate", "on_path_ms", "preview_size",
-           "run_record", "save_image", "to_uint8_hwc"]
+__all__ = ["Controls", "Frame", "Previewer", "Run", "StepMeter", "final_image", "final_u8", "generate",
+           "on_path_ms", "preview_size", "run_record", "save_image", "to_uint8_hwc"]
 
 
 @dataclass
@@ -37,12 +38,14 @@ def _env(model: Model) -> dict[str, Any]:
 
 
 def run_record(model: Model, run_id: str, rows: list[StepRow], *, wall_ms: float, phases: dict[str, Any],
-               drain_ms: float = 0.0, **fields: Any) -> RunRecord:
+               drain_ms: float = 0.0, cuda: bool | None = None, **fields: Any) -> RunRecord:
     """A run's record: stage totals from its rows, and other_ms = wall time minus everything measured on the
     denoising path (phases, denoise, the preview stages that ran on it, the final drain)."""
     totals: dict[str, Any] = {k: sum(getattr(r, k) for r in rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
-    on_path = sum(on_path_ms(r, model.device.type == "cuda") for r in rows)
+    cuda = model.device.type == "cuda" if cuda is None else cuda  # the stopwatch's device (tests: a fake one)
+    on_path = sum(on_path_ms(r, cuda) for r in rows)
     other = wall_ms - totals["denoise_ms"] - on_path - sum(phases.values()) - drain_ms
+    fields.setdefault("vae_copy_mb", decoders.copy_mb(model.pipe))
     return RunRecord(run_id=run_id, **_env(model), load_s=model.load_s, wall_s=wall_ms / 1e3, **totals, **phases,
                      drain_ms=drain_ms, other_ms=other, previews=sum(r.preview for r in rows),
                      skipped=sum(r.skipped for r in rows), bytes=sum(r.bytes for r in rows), offload=model.offload,
@@ -61,10 +64,16 @@ def encode_prompt(model: Model, prompt: str, guidance: float) -> dict[str, Any]:
     return dict(prompt_embeds=pe, negative_prompt_embeds=npe)
 
 
+def final_u8(model: Model, latents: torch.Tensor, decode: decoders.Decode | None = None) -> torch.Tensor:
+    """Latents -> uint8 (H, W, 3) on the device with the pipeline's VAE, as its own final decode does.
+    decode: a built decoders.vae_decoder (its constants made before the run), else one is built now."""
+    img = (decode or decoders.vae_decoder(model.pipe, latents.device))(latents[:1])[0]
+    return to_uint8_hwc(((img.float() + 1) / 2).clamp(0, 1))
+
+
 def final_image(model: Model, latents: torch.Tensor) -> np.ndarray:
-    """Latents -> uint8 (H, W, 3) on the host with the pipeline's VAE, as its own final decode does."""
-    img = decoders.vae_decode(model.pipe, latents[:1])[0]
-    return to_uint8_hwc(((img.float() + 1) / 2).clamp(0, 1)).cpu().numpy()
+    """Latents -> uint8 (H, W, 3) on the host: final_u8, then the copy (which waits for the device)."""
+    return final_u8(model, latents).cpu().numpy()
 
 
 def save_image(image: np.ndarray) -> bytes:
@@ -83,27 +92,34 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
              on_error: Callable[[str], None] | None = None, should_stop: Callable[[], bool] | None = None,
              image_path: Path | None = None, first_run: bool = False, inflight: int = 2, ranges: bool = False,
              compile_decoder: bool = False, previewer: Previewer | None = None,
-             clock: Clock = time.perf_counter) -> Run:
-    """Run one generation and measure it. Rows reach on_row in step order as soon as their times are known."""
+             clock: Clock = time.perf_counter, stopwatch: Stopwatch | None = None) -> Run:
+    """Run one generation and measure it. Rows reach on_row in step order as soon as their times are known.
+
+    Phases mean the same in every mode. On CUDA they are spans of the main stream's timeline (events), so a
+    host wait for work still queued is never counted again: drain_ms is how long previews in flight held the
+    main stream after the last step, final_decode_ms the VAE decode and the uint8 conversion on the device
+    plus the host copy of the image (started once the device has passed the decode)."""
     controls = controls or Controls(settings.preview)
     pipe = model.pipe
     prev = previewer or Previewer(model, compile_decoder)
     start_settings = controls.get()
     latent_shape = (1, 4, settings.height // model.vae_scale_factor, settings.width // model.vae_scale_factor)
     compile_ms = prev.warm(start_settings.decoder, latent_shape)
+    final_decode = decoders.vae_decoder(pipe, model.device)  # its constants built before the clock starts
     start_encoder = prev.encoder(start_settings.encoder).name
     # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.
     pipe.scheduler.set_timesteps(settings.steps, device="cpu")
     meter = StepMeter(model, controls, run_id, width=settings.width, height=settings.height, steps=settings.steps,
                       timesteps=[float(t) for t in pipe.scheduler.timesteps], previewer=prev, on_row=on_row,
                       on_frame=on_frame, on_error=on_error, should_stop=should_stop, inflight=inflight,
-                      ranges=ranges, clock=clock)
+                      ranges=ranges, clock=clock, sw=stopwatch or Stopwatch(model.device, clock))
     sw, rng = meter.sw, meter.rng
     status = "done"  # a failure raises; the caller records it
 
     with torch.inference_mode():
         t_start = clock()
         mark0 = sw.mark()
+        sw.anchor(mark0, t_start)  # the device is idle here: the previous run ended with a copy to the host
         try:
             rng.begin("text_encode")
             embeds = encode_prompt(model, settings.prompt, settings.guidance)
@@ -116,11 +132,15 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
                            callback_on_step_end=meter, callback_on_step_end_tensor_inputs=["latents"],
                            **embeds).images
             rng.end("denoise")
-            t_drain = clock()
+            loop_end = sw.mark()
             peak = meter.finish_previews()  # previews in flight finish before the final decode uses the VAE
-            t_dec0 = clock()
+            dec0 = sw.mark()
             rng.begin("final_decode")
-            image = final_image(model, latents)  # .cpu() waits for the device: every event before is done
+            u8 = final_u8(model, latents, final_decode)
+            dec1 = sw.mark()
+            sw.wait(dec1)  # the wait the copy below makes anyway, split off so the copy alone is timed
+            t_copy = clock()
+            image = u8.cpu().numpy()
             rng.end("final_decode")
             t_dec1 = clock()
             rng.begin("final_encode")
@@ -137,10 +157,11 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             raise
         meter.drain()
 
-    phases = dict(text_encode_ms=sw.ms(mark0, mark_te), final_decode_ms=(t_dec1 - t_dec0) * 1e3,
+    phases = dict(text_encode_ms=sw.ms(mark0, mark_te),
+                  final_decode_ms=sw.ms(dec0, dec1) + (t_dec1 - t_copy) * 1e3,
                   final_encode_ms=(t_enc1 - t_dec1) * 1e3, write_ms=(t_end - t_enc1) * 1e3)
     record = run_record(model, run_id, meter.rows, wall_ms=(t_end - t_start) * 1e3, phases=phases,
-                        drain_ms=(t_dec0 - t_drain) * 1e3, steps=settings.steps, width=settings.width,
+                        drain_ms=sw.ms(loop_end, dec0), cuda=sw.cuda, steps=settings.steps, width=settings.width,
                         height=settings.height, seed=settings.seed, decoder=start_settings.decoder,
                         every=start_settings.every, encoder=start_encoder, quality=start_settings.quality,
                         preview_max=start_settings.preview_max, mode=start_settings.mode,

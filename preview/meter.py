@@ -181,13 +181,14 @@ class StepMeter:
                  steps: int, timesteps: list[float] | None = None, previewer: Previewer | None = None,
                  on_row: Callable[[StepRow], None] | None = None, on_frame: Callable[[Frame], None] | None = None,
                  on_error: Callable[[str], None] | None = None, should_stop: Callable[[], bool] | None = None,
-                 inflight: int = 2, ranges: bool = False, clock: Clock = time.perf_counter) -> None:
+                 inflight: int = 2, ranges: bool = False, clock: Clock = time.perf_counter,
+                 sw: Stopwatch | None = None) -> None:
         self.model, self.controls, self.run_id = model, controls, run_id
         self.width, self.height, self.steps, self.timesteps = width, height, steps, timesteps or []
         self.prev = previewer or Previewer(model)
         self.on_row, self.on_frame, self.on_error, self.should_stop = on_row, on_frame, on_error, should_stop
         self.inflight, self.clock = inflight, clock
-        self.sw = Stopwatch(model.device, clock)
+        self.sw = sw or Stopwatch(model.device, clock)
         self.rng = _Ranges(ranges)
         self.overlap: Overlap | None = None  # made on first use: sync-only runs never start its thread
         self.pilot: Autopilot | None = None
@@ -281,8 +282,7 @@ class StepMeter:
         marks.res1 = sw.mark()
         rng.end("resize")
         rng.begin("sync")
-        t0 = clock()
-        sw.wait(marks.res1)  # the wait the host copy needs anyway, made visible as sync_ms
+        waited = sw.wait(marks.res1)  # the wait the host copy needs anyway; only its uncounted part is sync_ms
         t1 = clock()
         rng.end("sync")
         rng.begin("transfer")
@@ -290,13 +290,13 @@ class StepMeter:
         row.transfer_ms = (clock() - t1) * 1e3
         rng.end("transfer")
         rng.begin("encode")
-        self._finish(row, s, enc, arr, (t1 - t0) * 1e3)
+        self._finish(row, s, enc, arr, waited.uncounted_ms)
         rng.end("encode")
 
     def _preview_overlap(self, row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
                          decode: decoders.Decode, enc: encoders.Encoder) -> None:
         if self.overlap is None:
-            self.overlap = Overlap(self.model.device, self.sw, self.inflight)
+            self.overlap = Overlap(self.sw, self.inflight)
         if self.overlap.flight.full():
             row.skipped = 1  # the pipeline is full: skip this preview, never queue it
             return

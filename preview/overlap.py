@@ -49,17 +49,19 @@ class InFlight:
 
 
 class Overlap:
-    def __init__(self, device: torch.device, sw: Stopwatch, limit: int) -> None:
-        self.cuda = device.type == "cuda"
-        self.sw = sw
+    def __init__(self, sw: Stopwatch, limit: int) -> None:
+        self.sw, self.dev = sw, sw.dev
+        self.cuda = self.dev is not None
         self.flight = InFlight(limit)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="previewlab-encode")
-        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.stream = self.dev.stream() if self.dev is not None else None
+        self.last_copied: Any = None  # the latest preview's copy event: the run's end depends on it
 
     def submit(self, latents: torch.Tensor, decode: Callable[[torch.Tensor], torch.Tensor],
                to_u8: Callable[[torch.Tensor], torch.Tensor], finish: Callable[[np.ndarray, float, Any], None],
                marks: Any) -> Future[None]:
-        """Start one preview; finish(host uint8 array, sync_ms, copied mark) runs on the encode thread."""
+        """Start one preview; finish(host uint8 array, sync_ms, copied mark) runs on the encode thread.
+        sync_ms is the part of the encode thread's wait for the copy that no event times (see Stopwatch.wait)."""
         self.flight.enter()
         host: Any
         try:
@@ -79,33 +81,34 @@ class Overlap:
 
     def _device_part(self, latents: torch.Tensor, decode: Callable[[torch.Tensor], torch.Tensor],
                      to_u8: Callable[[torch.Tensor], torch.Tensor], marks: Any) -> tuple[torch.Tensor, Any]:
+        dev, stream = self.dev, self.stream
+        assert dev is not None
         lat = latents[:1].clone()  # on the main stream, ordered before the next step can touch `latents`
-        ready = torch.cuda.Event()
-        ready.record()
-        assert self.stream is not None
-        with torch.cuda.stream(self.stream):
-            self.stream.wait_event(ready)
-            lat.record_stream(self.stream)  # the allocator must not hand lat's memory to the main stream early
+        ready = dev.event()
+        with dev.use(stream):
+            dev.after(stream, ready)
+            dev.keep(lat, stream)  # the allocator must not hand lat's memory to the main stream early
             marks.dec0 = self.sw.mark()
             image = decode(lat)[0]
             marks.dec1 = self.sw.mark()
             u8 = to_u8(image)
             marks.res1 = self.sw.mark()
-            host = torch.empty(u8.shape, dtype=torch.uint8, pin_memory=True)
-            host.copy_(u8, non_blocking=True)
+            host = dev.to_host(u8)
             copied = self.sw.mark()
-        marks.copied = copied
+        marks.copied = self.last_copied = copied
         return host, copied
 
     def _host_part(self, host: Any, copied: Any, finish: Callable[[np.ndarray, float, Any], None]) -> None:
         try:
-            t0 = self.sw.clock()
-            self.sw.wait(copied)  # the copy must have landed before a byte of `host` is read
-            sync_ms = (self.sw.clock() - t0) * 1e3
+            waited = self.sw.wait(copied)  # the copy must have landed before a byte of `host` is read
             arr = host.numpy() if isinstance(host, torch.Tensor) else host
-            finish(arr, sync_ms, copied)
+            finish(arr, waited.uncounted_ms, copied)
         finally:
             self.flight.leave()
 
     def drain(self) -> None:
+        """Wait for every preview in flight. The main thread then waits on the last copy too: the encode
+        thread has already passed it, so this costs nothing on a GPU, but it says what the run's end depends
+        on (and moves a fake device's clock in tests)."""
         self.pool.shutdown(wait=True)
+        self.sw.wait(self.last_copied)

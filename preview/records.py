@@ -115,6 +115,7 @@ class RunRecord:
     compile: int          # 1: the preview decoder went through torch.compile
     channels_last: int
     compile_ms: float     # compiling the starting decoder, before the run's clock starts (not in wall_s)
+    vae_copy_mb: float = 0.0  # previewlab's own float32 copy of an SDXL float16 VAE's decoder (never cast in place)
 
     @property
     def preview_ms(self) -> float:
