@@ -8,16 +8,25 @@ Times are milliseconds unless a name says otherwise. What each stage includes, o
   decode_ms    the preview decoder (latents -> image in [0, 1]). CPU: host time. CUDA: device time (events).
   resize_ms    downscale to preview_max, conversion to uint8 and HWC layout (on the device). CPU: host time.
                CUDA: device time (events).
-  sync_ms      CUDA: host time blocked waiting for the device to finish the preview (the one wait a host copy
-               needs anyway; none is added). CPU: 0, there is no device to wait for.
-  transfer_ms  CUDA: device -> host copy of the uint8 preview, host time. CPU: 0 (already in host memory).
+  sync_ms      the part of a host wait for the device that no event times, so nothing is counted twice.
+               CUDA: the host waits for the preview (sync: on the denoising thread before the copy;
+               overlap: on the encode thread before reading the copy). The device time up to the awaited
+               event is already in denoise/decode/resize of this and earlier rows, so sync_ms is the wait
+               after the device had passed the event (the driver's wake-up), about 0. Its real cost in
+               sync mode is that the host cannot queue the next step ahead: that shows as slower denoise_ms.
+               CPU: 0, there is no device to wait for.
+  transfer_ms  device -> host copy of the uint8 preview. CUDA sync: host time of the copy (the device
+               has already finished the preview); CUDA overlap: device time of the pinned copy (events).
+               CPU: 0 (already in host memory). Never part of sync_ms.
   encode_ms    host time of the image encoder.
   send_ms, ack_rtt_ms, client_decode_ms, client_paint_ms, dropped: filled by the server (empty in the bench).
 
 A run's wall_s runs from the request start to the final image encoded and written; other_ms is wall time
 minus every measured phase and stage on the denoising path, so nothing is dropped silently. In overlap mode
 the preview stages run beside the denoising: they are reported, but not subtracted (they would be counted
-twice); their cost shows in slower denoise_ms and in drain_ms.
+twice); their cost shows in slower denoise_ms and in drain_ms. On CUDA the phases are spans of the main
+stream's timeline: final_decode_ms never includes steps still queued, drain_ms is how long previews in flight
+held the main stream after the last step (0 without previews, in every mode).
 """
 from __future__ import annotations
 
