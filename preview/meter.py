@@ -136,7 +136,7 @@ class Previewer:
 
     def encoder(self, name: str) -> encoders.Encoder:
         if name not in self._enc:
-            self._enc[name] = encoders.get(name)
+            self._enc[name] = encoders.get(name, self.model.device)
         return self._enc[name]
 
 
@@ -258,11 +258,18 @@ class StepMeter:
         if self.on_error:
             self.on_error(msg)
 
-    def _finish(self, row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: np.ndarray, sync_ms: float) -> None:
-        """Encode and hand off: in the callback (sync) or on the encode thread (overlap)."""
+    def _finish(self, row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: Any, sync_ms: float) -> None:
+        """Encode and hand off: in the callback (sync) or on the encode thread (overlap). arr is a host uint8
+        array, or for an on-device encoder the uint8 tensor still on the device (only the bytes cross)."""
         t0 = self.clock()
-        data = enc.encode(arr, s.quality)
-        row.encode_ms, row.sync_ms = (self.clock() - t0) * 1e3, sync_ms
+        out = enc.encode(arr, s.quality)
+        t1 = self.clock()
+        if enc.on_device:
+            data = out.cpu().numpy().tobytes()
+            row.transfer_ms = (self.clock() - t1) * 1e3
+        else:
+            data = out
+        row.encode_ms, row.sync_ms = (t1 - t0) * 1e3, sync_ms
         row.preview, row.bytes, row.encoder = 1, len(data), enc.name
         row.preview_height, row.preview_width = int(arr.shape[0]), int(arr.shape[1])
         if self.on_frame:
@@ -285,10 +292,12 @@ class StepMeter:
         waited = sw.wait(marks.res1)  # the wait the host copy needs anyway; only its uncounted part is sync_ms
         t1 = clock()
         rng.end("sync")
-        rng.begin("transfer")
-        arr = u8.cpu().numpy()
-        row.transfer_ms = (clock() - t1) * 1e3
-        rng.end("transfer")
+        arr: Any = u8
+        if not enc.on_device:  # an on-device encoder copies only its bytes, timed in _finish
+            rng.begin("transfer")
+            arr = u8.cpu().numpy()
+            row.transfer_ms = (clock() - t1) * 1e3
+            rng.end("transfer")
         rng.begin("encode")
         self._finish(row, s, enc, arr, waited.uncounted_ms)
         rng.end("encode")
@@ -309,7 +318,8 @@ class StepMeter:
 
         row.preview = 1  # made, or being made; a failure on the encode thread resets it, so set it first
         self.rng.begin("decode")
-        marks.future = self.overlap.submit(latents, decode, lambda img: to_uint8_hwc(img, s.preview_max), done, marks)
+        marks.future = self.overlap.submit(latents, decode, lambda img: to_uint8_hwc(img, s.preview_max), done, marks,
+                                           on_device=enc.on_device)
         self.rng.end("decode")
 
     def __call__(self, p: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:

@@ -59,14 +59,16 @@ class Overlap:
 
     def submit(self, latents: torch.Tensor, decode: Callable[[torch.Tensor], torch.Tensor],
                to_u8: Callable[[torch.Tensor], torch.Tensor], finish: Callable[[np.ndarray, float, Any], None],
-               marks: Any) -> Future[None]:
+               marks: Any, on_device: bool = False) -> Future[None]:
         """Start one preview; finish(host uint8 array, sync_ms, copied mark) runs on the encode thread.
-        sync_ms is the part of the encode thread's wait for the copy that no event times (see Stopwatch.wait)."""
+        sync_ms is the part of the encode thread's wait for the copy that no event times (see Stopwatch.wait).
+        on_device (CUDA, an encoder like nvjpeg): no pixel copy; the encode thread gets the device tensor and
+        encodes it on the side stream once the resize has passed."""
         self.flight.enter()
         host: Any
         try:
             if self.cuda:
-                host, copied = self._device_part(latents, decode, to_u8, marks)
+                host, copied = self._device_part(latents, decode, to_u8, marks, on_device)
             else:
                 marks.dec0 = self.sw.mark()
                 image = decode(latents[:1])[0]
@@ -77,10 +79,11 @@ class Overlap:
         except BaseException:
             self.flight.leave()
             raise
-        return self.pool.submit(self._host_part, host, copied, finish)
+        return self.pool.submit(self._host_part, host, copied, finish, on_device)
 
     def _device_part(self, latents: torch.Tensor, decode: Callable[[torch.Tensor], torch.Tensor],
-                     to_u8: Callable[[torch.Tensor], torch.Tensor], marks: Any) -> tuple[torch.Tensor, Any]:
+                     to_u8: Callable[[torch.Tensor], torch.Tensor], marks: Any,
+                     on_device: bool) -> tuple[torch.Tensor, Any]:
         dev, stream = self.dev, self.stream
         assert dev is not None
         lat = latents[:1].clone()  # on the main stream, ordered before the next step can touch `latents`
@@ -93,14 +96,23 @@ class Overlap:
             marks.dec1 = self.sw.mark()
             u8 = to_u8(image)
             marks.res1 = self.sw.mark()
+            if on_device:  # the encode thread reads u8 on this stream after res1
+                dev.keep(u8, stream)
+                self.last_copied = marks.res1
+                return u8, marks.res1
             host = dev.to_host(u8)
             copied = self.sw.mark()
         marks.copied = self.last_copied = copied
         return host, copied
 
-    def _host_part(self, host: Any, copied: Any, finish: Callable[[np.ndarray, float, Any], None]) -> None:
+    def _host_part(self, host: Any, copied: Any, finish: Callable[[np.ndarray, float, Any], None],
+                   on_device: bool) -> None:
         try:
             waited = self.sw.wait(copied)  # the copy must have landed before a byte of `host` is read
+            if on_device and self.dev is not None:
+                with self.dev.use(self.stream):  # the device encode stays off the main stream
+                    finish(host, waited.uncounted_ms, copied)
+                return
             arr = host.numpy() if isinstance(host, torch.Tensor) else host
             finish(arr, waited.uncounted_ms, copied)
         finally:

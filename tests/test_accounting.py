@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import pytest
+import torch
 
 from fake_device import FakeClock, FakeDevice
 from preview.callback import Watch
@@ -118,3 +119,38 @@ def test_waits_report_only_what_events_do_not_time():
     assert sw.ms(sw._anchor[0], ev) == pytest.approx(0.0)  # the clocks met again at ev
     again = sw.wait(ev)
     assert again.wait_ms < 0.5 and again.uncounted_ms == again.wait_ms
+
+
+def test_nvjpeg_is_refused_off_cuda_with_a_clear_error():
+    from preview.encoders import EncoderError, get
+
+    with pytest.raises(EncoderError, match="nvjpeg runs on a CUDA device .* use turbojpeg"):
+        get("nvjpeg", torch.device("cpu"))
+
+
+@pytest.mark.parametrize("mode", ["sync", "overlap"])
+def test_on_device_encoder_sends_only_the_bytes(tiny, mode):
+    """The frame path of an encoder that runs on the device (nvjpeg on a GPU): the pixels stay on the device,
+    the encoded bytes are copied. nvjpeg needs CUDA, so a device-side stand-in encodes with turbojpeg here
+    and returns its bytes as a tensor, as torchvision.io.encode_jpeg does."""
+    from preview.encoders import Encoder, get
+    from preview.engine import Frame, Previewer
+
+    jpeg = get("turbojpeg")
+    seen: list[torch.Tensor] = []
+
+    def on_device(rgb: torch.Tensor, quality: int) -> torch.Tensor:
+        seen.append(rgb)
+        return torch.frombuffer(bytearray(jpeg.encode(rgb.numpy(), quality)), dtype=torch.uint8)
+
+    prev = Previewer(tiny)
+    prev._enc["turbojpeg"] = Encoder("on-device", "jpeg", on_device, on_device=True)
+    frames: list[Frame] = []
+    with fake_gpu(tiny) as (clock, dev):
+        s = RunSettings(steps=3, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode=mode))
+        run = generate(tiny, s, run_id="t", clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev),
+                       previewer=prev, on_frame=frames.append)
+    assert len(frames) == 3 and all(f.data[:2] == b"\xff\xd8" for f in frames)
+    assert all(isinstance(t, torch.Tensor) and t.shape == (64, 64, 3) for t in seen)  # never a host array
+    assert [r.bytes for r in run.rows] == [len(f.data) for f in frames]
+    assert all(r.encoder == "on-device" and r.transfer_ms >= 0 for r in run.rows)
