@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 import numpy as np
@@ -41,12 +41,15 @@ class Frame:
 class Controls:
     """Live preview settings: set from any thread, read once per step by the denoising thread.
 
-    Replacing one reference is atomic in CPython, so the reader never sees half a change.
+    Replacing one reference is atomic in CPython, so the reader never sees half a change. Changes made within
+    one step are merged: the last value of each field wins, and the step's event names each changed field
+    once, so a flood of `set` messages costs one short event, never a growing one.
     """
 
     def __init__(self, preview: PreviewSettings) -> None:
         self._s = preview
-        self._notes: list[str] = []  # changes not yet stamped on a step row
+        self._noted = preview  # the settings as the last event described them
+        self._dirty = False    # a user change since the last event
         self._lock = threading.Lock()
 
     def get(self) -> PreviewSettings:
@@ -56,19 +59,21 @@ class Controls:
         """Change settings from any thread; note=False for the engine's own changes, which say why elsewhere."""
         with self._lock:
             new = self._s.changed(**changes)  # validates; raises SettingsError and changes nothing
-            diff = [f"{k}={v}" for k, v in changes.items() if getattr(self._s, k) != v]
             self._s = new
-            if diff and note:
-                self._notes.append("set " + " ".join(diff))
+            if note:
+                self._dirty = True
+            else:
+                self._noted = self._noted.changed(**changes)
         return new
 
     def take_notes(self) -> str:
-        """The changes since the last call, as one event text; called once per step."""
-        if not self._notes:  # the common case takes no lock
+        """What changed since the last call, as one event text ("set decoder=taesd every=2"); once per step."""
+        if not self._dirty:  # the common case takes no lock
             return ""
         with self._lock:
-            notes, self._notes = self._notes, []
-        return "; ".join(notes)
+            old, new, self._noted, self._dirty = self._noted, self._s, self._s, False
+        diff = [f"{f.name}={getattr(new, f.name)}" for f in fields(new) if getattr(old, f.name) != getattr(new, f.name)]
+        return "set " + " ".join(diff) if diff else ""
 
 
 @dataclass

@@ -107,3 +107,22 @@ def test_preview_settings_reject_bad_values(kw, field):
 def test_run_settings_reject_bad_values(kw, field):
     with pytest.raises(SettingsError, match=field):
         RunSettings(**kw)
+
+
+def test_a_flood_of_sets_within_one_step_is_one_short_event():
+    from preview.engine import Controls
+    from preview.settings import PreviewSettings
+
+    c = Controls(PreviewSettings(decoder="latent2rgb", every=1))
+    for i in range(10_000):
+        c.set(every=1 + i % 7, quality=1 + i % 100)
+    c.set(decoder="taesd")
+    event = c.take_notes()
+    # the last value of each field wins; each changed field is named once
+    assert event == f"set decoder=taesd every={1 + 9999 % 7} quality={1 + 9999 % 100}"
+    assert c.get().every == 1 + 9999 % 7 and c.take_notes() == ""
+    c.set(every=3)
+    c.set(every=1 + 9999 % 7)  # changed and changed back within a step: nothing to say
+    assert c.take_notes() == ""
+    c.set(decoder="latent2rgb", note=False)  # the engine's own change says why elsewhere
+    assert c.take_notes() == "" and c.get().decoder == "latent2rgb"
