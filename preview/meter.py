@@ -38,6 +38,16 @@ class Frame:
     data: bytes
 
 
+@dataclass(frozen=True)
+class Change:
+    """The live changes one step picked up: which fields, and the event text that says so."""
+    fields: frozenset[str]
+    text: str
+
+
+NO_CHANGE = Change(frozenset(), "")
+
+
 class Controls:
     """Live preview settings: set from any thread, read once per step by the denoising thread.
 
@@ -66,14 +76,18 @@ class Controls:
                 self._noted = self._noted.changed(**changes)
         return new
 
-    def take_notes(self) -> str:
-        """What changed since the last call, as one event text ("set decoder=taesd every=2"); once per step."""
+    def take(self) -> Change:
+        """What the user changed since the last call, merged; called once per step."""
         if not self._dirty:  # the common case takes no lock
-            return ""
+            return NO_CHANGE
         with self._lock:
             old, new, self._noted, self._dirty = self._noted, self._s, self._s, False
-        diff = [f"{f.name}={getattr(new, f.name)}" for f in fields(new) if getattr(old, f.name) != getattr(new, f.name)]
-        return "set " + " ".join(diff) if diff else ""
+        names = tuple(f.name for f in fields(new) if getattr(old, f.name) != getattr(new, f.name))
+        return Change(frozenset(names), "set " + " ".join(f"{k}={getattr(new, k)}" for k in names) if names else "")
+
+    def take_notes(self) -> str:
+        """take(), as the event text ("set decoder=taesd every=2")."""
+        return self.take().text
 
 
 @dataclass
@@ -87,6 +101,7 @@ class _Marks:
     res1: Any = None
     copied: Any = None     # CUDA overlap: the event after the device -> host copy
     future: Any = None     # overlap: the encode thread's work for this row
+    touched: bool = False  # preview work ran in this step, or a preview was in flight while it denoised
 
 
 def preview_size(width: int, height: int, preview_max: int) -> tuple[int, int]:
@@ -201,6 +216,7 @@ class StepMeter:
         self.pending: list[_Marks] = []
         self.last: Any = None  # the mark where the current step's denoising began
         self.since = 0         # steps since the last preview (autopilot schedule)
+        self.in_flight = False  # a preview may still be running beside the next step
 
     def begin(self, mark: Any = None) -> None:
         """The denoising starts now (or at an earlier mark)."""
@@ -221,14 +237,10 @@ class StepMeter:
                 m.row.decode_ms, m.row.resize_ms = sw.ms(m.dec0, m.dec1), sw.ms(m.dec1, m.res1)
                 if m.copied is not None:
                     m.row.transfer_ms = sw.ms(m.res1, m.copied)
-            if pilot is not None:
-                pilot.observe_step(m.row.denoise_ms)
-                if m.row.preview:
-                    on_thread = m.row.decode_ms + m.row.resize_ms
-                    if m.row.mode == "sync":
-                        on_thread += m.row.sync_ms + m.row.transfer_ms + m.row.encode_ms
-                    pilot.observe_preview(on_thread)
-                    self.prev.cost_ms[m.row.decoder] = pilot.cost_ms or on_thread  # a prior for later runs
+            if pilot is not None:  # the autopilot holds the wall cost of steps, previews' or not, to its budget
+                pilot.observe(m.row.denoise_ms + on_path_ms(m.row, sw.cuda), m.touched)
+                if pilot.measured and pilot.cost_ms is not None:
+                    self.prev.cost_ms[pilot.decoder] = pilot.cost_ms  # a prior for later runs
             self.rows.append(m.row)
             if self.on_row:
                 self.on_row(m.row)
@@ -257,7 +269,7 @@ class StepMeter:
         traceback.print_exc(limit=2)
         self.controls.set(decoder=fallback, note=False)
         if self.pilot is not None:
-            self.pilot.decoder, self.pilot.awaiting = fallback, False
+            self.pilot.switch_decoder(fallback, prior_ms=self.prev.cost_ms.get(fallback))
         row.event = (row.event + "; " if row.event else "") + msg
         row.preview = 0
         if self.on_error:
@@ -334,15 +346,16 @@ class StepMeter:
         controls = self.controls
         s = controls.get()
         decoder, every = s.decoder, s.every
-        event = controls.take_notes()
+        change = controls.take()
+        event = change.text
         if s.budget > 0 and s.decoder != "none":
             pilot = self.pilot
-            if pilot is None or pilot.budget_pct != s.budget or (event and "decoder=" in event):
+            if pilot is None or pilot.budget_pct != s.budget or "decoder" in change.fields:
                 old = pilot
                 pilot = self.pilot = Autopilot(s.budget, self.steps, s.decoder, has_taesd=self.model.taesd is not None,
                                                prior_ms=self.prev.cost_ms.get(s.decoder))
                 if old is not None:  # a live change keeps the run's books
-                    pilot.total_step_ms, pilot.total_cost_ms, pilot.step_ms = old.total_step_ms, old.total_cost_ms, old.step_ms
+                    pilot.keep_books(old)
             every = pilot.decide()
             if pilot.decoder != s.decoder:
                 controls.set(decoder=pilot.decoder, note=False)  # the autopilot's own note says why
@@ -354,7 +367,7 @@ class StepMeter:
         ts = self.timesteps[i] if i < len(self.timesteps) else -1.0
         row = StepRow(self.run_id, step, ts, decoder=decoder, every=every, encoder="", quality=s.quality,
                       width=self.width, height=self.height, mode=s.mode, event=event)
-        marks = _Marks(row, self.last, cb)
+        marks = _Marks(row, self.last, cb, touched=self.in_flight)
         self.since += 1
         due = should_preview(step, every) if self.pilot is None else self.pilot.due(self.since)
         if decoder != "none" and due:
@@ -375,8 +388,13 @@ class StepMeter:
             except Exception as e:
                 self._failed(row, ps, e)
                 marks.dec0 = None
-            if self.pilot is not None and row.preview:
-                self.pilot.started()  # no second preview until this one's cost is known
+            if not row.skipped:  # preview work ran (made, or failed on the way)
+                marks.touched = True
+                if self.pilot is not None:
+                    self.pilot.preview_started()
+        # the next step is touched when a preview may still be running beside it
+        self.in_flight = s.mode == "overlap" and (marks.touched and row.preview == 1 or
+                                                  (self.overlap is not None and self.overlap.flight.count > 0))
         self.pending.append(marks)
         self.emit(False)
         if self.should_stop and self.should_stop():

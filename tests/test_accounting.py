@@ -20,7 +20,7 @@ from preview.engine import generate
 from preview.settings import PreviewSettings, RunSettings
 from preview.stopwatch import Stopwatch
 
-UNET_MS, TAESD_MS, VAE_MS, TEXT_MS, COPY_MS = 500.0, 60.0, 100.0, 30.0, 2.0
+UNET_MS, TAESD_MS, VAE_MS, TEXT_MS, COPY_MS = 500.0, 150.0, 100.0, 30.0, 2.0
 STEPS = 5
 
 
@@ -61,7 +61,7 @@ def test_every_device_millisecond_is_counted_once(tiny, mode, decoder):
     assert r.denoise_ms >= STEPS * UNET_MS
     assert all(x.sync_ms < 0.5 for x in run.rows), [x.sync_ms for x in run.rows]
     # the final decode is the VAE's own device time plus the host's real work, never the queued steps
-    assert VAE_MS <= r.final_decode_ms <= VAE_MS + real_ms
+    assert VAE_MS - 0.01 <= r.final_decode_ms <= VAE_MS + real_ms
     assert r.text_encode_ms >= TEXT_MS
     if decoder == "taesd":
         made = [x for x in run.rows if x.preview]
@@ -76,13 +76,15 @@ def test_every_device_millisecond_is_counted_once(tiny, mode, decoder):
 
 
 def test_overlap_costs_the_drain_and_sync_costs_the_decodes(tiny):
-    base, _, _ = measured(tiny, "sync", "none")
+    measured(tiny, "sync", "taesd")  # warm-up: a first run's host work is slow, and the device waits for it
+    base, _, real_base = measured(tiny, "sync", "none")
     sync, _, real_sync = measured(tiny, "sync", "taesd")
     over, _, real_over = measured(tiny, "overlap", "taesd")
     extra_sync = (sync.record.wall_s - base.record.wall_s) * 1e3
     extra_over = (over.record.wall_s - base.record.wall_s) * 1e3
-    # sync: every decode lands on the main stream; overlap: only the last one's tail shows up
-    assert extra_sync >= STEPS * TAESD_MS - 1
+    # sync: every decode lands on the main stream; overlap: only the last one's tail shows up. The host's real
+    # work (which the device may wait for) bounds what the fake device's figures can be off by
+    assert extra_sync >= STEPS * TAESD_MS - real_base
     assert extra_over < TAESD_MS + COPY_MS + real_over
 
 
@@ -102,7 +104,7 @@ def test_callback_ends_at_the_device_boundary(tiny, mode):
     # the pipeline's own final copy is not seen by the fake device, so only a device boundary covers its work
     assert rec.wall_s * 1e3 >= TEXT_MS + STEPS * UNET_MS + VAE_MS
     assert 0 <= rec.other_ms <= real_ms
-    assert VAE_MS <= rec.final_decode_ms <= VAE_MS + real_ms
+    assert VAE_MS - 0.01 <= rec.final_decode_ms <= VAE_MS + real_ms
     assert all(x.sync_ms < 0.5 for x in w.rows)
 
 
