@@ -10,11 +10,14 @@ import numpy as np
 import torch
 
 from . import decoders
-from .meter import Clock, Controls, Frame, Previewer, StepMeter, on_path_ms, preview_size, to_uint8_hwc
+from .controls import Controls
+from .frames import Frame, preview_size, to_uint8_hwc
+from .meter import StepMeter
+from .previewer import Previewer
 from .models import Model
-from .records import PREVIEW_STAGES, RunRecord, StepRow
+from .records import PREVIEW_STAGES, RunRecord, StepRow, on_path_ms
 from .settings import RunSettings
-from .stopwatch import Stopwatch
+from .stopwatch import Clock, Stopwatch
 
 __all__ = ["Controls", "Frame", "Previewer", "Run", "StepMeter", "final_image", "final_u8", "generate",
            "on_path_ms", "preview_size", "run_record", "save_image", "to_uint8_hwc"]

@@ -5,89 +5,25 @@ on a socket: frames and rows go to callbacks that must return at once (the serve
 """
 from __future__ import annotations
 
-import threading
 import time
 import traceback
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from . import decoders, encoders
 from .autopilot import Autopilot
+from .controls import Controls
+from .frames import Frame, to_uint8_hwc
 from .models import Model
 from .overlap import Overlap
-from .records import StepRow
+from .previewer import Previewer
+from .ranges import Ranges
+from .records import StepRow, on_path_ms
 from .settings import PreviewSettings, should_preview
-from .stopwatch import Stopwatch
-
-Clock = Callable[[], float]
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One encoded preview, made once and shared by every watcher."""
-    run_id: str
-    step: int
-    decoder: str
-    format: str
-    width: int
-    height: int
-    data: bytes
-
-
-@dataclass(frozen=True)
-class Change:
-    """The live changes one step picked up: which fields, and the event text that says so."""
-    fields: frozenset[str]
-    text: str
-
-
-NO_CHANGE = Change(frozenset(), "")
-
-
-class Controls:
-    """Live preview settings: set from any thread, read once per step by the denoising thread.
-
-    Replacing one reference is atomic in CPython, so the reader never sees half a change. Changes made within
-    one step are merged: the last value of each field wins, and the step's event names each changed field
-    once, so a flood of `set` messages costs one short event, never a growing one.
-    """
-
-    def __init__(self, preview: PreviewSettings) -> None:
-        self._s = preview
-        self._noted = preview  # the settings as the last event described them
-        self._dirty = False    # a user change since the last event
-        self._lock = threading.Lock()
-
-    def get(self) -> PreviewSettings:
-        return self._s
-
-    def set(self, note: bool = True, **changes: Any) -> PreviewSettings:
-        """Change settings from any thread; note=False for the engine's own changes, which say why elsewhere."""
-        with self._lock:
-            new = self._s.changed(**changes)  # validates; raises SettingsError and changes nothing
-            self._s = new
-            if note:
-                self._dirty = True
-            else:
-                self._noted = self._noted.changed(**changes)
-        return new
-
-    def take(self) -> Change:
-        """What the user changed since the last call, merged; called once per step."""
-        if not self._dirty:  # the common case takes no lock
-            return NO_CHANGE
-        with self._lock:
-            old, new, self._noted, self._dirty = self._noted, self._s, self._s, False
-        names = tuple(f.name for f in fields(new) if getattr(old, f.name) != getattr(new, f.name))
-        return Change(frozenset(names), "set " + " ".join(f"{k}={getattr(new, k)}" for k in names) if names else "")
-
-    def take_notes(self) -> str:
-        """take(), as the event text ("set decoder=taesd every=2")."""
-        return self.take().text
+from .stopwatch import Clock, Stopwatch
 
 
 @dataclass
@@ -102,92 +38,6 @@ class _Marks:
     copied: Any = None     # CUDA overlap: the event after the device -> host copy
     future: Any = None     # overlap: the encode thread's work for this row
     touched: bool = False  # preview work ran in this step, or a preview was in flight while it denoised
-
-
-def preview_size(width: int, height: int, preview_max: int) -> tuple[int, int]:
-    """(w, h) with the long side at most preview_max (0 = native), aspect kept."""
-    long = max(width, height)
-    if preview_max == 0 or long <= preview_max:
-        return width, height
-    s = preview_max / long
-    return max(1, round(width * s)), max(1, round(height * s))
-
-
-def to_uint8_hwc(image: torch.Tensor, preview_max: int = 0) -> torch.Tensor:
-    """(3, H, W) in [0, 1] -> uint8 (h, w, 3), downscaled on the tensor's device when preview_max asks."""
-    _, h, w = image.shape
-    pw, ph = preview_size(w, h, preview_max)
-    if (pw, ph) != (w, h):
-        image = F.interpolate(image[None].float(), size=(ph, pw), mode="bilinear", antialias=True,
-                              align_corners=False)[0]
-    return (image * 255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).contiguous()
-
-
-class Previewer:
-    """Builds decoders and encoders on demand and keeps them for the run (a switch back costs nothing)."""
-
-    def __init__(self, model: Model, compile: bool = False) -> None:
-        self.model, self.compile = model, compile
-        self._dec: dict[str, decoders.Decode | None] = {}
-        self._enc: dict[str, encoders.Encoder] = {}
-        self.compile_ms: dict[str, float] = {}
-        self.cost_ms: dict[str, float] = {}  # the autopilot's latest cost per preview, by decoder
-
-    def decoder(self, name: str) -> decoders.Decode | None:
-        if name not in self._dec:
-            fn = decoders.build(name, self.model)
-            if fn is not None and self.compile:
-                fn = torch.compile(fn, dynamic=False)
-            self._dec[name] = fn
-        return self._dec[name]
-
-    def warm(self, name: str, latent_shape: tuple[int, ...]) -> float:
-        """Compile a decoder ahead of the run (torch.compile compiles on first call); returns the compile ms,
-        which is reported apart from the steady state."""
-        fn = self.decoder(name)
-        if fn is None or not self.compile or name in self.compile_ms:
-            return 0.0
-        t0 = time.perf_counter()
-        with torch.inference_mode():  # as the run calls it: another grad mode would compile again
-            out = fn(torch.zeros(latent_shape, device=self.model.device, dtype=self.model.dtype))
-            out.cpu()  # outside the measured run: the compile is not done until its first result is
-        self.compile_ms[name] = (time.perf_counter() - t0) * 1e3
-        return self.compile_ms[name]
-
-    def encoder(self, name: str) -> encoders.Encoder:
-        if name not in self._enc:
-            self._enc[name] = encoders.get(name, self.model.device)
-        return self._enc[name]
-
-
-def on_path_ms(row: StepRow, cuda: bool) -> float:
-    """The part of a row's preview stages that ran on the denoising thread, so it adds to wall time.
-
-    sync: all of it. overlap on CPU: decode and resize (the encode left the thread). overlap on CUDA: none of
-    it; what the side stream still costs shows as slower denoise_ms and as drain_ms.
-    """
-    if row.mode == "sync":
-        return row.preview_ms
-    return 0.0 if cuda else row.decode_ms + row.resize_ms
-
-
-class _Ranges:
-    """torch.profiler ranges named previewlab.<stage>; does nothing unless a trace was asked for."""
-
-    def __init__(self, on: bool) -> None:
-        self.on = on
-        self._open: dict[str, Any] = {}
-
-    def begin(self, name: str) -> None:
-        if self.on:
-            rf = torch.profiler.record_function(f"previewlab.{name}")
-            rf.__enter__()
-            self._open[name] = rf
-
-    def end(self, name: str) -> None:
-        rf = self._open.pop(name, None)
-        if rf is not None:
-            rf.__exit__(None, None, None)
 
 
 class StepMeter:
@@ -209,7 +59,7 @@ class StepMeter:
         self.on_row, self.on_frame, self.on_error, self.should_stop = on_row, on_frame, on_error, should_stop
         self.inflight, self.clock = inflight, clock
         self.sw = sw or Stopwatch(model.device, clock)
-        self.rng = _Ranges(ranges)
+        self.rng = Ranges(ranges)
         self.overlap: Overlap | None = None  # made on first use: sync-only runs never start its thread
         self.pilot: Autopilot | None = None
         self.rows: list[StepRow] = []
@@ -256,8 +106,7 @@ class StepMeter:
     def drain(self) -> None:
         """Wait for previews in flight, then hand over every row left."""
         self.finish_previews()
-        for name in list(self.rng._open):
-            self.rng.end(name)
+        self.rng.end_all()
         self.emit(True)
 
     def _failed(self, row: StepRow, s: PreviewSettings, e: BaseException) -> None:
@@ -402,5 +251,3 @@ class StepMeter:
         self.rng.begin("denoise")
         self.last = self.sw.mark()
         return kw
-
-

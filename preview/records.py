@@ -75,6 +75,17 @@ class StepRow:
         return sum(getattr(self, k) for k in PREVIEW_STAGES)
 
 
+def on_path_ms(row: StepRow, cuda: bool) -> float:
+    """The part of a row's preview stages that ran on the denoising thread, so it adds to wall time.
+
+    sync: all of it. overlap on CPU: decode and resize (the encode left the thread). overlap on CUDA: none of
+    it; what the side stream still costs shows as slower denoise_ms and as drain_ms.
+    """
+    if row.mode == "sync":
+        return row.preview_ms
+    return 0.0 if cuda else row.decode_ms + row.resize_ms
+
+
 STEP_COLUMNS = tuple(f.name for f in fields(StepRow))
 
 

@@ -11,6 +11,7 @@ MAX_STEPS = 1000
 MAX_EVERY = 10_000
 MAX_PROMPT = 2000  # characters
 MIN_SIDE, MAX_SIDE = 64, 2048  # pixels; MAX_SIDE is the default cap, a server may lower it
+MAX_GUIDANCE = 30.0  # classifier-free guidance scale; <= 1 turns CFG off (one UNet pass per step, not two)
 
 
 class SettingsError(ValueError):
@@ -65,6 +66,11 @@ class RunSettings:
             if v % 8:
                 raise SettingsError(f"{name}={v}: must be a multiple of 8 (64..{self.max_side})")
         _int("seed", self.seed, 0, 2**63 - 1)
+        g = self.guidance
+        # bool is an int to Python, and 1e308 or NaN would reach the pipeline: only a finite number in range
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= MAX_GUIDANCE:
+            raise SettingsError(f"guidance={g!r}: must be a number from 0 to {MAX_GUIDANCE:g} "
+                                "(<= 1 turns classifier-free guidance off)")
 
 
 PREVIEW_FIELDS = tuple(f.name for f in fields(PreviewSettings))

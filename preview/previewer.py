@@ -1,0 +1,46 @@
+"""The decoders and encoders of a run (or a sweep, or a server's life), built on first use and kept."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from . import decoders, encoders
+from .models import Model
+
+
+class Previewer:
+    """Builds decoders and encoders on demand and keeps them for the run (a switch back costs nothing)."""
+
+    def __init__(self, model: Model, compile: bool = False) -> None:
+        self.model, self.compile = model, compile
+        self._dec: dict[str, decoders.Decode | None] = {}
+        self._enc: dict[str, encoders.Encoder] = {}
+        self.compile_ms: dict[str, float] = {}
+        self.cost_ms: dict[str, float] = {}  # the autopilot's latest cost per preview, by decoder
+
+    def decoder(self, name: str) -> decoders.Decode | None:
+        if name not in self._dec:
+            fn = decoders.build(name, self.model)
+            if fn is not None and self.compile:
+                fn = torch.compile(fn, dynamic=False)
+            self._dec[name] = fn
+        return self._dec[name]
+
+    def warm(self, name: str, latent_shape: tuple[int, ...]) -> float:
+        """Compile a decoder ahead of the run (torch.compile compiles on first call); returns the compile ms,
+        which is reported apart from the steady state."""
+        fn = self.decoder(name)
+        if fn is None or not self.compile or name in self.compile_ms:
+            return 0.0
+        t0 = time.perf_counter()
+        with torch.inference_mode():  # as the run calls it: another grad mode would compile again
+            out = fn(torch.zeros(latent_shape, device=self.model.device, dtype=self.model.dtype))
+            out.cpu()  # outside the measured run: the compile is not done until its first result is
+        self.compile_ms[name] = (time.perf_counter() - t0) * 1e3
+        return self.compile_ms[name]
+
+    def encoder(self, name: str) -> encoders.Encoder:
+        if name not in self._enc:
+            self._enc[name] = encoders.get(name, self.model.device)
+        return self._enc[name]
