@@ -7,10 +7,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import numpy as np
 import torch
 
-from preview.engine import Previewer, Run, generate, run_record, save_image
+from preview.engine import Previewer, Run, final_image, generate, run_record, save_image
 from preview.models import Model
 from preview.records import RUN_COLUMNS, STEP_COLUMNS, CsvAppender
 from preview.settings import PreviewSettings, RunSettings
@@ -76,14 +75,19 @@ def config_name(p: PreviewSettings | None) -> str:
 
 def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Path | None,
                 clock: Callable[[], float] = time.perf_counter) -> Run:
-    """The same generation as a user's script would call it: the pipeline alone, then PNG and write."""
+    """The same generation as a user's script would call it: the pipeline alone, then PNG and write.
+
+    The host work after the loop is the engine's own (latents out, then final_image: the same VAE decode and
+    uint8 conversion on the same device), so engine against direct call measures the callback and nothing else.
+    """
     with torch.inference_mode():
         t0 = clock()
         gen = torch.Generator("cpu").manual_seed(settings.seed)
-        out = model.pipe(settings.prompt, num_inference_steps=settings.steps, width=settings.width,
-                         height=settings.height, guidance_scale=settings.guidance, generator=gen,
-                         output_type="np").images[0]
-        png = save_image((out * 255).round().clip(0, 255).astype(np.uint8))
+        latents = model.pipe(settings.prompt, num_inference_steps=settings.steps, width=settings.width,
+                             height=settings.height, guidance_scale=settings.guidance, generator=gen,
+                             output_type="latent").images
+        image = final_image(model, latents)
+        png = save_image(image)
         if image_path is not None:
             image_path.write_bytes(png)
         wall = clock() - t0
@@ -92,7 +96,7 @@ def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Pa
                      width=settings.width, height=settings.height, seed=settings.seed, decoder="direct", every=0,
                      encoder="", quality=0, preview_max=0, mode="direct", budget=0.0, status="done", first_run=0,
                      inflight_peak=0, compile=0, compile_ms=0.0)
-    return Run(rec, [])
+    return Run(rec, [], image)
 
 
 def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any] | None = None,

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Proof that bench/gpu_check.sh runs with only what the GPU machine has (FACTS.md, "The GPU machine") plus .whl/:
+# builds a bare virtual environment at VENV_DIR (default: a temporary folder, removed after) holding only the
+# GPU machine's packages, makes .whl/ with bench/gpu_wheels.sh when it holds no wheel, runs the check's dry run
+# with that interpreter and fails unless the table and its rows are printed.
+# torch is pinned: 2.13.0 is the CPU build on disk here, an unpinned torch pulls a multi-GB CUDA build. The
+# GPU machine's transformers and huggingface-hub versions are pinned too; the rest as they come.
+# usage: bench/gpu_dryrun_bare.sh [VENV_DIR]     BASE_PYTHON: the interpreter to build it from (python3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+VENV="${1:-$tmp/bare}"
+t0=$(date +%s)
+"${BASE_PYTHON:-python3}" -m venv --clear "$VENV"
+"$VENV/bin/python" -m pip install -qq --disable-pip-version-check torch==2.13.0 transformers==5.17.0 \
+  huggingface-hub==1.33.0 safetensors pillow numpy tqdm regex requests filelock prometheus-client matplotlib
+# bare means bare: what .whl/ brings must not be there already
+for mod in diffusers torchvision turbojpeg importlib_metadata starlette uvicorn websockets; do
+  if "$VENV/bin/python" -c "import $mod" 2>/dev/null; then
+    echo "gpu_dryrun_bare: $mod is installed in $VENV; the GPU machine has no $mod" >&2
+    exit 1
+  fi
+done
+t1=$(date +%s)
+compgen -G ".whl/*.whl" >/dev/null || bench/gpu_wheels.sh
+t2=$(date +%s)
+OUT="$tmp/out" PYTHON="$VENV/bin/python" bench/gpu_check.sh --dry-run | tee "$tmp/table.txt"
+t3=$(date +%s)
+for row in "engine, decoder none / bare diffusers call" "taesd every step, overlap / no previews" \
+    "vae every step: overlap overhead / sync overhead" "latent2rgb every step, overlap / no previews" \
+    "autopilot taesd, budget 10 % / no previews" "nvjpeg / turbojpeg, transfer+encode per preview" \
+    "hidden syncs in the step callback" \
+    "reference: "; do
+  if ! grep -qF "$row" "$tmp/table.txt"; then
+    echo "gpu_dryrun_bare: FAILED, no row '$row' in the dry run's table" >&2
+    exit 1
+  fi
+done
+echo "gpu_dryrun_bare: ok in $(( t3 - t0 )) s (venv $(( t1 - t0 )) s, wheels $(( t2 - t1 )) s," \
+     "dry run $(( t3 - t2 )) s)" >&2

@@ -1,0 +1,71 @@
+"""The GPU check's dry run as the GPU machine would run it, on the CPU with synthetic:tiny: every row of its
+table, each with a ratio, previews and skipped, and the profiler reference."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = ("engine, decoder none / bare diffusers call", "taesd every step, overlap / no previews",
+        "vae every step: overlap overhead / sync overhead", "latent2rgb every step, overlap / no previews",
+        "autopilot taesd, budget 10 % / no previews", "nvjpeg / turbojpeg, transfer+encode per preview",
+        "hidden syncs in the step callback (overlap, live switches)")
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("check (A / B)"))
+    rows = {}
+    for ln in lines[start + 2:]:
+        if ln.startswith("ratio:"):
+            break
+        cells = re.split(r"\s{2,}", ln.strip())
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_dry_run_prints_every_row(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--dry-run", "--steps", "4", "--repeats", "1",
+                        "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = table_rows(p.stdout)
+    assert list(rows) == list(ROWS), p.stdout
+    for label in ROWS[:-2]:
+        ratio, figure, previews, skipped = rows[label]
+        if ratio == "n/a":  # only a sync run that cost nothing leaves the overlap/sync ratio undefined
+            assert label.startswith("vae") and re.search(r"sync [-+]0\.0 %|sync -", figure), figure
+        else:
+            assert float(ratio) > 0, (label, ratio)
+        assert re.fullmatch(r"\d+/\d+", previews) and re.fullmatch(r"\d+/\d+", skipped), (label, previews, skipped)
+    assert rows["taesd every step, overlap / no previews"][2] == "4/0"  # a preview after each of 4 steps
+    assert rows["vae every step: overlap overhead / sync overhead"][2].endswith("/4")  # sync never skips
+    assert "not run: no CUDA device" in rows[ROWS[-2]][1] and "not run: no CUDA device" in rows[ROWS[-1]][1]
+    assert re.search(r"^  denoise\s+4\s", p.stdout, re.M) and re.search(r"^  decode\s+4\s", p.stdout, re.M)
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "torch " in summary and "diffusers " in summary and ROWS[0] in summary
+    runs = (tmp_path / "runs.csv").read_text().splitlines()
+    assert runs[0].startswith("config,role,repeat,run_id") and len(runs) > 10
+    assert (tmp_path / "steps.csv").stat().st_size > 0
+
+
+def test_wheels_that_cannot_install_here_are_left_out_with_a_reason(tmp_path):
+    import zipfile
+
+    from bench.wheelsite import why_not
+
+    def wheel(name: str, requires: str) -> Path:
+        p = tmp_path / name
+        dist = "-".join(name.split("-")[:2])
+        with zipfile.ZipFile(p, "w") as z:
+            z.writestr(f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: x\n{requires}\n")
+        return p
+
+    tv = wheel("torchvision-0.26.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+               "Requires-Dist: numpy\nRequires-Dist: torch (==2.11.0)\nRequires-Dist: scipy ; extra == 'scipy'")
+    assert why_not(tv, "cp312", {"torch": "2.11.0+cu130"}.get) == ""
+    assert why_not(tv, "cp312", {"torch": "2.13.0+cpu"}.get) == "needs torch==2.11.0, torch here is 2.13.0+cpu"
+    assert why_not(tv, "cp311", {"torch": "2.11.0"}.get) == "built for cp312, this interpreter is cp311"
+    pure = wheel("diffusers-0.42.1-py3-none-any.whl", "Requires-Dist: huggingface-hub<3.0,>=1.32.0")
+    assert why_not(pure, "cp311", {}.get) == ""
