@@ -5,11 +5,13 @@ import argparse
 import csv
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence, TypeVar
+from typing import Callable, NoReturn, Sequence, TypeVar, get_args
 
 from preview.decoders import DECODERS
+from preview.decoders import check_name as check_decoder
 from preview.encoders import ENCODERS
-from preview.settings import MAX_EVERY, PreviewSettings, RunSettings, SettingsError
+from preview.settings import Mode, check_mode
+from preview.settings import MAX_EVERY, MAX_SIDE, MAX_STEPS, MIN_SIDE, PreviewSettings, RunSettings, SettingsError
 
 T = TypeVar("T")
 
@@ -53,24 +55,37 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
-def every_value(text: str) -> int:
-    n = _integer(text)
-    if not 1 <= n <= MAX_EVERY:
-        raise argparse.ArgumentTypeError(f"{n}: every must be from 1 to {MAX_EVERY}")
-    return n
+def ranged(what: str, lo: int, hi: int) -> Callable[[str], int]:
+    """An integer flag from lo to hi; the error names the flag's own meaning and its limits."""
+    def parse(text: str) -> int:
+        n = _integer(text)
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"{n}: {what} must be from {lo} to {hi}")
+        return n
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+every_value = ranged("every", 1, MAX_EVERY)
+steps_value = ranged("steps", 1, MAX_STEPS)
+inflight_value = ranged("inflight", 1, 64)
+repeats_value = ranged("repeats", 1, 1000)
+warmup_value = ranged("warmup", 0, 100)
+quality_value = ranged("quality", 1, 100)
+preview_max_value = ranged("preview-max (0 = native)", 0, 8192)
 
 
 def side(text: str) -> int:
     n = _integer(text)
-    if n % 8 or not 64 <= n <= 2048:
-        raise argparse.ArgumentTypeError(f"{n}: must be a multiple of 8 from 64 to 2048")
+    if n % 8 or not MIN_SIDE <= n <= MAX_SIDE:
+        raise argparse.ArgumentTypeError(f"{n}: must be a multiple of 8 from {MIN_SIDE} to {MAX_SIDE}")
     return n
 
 
-def positive(text: str) -> int:
+def seed_value(text: str) -> int:
     n = _integer(text)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{n}: must be 0 or more")
+    if not 0 <= n < 2**63:
+        raise argparse.ArgumentTypeError(f"{n}: seed must be from 0 to 2**63 - 1")
     return n
 
 
@@ -80,24 +95,24 @@ def parser() -> Parser:
     p.add_argument("--model", default="synthetic:small",
                    help="synthetic:tiny | synthetic:tiny-xl | synthetic:small | synthetic:sd15 | a local diffusers folder")
     p.add_argument("--taesd", default=None, help="TAESD weights: AutoencoderTiny folder or taesd_decoder.pth/.safetensors")
-    p.add_argument("--decoders", type=listof(str, list(DECODERS)), default=("none", "latent2rgb", "taesd", "vae"),
+    p.add_argument("--decoders", type=listof(check_decoder, list(DECODERS)), default=tuple(DECODERS),
                    help="comma-separated preview decoders")
     p.add_argument("--every", type=listof(every_or_auto), default=(1, 2, 5, 10),
                    help="comma-separated preview intervals: a preview after step i when i %% N == 0; "
                         "'auto' lets the autopilot pick the interval to fit --budget")
     p.add_argument("--budget", type=budget_value, default=10.0,
                    help="preview overhead budget in percent of denoise time, for --every auto")
-    p.add_argument("--modes", type=listof(str, ["sync", "overlap"]), default=("overlap",),
+    p.add_argument("--modes", type=listof(check_mode, list(get_args(Mode))), default=("overlap",),
                    help="sync: preview work inside the step callback (how popular UIs do it); overlap: off the "
                         "denoising path (side CUDA stream, encode thread)")
-    p.add_argument("--inflight", type=every_value, default=2, help="overlap: most previews in flight at once")
-    p.add_argument("--steps", type=every_value, default=10, help="denoising steps per run")
+    p.add_argument("--inflight", type=inflight_value, default=2, help="overlap: most previews in flight at once")
+    p.add_argument("--steps", type=steps_value, default=10, help="denoising steps per run")
     p.add_argument("--width", type=side, default=None, help="image width in pixels (default: the model's)")
     p.add_argument("--height", type=side, default=None, help="image height in pixels (default: the model's)")
-    p.add_argument("--seed", type=positive, default=0, help="seed of the latents and of synthetic weights")
+    p.add_argument("--seed", type=seed_value, default=0, help="seed of the latents and of synthetic weights")
     p.add_argument("--prompt", default=RunSettings.prompt)
-    p.add_argument("--repeats", type=positive, default=3, help="measured pairs per configuration")
-    p.add_argument("--warmup", type=positive, default=1, help="warm-up rounds (kept in runs.csv, out of statistics)")
+    p.add_argument("--repeats", type=repeats_value, default=3, help="measured pairs per configuration")
+    p.add_argument("--warmup", type=warmup_value, default=1, help="warm-up rounds (kept in runs.csv, out of statistics)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--dtype", type=listof(str, ["float32", "float16", "bfloat16"]), default=("float32",),
                    help="comma-separated: float32, float16, bfloat16 (one model load each)")
@@ -111,8 +126,8 @@ def parser() -> Parser:
                    help="also write a torch.profiler Chrome trace of one run (stages as previewlab.* ranges)")
     p.add_argument("--cprofile", type=Path, default=None, help="also write a cProfile dump of one run")
     p.add_argument("--encoder", choices=list(ENCODERS), default="turbojpeg")
-    p.add_argument("--quality", type=int, default=80, help="JPEG/WebP quality 1..100")
-    p.add_argument("--preview-max", type=positive, default=0, help="downscale previews to this long side (0 = native)")
+    p.add_argument("--quality", type=quality_value, default=80, help="JPEG/WebP quality 1..100")
+    p.add_argument("--preview-max", type=preview_max_value, default=0, help="downscale previews to this long side (0 = native)")
     p.add_argument("--direct", action="store_true",
                    help="also time the bare diffusers call, paired with decoder none (the engine's own cost)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder for runs.csv and steps.csv")

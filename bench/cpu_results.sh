@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU figures in the README, in one command (about 20 minutes on 2 cores). Run it on a quiet machine:
+# The CPU figures in the README, in one command (about 30 minutes on 2 cores). Run it on a quiet machine:
 # anything else running shows up as noise in the overheads. Results land in runs/cpu-results/<name>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,9 +12,11 @@ $PY -m bench --model synthetic:small --out $R/default
 $PY -m bench --model synthetic:small --decoders none --direct --repeats 10 --out $R/engine-cost
 # 3. sync against overlap
 $PY -m bench --model synthetic:small --decoders latent2rgb,taesd,vae --every 1 --modes sync,overlap --out $R/modes
-# 4. the budget autopilot: measured overhead against a 10 % budget
-$PY -m bench --model synthetic:small --steps 30 --decoders taesd,vae --every auto --budget 10 --modes sync,overlap \
-  --out $R/autopilot
+# 4. the budget autopilot: measured wall overhead against budgets of 5, 10 and 20 % (about 2.5 minutes each)
+for b in 5 10 20; do
+  $PY -m bench --model synthetic:small --steps 30 --decoders taesd,vae --every auto --budget $b --modes sync,overlap \
+    --out $R/autopilot-b$b
+done
 # 5. the real SD1.5 architectures at 256x256, short
 $PY -m bench --model synthetic:sd15 --width 256 --height 256 --steps 4 --every 1,2 --repeats 1 --out $R/sd15
 # 6. plots of the default sweep (the README shows one)

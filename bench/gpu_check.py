@@ -105,8 +105,8 @@ def measure(model: Model, base: RunSettings, groups: Sequence[Sequence[str]], re
     def record(arm: str, role: str, rep: int, run: Run, ref: Run | None) -> None:
         pct = None if ref is None else 100 * (run.record.wall_s / ref.record.wall_s - 1)
         extra = {"config": arm, "role": role, "repeat": rep}
+        steps_csv.append(run.rows, extra)  # rows first: a run listed in runs.csv has all its rows
         runs_csv.append([{**run.record.__dict__, **extra, "overhead_pct": pct, "pair_overhead_pct": pct}])
-        steps_csv.append(run.rows, extra)
 
     try:
         arms = list(dict.fromkeys(a for g in groups for a in g))

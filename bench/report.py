@@ -61,7 +61,7 @@ def figures(runs: list[dict[str, str]], steps: list[dict[str, str]]) -> dict[str
         if s["run_id"] not in steady:
             continue
         cfg = config_of.get(s["run_id"], "?")
-        step_ms = float(s["denoise_ms"]) + (sum(float(s[k]) for k in PREVIEW_PARTS[:5]) if s["mode"] == "sync" else 0)
+        step_ms = float(s["denoise_ms"]) + float(s.get("on_path_ms") or 0)  # the core's own figure
         per_step.setdefault(cfg, {}).setdefault(int(s["step"]), []).append(step_ms)
         if s["preview"] != "1":
             continue

@@ -12,7 +12,8 @@ import torch
 from preview.engine import Previewer, Run, final_image, generate, run_record, save_image
 from preview.models import Model
 from preview.records import RUN_COLUMNS, STEP_COLUMNS, CsvAppender
-from preview.settings import PreviewSettings, RunSettings
+from preview.decoders import DecoderName
+from preview.settings import Mode, PreviewSettings, RunSettings
 
 SWEEP_COLUMNS = ("config", "role", "repeat")
 RUNS_CSV_COLUMNS = SWEEP_COLUMNS + RUN_COLUMNS + ("overhead_pct", "pair_overhead_pct")
@@ -22,12 +23,12 @@ STEPS_CSV_COLUMNS = SWEEP_COLUMNS + STEP_COLUMNS
 @dataclass(frozen=True)
 class Plan:
     settings: RunSettings          # the base run; its preview settings carry encoder, quality, preview_max
-    decoders: tuple[str, ...]
+    decoders: tuple[DecoderName, ...]
     every: tuple[int | str, ...]   # intervals, or "auto" for the budget autopilot
     repeats: int = 3
     warmup: int = 1
     direct: bool = False           # also time the bare diffusers call, paired with decoder none
-    modes: tuple[str, ...] = ("overlap",)
+    modes: tuple[Mode, ...] = ("overlap",)
     budget: float = 10.0           # percent, for every=auto
     inflight: int = 2
     compile: bool = False
@@ -137,8 +138,8 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
             if role == "baseline" and results and results[-1]["role"] == "direct":
                 d = results[-1]  # pair the direct call with the none run right after it
                 row["pair_overhead_pct"] = 100 * (wall / d["wall_s"] - 1)
+            steps_csv.append(run.rows, extra)  # rows first: a run listed in runs.csv has all its rows
             runs_csv.append([row])
-            steps_csv.append(run.rows, extra)
             results.append(row)
             if progress:
                 progress(1)

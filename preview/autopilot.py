@@ -58,7 +58,9 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-CHEAPER = {"vae": "taesd", "taesd": "latent2rgb"}
+from . import decoders
+from .decoders import DecoderName
+
 _OPEN_MAX = 256  # rows kept unfixed at most (a safety valve; clean steps fix them long before)
 
 
@@ -93,7 +95,7 @@ def _robust_mean(xs) -> float:
 class Autopilot:
     budget_pct: float
     steps: int                     # steps in the run
-    decoder: str
+    decoder: DecoderName
     has_taesd: bool = True
     prior_ms: float | None = None  # a cost per preview measured earlier for this decoder; None: assume one step
     min_previews: int = 2          # a decoder that cannot fit this many previews in the run does not "fit"
@@ -197,9 +199,7 @@ class Autopilot:
         if self.n == 0:
             return self.interval
         b, c = self.base_ms(), self._cost()
-        cheaper = CHEAPER.get(self.decoder)
-        if cheaper == "taesd" and not self.has_taesd:
-            cheaper = "latent2rgb"
+        cheaper = decoders.cheaper(self.decoder, self.has_taesd)
         if cheaper and self.measured and c * self.min_previews > self.budget_pct / 100 * self.steps * b:
             self.note = (f"autopilot: {self.decoder} at {c:.0f} ms per preview cannot fit a "
                          f"{self.budget_pct:g}% budget ({b:.0f} ms steps); switching to {cheaper}")
@@ -222,7 +222,7 @@ class Autopilot:
             self._want = None
         return self.interval
 
-    def switch_decoder(self, decoder: str, prior_ms: float | None = None) -> None:
+    def switch_decoder(self, decoder: DecoderName, prior_ms: float | None = None) -> None:
         """Previews now come from another decoder: its cost is learned anew (taken as prior_ms until measured)."""
         self.decoder = decoder
         self._new_decoder(prior_ms)

@@ -22,11 +22,12 @@ import numpy as np
 import torch
 from diffusers.callbacks import PipelineCallback
 
-from .decoders import DecoderError
+from .decoders import DecoderError, DecoderName
+from .encoders import EncoderName
 from .engine import Controls, Previewer, StepMeter, run_record, save_image
 from .models import Family, Model, load_taesd
 from .records import STEP_COLUMNS, RunRecord, StepRow, to_csv_text
-from .settings import PreviewSettings
+from .settings import Mode, PreviewSettings
 from .stopwatch import Clock, Device, Stopwatch
 
 
@@ -49,8 +50,8 @@ def model_of(pipe: Any, taesd: str | None) -> Model:
 class Watch(PipelineCallback):
     tensor_inputs = ["latents"]
 
-    def __init__(self, pipe: Any, *, decoder: str = "latent2rgb", every: int = 1, taesd: str | None = None,
-                 mode: str = "overlap", encoder: str = "turbojpeg", quality: int = 80, preview_max: int = 0,
+    def __init__(self, pipe: Any, *, decoder: DecoderName = "latent2rgb", every: int = 1, taesd: str | None = None,
+                 mode: Mode = "overlap", encoder: EncoderName = "turbojpeg", quality: int = 80, preview_max: int = 0,
                  budget: float = 0.0, inflight: int = 2, serve: bool = False, host: str = "127.0.0.1",
                  port: int = 8000, data_dir: str | Path = "runs", clock: Clock = time.perf_counter,
                  device: Device | None = None) -> None:
@@ -203,8 +204,6 @@ class Watch(PipelineCallback):
         self._close_call()
         return Path(path)
 
-    image_saved = save
-
     def finish(self) -> RunRecord | None:
         """Close the latest call's record without saving an image (save() does this for you)."""
         return self._close_call()
@@ -278,7 +277,3 @@ class Watch(PipelineCallback):
         if self.server:
             self.server.shutdown()
 
-
-def watch(pipe: Any, **kw: Any) -> Watch:
-    """A step-end callback for `pipe` that measures, previews and records each call. See Watch."""
-    return Watch(pipe, **kw)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 import torch
@@ -145,21 +146,42 @@ def _latent2rgb(model: Model) -> Decode:
     return latent2rgb(model.family, model.device, model.dtype)
 
 
-DECODERS: dict[str, Callable[[Model], Decode] | None] = {
-    "none": None,
-    "latent2rgb": _latent2rgb,
-    "taesd": _taesd,
-    "vae": _vae,
+@dataclass(frozen=True)
+class Spec:
+    """One decoder: how to build it, and where to go when it costs too much or fails."""
+    build: Callable[[Model], Decode] | None  # None: no previews
+    cheaper: DecoderName | None  # the autopilot's next step down when even the widest interval cannot fit
+    fallback: DecoderName        # after a failed preview: the safest decoder that still shows something
+    needs_taesd: bool = False    # only with TAESD weights
+
+
+# The one list of decoders: the settings, the bench's flags and defaults, the server's hello (and so the page's
+# options), the autopilot and the failure fallback all read it. Adding a decoder is one entry here (and its name
+# in DecoderName, which a test keeps equal to these keys).
+DECODERS: dict[DecoderName, Spec] = {
+    "none": Spec(None, None, "none"),
+    "latent2rgb": Spec(_latent2rgb, None, "none"),
+    "taesd": Spec(_taesd, "latent2rgb", "latent2rgb", needs_taesd=True),
+    "vae": Spec(_vae, "taesd", "latent2rgb"),
 }
 
 
 def check_name(name: str) -> DecoderName:
-    if name not in DECODERS:
-        raise DecoderError(f"unknown decoder {name!r}; allowed are {', '.join(DECODERS)}")
-    return name  # type: ignore[return-value]
+    for known in DECODERS:
+        if name == known:
+            return known
+    raise DecoderError(f"unknown decoder {name!r}; allowed are {', '.join(DECODERS)}")
+
+
+def cheaper(name: str, has_taesd: bool) -> DecoderName | None:
+    """The next cheaper decoder that this model can run, or None at the bottom."""
+    nxt = DECODERS[check_name(name)].cheaper
+    while nxt is not None and DECODERS[nxt].needs_taesd and not has_taesd:
+        nxt = DECODERS[nxt].cheaper
+    return nxt
 
 
 def build(name: str, model: Model) -> Decode | None:
     """The decode function for a decoder name, or None for `none`. Raises DecoderError."""
-    factory = DECODERS[check_name(name)]
+    factory = DECODERS[check_name(name)].build
     return None if factory is None else factory(model)

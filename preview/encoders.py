@@ -44,33 +44,36 @@ def _pillow(fmt: str) -> Callable[[np.ndarray, int], bytes]:
     return encode
 
 
-_turbo: object | None = None
-_warned = False
+class TurboJpeg:
+    """The turbojpeg encoder's factory: loads libturbojpeg once, and when it cannot, falls back to Pillow with
+    one warning per factory. lib_path: where libturbojpeg is (None: the system's); tests give a missing file."""
 
+    def __init__(self, lib_path: str | None = None) -> None:
+        self.lib_path = lib_path
+        self._lib: Any = None
+        self.warned = False
 
-def _turbojpeg(lib_path: str | None = None) -> Encoder:
-    """lib_path: where libturbojpeg is (None: the system's); tests point it at a missing file."""
-    global _turbo, _warned
-    try:
-        if _turbo is None or lib_path is not None:
-            from turbojpeg import TurboJPEG
+    def __call__(self) -> Encoder:
+        try:
+            if self._lib is None:
+                from turbojpeg import TurboJPEG
 
-            _turbo = TurboJPEG(lib_path)
-    except (ImportError, OSError, RuntimeError) as e:
-        if not _warned:
-            log.warning("turbojpeg unavailable (%s); falling back to Pillow JPEG (apt install libturbojpeg0)",
-                        str(e).splitlines()[0][:120])
-            _warned = True
-        return Encoder("pillow", "jpeg", _pillow("JPEG"))
-    from turbojpeg import TJPF_RGB, TJSAMP_420
+                self._lib = TurboJPEG(self.lib_path)
+        except (ImportError, OSError, RuntimeError) as e:
+            if not self.warned:
+                log.warning("turbojpeg unavailable (%s); falling back to Pillow JPEG (apt install libturbojpeg0)",
+                            str(e).splitlines()[0][:120])
+                self.warned = True
+            return Encoder("pillow", "jpeg", _pillow("JPEG"))
+        from turbojpeg import TJPF_RGB, TJSAMP_420
 
-    tj: Any = _turbo
+        tj = self._lib
 
-    def encode(rgb: np.ndarray, quality: int) -> bytes:
-        return tj.encode(np.ascontiguousarray(rgb), quality=quality, pixel_format=TJPF_RGB,
-                         jpeg_subsample=TJSAMP_420)
+        def encode(rgb: np.ndarray, quality: int) -> bytes:
+            return tj.encode(np.ascontiguousarray(rgb), quality=quality, pixel_format=TJPF_RGB,
+                             jpeg_subsample=TJSAMP_420)
 
-    return Encoder("turbojpeg", "jpeg", encode)
+        return Encoder("turbojpeg", "jpeg", encode)
 
 
 def _nvjpeg(device: torch.device | None = None) -> Encoder:
@@ -92,8 +95,8 @@ def _nvjpeg(device: torch.device | None = None) -> Encoder:
     return Encoder("nvjpeg", "jpeg", encode, on_device=True)
 
 
-ENCODERS: dict[str, Callable[..., Encoder]] = {
-    "turbojpeg": _turbojpeg,
+ENCODERS: dict[EncoderName, Callable[..., Encoder]] = {
+    "turbojpeg": TurboJpeg(),
     "pillow": lambda: Encoder("pillow", "jpeg", _pillow("JPEG")),
     "webp": lambda: Encoder("webp", "webp", _pillow("WEBP")),
     "png": lambda: Encoder("png", "png", _pillow("PNG")),
@@ -102,9 +105,10 @@ ENCODERS: dict[str, Callable[..., Encoder]] = {
 
 
 def check_name(name: str) -> EncoderName:
-    if name not in ENCODERS:
-        raise EncoderError(f"unknown encoder {name!r}; allowed are {', '.join(ENCODERS)}")
-    return name  # type: ignore[return-value]
+    for known in ENCODERS:
+        if name == known:
+            return known
+    raise EncoderError(f"unknown encoder {name!r}; allowed are {', '.join(ENCODERS)}")
 
 
 def get(name: str, device: torch.device | None = None) -> Encoder:

@@ -46,11 +46,13 @@ def run_record(model: Model, run_id: str, rows: list[StepRow], *, wall_ms: float
     denoising path (phases, denoise, the preview stages that ran on it, the final drain)."""
     totals: dict[str, Any] = {k: sum(getattr(r, k) for r in rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
     cuda = model.device.type == "cuda" if cuda is None else cuda  # the stopwatch's device (tests: a fake one)
-    on_path = sum(on_path_ms(r, cuda) for r in rows)
+    for r in rows:  # rows from the meter carry it already; the same definition either way
+        r.on_path_ms = on_path_ms(r, cuda)
+    on_path = sum(r.on_path_ms for r in rows)
     other = wall_ms - totals["denoise_ms"] - on_path - sum(phases.values()) - drain_ms
     fields.setdefault("vae_copy_mb", decoders.copy_mb(model.pipe))
     return RunRecord(run_id=run_id, **_env(model), load_s=model.load_s, wall_s=wall_ms / 1e3, **totals, **phases,
-                     drain_ms=drain_ms, other_ms=other, previews=sum(r.preview for r in rows),
+                     drain_ms=drain_ms, on_path_ms=on_path, other_ms=other, previews=sum(r.preview for r in rows),
                      skipped=sum(r.skipped for r in rows), bytes=sum(r.bytes for r in rows), offload=model.offload,
                      channels_last=int(model.channels_last), **fields)
 

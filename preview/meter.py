@@ -87,8 +87,9 @@ class StepMeter:
                 m.row.decode_ms, m.row.resize_ms = sw.ms(m.dec0, m.dec1), sw.ms(m.dec1, m.res1)
                 if m.copied is not None:
                     m.row.transfer_ms = sw.ms(m.res1, m.copied)
+            m.row.on_path_ms = on_path_ms(m.row, sw.cuda)
             if pilot is not None:  # the autopilot holds the wall cost of steps, previews' or not, to its budget
-                pilot.observe(m.row.denoise_ms + on_path_ms(m.row, sw.cuda), m.touched)
+                pilot.observe(m.row.denoise_ms + m.row.on_path_ms, m.touched)
                 if pilot.measured and pilot.cost_ms is not None:
                     self.prev.cost_ms[pilot.decoder] = pilot.cost_ms  # a prior for later runs
             self.rows.append(m.row)
@@ -111,7 +112,7 @@ class StepMeter:
 
     def _failed(self, row: StepRow, s: PreviewSettings, e: BaseException) -> None:
         """A preview must never end the run: report, fall back to a cheaper decoder, record it on the row."""
-        fallback = "latent2rgb" if s.decoder != "latent2rgb" else "none"
+        fallback = decoders.DECODERS[decoders.check_name(s.decoder)].fallback
         detail = str(e).splitlines()[0][:160] if str(e) else ""
         msg = f"preview with decoder {s.decoder} failed at step {row.step} ({type(e).__name__}: {detail}); " \
               f"continuing with {fallback}"
@@ -176,7 +177,7 @@ class StepMeter:
             row.skipped = 1  # the pipeline is full: skip this preview, never queue it
             return
 
-        def done(arr: np.ndarray, sync_ms: float, copied: Any) -> None:
+        def done(arr: np.ndarray, sync_ms: float) -> None:
             try:
                 self._finish(row, s, enc, arr, sync_ms)
             except Exception as e:

@@ -58,9 +58,9 @@ class Overlap:
         self.last_copied: Any = None  # the latest preview's copy event: the run's end depends on it
 
     def submit(self, latents: torch.Tensor, decode: Callable[[torch.Tensor], torch.Tensor],
-               to_u8: Callable[[torch.Tensor], torch.Tensor], finish: Callable[[np.ndarray, float, Any], None],
+               to_u8: Callable[[torch.Tensor], torch.Tensor], finish: Callable[[np.ndarray, float], None],
                marks: Any, on_device: bool = False) -> Future[None]:
-        """Start one preview; finish(host uint8 array, sync_ms, copied mark) runs on the encode thread.
+        """Start one preview; finish(host uint8 array, sync_ms) runs on the encode thread.
         sync_ms is the part of the encode thread's wait for the copy that no event times (see Stopwatch.wait).
         on_device (CUDA, an encoder like nvjpeg): no pixel copy; the encode thread gets the device tensor and
         encodes it on the side stream once the resize has passed."""
@@ -105,16 +105,16 @@ class Overlap:
         marks.copied = self.last_copied = copied
         return host, copied
 
-    def _host_part(self, host: Any, copied: Any, finish: Callable[[np.ndarray, float, Any], None],
+    def _host_part(self, host: Any, copied: Any, finish: Callable[[np.ndarray, float], None],
                    on_device: bool) -> None:
         try:
             waited = self.sw.wait(copied)  # the copy must have landed before a byte of `host` is read
             if on_device and self.dev is not None:
                 with self.dev.use(self.stream):  # the device encode stays off the main stream
-                    finish(host, waited.uncounted_ms, copied)
+                    finish(host, waited.uncounted_ms)
                 return
             arr = host.numpy() if isinstance(host, torch.Tensor) else host
-            finish(arr, waited.uncounted_ms, copied)
+            finish(arr, waited.uncounted_ms)
         finally:
             self.flight.leave()
 

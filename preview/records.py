@@ -64,6 +64,7 @@ class StepRow:
     mode: str = "sync"
     skipped: int = 0           # a preview was due but not made (overlap pipeline full)
     event: str = ""            # what changed at this step: a live control, a fallback after an error
+    on_path_ms: float = 0.0    # the preview time that ran on the denoising path (on_path_ms below): it adds to wall
     send_ms: float | None = None
     ack_rtt_ms: float | None = None
     client_decode_ms: float | None = None
@@ -126,6 +127,7 @@ class RunRecord:
     final_encode_ms: float
     write_ms: float
     drain_ms: float       # overlap: waiting for the last previews in flight after the final step
+    on_path_ms: float     # the rows' preview time on the denoising path (the one definition: on_path_ms())
     other_ms: float       # wall minus everything on the path: pipeline setup and wrap-up, Python glue
     previews: int
     skipped: int

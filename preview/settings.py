@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Iterable, Literal, cast, get_args
 
-from .decoders import DECODERS
-from .encoders import ENCODERS
+from .decoders import DECODERS, DecoderName
+from .encoders import ENCODERS, EncoderName
+
+Mode = Literal["sync", "overlap"]
 
 MAX_STEPS = 1000
 MAX_EVERY = 10_000
@@ -21,16 +23,16 @@ class SettingsError(ValueError):
 @dataclass(frozen=True)
 class PreviewSettings:
     """What a user can change while a run goes on; the next step uses the new values."""
-    decoder: str = "latent2rgb"
+    decoder: DecoderName = "latent2rgb"
     every: int = 1           # preview after step i (1-based) when i % every == 0
     preview_max: int = 0     # long side in pixels, 0 = native
-    encoder: str = "turbojpeg"
+    encoder: EncoderName = "turbojpeg"
     quality: int = 80        # 1..100; PNG ignores it
-    mode: str = "overlap"    # sync: all preview work inside the step callback; overlap: off the denoising path
+    mode: Mode = "overlap"    # sync: all preview work inside the step callback; overlap: off the denoising path
     budget: float = 0.0      # percent; > 0 lets the autopilot choose the interval (every = "auto")
 
     def __post_init__(self) -> None:
-        _choice("mode", self.mode, {"sync": 1, "overlap": 1})
+        _choice("mode", self.mode, get_args(Mode))
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)) or not 0 <= self.budget <= 1000:
             raise SettingsError(f"budget={self.budget!r}: must be a number of percent from 0 (off) to 1000")
         _choice("decoder", self.decoder, DECODERS)
@@ -77,6 +79,13 @@ PREVIEW_FIELDS = tuple(f.name for f in fields(PreviewSettings))
 RUN_FIELDS = tuple(f.name for f in fields(RunSettings) if f.name not in ("preview", "max_side"))
 
 
+def check_mode(name: str) -> Mode:
+    for known in get_args(Mode):
+        if name == known:
+            return cast(Mode, known)
+    raise SettingsError(f"mode={name!r}: allowed are {', '.join(get_args(Mode))}")
+
+
 def _int(name: str, v: object, lo: int, hi: int) -> None:
     if isinstance(v, bool) or not isinstance(v, int):
         raise SettingsError(f"{name}={v!r}: must be an integer from {lo} to {hi}")
@@ -84,7 +93,8 @@ def _int(name: str, v: object, lo: int, hi: int) -> None:
         raise SettingsError(f"{name}={v}: must be from {lo} to {hi}")
 
 
-def _choice(name: str, v: object, allowed: dict[str, Any]) -> None:
+def _choice(name: str, v: object, allowed: Iterable[str]) -> None:
+    allowed = tuple(allowed)
     if v not in allowed:
         raise SettingsError(f"{name}={v!r}: allowed are {', '.join(allowed)}")
 

@@ -69,7 +69,10 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     (("--width", "65"), "multiple of 8"),
     (("--model", "/no/such/model"), "model_index.json not found"),
     (("--taesd", "/no/such/taesd.pth"), "no such file or folder"),
-    (("--quality", "0"), "quality=0"),
+    (("--quality", "0"), "quality must be from 1 to 100"),
+    (("--steps", "0"), "steps must be from 1 to 1000"),      # the limits are settings.py's, named as the flag
+    (("--width", "4096"), "multiple of 8 from 64 to 2048"),
+    (("--repeats", "0"), "repeats must be from 1 to 1000"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
     p = bench("--model", "synthetic:tiny", "--out", str(tmp_path), *args)

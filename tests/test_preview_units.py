@@ -63,6 +63,7 @@ def test_unknown_decoder_lists_valid_names(tiny):
 def test_encoders_produce_decodable_images(name, fmt):
     rgb = (np.arange(48 * 32 * 3) % 251).astype(np.uint8).reshape(48, 32, 3)
     enc = encoders.get(name)
+    assert enc.name == name  # the encoder that ran is the one asked for (CI installs libturbojpeg0)
     data = enc.encode(rgb, 80)
     img = Image.open(io.BytesIO(data))
     assert img.format == fmt and img.size == (32, 48)
@@ -71,14 +72,23 @@ def test_encoders_produce_decodable_images(name, fmt):
 
 
 def test_turbojpeg_falls_back_to_pillow_once(caplog):
-    encoders._warned = False
+    missing = encoders.TurboJpeg("/nonexistent/libturbojpeg.so")
     with caplog.at_level(logging.WARNING, logger="previewlab"):
-        a = encoders._turbojpeg("/nonexistent/libturbojpeg.so")
-        b = encoders._turbojpeg("/nonexistent/libturbojpeg.so")
+        a, b = missing(), missing()
     assert a.name == b.name == "pillow" and a.format == "jpeg"
     assert sum("falling back to Pillow" in r.message for r in caplog.records) == 1
-    encoders._turbo = None  # the next get() loads the real library again
-    assert encoders.get("turbojpeg").name == "turbojpeg"
+    assert encoders.get("turbojpeg").name == "turbojpeg"  # the process's own factory is untouched
+
+
+def test_registries_are_the_names_the_types_allow():
+    from typing import get_args
+
+    from preview.decoders import DECODERS, DecoderName, cheaper
+    from preview.encoders import ENCODERS, EncoderName
+
+    assert list(DECODERS) == list(get_args(DecoderName)) and list(ENCODERS) == list(get_args(EncoderName))
+    assert cheaper("vae", has_taesd=True) == "taesd" and cheaper("vae", has_taesd=False) == "latent2rgb"
+    assert cheaper("latent2rgb", has_taesd=True) is None
 
 
 def test_preview_size_and_uint8_conversion():
