@@ -52,12 +52,12 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     assert all(int(r["previews"]) == 4 for r in vae1)
     assert all(int(r["previews"]) == 2 for r in cfg if r["config"].endswith("every2"))
     # every run's step rows are in steps.csv, with previews where the schedule says
-    by_run = {}
+    by_run: dict[str, list[dict[str, str]]] = {}
     for s in steps:
         by_run.setdefault(s["run_id"], []).append(s)
     for r in runs:
         if r["role"] != "direct":
-            assert sum(int(s["preview"]) for s in by_run[r["run_id"]]) == int(r["previews"])
+            assert sum([int(s["preview"]) for s in by_run[r["run_id"]]]) == int(r["previews"])
     summary = (tmp_path / "summary.txt").read_text()
     assert "SYNTHETIC" in summary and "vae/every1" in summary and "vs direct" in summary
     assert "vae/every1" in p.stdout

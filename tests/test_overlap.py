@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from preview import encoders
-from preview.engine import Frame, generate
-from preview.settings import PreviewSettings, RunSettings
+from preview.decoders import DecoderName
+from preview.engine import Frame, Run, generate
+from preview.settings import Mode, PreviewSettings, RunSettings
 
 
-def frames_of(model, mode: str, decoder: str, steps: int = 6, **kw) -> tuple[list[Frame], object]:
+def frames_of(model, mode: Mode, decoder: DecoderName, steps: int = 6, **kw) -> tuple[list[Frame], Run]:
     frames: list[Frame] = []
     s = RunSettings(steps=steps, width=64, height=64, preview=PreviewSettings(decoder=decoder, mode=mode, **kw))
     run = generate(model, s, run_id=mode, on_frame=frames.append)
@@ -25,7 +26,7 @@ def test_overlap_frames_are_sync_frames(tiny, decoder):
     assert [f.step for f in sync] == [f.step for f in over] == [1, 2, 3, 4, 5, 6]
     for a, b in zip(sync, over):
         assert a.data == b.data  # same pixels, same encoder: the same bytes
-    assert (rs.image == ro.image).all()
+    assert rs.image is not None and ro.image is not None and np.array_equal(rs.image, ro.image)
     assert all(r.mode == "overlap" for r in ro.rows) and ro.record.mode == "overlap"
 
 
@@ -33,9 +34,9 @@ def test_inflight_bound_skips_and_counts(tiny, monkeypatch):
     gate = threading.Event()
     started = []
 
-    def gated() -> encoders.Encoder:
-        inner = encoders.get("pillow")
+    inner = encoders.get("pillow")
 
+    def gated() -> encoders.Encoder:
         def encode(rgb: np.ndarray, quality: int) -> bytes:
             started.append(1)
             assert gate.wait(60), "gate never opened"
@@ -43,7 +44,7 @@ def test_inflight_bound_skips_and_counts(tiny, monkeypatch):
 
         return encoders.Encoder("gated", "jpeg", encode)
 
-    monkeypatch.setitem(encoders.ENCODERS, "gated", gated)
+    monkeypatch.setitem(encoders.ENCODERS, "pillow", gated)  # pillow's slot, for this test
     steps, k = 8, 2
     calls = {"n": 0}
 
@@ -55,7 +56,7 @@ def test_inflight_bound_skips_and_counts(tiny, monkeypatch):
 
     frames: list[Frame] = []
     s = RunSettings(steps=steps, width=64, height=64,
-                    preview=PreviewSettings(decoder="latent2rgb", mode="overlap", encoder="gated"))
+                    preview=PreviewSettings(decoder="latent2rgb", mode="overlap", encoder="pillow"))
     run = generate(tiny, s, run_id="k", on_frame=frames.append, should_stop=should_stop, inflight=k)
     # the encoder held every frame until the last step: the first K got in, every later one was skipped
     assert [r.preview for r in run.rows] == [1, 1] + [0] * (steps - k)

@@ -47,7 +47,9 @@ def test_decoder_shapes_and_ranges(tiny, tiny_xl, name, scale):
     for model in (tiny, tiny_xl):
         lat = torch.randn(1, 4, 32, 32, generator=torch.Generator().manual_seed(1)) * 3
         with torch.inference_mode():
-            img = decoders.build(name, model)(lat)
+            decode = decoders.build(name, model)
+            assert decode is not None
+            img = decode(lat)
         assert img.shape == (1, 3, 32 * scale, 32 * scale)
         assert img.dtype == torch.float32
         assert float(img.min()) >= 0.0 and float(img.max()) <= 1.0
