@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Callable, NoReturn, Sequence, TypeVar, get_args
 
 from preview.decoders import DECODERS
+from preview.models import SYNTHETIC
 from preview.decoders import check_name as check_decoder
 from preview.encoders import ENCODERS
 from preview.settings import Mode, check_mode
+from preview.targets import Target
 from preview.settings import MAX_EVERY, MAX_SIDE, MAX_STEPS, MIN_SIDE, PreviewSettings, RunSettings, SettingsError
 
 T = TypeVar("T")
@@ -93,7 +95,7 @@ def parser() -> Parser:
     p = Parser(prog="python -m bench", description=__doc__,
                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="synthetic:small",
-                   help="synthetic:tiny | synthetic:tiny-xl | synthetic:small | synthetic:sd15 | a local diffusers folder")
+                   help=f"{' | '.join(SYNTHETIC)} | a local diffusers folder | a repo id in the local Hugging Face cache")
     p.add_argument("--taesd", default=None, help="TAESD weights: AutoencoderTiny folder or taesd_decoder.pth/.safetensors")
     p.add_argument("--decoders", type=listof(check_decoder, list(DECODERS)), default=tuple(DECODERS),
                    help="comma-separated preview decoders")
@@ -126,6 +128,11 @@ def parser() -> Parser:
                    help="also write a torch.profiler Chrome trace of one run (stages as previewlab.* ranges)")
     p.add_argument("--cprofile", type=Path, default=None, help="also write a cProfile dump of one run")
     p.add_argument("--encoder", choices=list(ENCODERS), default="turbojpeg")
+    p.add_argument("--target", choices=list(get_args(Target)), default="auto",
+                   help="what previews show: x0 (the model's predicted clean image), latents (the noisy ones), "
+                        "auto (x0 where the scheduler gives it)")
+    p.add_argument("--variant", default=None, help="weights variant of a local folder (fp16); found by itself "
+                   "when a folder holds only variant files")
     p.add_argument("--quality", type=quality_value, default=80, help="JPEG/WebP quality 1..100")
     p.add_argument("--preview-max", type=preview_max_value, default=0, help="downscale previews to this long side (0 = native)")
     p.add_argument("--direct", action="store_true",
@@ -150,10 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for dtype, offload, comp, cl in variants:
         label = "" if len(variants) == 1 else f"[{dtype} offload={offload} compile={comp} cl={cl}] "
         try:
-            preview = PreviewSettings(decoder="none", encoder=args.encoder, quality=args.quality,
+            preview = PreviewSettings(decoder="none", encoder=args.encoder, quality=args.quality, target=args.target,
                                       preview_max=args.preview_max)
             model = load(args.model, taesd=args.taesd, device=args.device, dtype=dtype, seed=args.seed,
-                         offload=offload, channels_last=(cl == "on"))
+                         offload=offload, channels_last=(cl == "on"), variant=args.variant)
             settings = RunSettings(prompt=args.prompt, steps=args.steps, width=args.width or model.default_size,
                                    height=args.height or model.default_size, seed=args.seed, preview=preview)
             if "taesd" in args.decoders and model.taesd is None:

@@ -84,10 +84,10 @@ def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Pa
     with torch.inference_mode():
         t0 = clock()
         gen = torch.Generator("cpu").manual_seed(settings.seed)
-        latents = model.pipe(settings.prompt, num_inference_steps=settings.steps, width=settings.width,
+        latents = model.pipe(prompt=settings.prompt, num_inference_steps=settings.steps, width=settings.width,
                              height=settings.height, guidance_scale=settings.guidance, generator=gen,
                              output_type="latent").images
-        image = final_image(model, latents)
+        image = final_image(model, latents, settings.height, settings.width)
         png = save_image(image)
         if image_path is not None:
             image_path.write_bytes(png)
@@ -95,7 +95,7 @@ def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Pa
     phases = dict(text_encode_ms=0.0, final_decode_ms=0.0, final_encode_ms=0.0, write_ms=0.0)  # not split out
     rec = run_record(model, run_id, [], wall_ms=wall * 1e3, phases=phases, steps=settings.steps,
                      width=settings.width, height=settings.height, seed=settings.seed, decoder="direct", every=0,
-                     encoder="", quality=0, preview_max=0, mode="direct", budget=0.0, status="done", first_run=0,
+                     encoder="", quality=0, preview_max=0, mode="direct", budget=0.0, target="", status="done", first_run=0,
                      inflight_peak=0, compile=0, compile_ms=0.0)
     return Run(rec, [], image)
 

@@ -12,11 +12,11 @@ text encoders and VAE decoder, and one forward pre-hook on the UNet that removes
 """
 from __future__ import annotations
 
-import copy
+import math
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -24,27 +24,43 @@ from diffusers.callbacks import PipelineCallback
 
 from .decoders import DecoderError, DecoderName
 from .encoders import EncoderName
-from .engine import Controls, Previewer, StepMeter, run_record, save_image
-from .models import Family, Model, load_taesd
+from .engine import Controls, Previewer, StepMeter, cpu_schedule, run_record, save_image
+from .families import Family, latent_space
+from .models import Model, denoiser, load_taesd
 from .records import STEP_COLUMNS, RunRecord, StepRow, to_csv_text
 from .settings import Mode, PreviewSettings
 from .stopwatch import Clock, Device, Stopwatch
+from .targets import Target, X0Tap
 
 
 def model_of(pipe: Any, taesd: str | None) -> Model:
-    """Describe a user's pipeline as the engine's Model, without touching its modules."""
-    family: Family = "sdxl" if getattr(pipe, "text_encoder_2", None) is not None else "sd15"
+    """Describe a user's pipeline as the engine's Model, without touching its modules. Raises FamilyError for
+    a pipeline previewlab cannot preview, ModelError for a TAE of another family."""
+    family: Family = latent_space(pipe).family
     device = torch.device(pipe._execution_device)
-    dtype = pipe.unet.dtype
-    tiny, kind = (None, "none")
+    dtype = denoiser(pipe).dtype
+    tiny: Any = None
+    kind: Literal["diffusers", "madebyollin", "none"] = "none"
     if taesd is not None:
-        tiny, kind = load_taesd(taesd)
+        tiny, kind = load_taesd(taesd, family)
         tiny.to(device, dtype).eval().requires_grad_(False)  # the decoder the user asked for, ours to place
     offload = "model" if getattr(pipe, "_offload_gpu_id", None) is not None else "none"
-    return Model(name=type(pipe).__name__, pipe=pipe, family=family, synthetic=False, taesd=tiny,
-                 taesd_kind=kind,  # type: ignore[arg-type]
-                 device=device, dtype=dtype, default_size=1024 if family == "sdxl" else 512, load_s=0.0,
+    return Model(name=type(pipe).__name__, pipe=pipe, family=family, synthetic=False, taesd=tiny, taesd_kind=kind,
+                 device=device, dtype=dtype, default_size=512 if family == "sd15" else 1024, load_s=0.0,
                  offload=offload)
+
+
+def image_size(model: Model, latents: torch.Tensor, size: tuple[int, int] | None) -> tuple[int, int]:
+    """(height, width) in pixels of the call's image, from the callback's latents without a device read:
+    spatial latents carry it; FLUX's packed ones only their count of 2x2 patches, so a square is assumed
+    unless `size` says otherwise."""
+    if size is not None:
+        return size
+    vsf = model.vae_scale_factor
+    if latents.dim() == 4:
+        return int(latents.shape[-2]) * vsf, int(latents.shape[-1]) * vsf
+    side = int(round(math.sqrt(int(latents.shape[1])))) * 2 * vsf
+    return side, side
 
 
 class Watch(PipelineCallback):
@@ -52,20 +68,23 @@ class Watch(PipelineCallback):
 
     def __init__(self, pipe: Any, *, decoder: DecoderName = "latent2rgb", every: int = 1, taesd: str | None = None,
                  mode: Mode = "overlap", encoder: EncoderName = "turbojpeg", quality: int = 80, preview_max: int = 0,
-                 budget: float = 0.0, inflight: int = 2, serve: bool = False, host: str = "127.0.0.1",
+                 budget: float = 0.0, target: Target = "auto", inflight: int = 2, serve: bool = False, host: str = "127.0.0.1",
                  port: int = 8000, data_dir: str | Path = "runs", clock: Clock = time.perf_counter,
-                 device: Device | None = None) -> None:
-        """clock and device are for tests: a fake host clock and a fake asynchronous device."""
+                 device: Device | None = None, size: tuple[int, int] | None = None) -> None:
+        """size: (height, width) of the images, for FLUX pipelines at a non-square size (their packed latents
+        do not say it). clock and device are for tests: a fake host clock and a fake asynchronous device."""
         super().__init__()
         self.pipe = pipe
         self.model = model_of(pipe, taesd)
         self.controls = Controls(PreviewSettings(decoder=decoder, every=every, mode=mode, encoder=encoder,
-                                                 quality=quality, preview_max=preview_max, budget=budget))
+                                                 quality=quality, preview_max=preview_max, budget=budget,
+                                                 target=target))
         if decoder == "taesd" and self.model.taesd is None:
             raise DecoderError("decoder taesd needs TAESD weights: pass taesd=PATH (taesd_decoder.pth from "
                                "github.com/madebyollin/taesd, or a diffusers AutoencoderTiny folder)")
         self.previewer = Previewer(self.model)
-        self.inflight = inflight
+        self.inflight, self.size = inflight, size
+        self.tap = X0Tap(pipe.scheduler)
         self._rows: list[StepRow] = []         # the rows of the latest call, in step order
         self.clock = clock
         self.sw = Stopwatch(self.model.device, clock, backend=device)
@@ -86,7 +105,7 @@ class Watch(PipelineCallback):
 
     # -- the call's phases, from hooks on the user's own modules ----------------------------------------------
     def _hook(self) -> None:
-        for name in ("text_encoder", "text_encoder_2"):
+        for name in ("text_encoder", "text_encoder_2", "text_encoder_3"):
             te = getattr(self.pipe, name, None)
             if te is not None:
                 self._hooks.append(te.register_forward_pre_hook(lambda *a: self._text_start()))
@@ -99,7 +118,7 @@ class Watch(PipelineCallback):
     def _arm(self) -> None:
         """A one-shot hook: the UNet's first forward of the next call marks where step 1 begins."""
         if self._unet_hook is None:
-            self._unet_hook = self.pipe.unet.register_forward_pre_hook(lambda *a: self._unet_start())
+            self._unet_hook = denoiser(self.pipe).register_forward_pre_hook(lambda *a: self._unet_start())
 
     def _unet_start(self) -> None:
         if self._call.get("finished"):  # a call without text encoding (prompt_embeds given) follows another
@@ -112,6 +131,8 @@ class Watch(PipelineCallback):
         if self._unet_hook is not None:
             self._unet_hook.remove()
             self._unet_hook = None
+        if not self.tap.installed:  # for this call only: the user's scheduler is left as it was after it
+            self.tap.install()
 
     def _text_start(self) -> None:
         if self._call.get("finished"):
@@ -150,22 +171,15 @@ class Watch(PipelineCallback):
         self._n += 1
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{self._n % 1000:03d}"
         steps = int(getattr(pipeline, "num_timesteps", 0) or 0)
-        # the schedule from a CPU copy of the scheduler: reading a device timestep would wait for the device
-        sched = copy.deepcopy(pipeline.scheduler)
-        try:
-            sched.set_timesteps(steps, device="cpu")
-            timesteps = [float(t) for t in sched.timesteps][:steps]
-        except Exception:
-            timesteps = []
-        vsf = int(getattr(pipeline, "vae_scale_factor", 8))
-        h, w = int(latents.shape[-2]) * vsf, int(latents.shape[-1]) * vsf
+        timesteps = cpu_schedule(pipeline.scheduler, steps)
+        h, w = image_size(self.model, latents, self.size)
         self._rows = []
         server = self.server
         self.meter = StepMeter(self.model, self.controls, self.run_id, width=w, height=h, steps=steps,
                                timesteps=timesteps, previewer=self.previewer, inflight=self.inflight,
                                on_row=self._row, on_frame=server.frame_from_thread if server else None,
                                on_error=server.error_from_thread if server else None,
-                               should_stop=self._stop.is_set, clock=self.clock, sw=self.sw)
+                               should_stop=self._stop.is_set, clock=self.clock, sw=self.sw, tap=self.tap)
         self.meter.begin(self._call.get("denoise0"))
         self._call["steps"], self._call["width"], self._call["height"] = steps, w, h
         self._call.setdefault("t0", self.clock())
@@ -189,6 +203,7 @@ class Watch(PipelineCallback):
         # Rows still waiting on the device or the encode thread are handed over when the call is closed or
         # `rows` is read: waiting for them here would add a device wait inside the user's loop.
         self._call.update(finished=True, t_denoised=self.clock(), denoised=self.sw.mark())
+        self.tap.remove()
         self._arm()
 
     # -- the end of the request ------------------------------------------------------------------------------
@@ -224,7 +239,7 @@ class Watch(PipelineCallback):
         rec = run_record(self.model, meter.run_id, meter.rows, wall_ms=(end - c.get("t0", end)) * 1e3, cuda=self.sw.cuda,
                          phases=phases, steps=c.get("steps", 0), width=c.get("width", 0), height=c.get("height", 0),
                          seed=-1, decoder=s.decoder, every=s.every, encoder=s.encoder, quality=s.quality,
-                         preview_max=s.preview_max, mode=s.mode, budget=s.budget,
+                         preview_max=s.preview_max, mode=s.mode, budget=s.budget, target=s.target,
                          status="done" if len(meter.rows) >= c.get("steps", 0) else "stopped", first_run=0,
                          inflight_peak=peak, compile=0, compile_ms=0.0)
         self.records.append(rec)
@@ -274,6 +289,7 @@ class Watch(PipelineCallback):
         if self._unet_hook is not None:
             self._unet_hook.remove()
             self._unet_hook = None
+        self.tap.remove()
         if self.server:
             self.server.shutdown()
 

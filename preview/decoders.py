@@ -1,5 +1,8 @@
-"""Preview decoders: latents (B, 4, h, w) as the UNet sees them -> images (B, 3, H, W) in [0, 1] on the device.
+"""Preview decoders: the step callback's latents -> images (B, 3, H, W) in [0, 1] on the device.
 
+A decoder is built once per model (its constants then) and called as decode(latents, height, width): the
+latents as the callback hands them (packed for FLUX), the image size in pixels (FLUX needs it to unpack).
+Each family's latent space (families.py) says how the latents reach the TAE, latent2rgb and the VAE.
 A registry, not reflection: a user's decoder name is looked up in DECODERS, and a miss lists the valid names.
 """
 from __future__ import annotations
@@ -12,44 +15,16 @@ from typing import Any, Callable, Literal
 import torch
 from torch import nn
 
-from .models import Family, Model
+from .families import constant
+from .latent_formats import LATENT_RGB, latent2rgb
+from .models import Model
 
 DecoderName = Literal["none", "latent2rgb", "taesd", "vae"]
-Decode = Callable[[torch.Tensor], torch.Tensor]
-
-# ComfyUI's comfy/latent_formats.py: rgb = latent . F + bias, channels as rows, columns R, G, B; image in [-1, 1].
-LATENT_RGB: dict[Family, tuple[list[list[float]], list[float]]] = {
-    "sd15": ([[0.3512, 0.2297, 0.3227], [0.3250, 0.4974, 0.2350], [-0.2829, 0.1762, 0.2721],
-              [-0.2120, -0.2616, -0.7177]], [0.0, 0.0, 0.0]),
-    "sdxl": ([[0.3651, 0.4232, 0.4341], [-0.2533, -0.0042, 0.1068], [0.1076, 0.1111, -0.0362],
-              [-0.3165, -0.2492, -0.2188]], [0.1084, -0.0175, -0.0011]),
-}
+Decode = Callable[[torch.Tensor, int, int], torch.Tensor]  # (callback latents, height px, width px) -> image
 
 
 class DecoderError(ValueError):
     """An unknown decoder, or one this model cannot run; one line a person can act on."""
-
-
-def constant(values: Any, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """A small constant on the device, built once when a decoder is built. On CUDA it goes through pinned
-    memory without blocking: a plain torch.tensor(..., device=cuda) waits for the whole queue, a hidden sync."""
-    t = torch.tensor(values, dtype=dtype)
-    if device.type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device)
-
-
-def latent2rgb(family: Family, device: torch.device, dtype: torch.dtype) -> Decode:
-    """Latents (B, 4, h, w) -> (B, 3, h, w) in [0, 1]: one 4x3 matrix per pixel, at latent resolution."""
-    f, b = LATENT_RGB[family]
-    factors = constant(f, device, dtype)
-    bias = constant(b, device, dtype).view(1, 3, 1, 1)
-
-    def decode(latents: torch.Tensor) -> torch.Tensor:
-        rgb = torch.einsum("bchw,cr->brhw", latents.to(dtype), factors) + bias
-        return ((rgb + 1) / 2).clamp(0, 1)
-
-    return decode
 
 
 class _Fp32Decoder(nn.Module):
@@ -74,11 +49,11 @@ class _Fp32Decoder(nn.Module):
 _FP32: weakref.WeakKeyDictionary[Any, _Fp32Decoder] = weakref.WeakKeyDictionary()
 
 
-def needs_fp32(pipe: Any) -> bool:
-    """SDXL's float16 VAE overflows: its pipeline decodes in float32 (force_upcast); the SD1.5 one never does."""
-    vae = pipe.vae
-    sdxl = getattr(pipe, "text_encoder_2", None) is not None
-    return sdxl and vae.dtype == torch.float16 and bool(getattr(vae.config, "force_upcast", False))
+def needs_fp32(model: Model) -> bool:
+    """SDXL's float16 VAE overflows: its pipeline decodes in float32 (force_upcast). SD1.5's never does, and
+    the SD3 and FLUX VAEs run in the pipeline's dtype."""
+    vae = model.pipe.vae
+    return model.family == "sdxl" and vae.dtype == torch.float16 and bool(getattr(vae.config, "force_upcast", False))
 
 
 def fp32_decoder(pipe: Any) -> _Fp32Decoder:
@@ -95,55 +70,48 @@ def copy_mb(pipe: Any) -> float:
     return dec.bytes / 2**20 if dec is not None else 0.0
 
 
-def vae_decoder(pipe: Any, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The pipeline's own VAE, unscaled as its final decode does it: latents -> (B, 3, 8h, 8w) in [-1, 1].
-    Constants and the float32 copy (when needed) are made here, once, never per call."""
-    vae = pipe.vae
-    cfg = vae.config
-    mean, std = getattr(cfg, "latents_mean", None), getattr(cfg, "latents_std", None)
-    fp32 = needs_fp32(pipe)
+def vae_decoder(model: Model) -> Decode:
+    """The pipeline's own VAE, fed exactly what its final decode feeds it: callback latents -> (B, 3, H, W) in
+    [-1, 1]. Constants and the float32 copy (when needed) are made here, once, never per call."""
+    vae = model.pipe.vae
+    fp32 = needs_fp32(model)
     dtype = torch.float32 if fp32 else vae.dtype
-    scale = float(cfg.scaling_factor)
-    m = s = None
-    if mean is not None and std is not None:  # SDXL-family VAEs that publish latent statistics
-        m = constant(mean, device, dtype).view(1, -1, 1, 1)
-        s = constant(std, device, dtype).view(1, -1, 1, 1)
-    dec = fp32_decoder(pipe) if fp32 else None
+    to_vae = model.space.vae_input(model.pipe, model.device, dtype)
+    dec = fp32_decoder(model.pipe) if fp32 else None
 
-    def decode(latents: torch.Tensor) -> torch.Tensor:
-        z = latents.to(dtype)
-        z = z * s / scale + m if m is not None and s is not None else z / scale
+    def decode(latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        z = to_vae(latents.to(dtype), height, width)
         if dec is not None:
             return dec(z)
-        return vae.decode(z, return_dict=False)[0]
+        return vae.decode(z.to(vae.dtype), return_dict=False)[0]
 
     return decode
 
 
-def vae_decode(pipe: object, latents: torch.Tensor) -> torch.Tensor:
-    """One decode with the pipeline's VAE (builds the decoder; the engine keeps a built one where it can)."""
-    return vae_decoder(pipe, latents.device)(latents)
-
-
 def _vae(model: Model) -> Decode:
-    decode = vae_decoder(model.pipe, model.device)
-    return lambda latents: ((decode(latents) + 1) / 2).clamp(0, 1)
+    decode = vae_decoder(model)
+    return lambda latents, h, w: ((decode(latents, h, w) + 1) / 2).clamp(0, 1)
 
 
 def _taesd(model: Model) -> Decode:
     tiny: Any = model.taesd
     if tiny is None:
-        raise DecoderError("decoder taesd needs TAESD weights: pass --taesd PATH (taesd_decoder.pth, or "
-                           "taesdxl_decoder.pth for SDXL, from github.com/madebyollin/taesd, or a diffusers "
+        names = {"sd15": "taesd", "sdxl": "taesdxl", "sd3": "taesd3", "flux1": "taef1", "flux2": "taef2"}
+        raise DecoderError(f"decoder taesd needs TAE weights for {model.family}: pass --taesd PATH "
+                           f"({names[model.family]}_decoder.pth from github.com/madebyollin/taesd, or a diffusers "
                            "AutoencoderTiny folder)")
+    to_tae = model.space.tae_input(model.pipe, model.device, model.dtype)
     if model.taesd_kind == "madebyollin":
-        return lambda latents: tiny(latents.to(model.dtype)).clamp(0, 1)
-    # diffusers' AutoencoderTiny takes the latents as they are and returns [-1, 1]
-    return lambda latents: ((tiny.decode(latents.to(model.dtype), return_dict=False)[0] + 1) / 2).clamp(0, 1)
+        return lambda latents, h, w: tiny(to_tae(latents, h, w).to(model.dtype)).clamp(0, 1)
+    # diffusers' AutoencoderTiny takes the model's latents as they are and returns [-1, 1]
+    return lambda latents, h, w: ((tiny.decode(to_tae(latents, h, w).to(model.dtype), return_dict=False)[0] + 1)
+                                  / 2).clamp(0, 1)
 
 
 def _latent2rgb(model: Model) -> Decode:
-    return latent2rgb(model.family, model.device, model.dtype)
+    to_tae = model.space.tae_input(model.pipe, model.device, model.dtype)
+    rgb = latent2rgb(model.family, model.device, model.dtype)
+    return lambda latents, h, w: rgb(to_tae(latents, h, w))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """One measured generation: text encode, denoise with previews in the step callback, final decode, encode, write."""
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from .models import Model
 from .records import PREVIEW_STAGES, RunRecord, StepRow, on_path_ms
 from .settings import RunSettings
 from .stopwatch import Clock, Stopwatch
+from .targets import X0Tap
 
 __all__ = ["Controls", "Frame", "Previewer", "Run", "StepMeter", "final_image", "final_u8", "generate",
            "on_path_ms", "preview_size", "run_record", "save_image", "to_uint8_hwc"]
@@ -57,28 +59,53 @@ def run_record(model: Model, run_id: str, rows: list[StepRow], *, wall_ms: float
                      channels_last=int(model.channels_last), **fields)
 
 
+def cpu_schedule(scheduler: Any, steps: int) -> list[float]:
+    """The run's timestep values from a CPU copy of the scheduler, so reading one never waits for the device.
+    [] when the schedule depends on the call (FLUX's resolution-dependent shift needs `mu`): rows then say -1."""
+    sched = copy.deepcopy(scheduler)
+    try:
+        sched.set_timesteps(steps, device="cpu")
+        return [float(t) for t in sched.timesteps][:steps]
+    except Exception:
+        return []
+
+
 def encode_prompt(model: Model, prompt: str, guidance: float) -> dict[str, Any]:
-    """The pipeline's own text encoding, as keyword arguments for its __call__."""
-    pipe, cfg = model.pipe, guidance > 1.0
+    """The pipeline's own text encoding, as keyword arguments for its __call__ (each family's signature)."""
+    pipe, cfg, dev = model.pipe, guidance > 1.0, model.device
     if model.family == "sdxl":
-        pe, npe, ppe, nppe = pipe.encode_prompt(prompt=prompt, device=model.device, num_images_per_prompt=1,
+        pe, npe, ppe, nppe = pipe.encode_prompt(prompt=prompt, device=dev, num_images_per_prompt=1,
                                                 do_classifier_free_guidance=cfg)
         return dict(prompt_embeds=pe, negative_prompt_embeds=npe, pooled_prompt_embeds=ppe,
                     negative_pooled_prompt_embeds=nppe)
-    pe, npe = pipe.encode_prompt(prompt, model.device, 1, cfg)
-    return dict(prompt_embeds=pe, negative_prompt_embeds=npe)
+    if model.family == "sd3":
+        pe, npe, ppe, nppe = pipe.encode_prompt(prompt=prompt, prompt_2=None, prompt_3=None, device=dev,
+                                                num_images_per_prompt=1, do_classifier_free_guidance=cfg)
+        return dict(prompt_embeds=pe, negative_prompt_embeds=npe, pooled_prompt_embeds=ppe,
+                    negative_pooled_prompt_embeds=nppe)
+    if model.family == "flux1" and hasattr(pipe, "text_encoder_2"):  # FluxPipeline: guidance is distilled
+        pe, ppe, _ = pipe.encode_prompt(prompt=prompt, prompt_2=None, device=dev, num_images_per_prompt=1)
+        return dict(prompt_embeds=pe, pooled_prompt_embeds=ppe)
+    if model.family == "flux2":
+        pe, _ = pipe.encode_prompt(prompt=prompt, device=dev, num_images_per_prompt=1)
+        return dict(prompt_embeds=pe)
+    if model.family == "sd15":
+        pe, npe = pipe.encode_prompt(prompt, dev, 1, cfg)
+        return dict(prompt_embeds=pe, negative_prompt_embeds=npe)
+    return dict(prompt=prompt)  # Z-Image, HiDream: their own encoding runs inside the call (in step 1's time)
 
 
-def final_u8(model: Model, latents: torch.Tensor, decode: decoders.Decode | None = None) -> torch.Tensor:
+def final_u8(model: Model, latents: torch.Tensor, height: int, width: int,
+             decode: decoders.Decode | None = None) -> torch.Tensor:
     """Latents -> uint8 (H, W, 3) on the device with the pipeline's VAE, as its own final decode does.
     decode: a built decoders.vae_decoder (its constants made before the run), else one is built now."""
-    img = (decode or decoders.vae_decoder(model.pipe, latents.device))(latents[:1])[0]
+    img = (decode or decoders.vae_decoder(model))(latents[:1], height, width)[0]
     return to_uint8_hwc(((img.float() + 1) / 2).clamp(0, 1))
 
 
-def final_image(model: Model, latents: torch.Tensor) -> np.ndarray:
+def final_image(model: Model, latents: torch.Tensor, height: int, width: int) -> np.ndarray:
     """Latents -> uint8 (H, W, 3) on the host: final_u8, then the copy (which waits for the device)."""
-    return final_u8(model, latents).cpu().numpy()
+    return final_u8(model, latents, height, width).cpu().numpy()
 
 
 def save_image(image: np.ndarray) -> bytes:
@@ -108,16 +135,16 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
     pipe = model.pipe
     prev = previewer or Previewer(model, compile_decoder)
     start_settings = controls.get()
-    latent_shape = (1, 4, settings.height // model.vae_scale_factor, settings.width // model.vae_scale_factor)
-    compile_ms = prev.warm(start_settings.decoder, latent_shape)
-    final_decode = decoders.vae_decoder(pipe, model.device)  # its constants built before the clock starts
+    compile_ms = prev.warm(start_settings.decoder, settings.height, settings.width)
+    final_decode = decoders.vae_decoder(model)  # its constants built before the clock starts
     start_encoder = prev.encoder(start_settings.encoder).name
     # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.
-    pipe.scheduler.set_timesteps(settings.steps, device="cpu")
+    timesteps = cpu_schedule(pipe.scheduler, settings.steps)
+    tap = X0Tap(pipe.scheduler)  # x0 for previews: references to what each step computed anyway
     meter = StepMeter(model, controls, run_id, width=settings.width, height=settings.height, steps=settings.steps,
-                      timesteps=[float(t) for t in pipe.scheduler.timesteps], previewer=prev, on_row=on_row,
+                      timesteps=timesteps, previewer=prev, on_row=on_row,
                       on_frame=on_frame, on_error=on_error, should_stop=should_stop, inflight=inflight,
-                      ranges=ranges, clock=clock, sw=stopwatch or Stopwatch(model.device, clock))
+                      ranges=ranges, clock=clock, sw=stopwatch or Stopwatch(model.device, clock), tap=tap)
     sw, rng = meter.sw, meter.rng
     status = "done"  # a failure raises; the caller records it
 
@@ -132,6 +159,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             mark_te = sw.mark()
             gen = torch.Generator("cpu").manual_seed(settings.seed)  # rebuilt for every run
             meter.begin(mark_te)
+            tap.install()
             latents = pipe(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
                            guidance_scale=settings.guidance, generator=gen, output_type="latent",
                            callback_on_step_end=meter, callback_on_step_end_tensor_inputs=["latents"],
@@ -141,7 +169,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             peak = meter.finish_previews()  # previews in flight finish before the final decode uses the VAE
             dec0 = sw.mark()
             rng.begin("final_decode")
-            u8 = final_u8(model, latents, final_decode)
+            u8 = final_u8(model, latents, settings.height, settings.width, final_decode)
             dec1 = sw.mark()
             sw.wait(dec1)  # the wait the copy below makes anyway, split off so the copy alone is timed
             t_copy = clock()
@@ -160,6 +188,8 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
         except BaseException:
             meter.drain()  # every completed step still reaches on_row
             raise
+        finally:
+            tap.remove()
         meter.drain()
 
     phases = dict(text_encode_ms=sw.ms(mark0, mark_te),
@@ -170,6 +200,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
                         height=settings.height, seed=settings.seed, decoder=start_settings.decoder,
                         every=start_settings.every, encoder=start_encoder, quality=start_settings.quality,
                         preview_max=start_settings.preview_max, mode=start_settings.mode,
-                        budget=start_settings.budget, status=status, first_run=int(first_run), inflight_peak=peak,
+                        budget=start_settings.budget, target=start_settings.target, status=status,
+                        first_run=int(first_run), inflight_peak=peak,
                         compile=int(prev.compile), compile_ms=compile_ms)
     return Run(record, meter.rows, image)

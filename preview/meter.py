@@ -24,6 +24,7 @@ from .ranges import Ranges
 from .records import StepRow, on_path_ms
 from .settings import PreviewSettings, should_preview
 from .stopwatch import Clock, Stopwatch
+from .targets import X0Tap, choose
 
 
 @dataclass
@@ -52,13 +53,15 @@ class StepMeter:
                  on_row: Callable[[StepRow], None] | None = None, on_frame: Callable[[Frame], None] | None = None,
                  on_error: Callable[[str], None] | None = None, should_stop: Callable[[], bool] | None = None,
                  inflight: int = 2, ranges: bool = False, clock: Clock = time.perf_counter,
-                 sw: Stopwatch | None = None) -> None:
+                 sw: Stopwatch | None = None, tap: X0Tap | None = None) -> None:
         self.model, self.controls, self.run_id = model, controls, run_id
         self.width, self.height, self.steps, self.timesteps = width, height, steps, timesteps or []
         self.prev = previewer or Previewer(model)
         self.on_row, self.on_frame, self.on_error, self.should_stop = on_row, on_frame, on_error, should_stop
         self.inflight, self.clock = inflight, clock
         self.sw = sw or Stopwatch(model.device, clock)
+        self.tap = tap          # the scheduler's x0 of each step, when a preview asks for it
+        self._x0_told = False
         self.rng = Ranges(ranges)
         self.overlap: Overlap | None = None  # made on first use: sync-only runs never start its thread
         self.pilot: Autopilot | None = None
@@ -148,7 +151,7 @@ class StepMeter:
         sw, rng, clock = self.sw, self.rng, self.clock
         rng.begin("decode")
         marks.dec0 = sw.mark()
-        image = decode(latents[:1])[0]
+        image = decode(latents[:1], self.height, self.width)[0]
         marks.dec1 = sw.mark()
         rng.end("decode")
         rng.begin("resize")
@@ -185,8 +188,9 @@ class StepMeter:
 
         row.preview = 1  # made, or being made; a failure on the encode thread resets it, so set it first
         self.rng.begin("decode")
-        marks.future = self.overlap.submit(latents, decode, lambda img: to_uint8_hwc(img, s.preview_max), done, marks,
-                                           on_device=enc.on_device)
+        h, w = self.height, self.width
+        marks.future = self.overlap.submit(latents, lambda z: decode(z, h, w), lambda img: to_uint8_hwc(img, s.preview_max),
+                                           done, marks, on_device=enc.on_device)
         self.rng.end("decode")
 
     def __call__(self, p: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
@@ -226,15 +230,20 @@ class StepMeter:
             try:
                 prev = self.prev
                 if prev.compile and decoder not in prev.compile_ms:  # a live switch: compile now, say so
-                    c = prev.warm(decoder, tuple(kw["latents"][:1].shape))
+                    c = prev.warm(decoder, self.height, self.width)
                     row.event = (row.event + "; " if row.event else "") + f"compiled {decoder} in {c:.0f} ms"
                 decode = prev.decoder(decoder)
                 assert decode is not None
                 enc = prev.encoder(s.encoder)
+                shown, row.target = choose(s.target, self.tap, kw["latents"])
+                if s.target == "x0" and row.target != "x0" and not self._x0_told:
+                    self._x0_told = True
+                    row.event = (row.event + "; " if row.event else "") + \
+                        f"x0 is not available with {type(p.scheduler).__name__}: previews show the latents"
                 if s.mode == "sync":
-                    self._preview_sync(row, marks, kw["latents"], ps, decode, enc)
+                    self._preview_sync(row, marks, shown, ps, decode, enc)
                 else:
-                    self._preview_overlap(row, marks, kw["latents"], ps, decode, enc)
+                    self._preview_overlap(row, marks, shown, ps, decode, enc)
             except Exception as e:
                 self._failed(row, ps, e)
                 marks.dec0 = None

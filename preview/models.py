@@ -15,11 +15,15 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from . import loading
+from .families import Family, LatentSpace, latent_space
+from .presets import PRESETS, build_preset
+
 # transformers warns at import that torchvision is missing; nothing here uses image processors
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-Family = Literal["sd15", "sdxl"]
-SYNTHETIC = ("synthetic:tiny", "synthetic:tiny-xl", "synthetic:small", "synthetic:sd15")
+SD_PRESETS = ("synthetic:tiny", "synthetic:tiny-xl", "synthetic:small", "synthetic:sd15")
+SYNTHETIC = SD_PRESETS + tuple(PRESETS)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -45,6 +49,16 @@ class Model:
     @property
     def vae_scale_factor(self) -> int:
         return int(self.pipe.vae_scale_factor)
+
+    @property
+    def space(self) -> LatentSpace:
+        """The family's latent space: how the callback's latents reach the TAE, latent2rgb and the VAE."""
+        return latent_space(self.pipe)
+
+
+def denoiser(pipe: Any) -> Any:
+    """The model that runs every step: the UNet (SD1.5, SDXL) or the transformer (SD3, FLUX)."""
+    return getattr(pipe, "unet", None) or pipe.transformer
 
 
 def choose_device(name: str) -> torch.device:
@@ -163,62 +177,27 @@ def synthetic_pipeline(name: str = "synthetic:tiny", seed: int = 0) -> Any:
     return pipe
 
 
-def load_taesd(path: str) -> tuple[nn.Module, Literal["diffusers", "madebyollin"]]:
-    """A diffusers AutoencoderTiny folder, or madebyollin's taesd(xl)_decoder.pth / .safetensors."""
-    p = Path(path)
-    if p.is_dir():
-        if not (p / "config.json").is_file():
-            raise ModelError(f"--taesd {path}: folder has no config.json; give a diffusers AutoencoderTiny folder "
-                             "(madebyollin/taesd) or a taesd_decoder.pth / .safetensors file")
-        from diffusers import AutoencoderTiny
-
-        return AutoencoderTiny.from_pretrained(str(p), local_files_only=True), "diffusers"
-    if not p.is_file():
-        raise ModelError(f"--taesd {path}: no such file or folder; download taesd_decoder.pth (or taesdxl_decoder.pth "
-                         "for SDXL) from github.com/madebyollin/taesd, or a diffusers AutoencoderTiny folder")
-    from .taesd import Decoder
-
+def load_taesd(path: str, family: Family | None = None) -> tuple[nn.Module, Literal["diffusers", "madebyollin"]]:
+    """A TAE decoder for `family` (see loading.load_taesd). Raises ModelError."""
     try:
-        if p.suffix == ".safetensors":
-            from safetensors.torch import load_file
+        module, kind = loading.load_taesd(path, family)
+    except loading.LoadError as e:
+        raise ModelError(str(e)) from None
+    return module, "diffusers" if kind == "diffusers" else "madebyollin"
 
-            state = load_file(str(p))
-        else:
-            state = torch.load(str(p), map_location="cpu", weights_only=True)
-    except Exception as e:  # torch and safetensors raise several types for a bad file
-        raise ModelError(f"--taesd {path}: not a readable checkpoint ({type(e).__name__}); expected "
-                         "taesd_decoder.pth or .safetensors from github.com/madebyollin/taesd") from None
-    dec = Decoder()
+
+def _load_local(name: str, dtype: torch.dtype, variant: str | None) -> tuple[Any, Family]:
     try:
-        dec.load_state_dict(state)
-    except RuntimeError as e:
-        raise ModelError(f"--taesd {path}: not a TAESD decoder state dict ({str(e).splitlines()[0]})") from None
-    return dec, "madebyollin"
-
-
-def _load_local(name: str, dtype: torch.dtype) -> tuple[Any, Family]:
-    from diffusers import DiffusionPipeline, StableDiffusionXLPipeline
-
-    p = Path(name)
-    looks_like_path = p.is_absolute() or name.startswith(".") or p.exists() or name.count("/") != 1
-    if looks_like_path and not (p / "model_index.json").is_file():
-        raise ModelError(f"--model {name}: no diffusers folder there (model_index.json not found); give a local "
-                         f"diffusers folder or one of {', '.join(SYNTHETIC)}")
-    try:
-        pipe = DiffusionPipeline.from_pretrained(name, local_files_only=True, dtype=dtype)
-    except Exception as e:  # diffusers raises several types for a missing cache entry
-        raise ModelError(f"--model {name}: not in the local cache and downloads are off "
-                         f"({type(e).__name__}); download it on a networked machine or pass a folder") from None
-    if not hasattr(pipe, "unet") or not hasattr(pipe, "vae"):
-        raise ModelError(f"--model {name}: {type(pipe).__name__} is not a Stable Diffusion (XL) pipeline")
-    return pipe, "sdxl" if isinstance(pipe, StableDiffusionXLPipeline) else "sd15"
+        return loading.local_pipeline(name, dtype, variant)
+    except loading.LoadError as e:
+        raise ModelError(str(e)) from None
 
 
 OFFLOADS = ("none", "model", "sequential")
 
 
 def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: str = "float32",
-         seed: int = 0, offload: str = "none", channels_last: bool = False) -> Model:
+         seed: int = 0, offload: str = "none", channels_last: bool = False, variant: str | None = None) -> Model:
     """Load a model onto the chosen device. Raises ModelError with a one-line message.
 
     offload: diffusers' CPU offload (model: whole models move to the GPU when used; sequential: layer by
@@ -238,20 +217,23 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
     t0 = time.perf_counter()
     tiny: nn.Module | None
     kind: Literal["diffusers", "madebyollin", "none"]
-    if name.startswith("synthetic:"):
+    if name in PRESETS:
+        pipe, family, tiny, size = build_preset(name, seed)
+        kind, synthetic = "madebyollin", True
+    elif name.startswith("synthetic:"):
         pipe, family, tiny, size = _build_synthetic(name, seed)
         kind = "diffusers"
         synthetic = True
     else:
-        pipe, family = _load_local(name, tdtype)
-        tiny, kind, size, synthetic = None, "none", 1024 if family == "sdxl" else 512, False
+        pipe, family = _load_local(name, tdtype, variant)
+        tiny, kind, size, synthetic = None, "none", 1024 if family in ("sdxl", "sd3", "flux1", "flux2") else 512, False
     if taesd is not None:
-        tiny, kind = load_taesd(taesd)
+        tiny, kind = load_taesd(taesd, family)
     if tdtype != torch.float32:
         pipe.to(dtype=tdtype)
     if channels_last:
-        for part in ("unet", "vae"):
-            getattr(pipe, part).to(memory_format=torch.channels_last)
+        for part in (denoiser(pipe), pipe.vae):
+            part.to(memory_format=torch.channels_last)
         if tiny is not None:
             tiny.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     if offload == "model":

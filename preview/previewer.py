@@ -27,7 +27,7 @@ class Previewer:
             self._dec[name] = fn
         return self._dec[name]
 
-    def warm(self, name: str, latent_shape: tuple[int, ...]) -> float:
+    def warm(self, name: str, height: int, width: int) -> float:
         """Compile a decoder ahead of the run (torch.compile compiles on first call); returns the compile ms,
         which is reported apart from the steady state."""
         fn = self.decoder(name)
@@ -35,7 +35,8 @@ class Previewer:
             return 0.0
         t0 = time.perf_counter()
         with torch.inference_mode():  # as the run calls it: another grad mode would compile again
-            out = fn(torch.zeros(latent_shape, device=self.model.device, dtype=self.model.dtype))
+            shape = self.model.space.callback_shape(height, width)
+            out = fn(torch.zeros(shape, device=self.model.device, dtype=self.model.dtype), height, width)
             out.cpu()  # outside the measured run: the compile is not done until its first result is
         self.compile_ms[name] = (time.perf_counter() - t0) * 1e3
         return self.compile_ms[name]

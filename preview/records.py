@@ -65,6 +65,7 @@ class StepRow:
     skipped: int = 0           # a preview was due but not made (overlap pipeline full)
     event: str = ""            # what changed at this step: a live control, a fallback after an error
     on_path_ms: float = 0.0    # the preview time that ran on the denoising path (on_path_ms below): it adds to wall
+    target: str = ""           # what the preview showed: x0 (the predicted clean image) or latents
     send_ms: float | None = None
     ack_rtt_ms: float | None = None
     client_decode_ms: float | None = None
@@ -112,6 +113,7 @@ class RunRecord:
     preview_max: int
     mode: str             # sync | overlap, at the start of the run
     budget: float         # autopilot budget in percent, 0 = a fixed interval
+    target: str           # auto | x0 | latents, at the start of the run (each row says what it showed)
     status: str           # done | stopped | failed
     first_run: int        # first run after the model loaded: kept, but out of steady-state statistics
     load_s: float         # model load time of this process

@@ -7,6 +7,8 @@ from typing import Any, Iterable, Literal, cast, get_args
 from .decoders import DECODERS, DecoderName
 from .encoders import ENCODERS, EncoderName
 
+from .targets import Target
+
 Mode = Literal["sync", "overlap"]
 
 MAX_STEPS = 1000
@@ -30,9 +32,11 @@ class PreviewSettings:
     quality: int = 80        # 1..100; PNG ignores it
     mode: Mode = "overlap"    # sync: all preview work inside the step callback; overlap: off the denoising path
     budget: float = 0.0      # percent; > 0 lets the autopilot choose the interval (every = "auto")
+    target: Target = "auto"  # x0: the model's predicted clean image; latents: the noisy ones; auto: x0 if it can
 
     def __post_init__(self) -> None:
         _choice("mode", self.mode, get_args(Mode))
+        _choice("target", self.target, get_args(Target))
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)) or not 0 <= self.budget <= 1000:
             raise SettingsError(f"budget={self.budget!r}: must be a number of percent from 0 (off) to 1000")
         _choice("decoder", self.decoder, DECODERS)

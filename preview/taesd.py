@@ -1,12 +1,32 @@
-"""madebyollin's TAESD decoder, so taesd_decoder.pth / .safetensors load without diffusers' wrapper.
+"""madebyollin's tiny autoencoders (TAESD, TAESDXL, TAESD3, TAEF1, TAEF2), so their .pth / .safetensors load
+without diffusers' wrapper.
 
-The layer layout matches https://github.com/madebyollin/taesd (taesd.py): state-dict keys are the
-indices of one nn.Sequential, so the published weights load as they are.
+The layer layout follows https://github.com/madebyollin/taesd (taesd.py): state-dict keys are the indices of
+one nn.Sequential, so the published weights load as they are. TAEF2 adds a GroupNorm branch (`pool`) to the
+three blocks at the lowest resolution (decoder blocks 3-5, encoder blocks 11-13); the same layout is in
+ComfyUI's comfy/taesd/taesd.py (`use_midblock_gn`), and the published taef2_*.pth keys confirm it.
+
+Every TAE takes latents in the diffusion model's own space (what the UNet or transformer sees, unpacked to
+(B, C, h, w)), never the VAE's unscaled latents: see families.LatentSpace.tae_input.
 """
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Literal, Mapping
+
 import torch
 from torch import nn
+
+Part = Literal["decoder", "encoder"]
+# What a state dict's latent channels say about its family. 4 and 16 channels are shared by two families each;
+# only a madebyollin file name (taesd_, taesdxl_, taesd3_, taef1_, taef2_) tells them apart.
+CANDIDATES: dict[tuple[int, bool], tuple[str, ...]] = {
+    (4, False): ("sd15", "sdxl"), (16, False): ("sd3", "flux1"), (32, True): ("flux2",)}
+PREFIXES = {"taesd_": "sd15", "taesdxl_": "sdxl", "taesd3_": "sd3", "taef1_": "flux1", "taef2_": "flux2"}
+
+
+class TaeError(ValueError):
+    """A TAE state dict or file this module cannot load; the message is one line a person can act on."""
 
 
 def conv(n_in: int, n_out: int, **kwargs: object) -> nn.Conv2d:
@@ -19,22 +39,119 @@ class Clamp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, n_in: int, n_out: int) -> None:
+    def __init__(self, n_in: int, n_out: int, use_midblock_gn: bool = False) -> None:
         super().__init__()
         self.conv = nn.Sequential(conv(n_in, n_out), nn.ReLU(), conv(n_out, n_out), nn.ReLU(), conv(n_out, n_out))
         self.skip = nn.Conv2d(n_in, n_out, 1, bias=False) if n_in != n_out else nn.Identity()
         self.fuse = nn.ReLU()
+        self.pool: nn.Sequential | None = None
+        if use_midblock_gn:  # TAEF2: a 1x1 bottleneck with GroupNorm, added before the block
+            n_gn = n_in * 4
+            self.pool = nn.Sequential(nn.Conv2d(n_in, n_gn, 1, bias=False), nn.GroupNorm(4, n_gn),
+                                      nn.ReLU(inplace=True), nn.Conv2d(n_gn, n_in, 1, bias=False))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pool is not None:
+            x = x + self.pool(x)
         return self.fuse(self.conv(x) + self.skip(x))
 
 
-def Decoder(latent_channels: int = 4) -> nn.Sequential:
-    """Raw latents (B, C, h, w) -> RGB (B, 3, 8h, 8w) in [0, 1] (clamp it: the last conv is unbounded)."""
+def Encoder(latent_channels: int = 4, use_midblock_gn: bool = False) -> nn.Sequential:
+    """RGB (B, 3, H, W) in [0, 1], H and W multiples of 8 -> latents (B, C, H/8, W/8), roughly in [-3, 3]."""
+    gn = use_midblock_gn
+    return nn.Sequential(
+        conv(3, 64), Block(64, 64),
+        conv(64, 64, stride=2, bias=False), Block(64, 64), Block(64, 64), Block(64, 64),
+        conv(64, 64, stride=2, bias=False), Block(64, 64), Block(64, 64), Block(64, 64),
+        conv(64, 64, stride=2, bias=False), Block(64, 64, gn), Block(64, 64, gn), Block(64, 64, gn),
+        conv(64, latent_channels),
+    )
+
+
+def Decoder(latent_channels: int = 4, use_midblock_gn: bool = False) -> nn.Sequential:
+    """Latents (B, C, h, w) in the model's space -> RGB (B, 3, 8h, 8w) in [0, 1] (clamp it: the last conv is
+    unbounded). Decoder() with no arguments is TAESD for SD1.x/2.x (and SDXL with taesdxl weights)."""
+    gn = use_midblock_gn
     return nn.Sequential(
         Clamp(), conv(latent_channels, 64), nn.ReLU(),
-        Block(64, 64), Block(64, 64), Block(64, 64), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
+        Block(64, 64, gn), Block(64, 64, gn), Block(64, 64, gn), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
         Block(64, 64), Block(64, 64), Block(64, 64), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
         Block(64, 64), Block(64, 64), Block(64, 64), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
         Block(64, 64), conv(64, 3),
     )
+
+
+def _from_combined(state: Mapping[str, torch.Tensor], part: Part) -> dict[str, torch.Tensor]:
+    """madebyollin's combined .safetensors on the Hugging Face hub (taef2.safetensors, and diffusers'
+    AutoencoderTiny files) name layers `encoder.layers.N` / `decoder.layers.N`; the decoder's count skips the
+    Clamp, so its indices move up by one (convert_diffusers_sd_to_taesd in huggingface.co/madebyollin/taef2)."""
+    prefix, offset = f"{part}.layers.", 1 if part == "decoder" else 0
+    out = {}
+    for key, value in state.items():
+        if key.startswith(prefix):
+            index, _, rest = key[len(prefix):].partition(".")
+            out[f"{int(index) + offset}.{rest}"] = value
+    return out
+
+
+def _layout(state: Mapping[str, torch.Tensor], part: Part) -> tuple[int, bool]:
+    """(latent channels, midblock GroupNorm) read from the keys and shapes; raises TaeError."""
+    if part == "decoder":
+        first, gn_key = state.get("1.weight"), "3.pool.0.weight"
+        channels = int(first.shape[1]) if first is not None and tuple(first.shape[0:1]) == (64,) else None
+    else:
+        last, gn_key = state.get("14.weight"), "11.pool.0.weight"
+        channels = int(last.shape[0]) if last is not None and tuple(last.shape[1:2]) == (64,) else None
+    gn = gn_key in state
+    if channels is None or (channels, gn) not in CANDIDATES:
+        found = "no 64-wide first/last conv" if channels is None else f"{channels} latent channels, GroupNorm {gn}"
+        raise TaeError(f"not a madebyollin TAE {part} state dict ({found}); expected taesd_, taesdxl_, taesd3_, "
+                       f"taef1_ or taef2_{part}.pth / .safetensors from github.com/madebyollin/taesd")
+    return channels, gn
+
+
+def read_state(path: str | Path) -> dict[str, torch.Tensor]:
+    """A .pth (loaded with weights_only=True) or .safetensors file, on the CPU. Raises TaeError."""
+    p = Path(path)
+    if not p.is_file():
+        raise TaeError(f"{path}: no such file; download a TAE from github.com/madebyollin/taesd")
+    try:
+        if p.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(p))
+        return dict(torch.load(str(p), map_location="cpu", weights_only=True))
+    except Exception as e:  # torch and safetensors raise several types for a bad file
+        raise TaeError(f"{path}: not a readable checkpoint ({type(e).__name__}); expected a .pth or .safetensors "
+                       "TAE from github.com/madebyollin/taesd") from None
+
+
+def load_tae(source: str | Path | Mapping[str, torch.Tensor], part: Part = "decoder"
+             ) -> tuple[nn.Sequential, tuple[str, ...]]:
+    """Build and load a TAE decoder (or encoder) from madebyollin's weights, unchanged.
+
+    source: a path (.pth / .safetensors) or a state dict. Latent channels (4, 16, 32) and the TAEF2 GroupNorm
+    variant come from the keys and shapes. Returns (module in eval mode on the CPU, candidate families): one
+    family for 32 channels (flux2); for 4 and 16 channels two, narrowed to one by a madebyollin file name prefix.
+    Raises TaeError for anything it does not recognise.
+    """
+    state = read_state(source) if isinstance(source, (str, Path)) else dict(source)
+    if any(k.startswith(("encoder.layers.", "decoder.layers.")) for k in state):
+        state = _from_combined(state, part)
+    channels, gn = _layout(state, part)
+    module = (Decoder if part == "decoder" else Encoder)(channels, gn)
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as e:  # torch's first line only names the module; the second says what is wrong
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        detail = lines[1] if len(lines) > 1 else lines[0]
+        raise TaeError(f"not a madebyollin TAE {part} state dict ({detail[:200]})") from None
+    families = CANDIDATES[(channels, gn)]
+    if isinstance(source, (str, Path)):
+        name = Path(source).name
+        # longest prefix first: taesd_ must not claim taesdxl_ or taesd3_ files
+        for prefix in sorted(PREFIXES, key=len, reverse=True):
+            if name.startswith(prefix) and PREFIXES[prefix] in families:
+                families = (PREFIXES[prefix],)
+                break
+    return module.eval().requires_grad_(False), families

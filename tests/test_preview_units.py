@@ -49,7 +49,7 @@ def test_decoder_shapes_and_ranges(tiny, tiny_xl, name, scale):
         with torch.inference_mode():
             decode = decoders.build(name, model)
             assert decode is not None
-            img = decode(lat)
+            img = decode(lat, 32 * model.vae_scale_factor, 32 * model.vae_scale_factor)
         assert img.shape == (1, 3, 32 * scale, 32 * scale)
         assert img.dtype == torch.float32
         assert float(img.min()) >= 0.0 and float(img.max()) <= 1.0

@@ -45,7 +45,7 @@ def test_engine_previews_leave_the_float16_vae_alone(xl16, mode):
     assert run.record.vae_copy_mb == pytest.approx(copy.bytes / 2**20) and run.record.vae_copy_mb > 0
     # the copy decodes what the float16 VAE would, in float32
     lat = torch.randn(1, 4, 8, 8, dtype=torch.float16)
-    ours = decoders.vae_decoder(xl16.pipe, torch.device("cpu"))(lat)
+    ours = decoders.vae_decoder(xl16)(lat, 16, 16)
     with torch.no_grad():
         theirs = vae.to(torch.float32).decode(lat.float() / vae.config.scaling_factor).sample
         vae.to(torch.float16)
@@ -90,6 +90,6 @@ def test_built_decoders_make_no_constants_per_call(xl_stats, name, monkeypatch):
     lat = torch.randn(1, 4, 8, 8)
     with torch.inference_mode():
         for _ in range(3):
-            decode(lat)
+            decode(lat, 16, 16)
     # a torch.tensor(..., device=cuda) per call is a blocking host-to-device copy on a GPU
     assert made == []

@@ -1,0 +1,143 @@
+"""Loading what users have, offline: diffusers folders and repo ids already in the local Hugging Face cache,
+folders that hold only fp16 variant files, and TAE weights, refused when they belong to another family.
+
+Nothing here downloads: every from_pretrained gets local_files_only=True. Errors are one line that says what
+was found and what is missing.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from .families import FAMILIES, Family, FamilyError, latent_space
+from .taesd import PREFIXES, TaeError, load_tae
+
+TaeKind = Literal["diffusers", "madebyollin", "none"]
+WEIGHTS = (".safetensors", ".bin", ".ckpt", ".pth")
+
+
+class LoadError(ValueError):
+    """A model or weights that cannot be loaded; the message is one line a person can act on."""
+
+
+def weight_files(folder: Path) -> dict[str, list[str]]:
+    """Weight file names per component subfolder of a diffusers folder."""
+    out: dict[str, list[str]] = {}
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+        names = sorted(f.name for f in sub.iterdir() if f.is_file() and f.name.endswith(WEIGHTS))
+        if names:
+            out[sub.name] = names
+    return out
+
+
+def variant_of(folder: Path) -> str | None:
+    """The variant to load a folder with: "fp16" (or another) when its components hold only variant files,
+    None when plain weights are there. A folder with plain weights in some parts and only variants in others
+    loads as the variant: diffusers falls back to plain files per component then."""
+    files = weight_files(folder)
+    variants: set[str] = set()
+    plain = False
+    for names in files.values():
+        parts = [n.split(".") for n in names]
+        vs = {p[-2] for p in parts if len(p) >= 3}
+        if any(len(p) == 2 for p in parts):
+            plain = True
+        elif vs:
+            variants |= vs
+    if not plain and len(variants) == 1:
+        return variants.pop()
+    return None
+
+
+def _found(folder: Path) -> str:
+    files = weight_files(folder)
+    return "; ".join(f"{k}/: {', '.join(v[:3])}" for k, v in files.items()) or "no weight files at all"
+
+
+def local_pipeline(name: str, dtype: torch.dtype, variant: str | None = None) -> tuple[Any, Family]:
+    """A diffusers folder or a repo id in the local cache -> (pipeline on the CPU, family). Raises LoadError."""
+    from diffusers import DiffusionPipeline
+
+    p = Path(name)
+    looks_like_path = p.is_absolute() or name.startswith(".") or p.exists() or name.count("/") != 1
+    if looks_like_path and not (p / "model_index.json").is_file():
+        raise LoadError(f"--model {name}: no diffusers folder there (model_index.json not found); give a local "
+                        "diffusers folder, a repo id already in the local Hugging Face cache, or a synthetic preset")
+    if looks_like_path and variant is None:
+        variant = variant_of(p)
+    try:
+        pipe = DiffusionPipeline.from_pretrained(name, local_files_only=True, dtype=dtype, variant=variant)
+    except Exception as e:  # diffusers raises several types for a missing file or cache entry
+        detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+        if looks_like_path:
+            want = f"variant {variant}" if variant else "plain (non-variant) weights"
+            raise LoadError(f"--model {name}: cannot load {want} ({detail}); found {_found(p)}; "
+                            "pass --variant fp16 for a folder of *.fp16.* files") from None
+        raise LoadError(f"--model {name}: not in the local Hugging Face cache and downloads are off "
+                        f"({type(e).__name__}); download it on a networked machine or pass a folder") from None
+    try:
+        family = latent_space(pipe).family
+    except FamilyError as e:
+        raise LoadError(f"--model {name}: {e}") from None
+    return pipe, family
+
+
+def _tae_families(name: str, candidates: tuple[str, ...]) -> tuple[str, ...]:
+    """Narrow a TAE's candidate families by madebyollin's name prefixes (taesdxl_, taef1, ...)."""
+    base = Path(name.rstrip("/")).name.lower()
+    for prefix in sorted(PREFIXES, key=len, reverse=True):
+        stem = prefix.rstrip("_")
+        if (base.startswith(prefix) or base == stem) and PREFIXES[prefix] in candidates:
+            return (PREFIXES[prefix],)
+    return candidates
+
+
+def load_taesd(path: str, family: Family | None = None) -> tuple[nn.Module, TaeKind]:
+    """A TAE decoder: madebyollin's .pth / .safetensors, a diffusers AutoencoderTiny folder, or a repo id in the
+    local cache (madebyollin/taesd, taesdxl, taesd3, taef1). With `family`, a TAE of another family is refused,
+    naming both, before any run starts. Raises LoadError."""
+    p = Path(path)
+    module: nn.Module
+    kind: TaeKind
+    if p.is_file():
+        try:
+            module, candidates = load_tae(p)
+        except TaeError as e:
+            raise LoadError(f"--taesd {path}: {e}") from None
+        kind = "madebyollin"
+    else:
+        is_dir = p.is_dir()
+        if is_dir and not (p / "config.json").is_file():
+            raise LoadError(f"--taesd {path}: folder has no config.json; give a diffusers AutoencoderTiny folder "
+                            "or madebyollin's taesd*_decoder.pth / .safetensors")
+        if not is_dir and (p.is_absolute() or path.startswith(".") or path.count("/") != 1):
+            raise LoadError(f"--taesd {path}: no such file or folder; give madebyollin's taesd_decoder.pth (taesdxl_, "
+                            "taesd3_, taef1_, taef2_ for the other families), an AutoencoderTiny folder, or a repo "
+                            "id already in the local cache")
+        from diffusers import AutoencoderTiny
+
+        try:
+            module = AutoencoderTiny.from_pretrained(path, local_files_only=True)
+        except Exception as e:
+            raise LoadError(f"--taesd {path}: not in the local Hugging Face cache and downloads are off "
+                            f"({type(e).__name__}); download it on a networked machine or pass a file") from None
+        cfg: Any = module.config
+        channels = int(cfg.latent_channels)
+        candidates = {4: ("sd15", "sdxl"), 16: ("sd3", "flux1"), 32: ("flux2",)}.get(channels, ())
+        kind = "diffusers"
+    candidates = _tae_families(path, tuple(candidates))
+    if family is not None and family not in candidates:
+        raise LoadError(f"--taesd {path}: a TAE for {' or '.join(candidates) or 'an unknown family'}, but the model "
+                        f"is {family}; use the {family} one ({_tae_name(family)} from github.com/madebyollin/taesd)")
+    return module, kind
+
+
+def _tae_name(family: str) -> str:
+    prefix = next(k for k, v in PREFIXES.items() if v == family)
+    return f"{prefix}decoder.pth"
+
+
+__all__ = ["FAMILIES", "LoadError", "load_taesd", "local_pipeline", "variant_of", "weight_files"]

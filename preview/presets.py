@@ -1,0 +1,220 @@
+"""Synthetic presets of the newer families (SD3, FLUX.1, FLUX.2): real diffusers pipeline classes with random
+seeded weights and tokenizers built offline, on the CPU. Their pictures are noise; their shapes, latent
+layouts and decode paths are the real ones.
+
+The tiny presets run 2-4 steps of a 64x64 image in a couple of seconds on a CPU, for tests. Each comes with
+its family's TAE in madebyollin's layout (random weights, the real 64-wide architecture).
+"""
+from __future__ import annotations
+
+import os
+import string
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from .families import Family
+from .taesd import Decoder
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # transformers warns that torchvision is missing
+
+CHARS = list(string.ascii_lowercase + string.digits)
+
+
+class PresetError(ValueError):
+    """An unknown preset name; the message lists the known ones."""
+
+
+def clip_tokenizer() -> Any:
+    """A CLIP tokenizer built offline; model_max_length=77, or the pipelines pad to 1e30 and fail."""
+    from transformers import CLIPTokenizer
+
+    tokens = ["<|startoftext|>", "<|endoftext|>", "!"] + CHARS + [c + "</w>" for c in CHARS]
+    return CLIPTokenizer(vocab={t: i for i, t in enumerate(tokens)}, merges=[], unk_token="<|endoftext|>",
+                         bos_token="<|startoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                         model_max_length=77)
+
+
+def t5_tokenizer() -> Any:
+    """A T5 tokenizer (a Unigram model, transformers 5 builds it with the tokenizers library); ids 0-2 are
+    <pad>, </s>, <unk> as in T5's own vocabulary. Token ids do not change compute: sequences are padded."""
+    from transformers import T5Tokenizer  # transformers 5: T5TokenizerFast is this class, tokenizers-backed
+
+    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
+    vocab += [(c, -3.0) for c in CHARS] + [("\u2581" + c, -2.5) for c in CHARS]
+    return T5Tokenizer(vocab=vocab, extra_ids=0, model_max_length=512)
+
+
+# Flux2Pipeline calls tokenizer.apply_chat_template on [system, user] messages whose content is a list of
+# {"type": "text", "text": ...} parts (pipeline_flux2.format_input); a Mistral-style template renders them.
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% set c = m['content'] %}{% if c is not string %}"
+                 "{% set c = c | map(attribute='text') | join(' ') %}{% endif %}{% if m['role'] == 'system' %}"
+                 "[SYSTEM_PROMPT]{{ c }}[/SYSTEM_PROMPT]{% elif m['role'] == 'user' %}[INST]{{ c }}[/INST]"
+                 "{% else %}{{ c }}{{ eos_token }}{% endif %}{% endfor %}")
+
+
+def mistral_tokenizer() -> Any:
+    """A character-level WordLevel tokenizer (tokenizers library) with Mistral's special tokens and a chat
+    template, standing in for FLUX.2's PixtralProcessor: the pipeline uses only apply_chat_template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>", "<unk>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"]
+    tok = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(specials + CHARS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(),
+                                                 pre_tokenizers.Split(pattern="", behavior="isolated")])
+    tok.add_special_tokens(specials)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<pad>", chat_template=CHAT_TEMPLATE, model_max_length=512)
+
+
+def _clip(hidden: int, projection: int | None = None, layers: int = 2, heads: int = 4, inter: int = 37,
+          vocab: int = 1000, act: str = "gelu") -> Any:
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    cfg = CLIPTextConfig(bos_token_id=0, eos_token_id=1, pad_token_id=1, vocab_size=vocab, hidden_size=hidden,
+                         intermediate_size=inter, num_attention_heads=heads, num_hidden_layers=layers,
+                         max_position_embeddings=77, projection_dim=projection or hidden, hidden_act=act)
+    return CLIPTextModelWithProjection(cfg) if projection else CLIPTextModel(cfg)
+
+
+def _t5(d_model: int) -> Any:
+    from transformers import T5Config, T5EncoderModel
+
+    return T5EncoderModel(T5Config(vocab_size=1000, d_model=d_model, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
+                                   relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1))
+
+
+def _vae16(scaling: float, shift: float, widths: tuple[int, ...] = (16,) * 4, layers: int = 1, groups: int = 8) -> Any:
+    """FLUX.1 / SD3 VAE shape: 16 channels, no quant convs, four stages (factor 8, like their TAEs)."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(latent_channels=16, block_out_channels=widths, layers_per_block=layers, norm_num_groups=groups,
+                         down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+                         use_quant_conv=False, use_post_quant_conv=False, scaling_factor=scaling,
+                         shift_factor=shift, sample_size=64)
+
+
+def _flow_scheduler(dynamic: bool) -> Any:
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    if not dynamic:  # SD3's scheduler_config.json
+        return FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0)
+    # FLUX.1-dev's scheduler_config.json: the shift follows the image's token count
+    return FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True,
+                                           base_shift=0.5, max_shift=1.15, base_image_seq_len=256,
+                                           max_image_seq_len=4096)
+
+
+def _tiny_sd3() -> Any:
+    from diffusers import SD3Transformer2DModel, StableDiffusion3Pipeline
+
+    # CLIP-L and CLIP-G stand-ins: hidden 32 + 32 concatenated, padded to T5's width (joint_attention_dim)
+    transformer = SD3Transformer2DModel(sample_size=8, patch_size=2, in_channels=16, out_channels=16, num_layers=2,
+                                        attention_head_dim=8, num_attention_heads=2, joint_attention_dim=64,
+                                        caption_projection_dim=16, pooled_projection_dim=64, pos_embed_max_size=16)
+    return StableDiffusion3Pipeline(
+        transformer=transformer, scheduler=_flow_scheduler(False), vae=_vae16(1.5305, 0.0609),
+        text_encoder=_clip(32, 32), tokenizer=clip_tokenizer(), text_encoder_2=_clip(32, 32),
+        tokenizer_2=clip_tokenizer(), text_encoder_3=_t5(64), tokenizer_3=t5_tokenizer())
+
+
+def _sd35_medium() -> Any:
+    """SD3.5 Medium's architecture (stabilityai/stable-diffusion-3.5-medium configs: transformer 24 layers, 24
+    heads of 64, dual attention in layers 0-12, RMS qk-norm; CLIP-L, CLIP-G, the SD3 VAE) without T5-XXL:
+    its 4.8 B parameters (19 GB in float32) would not fit 24 GiB of RAM. diffusers runs SD3 without
+    text_encoder_3 (zeros in T5's place), so the joint sequence has 77 text tokens where T5 gives 256."""
+    from diffusers import SD3Transformer2DModel, StableDiffusion3Pipeline
+
+    transformer = SD3Transformer2DModel(sample_size=128, patch_size=2, in_channels=16, out_channels=16, num_layers=24,
+                                        attention_head_dim=64, num_attention_heads=24, joint_attention_dim=4096,
+                                        caption_projection_dim=1536, pooled_projection_dim=2048,
+                                        pos_embed_max_size=384, dual_attention_layers=tuple(range(13)),
+                                        qk_norm="rms_norm")
+    clip_l = _clip(768, 768, layers=12, heads=12, inter=3072, vocab=49408, act="quick_gelu")
+    clip_g = _clip(1280, 1280, layers=32, heads=20, inter=5120, vocab=49408)
+    vae = _vae16(1.5305, 0.0609, widths=(128, 256, 512, 512), layers=2, groups=32)
+    return StableDiffusion3Pipeline(
+        transformer=transformer, scheduler=_flow_scheduler(False), vae=vae, text_encoder=clip_l,
+        tokenizer=clip_tokenizer(), text_encoder_2=clip_g, tokenizer_2=clip_tokenizer(), text_encoder_3=None,
+        tokenizer_3=None)
+
+
+def _tiny_flux1() -> Any:
+    from diffusers import FluxPipeline, FluxTransformer2DModel
+
+    # 64 input channels: 16 latent channels packed 2x2; RoPE axes add up to the head width
+    transformer = FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=1, num_single_layers=1,
+                                         attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
+                                         pooled_projection_dim=32, guidance_embeds=True, axes_dims_rope=(4, 6, 6))
+    return FluxPipeline(scheduler=_flow_scheduler(True), vae=_vae16(0.3611, 0.1159), text_encoder=_clip(32),
+                        tokenizer=clip_tokenizer(), text_encoder_2=_t5(32), tokenizer_2=t5_tokenizer(),
+                        transformer=transformer)
+
+
+def _mistral3(hidden: int) -> Any:
+    """Mistral3ForConditionalGeneration, tiny. 30 text layers: Flux2Pipeline stacks hidden states 10, 20, 30."""
+    from transformers import (Mistral3Config, Mistral3ForConditionalGeneration, MistralConfig,
+                              PixtralVisionConfig)
+
+    text = MistralConfig(vocab_size=64, hidden_size=hidden, intermediate_size=32, num_hidden_layers=30,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=512)
+    vision = PixtralVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 image_size=32, patch_size=8)
+    return Mistral3ForConditionalGeneration(Mistral3Config(text_config=text, vision_config=vision,
+                                                           image_token_index=10, spatial_merge_size=2))
+
+
+def _tiny_flux2() -> Any:
+    from diffusers import AutoencoderKLFlux2, Flux2Pipeline, Flux2Transformer2DModel
+
+    vae: Any = AutoencoderKLFlux2(latent_channels=32, block_out_channels=(16,) * 4, layers_per_block=1,
+                             norm_num_groups=8, sample_size=64)
+    # A fresh BatchNorm holds mean 0 and variance 1, which would hide a missing de-normalisation: give it
+    # statistics of the size a trained VAE has.
+    vae.bn.running_mean.normal_(0.0, 0.5)
+    vae.bn.running_var.uniform_(0.5, 2.0)
+    # 128 input channels: 32 latent channels patchified 2x2; joint_attention_dim = 3 stacked hidden states
+    transformer = Flux2Transformer2DModel(patch_size=1, in_channels=128, num_layers=1, num_single_layers=1,
+                                          attention_head_dim=16, num_attention_heads=2, joint_attention_dim=48,
+                                          timestep_guidance_channels=32, mlp_ratio=2.0, axes_dims_rope=(4, 4, 4, 4))
+    return Flux2Pipeline(scheduler=_flow_scheduler(True), vae=vae, text_encoder=_mistral3(16),
+                         tokenizer=mistral_tokenizer(), transformer=transformer)
+
+
+# name -> (builder, family, TAE latent channels, TAE midblock GroupNorm, default image size in px)
+PRESETS: dict[str, tuple[Callable[[], Any], Family, int, bool, int]] = {
+    "synthetic:tiny-sd3": (_tiny_sd3, "sd3", 16, False, 64),
+    "synthetic:tiny-flux1": (_tiny_flux1, "flux1", 16, False, 64),
+    "synthetic:tiny-flux2": (_tiny_flux2, "flux2", 32, True, 64),
+    # real size: 3.1 B parameters in all, 12.6 GB in float32 (parameter_counts); transformer 2.24 B
+    "synthetic:sd35-medium": (_sd35_medium, "sd3", 16, False, 1024),
+}
+TINY = ("synthetic:tiny-sd3", "synthetic:tiny-flux1", "synthetic:tiny-flux2")  # for tests: seconds on a CPU
+
+
+def build_preset(name: str, seed: int = 0) -> tuple[Any, Family, nn.Module, int]:
+    """(pipeline on the CPU in float32, family, its TAE decoder in eval mode, default image size in px).
+    Weights are deterministic for a seed. Raises PresetError for an unknown name."""
+    if name not in PRESETS:
+        raise PresetError(f"unknown synthetic model {name!r}; allowed are {', '.join(PRESETS)}")
+    build, family, channels, gn, size = PRESETS[name]
+    torch.manual_seed(seed)
+    pipe = build()
+    for part in pipe.components.values():
+        if isinstance(part, nn.Module):
+            part.eval()  # built from configs they are in training mode, and T5's dropout would make runs differ
+    pipe.set_progress_bar_config(disable=True)
+    tae = Decoder(channels, gn).eval().requires_grad_(False)
+    return pipe, family, tae, size
+
+
+def parameter_counts(name: str) -> dict[str, int]:
+    """Parameters per component of a preset, built on the meta device: no memory, no weights."""
+    if name not in PRESETS:
+        raise PresetError(f"unknown synthetic model {name!r}; allowed are {', '.join(PRESETS)}")
+    with torch.device("meta"):
+        pipe = PRESETS[name][0]()
+    return {part: sum(p.numel() for p in m.parameters()) for part, m in pipe.components.items()
+            if isinstance(m, nn.Module)}

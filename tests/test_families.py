@@ -1,0 +1,270 @@
+"""Model families: detection, latent layouts against diffusers' own helpers, real TAEF2 weights on a photo,
+madebyollin TAE loading, and the synthetic presets of the newer families."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from preview.families import FamilyError, detect_family, latent_space, to_tae_space, to_vae_space
+from preview.latent_formats import LATENT_RGB, latent2rgb
+from preview.presets import TINY, PresetError, build_preset, parameter_counts
+from preview.taesd import Decoder, TaeError, load_tae
+
+DATA = Path(__file__).parent / "data" / "taef2"
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def presets() -> dict[str, Any]:
+    return {name: build_preset(name, seed=0) for name in TINY}
+
+
+@pytest.fixture(scope="module")
+def photo_and_latents() -> tuple[torch.Tensor, torch.Tensor]:
+    """grace_hopper.jpg (public domain, shipped by matplotlib), the largest centred crop in multiples of 16
+    (512x592), as (1, 3, H, W) in [0, 1], and its latents from the real TAEF2 encoder."""
+    import matplotlib
+    from PIL import Image
+
+    im = Image.open(Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg").convert("RGB")
+    w, h = im.size
+    cw, ch = w // 16 * 16, h // 16 * 16
+    left, top = (w - cw) // 2, (h - ch) // 2
+    x = torch.from_numpy(np.array(im.crop((left, top, left + cw, top + ch)))).permute(2, 0, 1)[None].float() / 255
+    encoder, families = load_tae(DATA / "taef2_encoder.pth", "encoder")
+    assert families == ("flux2",)
+    with torch.inference_mode():
+        return x, encoder(x)
+
+
+def psnr_db(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(10 * torch.log10(1 / ((a - b) ** 2).mean()))
+
+
+def test_real_taef2_round_trip_of_a_photo(photo_and_latents):
+    x, z = photo_and_latents
+    assert z.shape == (1, 32, x.shape[2] // 8, x.shape[3] // 8)
+    decoder, families = load_tae(DATA / "taef2_decoder.pth")
+    assert families == ("flux2",)
+    with torch.inference_mode():
+        y = decoder(z).clamp(0, 1)
+        db = psnr_db(y, x)
+        print(f"TAEF2 encode/decode of grace_hopper {x.shape[3]}x{x.shape[2]}: {db:.2f} dB PSNR")
+        assert db >= 30
+        # the mid-block GroupNorm branch is part of the architecture: without it the same weights fail (on a
+        # 256x256 corner, to save time; the decoder's receptive field is bounded)
+        from preview.taesd import Block
+
+        for block in decoder.modules():
+            if isinstance(block, Block):
+                block.pool = None
+        assert psnr_db(decoder(z[..., :32, :32]).clamp(0, 1), x[..., :256, :256]) < 25
+
+
+def test_flux2_latent2rgb_correlates_with_the_photo(photo_and_latents):
+    x, z = photo_and_latents
+    rgb = latent2rgb("flux2", CPU, torch.float32)(z)
+    small = torch.nn.functional.avg_pool2d(x, 8)
+    assert rgb.shape == small.shape
+    r = [float(torch.corrcoef(torch.stack([rgb[0, c].flatten(), small[0, c].flatten()]))[0, 1]) for c in range(3)]
+    print("flux2 latent2rgb vs photo/8, Pearson R G B:", " ".join(f"{v:.3f}" for v in r))
+    assert min(r) >= 0.8
+
+
+def test_latent2rgb_factor_tables_have_a_row_per_channel():
+    rows = {family: len(f) for family, (f, bias) in LATENT_RGB.items()}
+    assert rows == {"sd15": 4, "sdxl": 4, "sd3": 16, "flux1": 16, "flux2": 32}
+    assert all(len(r) == 3 for f, bias in LATENT_RGB.values() for r in f + (bias,))
+
+
+def test_flux2_unpack_matches_flux2_pipeline(presets):
+    from diffusers import Flux2Pipeline
+
+    pipe = presets["synthetic:tiny-flux2"][0]
+    height, width = 64, 96  # not square: a swapped height and width fails
+    vae_latents = torch.randn(2, 32, height // 8, width // 8)
+    # the pipeline's own encode side: patchify, normalise with the batch-norm statistics, pack
+    bn, eps = pipe.vae.bn, pipe.vae.config.batch_norm_eps
+    mean, std = bn.running_mean.view(1, -1, 1, 1), torch.sqrt(bn.running_var.view(1, -1, 1, 1) + eps)
+    patched = (Flux2Pipeline._patchify_latents(vae_latents) - mean) / std
+    packed = Flux2Pipeline._pack_latents(patched)
+    assert packed.shape == (2, (height // 16) * (width // 16), 128)
+    # the pipeline's own decode side, step for step
+    ids = Flux2Pipeline._prepare_latent_ids(patched)
+    unpacked = Flux2Pipeline._unpack_latents_with_ids(packed, ids)
+    expected = Flux2Pipeline._unpatchify_latents(unpacked * std + mean)
+    got = latent_space(pipe).vae_input(pipe, CPU, torch.float32)(packed, height, width)
+    assert torch.equal(got, expected)
+    assert torch.allclose(got, vae_latents, atol=1e-5)
+    tae = latent_space(pipe).tae_input(pipe, CPU, torch.float32)(packed, height, width)
+    assert torch.equal(tae, Flux2Pipeline._unpatchify_latents(unpacked)) and tae.shape == vae_latents.shape
+
+
+def test_flux1_unpack_matches_flux_pipeline(presets):
+    from diffusers import FluxPipeline
+
+    pipe = presets["synthetic:tiny-flux1"][0]
+    height, width = 96, 64
+    model_latents = torch.randn(2, 16, height // 8, width // 8)
+    packed = FluxPipeline._pack_latents(model_latents, 2, 16, height // 8, width // 8)
+    expected = FluxPipeline._unpack_latents(packed, height, width, pipe.vae_scale_factor)
+    tae = to_tae_space(packed, pipe, height, width)
+    assert torch.equal(tae, expected) and torch.equal(tae, model_latents)
+    cfg = pipe.vae.config
+    assert (cfg.scaling_factor, cfg.shift_factor) == (0.3611, 0.1159)
+    assert torch.equal(to_vae_space(packed, pipe, height, width), expected / cfg.scaling_factor + cfg.shift_factor)
+
+
+def test_sd3_unscale_is_the_pipelines_formula(presets):
+    pipe = presets["synthetic:tiny-sd3"][0]
+    z = torch.randn(1, 16, 8, 12)
+    assert torch.equal(to_tae_space(z, pipe, 64, 96), z)
+    assert torch.equal(to_vae_space(z, pipe, 64, 96), z / 1.5305 + 0.0609)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_preset_runs_and_its_latents_decode(presets, name):
+    pipe, family, tae, size = presets[name]
+    assert detect_family(pipe) == family
+    seen: list[torch.Tensor] = []
+
+    def callback(p: Any, step: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
+        seen.append(kw["latents"].clone())
+        return kw
+
+    common = dict(prompt="a cat", height=size, width=size, num_inference_steps=2)
+    final = pipe(**common, output_type="latent", callback_on_step_end=callback,
+                 callback_on_step_end_tensor_inputs=["latents"], generator=torch.Generator().manual_seed(1)).images
+    assert len(seen) == 2 and torch.equal(seen[-1], final)
+    space = latent_space(pipe)
+    with torch.inference_mode():
+        z = space.vae_input(pipe, CPU, torch.float32)(seen[-1], size, size)
+        assert z.shape == (1, space.channels, size // 8, size // 8)
+        image = pipe.vae.decode(z, return_dict=False)[0]
+        assert image.shape == (1, 3, size, size)
+        t = space.tae_input(pipe, CPU, torch.float32)(seen[-1], size, size)
+        assert t.shape == z.shape and tae(t).shape == (1, 3, size, size)
+        # the pipeline's own decode of the same run gives the same picture
+        own = pipe(**common, output_type="pt", generator=torch.Generator().manual_seed(1)).images
+    assert torch.equal(own, (image / 2 + 0.5).clamp(0, 1))
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_conversions_make_no_tensors_and_read_nothing_back(presets, name, monkeypatch):
+    """Constants are built with the closures, once: a call only reshapes and does arithmetic (on a GPU a
+    torch.tensor(..., device=cuda) or an .item() in the step loop is a hidden sync)."""
+    pipe, _, _, size = presets[name]
+    space = latent_space(pipe)
+    convert = [space.vae_input(pipe, CPU, torch.float32), space.tae_input(pipe, CPU, torch.float32)]
+    z = pipe(prompt="a cat", height=size, width=size, num_inference_steps=1, output_type="latent").images
+
+    def forbidden(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a conversion built a tensor or read one back")
+
+    for target in ("tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "arange"):
+        monkeypatch.setattr(torch, target, forbidden)
+    for method in ("item", "tolist", "cpu", "numpy"):
+        monkeypatch.setattr(torch.Tensor, method, forbidden)
+    for c in convert:
+        assert c(z, size, size).shape == (1, space.channels, size // 8, size // 8)
+
+
+def test_detects_sd15_sdxl_and_flux1_vae_pipelines(presets):
+    from diffusers import AutoencoderKL, ZImagePipeline
+
+    from preview.models import synthetic_pipeline
+
+    assert detect_family(synthetic_pipeline("synthetic:tiny")) == "sd15"
+    assert detect_family(synthetic_pipeline("synthetic:tiny-xl")) == "sdxl"
+    # Z-Image shares FLUX.1's VAE, and its callback latents are not packed: (B, 16, h, w)
+    z_image = ZImagePipeline(scheduler=None, vae=presets["synthetic:tiny-flux1"][0].vae, text_encoder=None,
+                             tokenizer=None, transformer=None)
+    space = latent_space(z_image)
+    assert space.family == "flux1" and space.packing == "spatial"
+    z = torch.randn(1, 16, 8, 8)
+    assert torch.equal(to_tae_space(z, z_image, 64, 64), z)
+    with pytest.raises(FamilyError, match="needs a 16-channel VAE"):
+        latent_space(ZImagePipeline(scheduler=None, vae=AutoencoderKL(block_out_channels=(32,), norm_num_groups=8),
+                                    text_encoder=None, tokenizer=None, transformer=None))
+
+
+def test_unknown_pipeline_and_wrong_vae_are_one_line_errors(presets):
+    from diffusers import FluxPipeline
+
+    with pytest.raises(FamilyError) as e:
+        detect_family(object())
+    assert str(e.value).startswith("object is not a pipeline") and "flux2" in str(e.value)
+    assert "\n" not in str(e.value)
+    flux2_vae = presets["synthetic:tiny-flux2"][0].vae
+    wrong = FluxPipeline(**{**presets["synthetic:tiny-flux1"][0].components, "vae": flux2_vae})
+    with pytest.raises(FamilyError, match="FluxPipeline with a 32-channel AutoencoderKLFlux2"):
+        detect_family(wrong)
+
+
+def test_load_tae_reads_channels_variant_and_file_names(tmp_path):
+    real = torch.load(DATA / "taef2_decoder.pth", weights_only=True)
+    module, families = load_tae(real)
+    assert families == ("flux2",) and any(k.endswith("pool.1.weight") for k in module.state_dict())
+    f16 = Decoder(16).state_dict()
+    assert load_tae(f16)[1] == ("sd3", "flux1")
+    for name, family in (("taef1_decoder.pth", "flux1"), ("taesd3_decoder.pth", "sd3")):
+        torch.save(f16, tmp_path / name)
+        assert load_tae(tmp_path / name)[1] == (family,)
+    from safetensors.torch import save_file
+
+    save_file(Decoder().state_dict(), str(tmp_path / "taesdxl_decoder.safetensors"))
+    assert load_tae(tmp_path / "taesdxl_decoder.safetensors")[1] == ("sdxl",)
+    assert load_tae(Decoder().state_dict())[1] == ("sd15", "sdxl")
+
+
+def test_load_tae_takes_the_combined_hub_layout(tmp_path):
+    """taef2.safetensors on the hub: encoder.layers.N and decoder.layers.N-1 in one file."""
+    from safetensors.torch import save_file
+
+    dec = torch.load(DATA / "taef2_decoder.pth", weights_only=True)
+    enc = torch.load(DATA / "taef2_encoder.pth", weights_only=True)
+    combined = {f"decoder.layers.{int(k.split('.', 1)[0]) - 1}.{k.split('.', 1)[1]}": v for k, v in dec.items()}
+    combined.update({f"encoder.layers.{k}": v for k, v in enc.items()})
+    save_file(combined, str(tmp_path / "taef2.safetensors"))
+    for part, original in (("decoder", dec), ("encoder", enc)):
+        module, _ = load_tae(tmp_path / "taef2.safetensors", part)  # type: ignore[arg-type]
+        assert all(torch.equal(v, original[k]) for k, v in module.state_dict().items())
+
+
+def test_load_tae_refuses_what_it_does_not_know(tmp_path):
+    no_gn_32 = Decoder(32).state_dict()
+    with pytest.raises(TaeError, match="32 latent channels, GroupNorm False"):
+        load_tae(no_gn_32)
+    partial = {k: v for k, v in Decoder(32, True).state_dict().items() if not k.startswith("19.")}
+    with pytest.raises(TaeError, match="Missing key"):
+        load_tae(partial)
+    with pytest.raises(TaeError, match="no 64-wide"):
+        load_tae({"1.weight": torch.zeros(256, 32, 3, 3)})  # taesana's 32x decoder is another architecture
+    (tmp_path / "bad.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(TaeError, match="not a readable checkpoint"):
+        load_tae(tmp_path / "bad.pth")
+    with pytest.raises(TaeError, match="no such file"):
+        load_tae(tmp_path / "missing.pth")
+
+
+def test_default_decoder_is_still_sd15_taesd():
+    dec = Decoder()
+    assert sum(p.numel() for p in dec.parameters()) == 1_222_531  # TAESD's decoder, madebyollin's README
+    assert not any("pool" in k for k in dec.state_dict()) and dec.state_dict()["1.weight"].shape == (64, 4, 3, 3)
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(PresetError, match="synthetic:tiny-flux2"):
+        build_preset("synthetic:nope")
+
+
+def test_real_size_sd35_medium_counts_on_the_meta_device():
+    counts = parameter_counts("synthetic:sd35-medium")
+    # transformer: SD3.5 Medium's config; CLIP-L 123.7 M and CLIP-G 694.7 M with their projections
+    assert counts == {"vae": 83_819_683, "text_encoder": 123_650_304, "text_encoder_2": 694_659_840,
+                      "transformer": 2_243_171_520}
+    assert sum(counts.values()) * 4 < 24 * 2**30 * 0.6  # float32 weights leave room in 24 GiB

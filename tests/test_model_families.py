@@ -1,0 +1,115 @@
+"""Every family's synthetic preset through the engine, watch() and the bench, with every decoder and both
+targets; x0 without changing the image; fp16-only folders; a TAE of the wrong family refused."""
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bench.sweep import direct_call
+from preview import watch as preview_watch
+from preview.decoders import DecoderName
+from preview.engine import Frame, generate
+from preview.models import Model, ModelError, load
+from preview.presets import TINY
+from preview.settings import PreviewSettings, RunSettings
+from preview.targets import Target
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module", params=TINY)
+def family_model(request) -> Model:
+    return load(request.param, device="cpu")
+
+
+def settings(decoder: DecoderName = "none", target: Target = "auto", steps: int = 2, **kw) -> RunSettings:
+    return RunSettings(steps=steps, width=64, height=64, preview=PreviewSettings(decoder=decoder, target=target, **kw))
+
+
+@pytest.mark.parametrize("target", ["x0", "latents"])
+@pytest.mark.parametrize("decoder", ["latent2rgb", "taesd", "vae"])
+def test_every_decoder_and_target_previews_every_family(family_model, decoder, target):
+    frames: list[Frame] = []
+    run = generate(family_model, settings(decoder, target, mode="sync"), run_id="t", on_frame=frames.append)
+    assert run.record.previews == 2 and [r.target for r in run.rows] == [target, target]
+    assert all(r.event == "" for r in run.rows)  # no preview failed and fell back
+    side = 64 if decoder != "latent2rgb" else 8  # latent2rgb stays at latent resolution
+    assert all(f.width == f.height == side and f.data[:2] == b"\xff\xd8" for f in frames)
+    assert run.image is not None and run.image.shape == (64, 64, 3)
+
+
+def test_x0_leaves_the_image_as_a_plain_call_makes_it(family_model):
+    plain = direct_call(family_model, settings(), "d", None)
+    for target in ("x0", "latents"):
+        none = generate(family_model, settings("none", target), run_id="n")
+        assert none.image is not None and plain.image is not None and np.array_equal(none.image, plain.image)
+    shown = generate(family_model, settings("latent2rgb", "x0", mode="overlap"), run_id="o")
+    assert shown.image is not None and np.array_equal(shown.image, plain.image)
+    assert [r.target for r in shown.rows] == ["x0", "x0"]
+
+
+def test_x0_differs_from_the_latents_early_on(family_model):
+    """x0 is the clean-image prediction: at step 1 it is far from the noisy latents it came from."""
+    seen: dict[str, list[bytes]] = {"x0": [], "latents": []}
+    for target in seen:
+        generate(family_model, settings("latent2rgb", target, mode="sync"), run_id=target,
+                 on_frame=lambda f, t=target: seen[t].append(f.data))
+    assert seen["x0"][0] != seen["latents"][0]
+
+
+def test_watch_previews_a_flux_pipeline(tmp_path):
+    m = load("synthetic:tiny-flux1", device="cpu")
+    w = preview_watch(m.pipe, decoder="vae", mode="sync", target="x0")
+    try:
+        m.pipe(prompt="a cat", num_inference_steps=3, width=64, height=64, callback_on_step_end=w,
+               callback_on_step_end_tensor_inputs=w.tensor_inputs, output_type="latent")
+        rows = w.rows
+        rec = w.record
+    finally:
+        w.remove()
+    assert [r.preview for r in rows] == [1, 1, 1] and {r.target for r in rows} == {"x0"}
+    assert all(r.preview_width == r.preview_height == 64 for r in rows)  # unpacked from FLUX's 2x2 patches
+    assert rec is not None and rec.status == "done" and rec.target == "x0"
+    assert "step" not in m.pipe.scheduler.__dict__  # the tap is gone: the user's scheduler as it was
+
+
+def test_bench_takes_a_family_and_a_target(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "bench", "--model", "synthetic:tiny-flux2", "--decoders", "latent2rgb",
+                        "--every", "1", "--steps", "2", "--repeats", "1", "--warmup", "0", "--target", "x0",
+                        "--width", "64", "--height", "64", "--out", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    with open(tmp_path / "steps.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["preview"] == "1"]
+    assert rows and {r["target"] for r in rows} == {"x0"}
+
+
+def test_a_folder_of_fp16_files_loads_without_being_told(tmp_path):
+    m = load("synthetic:tiny", device="cpu")
+    m.pipe.to(torch.float16).save_pretrained(tmp_path / "fp16", variant="fp16")
+    m.pipe.to(torch.float32)
+    assert not list((tmp_path / "fp16" / "unet").glob("diffusion_pytorch_model.safetensors"))
+    loaded = load(str(tmp_path / "fp16"), device="cpu")
+    assert loaded.family == "sd15" and not loaded.synthetic
+    run = generate(loaded, settings("latent2rgb"), run_id="f")
+    assert run.record.previews == 2
+    # a folder whose weights are gone says what it found, not "not in the local cache"
+    for f in (tmp_path / "fp16" / "unet").glob("*.safetensors"):
+        f.unlink()
+    with pytest.raises(ModelError, match=r"cannot load variant fp16 .*found .*vae/") as e:
+        load(str(tmp_path / "fp16"), device="cpu")
+    assert "local cache" not in str(e.value)
+
+
+def test_a_tae_of_another_family_is_refused_naming_both():
+    with pytest.raises(ModelError, match="a TAE for flux2, but the model is sd15"):
+        load("synthetic:tiny", device="cpu", taesd=str(DATA / "taef2" / "taef2_decoder.pth"))
+    flux2 = load("synthetic:tiny-flux2", device="cpu", taesd=str(DATA / "taef2" / "taef2_decoder.pth"))
+    assert flux2.taesd is not None and flux2.taesd_kind == "madebyollin"
