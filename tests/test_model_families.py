@@ -113,3 +113,25 @@ def test_a_tae_of_another_family_is_refused_naming_both():
         load("synthetic:tiny", device="cpu", taesd=str(DATA / "taef2" / "taef2_decoder.pth"))
     flux2 = load("synthetic:tiny-flux2", device="cpu", taesd=str(DATA / "taef2" / "taef2_decoder.pth"))
     assert flux2.taesd is not None and flux2.taesd_kind == "madebyollin"
+
+
+def test_taesd_takes_a_repo_id_from_the_local_cache(tmp_path):
+    """madebyollin/taesd and taesdxl as a user's Hugging Face cache holds them (no network: local_files_only)."""
+    from diffusers import AutoencoderTiny
+
+    hub = tmp_path / "hub"
+    for repo in ("taesd", "taesdxl"):
+        snap = hub / f"models--madebyollin--{repo}" / "snapshots" / "0123456789abcdef0123456789abcdef01234567"
+        AutoencoderTiny().save_pretrained(snap)
+        (hub / f"models--madebyollin--{repo}" / "refs").mkdir()
+        (hub / f"models--madebyollin--{repo}" / "refs" / "main").write_text("0123456789abcdef0123456789abcdef01234567")
+    code = ("from preview.loading import load_taesd, LoadError\n"
+            "m, kind = load_taesd('madebyollin/taesd', 'sd15'); print('ok', kind)\n"
+            "try:\n    load_taesd('madebyollin/taesdxl', 'sd15')\nexcept LoadError as e:\n    print('refused', e)\n"
+            "try:\n    load_taesd('madebyollin/taef1', 'flux1')\nexcept LoadError as e:\n    print('missing', e)\n")
+    env = {**__import__("os").environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "ok diffusers" in p.stdout
+    assert "refused --taesd madebyollin/taesdxl: a TAE for sdxl, but the model is sd15" in p.stdout
+    assert "missing --taesd madebyollin/taef1: not in the local Hugging Face cache" in p.stdout
