@@ -18,6 +18,7 @@ from starlette.websockets import WebSocket
 
 log = logging.getLogger("previewlab.server")
 MAX_TEXT_QUEUE = 256  # step rows a client may fall behind by before the oldest are dropped
+RELEASE_TIMEOUT_S = 2.0  # the longest a client's release waits for its sender task to end
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Client:
     task: asyncio.Task[None] | None = None
     owner: asyncio.Task[Any] | None = None  # the endpoint's task, cancelled to drop a stuck client
     killed: str = ""                         # why the server closed this client
+    closed: bool = False                     # released: its sender ends at its next wake-up
     frames_sent: int = 0
     frames_dropped: int = 0
 
@@ -71,17 +73,23 @@ class Hub:
         return c
 
     async def remove(self, c: Client) -> None:
-        """The one place a client's resources are released."""
+        """The one place a client's resources are released. It never waits for the client without a limit:
+        a peer that resets right after the handshake must not leave a task that shutdown then waits for."""
         self.clients.pop(c.cid, None)
-        if c.task and c.task is not asyncio.current_task():
-            c.task.cancel()
-            try:
-                await c.task
-            except (asyncio.CancelledError, Exception):
-                pass
+        c.closed = True
         c.slot = None
         c.texts.clear()
         c.sent.clear()
+        c.wake.set()  # a sender whose cancellation was lost still sees `closed` and ends
+        if c.task and c.task is not asyncio.current_task():
+            # Python 3.10/3.11's wait_for drops a cancellation that lands as its inner send finishes (a send
+            # to a reset socket finishes at once); the task then waits on `wake` forever. Hence the flag
+            # above and a bounded wait here.
+            c.task.cancel()
+            done, _ = await asyncio.wait({c.task}, timeout=RELEASE_TIMEOUT_S)
+            if not done:
+                log.warning("client %d: its sender did not end within %.0f s; left behind", c.cid,
+                            RELEASE_TIMEOUT_S)
 
     def text(self, msg: dict[str, Any], only: Client | None = None) -> None:
         data = json.dumps(msg, separators=(",", ":"))
@@ -100,13 +108,13 @@ class Hub:
 
     async def _sender(self, c: Client) -> None:
         try:
-            while True:
+            while not c.closed:
                 await c.wake.wait()
                 c.wake.clear()
-                while c.texts:
+                while c.texts and not c.closed:
                     await asyncio.wait_for(c.ws.send_text(c.texts.popleft()), self.send_timeout_s)
                 f, c.slot = c.slot, None
-                if f is not None:
+                if f is not None and not c.closed:
                     t0 = self.clock()
                     await asyncio.wait_for(c.ws.send_bytes(f.blob), self.send_timeout_s)
                     c.sent[f.seq] = Sent(f.run_id, f.step, t0, (self.clock() - t0) * 1e3)
