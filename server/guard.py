@@ -2,7 +2,8 @@
 (cross-site WebSocket hijacking), and a token when bound beyond loopback. One ASGI middleware, before routing.
 
 Refusals: HTTP 400 for a bad Host, 403 for a bad Origin or token; a WebSocket is refused before accept (uvicorn
-answers the handshake with 403). Every refusal is logged with a short, truncated quote of what was sent.
+answers the handshake with 403). Refusals are logged with a short, truncated quote of what was sent, at most
+one line per status every 5 s (a flood of refusals must not become a flood of log lines).
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ class Guard:
         self.token = token
         self.ws_burst, self.ws_per_s, self.clock = ws_burst, ws_per_s, clock
         self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, time)
-        self._flood_logged = -1e9
+        self._logged: dict[int, float] = {}  # status -> when a refusal with it was last logged
 
     def _handshake_allowed(self, addr: str) -> bool:
         now = self.clock()
@@ -99,7 +100,9 @@ class Guard:
             except Exception:
                 return False
             given = c[COOKIE].value if COOKIE in c else ""
-        return bool(given) and hmac.compare_digest(given, self.token)
+        # compare_digest takes str only when both are ASCII (a TypeError otherwise): compare UTF-8 bytes
+        return bool(given) and hmac.compare_digest(given.encode("utf-8", "replace"),
+                                                   self.token.encode("utf-8", "replace"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -110,8 +113,8 @@ class Guard:
         if parsed is None or parsed[0] not in self.hosts:
             return await self._refuse(scope, receive, send, 400, f"host {_short(headers.get('host'))} not allowed")
         if scope["type"] == "websocket":
-            if not self._handshake_allowed(str(client)):
-                return await self._refuse(scope, receive, send, 429, "too many WebSocket handshakes")
+            # Origin first: a handshake another site's page makes is refused without touching the address's
+            # handshake budget, which the user's own page shares (same browser, same address).
             origin = headers.get("origin")
             if origin is None:
                 if not is_loopback(client):
@@ -121,6 +124,8 @@ class Guard:
                 same = o.scheme in ("http", "https") and split_host(o.netloc) == parsed
                 if not same:
                     return await self._refuse(scope, receive, send, 403, f"cross-origin WebSocket from {_short(origin)}")
+            if not self._handshake_allowed(str(client)):
+                return await self._refuse(scope, receive, send, 429, "too many WebSocket handshakes")
         if not self._token_ok(scope, headers):
             return await self._refuse(scope, receive, send, 403, "missing or wrong token")
         if self.token is not None and scope["type"] == "http" and scope.get("path") == "/":
@@ -137,9 +142,9 @@ class Guard:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, status: int, why: str) -> None:
         client = scope.get("client")
-        now = time.monotonic()
-        if status != 429 or now - self._flood_logged > 5:  # a flood is logged every 5 s, not per handshake
-            self._flood_logged = now if status == 429 else self._flood_logged
+        now = self.clock()
+        if now - self._logged.get(status, -1e9) > 5:  # a flood is logged every 5 s, not per request
+            self._logged[status] = now
             log.warning("refused %s %s from %s: %s", scope["type"], _short(scope.get("path"), 40), client, why)
         if scope["type"] == "websocket":
             await receive()  # websocket.connect
