@@ -5,52 +5,182 @@
   <data>/<run_id>/deliveries.csv   per frame and client: ack (send, round trip, browser decode/paint) or drop
   <data>/<run_id>/final.png        the final image
 
-The CSV a user downloads joins steps and deliveries into the engine's schema (records.STEP_COLUMNS).
-Run ids are only ever looked up among the folders this store knows; no path is built from a request.
+The CSV a user downloads joins steps and deliveries into the engine's schema (records.STEP_COLUMNS), then the
+run settings that are not per step (EXPORT_EXTRA). Run ids come only from folder names that match RUN_ID: no
+path is built from a request or from a file's content. A run whose files cannot be read is "damaged": it is
+listed as such, left out of /runs.csv, its file named in one log line, and it never breaks another run.
+
+Reading runs can be slow (thousands of files): the server calls runs(), rows() and csv() off the event loop.
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
+import logging
 import os
 import re
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from preview.records import STEP_COLUMNS, CsvAppender, StepRow, as_csv_row
 
+from .limits import DEFAULT_KEEP_RUNS
+
+log = logging.getLogger("previewlab.server")
 DELIVERY_COLUMNS = ("run_id", "step", "seq", "client", "kind", "send_ms", "ack_rtt_ms", "client_decode_ms",
                     "client_paint_ms")
 RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9]{3}$")
 ACK_FIELDS = ("send_ms", "ack_rtt_ms", "client_decode_ms", "client_paint_ms")
+EXPORT_EXTRA = ("guidance",)  # per run, repeated on each row of the server's CSVs
+EXPORT_COLUMNS = STEP_COLUMNS + EXPORT_EXTRA
+MAX_META_BYTES = 1 << 20  # a meta.json is about 2 KB; anything near this is not one
+
+
+class Damaged(Exception):
+    """A run file that cannot be read; str() names the file and what is wrong with it."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path.parent.name}/{path.name}: {why}")
 
 
 class Store:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, keep_runs: int = DEFAULT_KEEP_RUNS) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.keep_runs = keep_runs
+        self.damaged: dict[str, str] = {}  # run id -> what is wrong, found by a listing or an export
         self._steps: dict[str, CsvAppender] = {}
         self._deliveries: dict[str, CsvAppender] = {}
+        self._warned: set[str] = set()
         self._n = 0
-        for meta in self._scan():
-            if meta.get("status") == "running":  # the process died mid-run
-                meta["status"] = "interrupted"
-                self._write_meta(meta)
+        for rid in self.ids():
+            meta = self._meta_or_none(rid)
+            if meta is not None and meta.get("status") == "running":  # the process died mid-run
+                self._best_effort(f"{rid}/meta.json", self._write_meta, {**meta, "status": "interrupted"})
+        self.prune()
 
-    def _scan(self) -> list[dict[str, Any]]:
+    # -- reading: every failure is a Damaged naming the file ------------------------------------------------
+    def ids(self) -> list[str]:
+        """Run ids, oldest first: the names of folders that match RUN_ID, never anything read from a file."""
+        with os.scandir(self.root) as it:
+            return sorted(e.name for e in it if RUN_ID.match(e.name) and e.is_dir(follow_symlinks=False))
+
+    def meta(self, rid: str) -> dict[str, Any]:
+        f = self.root / rid / "meta.json"
+        try:
+            with open(f, "rb") as fh:
+                raw = fh.read(MAX_META_BYTES + 1)
+        except FileNotFoundError:
+            raise Damaged(f, "missing") from None
+        except OSError as e:
+            raise Damaged(f, e.strerror or type(e).__name__) from None
+        if len(raw) > MAX_META_BYTES:
+            raise Damaged(f, f"over {MAX_META_BYTES} bytes")
+        try:
+            meta = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        except UnicodeDecodeError:
+            raise Damaged(f, "not UTF-8") from None
+        except (ValueError, RecursionError):
+            raise Damaged(f, "not valid JSON") from None
+        if not isinstance(meta, dict):
+            raise Damaged(f, f"a JSON {type(meta).__name__}, not an object")
+        if meta.get("run_id") != rid:
+            raise Damaged(f, "no run_id" if "run_id" not in meta else "its run_id is not its folder's name")
+        return meta
+
+    def runs(self, limit: int | None = None, before: str | None = None, after: str | None = None
+             ) -> list[dict[str, Any]]:
+        """Newest first; `before` / `after` are run ids (exclusive bounds). A damaged run is listed as
+        {run_id, status: "damaged", damaged: why}; one whose CSVs failed keeps its meta plus `damaged`."""
+        ids = [r for r in reversed(self.ids()) if (before is None or r < before) and (after is None or r > after)]
         out = []
-        for d in sorted(self.root.iterdir()):
-            f = d / "meta.json"
-            if RUN_ID.match(d.name) and f.is_file():
-                try:
-                    out.append(json.loads(f.read_text()))
-                except ValueError:
-                    continue  # a meta.json torn by a kill: the run's CSV is still there, the listing skips it
+        for rid in ids[:limit]:
+            try:
+                meta = self.meta(rid)
+            except Damaged as e:
+                self._damaged(rid, str(e))
+                out.append({"run_id": rid, "status": "damaged", "damaged": self.damaged[rid]})
+                continue
+            out.append({**meta, "damaged": self.damaged[rid]} if rid in self.damaged else meta)
         return out
 
+    def known(self, rid: str) -> bool:
+        return bool(RUN_ID.match(rid)) and (self.root / rid).is_dir()
+
+    def rows(self, rid: str) -> list[dict[str, Any]]:
+        """The run's step rows in the export schema, with the first ack of each frame and its drop count.
+        Raises Damaged (and remembers it) when any of the run's files cannot be read."""
+        try:
+            meta = self.meta(rid)
+            d = self.root / rid
+            steps = _read(d / "steps.csv", STEP_COLUMNS)
+            deliveries = _read(d / "deliveries.csv", DELIVERY_COLUMNS)
+        except Damaged as e:
+            self._damaged(rid, str(e))
+            raise
+        acks: dict[str, dict[str, str]] = {}
+        drops: dict[str, int] = {}
+        for r in deliveries:
+            if r.get("kind") == "ack":
+                acks.setdefault(r.get("step", ""), r)
+            elif r.get("kind") == "drop":
+                drops[r.get("step", "")] = drops.get(r.get("step", ""), 0) + 1
+        extra = {k: meta.get(k, "") for k in EXPORT_EXTRA}
+        for s in steps:
+            a = acks.get(s["step"])
+            for k in ACK_FIELDS:
+                s[k] = a.get(k, "") if a else ""
+            if s.get("preview") == "1":
+                s["dropped"] = drops.get(s["step"], 0)
+            s.update(extra)
+        return steps
+
+    def csv(self, rids: Iterable[str], skip_damaged: bool = True) -> str:
+        """One CSV of the runs' rows; a damaged run is left out (skip_damaged) or raises Damaged."""
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(EXPORT_COLUMNS)
+        for rid in rids:
+            try:
+                rows = self.rows(rid)
+            except Damaged:
+                if not skip_damaged:
+                    raise
+                continue
+            for r in rows:
+                w.writerow(as_csv_row(r, EXPORT_COLUMNS))
+        return buf.getvalue()
+
+    def _meta_or_none(self, rid: str) -> dict[str, Any] | None:
+        try:
+            return self.meta(rid)
+        except Damaged as e:
+            self._damaged(rid, str(e))
+            return None
+
+    def _damaged(self, rid: str, why: str) -> None:
+        self.damaged[rid] = why
+        self._warn_once(why, f"damaged run {why}; listed as damaged, left out of exports")
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("%s", message)
+
+    def _best_effort(self, what: str, fn: Any, *args: Any) -> bool:
+        """Writes beside the run (meta, rows) must never end the run's delivery: log once, carry on."""
+        try:
+            fn(*args)
+            return True
+        except OSError as e:
+            self._warn_once(f"write {what}", f"could not write {what}: {e}; carrying on without it")
+            return False
+
+    # -- writing (on the event loop; small appends) -------------------------------------------------------------
     def new_id(self) -> str:
         self._n = (self._n + 1) % 1000
         rid = time.strftime("%Y%m%d-%H%M%S") + f"-{self._n:03d}"
@@ -67,6 +197,7 @@ class Store:
         os.replace(tmp, d / "meta.json")  # atomic: a kill leaves the old or the new file, never half of one
 
     def begin(self, meta: dict[str, Any]) -> None:
+        """Raises OSError when the run's folder cannot be made: then the run does not start."""
         rid = meta["run_id"]
         self._write_meta({**meta, "status": "running"})
         self._steps[rid] = CsvAppender(self.root / rid / "steps.csv", STEP_COLUMNS, fsync=False)
@@ -75,66 +206,82 @@ class Store:
     def step(self, row: StepRow) -> None:
         w = self._steps.get(row.run_id)
         if w:
-            w.append([row])
+            self._best_effort(f"{row.run_id}/steps.csv", w.append, [row])
 
     def delivery(self, rid: str, **fields: Any) -> None:
         w = self._deliveries.get(rid)
         if w:
-            w.append([{"run_id": rid, **fields}])
+            self._best_effort(f"{rid}/deliveries.csv", w.append, [{"run_id": rid, **fields}])
 
     def finish(self, meta: dict[str, Any]) -> None:
-        self._write_meta(meta)
+        self._best_effort(f"{meta['run_id']}/meta.json", self._write_meta, meta)
 
     def close_run(self, rid: str) -> None:
         for d in (self._steps, self._deliveries):
             w = d.pop(rid, None)
             if w:
-                w.close()
+                self._best_effort(f"{rid}/{w.path.name}", w.close)
 
     def final_image_path(self, rid: str) -> Path:
         return self.root / rid / "final.png"
 
-    def runs(self) -> list[dict[str, Any]]:
-        return self._scan()
+    def open_runs(self) -> set[str]:
+        return set(self._steps)
 
-    def known(self, rid: str) -> bool:
-        return bool(RUN_ID.match(rid)) and (self.root / rid / "meta.json").is_file()
-
-    def rows(self, rid: str) -> list[dict[str, Any]]:
-        """The run's step rows in the engine's schema, with the first ack of each frame and its drop count."""
-        d = self.root / rid
-        steps = _read(d / "steps.csv")
-        acks: dict[str, dict[str, str]] = {}
-        drops: dict[str, int] = {}
-        for r in _read(d / "deliveries.csv"):
-            if r["kind"] == "ack":
-                acks.setdefault(r["step"], r)
-            elif r["kind"] == "drop":
-                drops[r["step"]] = drops.get(r["step"], 0) + 1
-        for s in steps:
-            a = acks.get(s["step"])
-            for k in ACK_FIELDS:
-                s[k] = a[k] if a else ""
-            if s["preview"] == "1":
-                s["dropped"] = drops.get(s["step"], 0)
-        return steps
-
-    def csv(self, rids: list[str]) -> str:
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(STEP_COLUMNS)
-        for rid in rids:
-            for r in self.rows(rid):
-                w.writerow(as_csv_row(r, STEP_COLUMNS))
-        return buf.getvalue()
+    def prune(self, keep: Iterable[str] = ()) -> list[str]:
+        """Retention: remove the oldest run folders beyond keep_runs (0: keep all), never those in `keep`."""
+        if self.keep_runs <= 0:
+            return []
+        ids = self.ids()
+        protect = set(keep)
+        removed = []
+        excess = len(ids) - self.keep_runs
+        for rid in ids:  # oldest first
+            if excess <= 0:
+                break
+            if rid in protect:
+                continue
+            try:
+                shutil.rmtree(self.root / rid)
+            except OSError as e:
+                self._warn_once(f"prune {rid}", f"could not remove old run {rid}: {e}")
+                continue
+            self.damaged.pop(rid, None)
+            removed.append(rid)
+            excess -= 1
+        if removed:
+            log.info("removed %d old runs (keeping the newest %d, --keep-runs)", len(removed), self.keep_runs)
+        return removed
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN in a listing would make the whole /runs answer invalid
+
+
+def _read(path: Path, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Complete rows of one of a run's CSVs. Raises Damaged for a file that is not UTF-8, a header that is
+    torn or not ours, or a cell the csv module refuses (over its 128 KiB field limit, a NUL byte)."""
     if not path.is_file():
         return []
-    with open(path, newline="") as f:
-        # a kill can leave the last line half-written: keep only complete rows
-        return [r for r in csv.DictReader(f) if None not in r.values() and None not in r]
+    reader = None
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header = reader.fieldnames
+            if header is None:
+                return []  # an empty file: the run ended before its first row
+            unknown = [h for h in header if h not in columns]
+            if unknown or "step" not in header:
+                raise Damaged(path, f"torn or foreign header (unexpected column {unknown[0][:40]!r})" if unknown
+                              else "torn header (no step column)")
+            # a kill can leave the last line half-written: keep only complete rows
+            return [r for r in reader if None not in r.values() and None not in r]
+    except UnicodeDecodeError:
+        raise Damaged(path, "not UTF-8") from None
+    except csv.Error as e:
+        raise Damaged(path, f"line {reader.line_num if reader else 0}: {str(e)[:80]}") from None
+    except OSError as e:
+        raise Damaged(path, e.strerror or type(e).__name__) from None
 
 
 def step_message(row: StepRow) -> dict[str, Any]:

@@ -1,0 +1,54 @@
+"""What one client or one request may cost the server: token buckets and the work limit of a run.
+
+Every limit here is a number a person can read in the README's "Who may drive it" section; the ones with a
+flag name it in their error, so whoever hits one knows what to change.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+# steps x width x height: 64 steps at 1024x1024, 256 at 512x512 or 1000 at 256x256. A CPU does about
+# 0.25 s per 256x256 step of synthetic:small, so the limit keeps a run on it to a few minutes; one
+# SDXL-sized run of 50 steps (52 M) fits. 0 turns the limit off.
+DEFAULT_MAX_PIXEL_STEPS = 64 * 1024 * 1024
+DEFAULT_KEEP_RUNS = 500          # run folders kept in the data folder, oldest removed first; 0 keeps all
+BAD_BURST, BAD_PER_S = 20, 2.0   # bad messages one client may send at once, then per second, before 1008
+SET_BURST, SET_PER_S = 20, 10.0  # `set` messages: a person changes a control a few times a second at most
+WS_BURST, WS_PER_S = 64, 20.0    # WebSocket handshakes one address may open at once, then per second
+MAX_ERROR_CHARS = 300            # an `error` message never echoes more than this
+MAX_EVENT_CHARS = 1000           # a step's `event` cell: far under the csv module's 128 KiB field limit
+
+
+class RateLimit:
+    """A token bucket: `burst` at once, refilled at `per_s` a second; the clock is injected for tests."""
+
+    def __init__(self, burst: int, per_s: float, clock: Any = time.monotonic) -> None:
+        self.burst, self.per_s, self.clock = burst, per_s, clock
+        self.tokens, self.t = float(burst), clock()
+
+    def allow(self) -> bool:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.t) * self.per_s)
+        self.t = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+
+def work_error(steps: int, width: int, height: int, max_pixel_steps: int) -> str | None:
+    """None when the run fits the limit, else the one line a person needs to make it fit."""
+    work = steps * width * height
+    if max_pixel_steps <= 0 or work <= max_pixel_steps:
+        return None
+    fit = max_pixel_steps // (width * height)
+    hint = f"at {width}x{height} at most {fit} steps fit" if fit else f"no step at {width}x{height} fits"
+    return (f"steps x width x height = {steps} x {width} x {height} = {work:,} pixel-steps, over this server's "
+            f"limit of {max_pixel_steps:,} (--max-pixel-steps); {hint}")
+
+
+def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """An error as the client sees it: one line, at most `limit` characters."""
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[:limit - 3] + "..."

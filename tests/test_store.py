@@ -1,0 +1,153 @@
+"""The data folder as a hostile or broken disk leaves it: damaged runs, paths in meta.json, paging, retention.
+
+(Python 3.11's csv module reads NUL bytes, so a NUL is not damage; a row it shortens is dropped as torn.)"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from preview.records import STEP_COLUMNS
+from server.store import EXPORT_COLUMNS, Damaged, Store
+
+GOOD = "20261130-120000-001"
+
+
+def make_run(root: Path, rid: str, meta: object = "auto", steps: str | bytes | None = "auto",
+             guidance: float = 7.5) -> Path:
+    d = root / rid
+    d.mkdir(parents=True)
+    if meta == "auto":
+        meta = {"run_id": rid, "status": "done", "steps": 2, "guidance": guidance}
+    if isinstance(meta, bytes):
+        (d / "meta.json").write_bytes(meta)
+    elif meta is not None:
+        (d / "meta.json").write_text(json.dumps(meta))
+    if steps == "auto":
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(STEP_COLUMNS)
+        for step in (1, 2):
+            w.writerow([rid if c == "run_id" else step if c == "step" else "" for c in STEP_COLUMNS])
+        steps = buf.getvalue()
+    if isinstance(steps, bytes):
+        (d / "steps.csv").write_bytes(steps)
+    elif steps is not None:
+        (d / "steps.csv").write_text(steps)
+    return d
+
+
+def export(store: Store) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(store.csv(store.ids()))))
+
+
+def test_damaged_meta_is_listed_as_damaged_named_once_and_never_breaks_the_rest(tmp_path, caplog):
+    make_run(tmp_path, GOOD)
+    bad = {"20261130-120000-002": None, "20261130-120000-003": [1, 2], "20261130-120000-004": {"status": "done"},
+           "20261130-120000-005": b"\xff\xfe not utf-8", "20261130-120000-006": b'{"run_id": "2026113',
+           "20261130-120000-007": b'{"run_id": "20261130-120000-007", "wall_s": NaN}',
+           "20261130-120000-008": b"[" * 60_000}
+    for rid, meta in bad.items():
+        make_run(tmp_path, rid, meta=meta if isinstance(meta, bytes) else json.dumps(meta).encode())
+    make_run(tmp_path, "20261130-120000-009", meta=None)  # a run folder without its meta.json
+    with caplog.at_level(logging.WARNING, logger="previewlab.server"):
+        store = Store(tmp_path)  # starting over a damaged folder must not raise
+        runs = store.runs()
+        runs_again = store.runs()
+    assert runs == runs_again
+    by_id = {r["run_id"]: r for r in runs}
+    assert by_id[GOOD]["status"] == "done" and "damaged" not in by_id[GOOD]
+    damaged = sorted(r for r, m in by_id.items() if m["status"] == "damaged")
+    assert damaged == sorted([*bad, "20261130-120000-009"])
+    assert "a JSON NoneType" in by_id["20261130-120000-002"]["damaged"]
+    assert "a JSON list" in by_id["20261130-120000-003"]["damaged"]
+    assert "no run_id" in by_id["20261130-120000-004"]["damaged"]
+    assert "not UTF-8" in by_id["20261130-120000-005"]["damaged"]
+    assert "missing" in by_id["20261130-120000-009"]["damaged"]
+    lines = [r.getMessage() for r in caplog.records]
+    for rid in damaged:  # one line naming the file, however many times the runs are listed
+        assert sum(f"{rid}/meta.json" in line for line in lines) == 1, rid
+    assert [r["run_id"] for r in export(store)] == [GOOD, GOOD]
+
+
+def test_a_bad_cell_torn_header_or_foreign_bytes_skip_only_that_run(tmp_path, caplog):
+    make_run(tmp_path, GOOD)
+    header = ",".join(STEP_COLUMNS)
+    cases = {
+        "20261130-120000-002": header + "\n" + "20261130-120000-002,1," + "x" * 471_000 + "\n",  # 471 KB cell
+        "20261130-120000-003": "run_id,step,times",                                            # torn header
+        "20261130-120000-004": header.encode() + b"\n\xff\xfe\x00garbage\n",                    # not UTF-8
+    }
+    for rid, steps in cases.items():
+        make_run(tmp_path, rid, steps=steps)
+    store = Store(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="previewlab.server"):
+        assert [r["run_id"] for r in export(store)] == [GOOD, GOOD]
+        export(store)
+    for rid in cases:
+        with pytest.raises(Damaged, match="steps.csv"):
+            store.rows(rid)
+        assert sum(f"{rid}/steps.csv" in r.getMessage() for r in caplog.records) == 1, rid
+    listed = {r["run_id"]: r for r in store.runs()}
+    assert listed["20261130-120000-002"]["status"] == "done"  # its meta is fine: the CSV is what is damaged
+    assert "field larger than field limit" in listed["20261130-120000-002"]["damaged"]
+    assert "torn" in listed["20261130-120000-003"]["damaged"]
+    assert "damaged" not in listed[GOOD]
+
+
+def test_run_ids_come_from_folder_names_never_from_meta(tmp_path):
+    data = tmp_path / "data"
+    outside = tmp_path / "secret"
+    make_run(outside.parent, "secret", steps="run_id,step\nLEAKED,1\n")
+    # a meta.json naming a path outside the data folder, and one naming another run
+    make_run(data, "20261130-120000-001", meta={"run_id": "../secret", "status": "done"})
+    make_run(data, "20261130-120000-002", meta={"run_id": "20261130-120000-003", "status": "done"})
+    make_run(data, "20261130-120000-003")
+    (data / "not-a-run").mkdir()
+    (data / "not-a-run" / "meta.json").write_text(json.dumps({"run_id": "not-a-run"}))
+    store = Store(data)
+    assert store.ids() == ["20261130-120000-001", "20261130-120000-002", "20261130-120000-003"]
+    text = store.csv(store.ids())
+    assert "LEAKED" not in text
+    assert [r["run_id"] for r in csv.DictReader(io.StringIO(text))] == ["20261130-120000-003"] * 2
+    listed = {r["run_id"]: r for r in store.runs()}
+    assert "its run_id is not its folder's name" in listed["20261130-120000-001"]["damaged"]
+    assert listed["20261130-120000-002"]["status"] == "damaged"
+
+
+def test_runs_are_paged_newest_first(tmp_path):
+    ids = [f"20261130-1200{i // 60:02d}-{i % 60:03d}" for i in range(120)]
+    for rid in ids:
+        make_run(tmp_path, rid, steps=None)
+    store = Store(tmp_path)
+    first = store.runs(limit=50)
+    assert [r["run_id"] for r in first] == ids[::-1][:50]
+    second = store.runs(limit=50, before=first[-1]["run_id"])
+    assert [r["run_id"] for r in second] == ids[::-1][50:100]
+    assert [r["run_id"] for r in store.runs(after=ids[-3])] == ids[-2:][::-1]
+    assert store.runs(after=ids[-1]) == []
+
+
+def test_retention_removes_the_oldest_first_and_never_an_open_run(tmp_path, caplog):
+    ids = [f"20261130-120000-{i:03d}" for i in range(6)]
+    for rid in ids:
+        make_run(tmp_path, rid, steps=None)
+    (tmp_path / "generations.jsonl").write_text("{}\n")  # not a run: never touched
+    with caplog.at_level(logging.INFO, logger="previewlab.server"):
+        store = Store(tmp_path, keep_runs=4)
+    assert store.ids() == ids[2:] and (tmp_path / "generations.jsonl").is_file()
+    assert any("removed 2 old runs" in r.getMessage() for r in caplog.records)
+    assert store.prune(keep={ids[2]}) == [] and store.ids() == ids[2:]
+    store.keep_runs = 2
+    assert store.prune(keep={ids[2]}) == [ids[3], ids[4]]  # the protected one stays, the next oldest go
+    assert Store(tmp_path, keep_runs=0).ids() == [ids[2], ids[5]]  # 0 keeps everything
+
+
+def test_export_carries_guidance_from_the_run(tmp_path):
+    make_run(tmp_path, GOOD, guidance=1.0)
+    rows = export(Store(tmp_path))
+    assert list(rows[0]) == list(EXPORT_COLUMNS) and {float(r["guidance"]) for r in rows} == {1.0}
