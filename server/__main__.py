@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
+
+from .limits import DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS
 
 
 class Parser(argparse.ArgumentParser):
@@ -37,11 +40,44 @@ def parser() -> Parser:
     p.add_argument("--data-dir", type=Path, default=Path("runs"), help="where runs and their CSVs are kept")
     p.add_argument("--max-side", type=int, default=1024, help="largest width or height a client may ask for")
     p.add_argument("--send-timeout", type=float, default=10.0, help="seconds before a client that stopped reading is closed")
+    p.add_argument("--max-pixel-steps", type=int, default=DEFAULT_MAX_PIXEL_STEPS,
+                   help="most steps x width x height one start may ask for (0: no limit); the default is 64 steps "
+                        "at 1024x1024, 256 at 512x512, 1000 at 256x256")
+    p.add_argument("--keep-runs", type=int, default=DEFAULT_KEEP_RUNS,
+                   help="run folders kept in --data-dir, the oldest removed first (0: keep all)")
     return p
+
+
+WILDCARDS = ("0.0.0.0", "::")
+TOKEN = re.compile(r"^[A-Za-z0-9._~-]{8,256}$")
+
+
+def allowed_hosts(host: str, extra: Sequence[str]) -> tuple[str, ...]:
+    """Host names the Guard accepts besides loopback: --allow-host and a specific bind address. A wildcard
+    bind is not a name anyone can use in a URL, so it adds nothing."""
+    return tuple(extra) + (() if host in WILDCARDS else (host,))
+
+
+def page_url(host: str, port: int, token: str | None, extra: Sequence[str]) -> tuple[str, str]:
+    """The URL to print, one that the Guard built from allowed_hosts() accepts, and a note ("" if none).
+    Bound to every address, it names the first --allow-host, or else loopback with a note on what other
+    machines need."""
+    note = ""
+    name = host
+    if host in WILDCARDS:
+        name = extra[0] if extra else ("::1" if host == "::" else "127.0.0.1")
+        if not extra:
+            note = (f"bound to every address ({host}): this URL works on this machine; other machines need this "
+                    "machine's name or address given with --allow-host NAME, then http://NAME:PORT/?token=...")
+    shown = f"[{name}]" if ":" in name else name
+    return f"http://{shown}:{port}/" + (f"?token={token}" if token else ""), note
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.max_pixel_steps < 0 or args.keep_runs < 0:
+        print("server: --max-pixel-steps and --keep-runs take 0 (no limit) or a positive number", file=sys.stderr)
+        return 2
     import secrets
 
     from .guard import is_loopback
@@ -53,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "add --allow-remote to do it anyway (a token is then required)", file=sys.stderr)
             return 2
         token = args.token or secrets.token_urlsafe(18)
+        if not TOKEN.match(token):  # it travels in a URL and a cookie: only characters both keep as they are
+            print("server: --token: 8 to 256 letters, digits and - _ . ~", file=sys.stderr)
+            return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from preview.models import ModelError, load
 
@@ -65,18 +104,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
     from .app import Server, build_app
+    from .http11 import connection_limits
 
-    hosts = tuple(args.allow_host) + ((args.host,) if args.host not in ("0.0.0.0", "::") else ())
-    server = Server(model, args.data_dir, max_side=args.max_side, send_timeout_s=args.send_timeout,
-                    inflight=args.inflight, compile_decoder=args.compile == "decoder", max_clients=args.max_clients,
-                    hosts=hosts, token=token)
+    try:
+        server = Server(model, args.data_dir, max_side=args.max_side, send_timeout_s=args.send_timeout,
+                        inflight=args.inflight, compile_decoder=args.compile == "decoder",
+                        max_clients=args.max_clients, hosts=allowed_hosts(args.host, args.allow_host), token=token,
+                        max_pixel_steps=args.max_pixel_steps, keep_runs=args.keep_runs)
+    except OSError as e:  # the folder itself cannot be made or listed; a damaged run inside never lands here
+        print(f"server: --data-dir {args.data_dir}: {e}", file=sys.stderr)
+        return 2
     app = build_app(server)
     label = " (SYNTHETIC model: random weights, real costs, noise pictures)" if model.synthetic else ""
-    shown = f"[{args.host}]" if ":" in args.host else args.host
-    url = f"http://{shown}:{args.port}/" + (f"?token={token}" if token else "")
+    url, note = page_url(args.host, args.port, token, args.allow_host)
     if token:
         print(f"WARNING: listening on {args.host}, beyond loopback; the page needs the token in its URL", flush=True)
     print(f"previewlab: {model.name}{label} on {model.device}; open {url}", flush=True)
+    if note:
+        print(note, flush=True)
 
     class Graceful(uvicorn.Server):
         """On SIGTERM / Ctrl-C: stop the run and close clients with 1001 before uvicorn shuts down."""
@@ -91,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             task = asyncio.get_event_loop().create_task(server.graceful())
             task.add_done_callback(lambda _: uvicorn.Server.handle_exit(self, sig, frame))  # type: ignore[arg-type]
 
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", ws_max_size=protocol_max())
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", ws_max_size=protocol_max(),
+                            **connection_limits(args.max_clients))
     Graceful(config).run()
     return 0
 

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from dataclasses import asdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -15,7 +17,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from preview.engine import Frame
 from preview.models import Model
@@ -24,30 +26,19 @@ from preview.settings import PreviewSettings, RunSettings, SettingsError
 
 from . import protocol
 from .guard import Guard
+from .headers import SecurityHeaders
 from .hub import Client, Hub, Packed
+from .limits import (BAD_BURST, BAD_PER_S, DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS, MAX_EVENT_CHARS, SET_BURST,
+                     SET_PER_S, WS_BURST, WS_PER_S, clip)
 from .metrics import Metrics
-from .store import Store, step_message
+from .session import serve_client
+from .store import RUN_ID, Damaged, Store, step_message
 from .worker import Busy, Listener, Worker
 
 log = logging.getLogger("previewlab.server")
 WEB = Path(__file__).resolve().parents[1] / "web"
-
-
-class RateLimit:
-    """A token bucket: `burst` bad messages at once, refilled at `per_s`; the clock is injected for tests."""
-
-    def __init__(self, burst: int, per_s: float, clock: Any = time.monotonic) -> None:
-        self.burst, self.per_s, self.clock = burst, per_s, clock
-        self.tokens, self.t = float(burst), clock()
-
-    def allow(self) -> bool:
-        now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.t) * self.per_s)
-        self.t = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return True
-        return False
+T = TypeVar("T")
+RUNS_PAGE, RUNS_PAGE_MAX = 50, 500  # runs per /runs answer: by default, and at most (?limit=)
 
 
 class Server(Listener):
@@ -55,14 +46,19 @@ class Server(Listener):
 
     def __init__(self, model: Model, data_dir: Path, *, max_side: int = 1024, send_timeout_s: float = 10.0,
                  inflight: int = 2, compile_decoder: bool = False, max_clients: int = 32,
-                 hosts: tuple[str, ...] = (), token: str | None = None, bad_burst: int = 20,
-                 bad_per_s: float = 2.0, source: Any = None, ws_burst: int = 64, ws_per_s: float = 20.0) -> None:
+                 hosts: tuple[str, ...] = (), token: str | None = None, bad_burst: int = BAD_BURST,
+                 bad_per_s: float = BAD_PER_S, source: Any = None, ws_burst: int = WS_BURST,
+                 ws_per_s: float = WS_PER_S, set_burst: int = SET_BURST, set_per_s: float = SET_PER_S,
+                 max_pixel_steps: int = DEFAULT_MAX_PIXEL_STEPS, keep_runs: int = DEFAULT_KEEP_RUNS) -> None:
         self.model = model
         self.max_clients, self.hosts, self.token = max_clients, hosts, token
         self.bad_burst, self.bad_per_s = bad_burst, bad_per_s
+        self.set_burst, self.set_per_s = set_burst, set_per_s
         self.ws_burst, self.ws_per_s = ws_burst, ws_per_s
+        self.max_pixel_steps = max_pixel_steps
         self.inflight, self.compile_decoder = inflight, compile_decoder
-        self.store = Store(data_dir)
+        self.store = Store(data_dir, keep_runs=keep_runs)  # never raises for a damaged run: it names it
+        self._disk: ThreadPoolExecutor | None = None
         self.hub = Hub(send_timeout_s)
         self.hub.on_drop = self._dropped
         self.hub.on_sent = self._sent
@@ -89,6 +85,8 @@ class Server(Listener):
         self.hub.text({"type": "run", **meta})
 
     def row(self, row: StepRow) -> None:
+        if len(row.event) > MAX_EVENT_CHARS:  # one cell must never outgrow what the CSV reader takes back
+            row = replace(row, event=clip(row.event, MAX_EVENT_CHARS))
         self.store.step(row)
         self.metrics.step(row)
         self.hub.text(step_message(row))
@@ -100,14 +98,34 @@ class Server(Listener):
         self.hub.frame(Packed(f.run_id, f.step, self.seq, protocol.pack_frame(header, f.data)))
 
     def error(self, run_id: str, message: str) -> None:
-        self.hub.text({"type": "error", "run_id": run_id, "message": message})
+        self.hub.text({"type": "error", "run_id": run_id, "message": clip(message)})
 
     def run_ended(self, meta: dict[str, Any]) -> None:
+        """The run's end reaches every client whatever the disk does: each write is best effort."""
+        self.current = None
         self.store.finish(meta)
         self.store.close_run(meta["run_id"])
-        self.metrics.run_ended(meta)
-        self.current = None
+        try:
+            self.metrics.run_ended(meta)
+        except Exception:
+            log.exception("run %s: metrics failed; the run's end is delivered anyway", meta["run_id"])
         self.hub.text({"type": "done", **meta})
+        self.disk().submit(self.store.prune, self.store.open_runs())  # retention, off the loop
+
+    def disk(self) -> ThreadPoolExecutor:
+        """Reading runs from disk never runs on the event loop. One thread: 16 listings at once queue behind
+        each other instead of taking turns with the loop for the interpreter lock."""
+        if self._disk is None:
+            self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="previewlab-disk")
+        return self._disk
+
+    async def on_disk(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.disk(), functools.partial(fn, *args))
+
+    def close_disk(self) -> None:
+        if self._disk is not None:
+            self._disk.shutdown(wait=False, cancel_futures=True)
+            self._disk = None
 
     def _sent(self, c: Client, p: Packed) -> None:
         self.metrics.sent(len(p.blob))
@@ -118,26 +136,30 @@ class Server(Listener):
 
     # -- messages from one client ----------------------------------------------------------------------------
     def handle(self, c: Client, msg: protocol.Message) -> None:
+        """Act on one valid message. A message that cannot be acted on raises ProtocolError: the session
+        answers it with an `error` and counts it as a bad message, so no error reply can be flooded."""
         assert self.worker is not None
         if isinstance(msg, protocol.Start):
             try:
                 self.worker.start(msg.settings)
             except Busy as e:
-                self.hub.text({"type": "error", "message": str(e)}, only=c)
+                raise protocol.ProtocolError(str(e)) from None
+            except OSError as e:  # the run's folder could not be written: the run did not start
+                log.warning("could not start a run: %s", e)
+                raise protocol.ProtocolError(f"could not write the run's folder: {e}") from None
         elif isinstance(msg, protocol.Set):
             try:
                 self.worker.set(msg.changes)
             except (Busy, SettingsError) as e:
-                self.hub.text({"type": "error", "message": str(e)}, only=c)
+                raise protocol.ProtocolError(str(e)) from None
         elif isinstance(msg, protocol.Stop):
             if not self.worker.stop():
-                self.hub.text({"type": "error", "message": "no generation is running"}, only=c)
+                raise protocol.ProtocolError("no generation is running")
         elif isinstance(msg, protocol.Ack):
             sent = c.sent.pop(msg.seq, None)
             if sent is None:
-                self.hub.text({"type": "error", "message": f"ack: seq {msg.seq} was never sent to this client "
-                               "(or was acknowledged already)"}, only=c)
-                return
+                raise protocol.ProtocolError(f"ack: seq {msg.seq} was never sent to this client "
+                                             "(or was acknowledged already)")
             rtt = (self.hub.clock() - sent.t0) * 1e3
             fields = dict(send_ms=round(sent.send_ms, 3), ack_rtt_ms=round(rtt, 3),
                           client_decode_ms=msg.client_decode_ms, client_paint_ms=msg.client_paint_ms)
@@ -158,9 +180,25 @@ class Server(Listener):
         m = self.model
         return {"type": "hello", "model": m.name, "synthetic": m.synthetic, "family": m.family,
                 "device": m.device.type, "dtype": str(m.dtype).removeprefix("torch."),
-                "defaults": {**{k: getattr(self.defaults, k) for k in ("prompt", "steps", "width", "height", "seed")},
+                "defaults": {**{k: getattr(self.defaults, k)
+                                for k in ("prompt", "steps", "width", "height", "seed", "guidance")},
                              **asdict(self.defaults.preview)},
-                "max_side": self.defaults.max_side, "taesd": m.taesd is not None, "running": self.current}
+                "max_side": self.defaults.max_side, "max_pixel_steps": self.max_pixel_steps,
+                "taesd": m.taesd is not None, "running": self.current}
+
+
+def page_args(query: Any) -> tuple[int, str | None, str | None]:
+    """?limit=N (1..RUNS_PAGE_MAX), ?before=ID, ?after=ID of /runs; ValueError with the line to answer."""
+    raw = query.get("limit", str(RUNS_PAGE))
+    if not raw.isdigit() or not 1 <= int(raw) <= RUNS_PAGE_MAX:
+        raise ValueError(f"limit: a whole number from 1 to {RUNS_PAGE_MAX}, got {protocol.short(raw)}")
+    bounds = []
+    for name in ("before", "after"):
+        v = query.get(name)
+        if v is not None and not RUN_ID.match(v):
+            raise ValueError(f"{name}: a run id like 20261130-120000-001, got {protocol.short(v)}")
+        bounds.append(v)
+    return int(raw), bounds[0], bounds[1]
 
 
 def build_app(server: Server) -> ASGIApp:
@@ -168,13 +206,26 @@ def build_app(server: Server) -> ASGIApp:
         return FileResponse(WEB / "index.html")
 
     async def runs(request: Request) -> Response:
-        return JSONResponse(server.store.runs())
+        """Newest first, a page at a time: ?limit=, ?before= (older than that id), ?after= (newer)."""
+        try:
+            limit, before, after = page_args(request.query_params)
+        except ValueError as e:
+            return PlainTextResponse(str(e), status_code=400)
+        return JSONResponse(await server.on_disk(server.store.runs, limit, before, after))
 
     async def run_csv(request: Request) -> Response:
         rid = request.path_params["rid"]
-        if not server.store.known(rid):
+
+        def read() -> str | None:
+            return server.store.csv([rid], skip_damaged=False) if server.store.known(rid) else None
+        try:
+            text = await server.on_disk(read)
+        except Damaged as e:
+            return PlainTextResponse(f"run {rid} is damaged: {e}; the other runs export normally\n",
+                                     status_code=500)
+        if text is None:
             return PlainTextResponse(f"unknown run id {protocol.short(rid)}", status_code=404)
-        return PlainTextResponse(server.store.csv([rid]), media_type="text/csv",
+        return PlainTextResponse(text, media_type="text/csv",
                                  headers={"Content-Disposition": f'attachment; filename="previewlab-{rid}.csv"'})
 
     async def metrics(request: Request) -> Response:
@@ -182,51 +233,13 @@ def build_app(server: Server) -> ASGIApp:
         return Response(server.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def all_csv(request: Request) -> Response:
-        ids = [m["run_id"] for m in server.store.runs()]
-        return PlainTextResponse(server.store.csv(ids), media_type="text/csv",
+        """Every run the data folder holds, oldest first; a damaged run is left out (and logged once)."""
+        text = await server.on_disk(lambda: server.store.csv(server.store.ids()))
+        return PlainTextResponse(text, media_type="text/csv",
                                  headers={"Content-Disposition": 'attachment; filename="previewlab-runs.csv"'})
 
     async def ws_endpoint(ws: WebSocket) -> None:
-        if len(server.hub.clients) >= server.max_clients:
-            log.warning("refused a watcher: %d connected, the cap is %d", len(server.hub.clients), server.max_clients)
-            await ws.close(1013)  # before accept: the handshake is refused with 403
-            return
-        await ws.accept()
-        c = server.hub.add(ws)
-        c.owner = asyncio.current_task()
-        bad = RateLimit(server.bad_burst, server.bad_per_s)
-        try:
-            server.hub.text(server.hello(), only=c)
-            while True:
-                message = await ws.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-                text = message.get("text")
-                size = len(text.encode("utf-8", "replace")) if text is not None else len(message.get("bytes") or b"")
-                if size > protocol.MAX_MESSAGE_BYTES:
-                    log.info("client %d: message of %d bytes, over %d; closing", c.cid, size, protocol.MAX_MESSAGE_BYTES)
-                    await server.hub.kill(c, 1009, "message too big")
-                    break
-                try:
-                    if text is None:
-                        raise protocol.ProtocolError("binary frames are not accepted; send JSON text")
-                    msg = protocol.parse(text, defaults=server.defaults)
-                except protocol.ProtocolError as e:
-                    log.info("client %d: bad message: %s", c.cid, str(e)[:120])
-                    if not bad.allow():
-                        log.warning("client %d: too many bad messages; closing", c.cid)
-                        await server.hub.kill(c, 1008, "too many bad messages")
-                        break
-                    server.hub.text({"type": "error", "message": str(e)}, only=c)
-                    continue
-                server.handle(c, msg)
-        except WebSocketDisconnect:
-            pass
-        except asyncio.CancelledError:
-            if not c.killed:  # a real cancellation (shutdown), not the hub dropping this client
-                raise
-        finally:
-            await server.hub.remove(c)
+        await serve_client(server, ws)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -235,6 +248,7 @@ def build_app(server: Server) -> ASGIApp:
         if server.worker:
             server.worker.stop()
             await asyncio.get_running_loop().run_in_executor(None, server.worker.shutdown)
+        server.close_disk()
 
     app = Starlette(routes=[
         Route("/", index),
@@ -245,4 +259,5 @@ def build_app(server: Server) -> ASGIApp:
         WebSocketRoute("/ws", ws_endpoint),
         Mount("/static", StaticFiles(directory=WEB), name="static"),
     ], lifespan=lifespan)
-    return Guard(app, hosts=server.hosts, token=server.token, ws_burst=server.ws_burst, ws_per_s=server.ws_per_s)
+    guarded = Guard(app, hosts=server.hosts, token=server.token, ws_burst=server.ws_burst, ws_per_s=server.ws_per_s)
+    return SecurityHeaders(guarded)

@@ -81,10 +81,12 @@ class Embedded:
 def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: Path = Path("runs")) -> Embedded:
     import uvicorn
 
+    from .http11 import connection_limits
     from .protocol import MAX_MESSAGE_BYTES
 
     server = Server(watch.model, data_dir, source=WatchSource(watch))
-    config = uvicorn.Config(build_app(server), host=host, port=port, log_level="warning", ws_max_size=MAX_MESSAGE_BYTES)
+    config = uvicorn.Config(build_app(server), host=host, port=port, log_level="warning", ws_max_size=MAX_MESSAGE_BYTES,
+                            **connection_limits(server.max_clients))
     uv = uvicorn.Server(config)
     holder: dict[str, Any] = {}
 

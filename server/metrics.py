@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from preview.records import PREVIEW_STAGES, StepRow
 
+log = logging.getLogger("previewlab.server")
 SECONDS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 STAGE_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
@@ -38,6 +40,7 @@ class Metrics:
         self.clients = Gauge("previewlab_connected_clients", "WebSocket watchers connected", registry=r)
         self.device_memory = Gauge("previewlab_device_memory_bytes", "CUDA memory", ["kind"], registry=r)
         self._mem_before: dict[str, int] = {}
+        self._failing: set[str] = set()  # side logs whose last write failed: logged once until one works
 
     def step(self, row: StepRow) -> None:
         self.denoise.observe(row.denoise_ms / 1e3)
@@ -72,7 +75,7 @@ class Metrics:
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run_id": meta["run_id"],
             "prompt": str(meta.get("prompt", ""))[:100], "seed": meta.get("seed"), "steps": meta.get("steps"),
             "width": meta.get("width"), "height": meta.get("height"), "model": meta.get("model"),
-            "synthetic": meta.get("synthetic"), "status": meta.get("status"),
+            "synthetic": meta.get("synthetic"), "status": meta.get("status"), "guidance": meta.get("guidance"),
             "decoder": meta.get("decoder"), "every": meta.get("every"), "mode": meta.get("mode"),
             "budget": meta.get("budget"), "encoder": meta.get("encoder"), "quality": meta.get("quality"),
             "preview_max": meta.get("preview_max"), "wall_s": wall,
@@ -80,11 +83,24 @@ class Metrics:
             "device_memory": {"before": self._mem_before or None, "after": after or None,
                               "peak": after.get("peak") if after else None},
         }
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.data_dir / "wall-seconds.txt", "a") as f:
-            f.write(f"{wall:.3f}\n")
-        with open(self.data_dir / "generations.jsonl", "a") as f:
-            f.write(json.dumps(entry) + "\n")
+        self._append("wall-seconds.txt", f"{wall:.3f}\n")
+        self._append("generations.jsonl", json.dumps(entry) + "\n")
+
+    def _append(self, name: str, line: str) -> None:
+        """Side logs are best effort: a full disk or a missing permission is logged once, and the run's
+        end still reaches every client (the caller goes on to send `done`)."""
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.data_dir / name, "a", encoding="utf-8") as f:
+                f.write(line)
+        except OSError as e:
+            if name not in self._failing:
+                self._failing.add(name)
+                log.warning("could not append to %s: %s; runs go on without it", self.data_dir / name, e)
+            return
+        if name in self._failing:
+            self._failing.discard(name)
+            log.info("%s is writable again", self.data_dir / name)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,7 +1,8 @@
 """The WebSocket protocol: one validator turns a text frame into a typed message or a ProtocolError.
 
 Browser -> server (text, JSON objects with a "type"):
-  start  {prompt, steps, width, height, seed, decoder, every, preview_max, encoder, quality, mode, budget}
+  start  {prompt, steps, width, height, seed, guidance, decoder, every, preview_max, encoder, quality, mode,
+          budget}
          (all optional; every may be "auto": the autopilot picks the interval to fit budget, in percent)
   set    {decoder, every, preview_max, encoder, quality, mode, budget}  (at least one)
   stop   {}
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from preview.settings import PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings, RunSettings, SettingsError
+
+from .limits import clip, work_error
 
 MAX_MESSAGE_BYTES = 64 * 1024
 
@@ -68,16 +71,30 @@ def short(v: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def parse(text: str, *, defaults: RunSettings) -> Message:
-    """Parse one text frame. `defaults` carries the server's run defaults and its size cap (max_side)."""
+def parse(text: str, *, defaults: RunSettings, max_pixel_steps: int = 0) -> Message:
+    """Parse one text frame. `defaults` carries the server's run defaults and its size cap (max_side);
+    a start over `max_pixel_steps` (steps x width x height, 0: no limit) is refused."""
     if len(text.encode("utf-8", "replace")) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message over {MAX_MESSAGE_BYTES} bytes")
     try:
         msg = json.loads(text, parse_constant=_reject_constant)
     except ProtocolError:
         raise
+    except RecursionError:  # [[[[... within 64 KiB: the C parser gives up past the interpreter's depth
+        raise ProtocolError(NESTED) from None
     except ValueError:
         raise ProtocolError(f"not JSON: {short(text)}") from None
+    try:
+        return _message(msg, defaults, max_pixel_steps)
+    except RecursionError:  # a nested value under the parser's depth can still be too deep to quote (repr)
+        raise ProtocolError(NESTED) from None
+
+
+NESTED = "JSON nested too deeply: messages are flat objects"
+MAX_SEQ = 2**53  # the largest integer a browser's JSON keeps exactly
+
+
+def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int) -> Message:
     if not isinstance(msg, dict):
         raise ProtocolError(f"expected a JSON object with a \"type\", got {type(msg).__name__}")
     kind = msg.pop("type", None)
@@ -89,8 +106,8 @@ def parse(text: str, *, defaults: RunSettings) -> Message:
     if kind == "ack":
         _no_extra(kind, msg, ("seq", "client_decode_ms", "client_paint_ms"))
         seq = msg.get("seq")
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise ProtocolError(f"seq: must be a non-negative integer, got {short(seq)}")
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= MAX_SEQ:
+            raise ProtocolError(f"seq: must be an integer from 0 to 2**53, got {short(seq)}")
         return Ack(seq, _number("client_decode_ms", msg.get("client_decode_ms", 0), 0, 3.6e6),
                    _number("client_paint_ms", msg.get("client_paint_ms", 0), 0, 3.6e6))
     if kind == "set":
@@ -101,7 +118,7 @@ def parse(text: str, *, defaults: RunSettings) -> Message:
         try:
             PreviewSettings(**{**defaults.preview.__dict__, **msg})  # validates every named field
         except SettingsError as e:
-            raise ProtocolError(str(e)) from None
+            raise ProtocolError(clip(str(e))) from None
         return Set(msg)
     _no_extra(kind, msg, RUN_FIELDS + PREVIEW_FIELDS)
     msg = _auto(msg, defaults.preview.budget)
@@ -112,7 +129,10 @@ def parse(text: str, *, defaults: RunSettings) -> Message:
         settings = RunSettings(**{**{k: getattr(defaults, k) for k in RUN_FIELDS}, **run}, preview=preview,
                                max_side=defaults.max_side)
     except SettingsError as e:
-        raise ProtocolError(str(e)) from None
+        raise ProtocolError(clip(str(e))) from None
+    too_much = work_error(settings.steps, settings.width, settings.height, max_pixel_steps)
+    if too_much:
+        raise ProtocolError(too_much)
     return Start(settings)
 
 

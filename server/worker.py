@@ -60,7 +60,8 @@ class Worker:
         meta = dict(run_id=rid, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), model=m.name,
                     synthetic=m.synthetic, family=m.family, device=m.device.type,
                     dtype=str(m.dtype).removeprefix("torch."), prompt=settings.prompt, steps=settings.steps,
-                    width=settings.width, height=settings.height, seed=settings.seed, **asdict(settings.preview))
+                    width=settings.width, height=settings.height, seed=settings.seed, guidance=settings.guidance,
+                    **asdict(settings.preview))
         self.store.begin(meta)
         self.state, self.run_id = "running", rid
         self.controls = Controls(settings.preview)

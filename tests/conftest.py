@@ -24,11 +24,12 @@ from typing import Iterator
 
 
 @contextlib.contextmanager
-def live_server(app, host: str = "127.0.0.1", sndbuf: int | None = None) -> Iterator[str]:
+def live_server(app, host: str = "127.0.0.1", sndbuf: int | None = None, **config) -> Iterator[str]:
     """A real uvicorn on a free loopback port, in a thread; yields "host:port".
 
     sndbuf: the kernel send buffer of accepted sockets (they inherit the listener's), so a peer that stops
-    reading blocks the server's writes after kilobytes instead of the megabytes Linux allows by default."""
+    reading blocks the server's writes after kilobytes instead of the megabytes Linux allows by default.
+    config: more uvicorn.Config keywords (server.http11.connection_limits(), for one)."""
     import uvicorn
 
     sock = socket.socket()
@@ -38,8 +39,9 @@ def live_server(app, host: str = "127.0.0.1", sndbuf: int | None = None) -> Iter
     sock.bind((host, 0))
     port = sock.getsockname()[1]
     # uvicorn's own keepalive pings would also drop a stuck peer (after 40 s); tests look at previewlab's timeout
+    config = {"ws_ping_interval": 600, **config}
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=64 * 1024,
-                                           ws_ping_interval=600))
+                                           **config))
     t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     t.start()
     deadline = time.monotonic() + 30

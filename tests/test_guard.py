@@ -7,7 +7,7 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from server.app import RateLimit
+from server.limits import RateLimit
 from server.guard import split_host
 from tests.conftest import SAME_ORIGIN
 
@@ -115,3 +115,53 @@ def test_handshake_flood_from_one_address_is_refused_before_accept(make_app):
             with client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
                 ws.receive_text()
         assert client.get("/runs").status_code == 200  # plain HTTP is not limited by it
+
+
+def test_cross_origin_handshakes_do_not_use_up_the_pages_budget(make_app):
+    """Issue 11, item 6: another site's page opening handshakes from the user's browser (same address) was
+    refused, but counted, so the user's own page then got 403 too."""
+    srv, app = make_app(ws_burst=3, ws_per_s=0.001)
+    with TestClient(app) as client:
+        for _ in range(50):
+            with pytest.raises(WebSocketDisconnect):
+                with client.websocket_connect("/ws", headers={"origin": "http://evil.example"}) as ws:
+                    ws.receive_text()
+        for _ in range(3):
+            with client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+                assert json.loads(ws.receive_text())["type"] == "hello"
+
+
+def test_non_ascii_token_is_refused_403_not_500(make_app):
+    """Item 9: hmac.compare_digest raised TypeError on a non-ASCII str: a 500 and a traceback."""
+    srv, app = make_app(token="s3cret-token")
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert client.get("/?token=%C3%A9t%C3%A9").status_code == 403
+        assert client.get("/runs", headers={"cookie": "previewlab_token=\u00e9t\u00e9".encode()}).status_code == 403
+        with pytest.raises(WebSocketDisconnect):
+            with client.websocket_connect("/ws?token=%E2%98%83", headers=SAME_ORIGIN) as ws:
+                ws.receive_text()
+        assert client.get("/?token=s3cret-token").status_code == 200
+
+
+def test_token_flag_must_be_url_and_cookie_safe(capsys):
+    from server.__main__ import main
+
+    assert main(["--host", "0.0.0.0", "--allow-remote", "--token", "t\u00f6ken"]) == 2  # before the model loads
+    assert "--token" in capsys.readouterr().err
+
+
+def test_every_http_answer_forbids_framing_and_sniffing(make_app):
+    """Item 13: the page, static files, JSON, CSV, errors and the Guard's own refusals."""
+    srv, app = make_app(token="tok")
+    with TestClient(app) as client:
+        answers = [client.get("/?token=tok"), client.get("/static/app.js"), client.get("/runs"),
+                   client.get("/runs.csv"), client.get("/metrics"), client.get("/nope"),
+                   client.get("/runs/x.csv"), client.get("/runs", headers={"host": "evil.example"})]
+        client.cookies.clear()
+        answers.append(client.get("/runs"))  # 403: no token
+    assert [r.status_code for r in answers] == [200, 200, 200, 200, 200, 404, 404, 400, 403]
+    for r in answers:
+        csp = r.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in csp and "default-src 'none'" in csp, r.url
+        assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
+        assert r.headers["referrer-policy"] == "no-referrer"

@@ -1,0 +1,71 @@
+"""One watcher's WebSocket, from accept to release: read, size-check, validate, rate-limit, hand to the server.
+
+Every message that gets an `error` back is a bad message: it is answered while the client's bad-message
+bucket has tokens (20 at once, then 2 a second), and the next one closes the socket with 1008. `set` has a
+bucket of its own (20 at once, then 10 a second); a `set` over it is a bad message and changes nothing. So
+any flood ends in a close, and what it costs the server is bounded by the buckets, not by the sender.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from . import protocol
+from .limits import RateLimit, clip
+
+if TYPE_CHECKING:
+    from .app import Server
+
+log = logging.getLogger("previewlab.server")
+
+
+async def serve_client(server: Server, ws: WebSocket) -> None:
+    hub = server.hub
+    if len(hub.clients) >= server.max_clients:
+        log.warning("refused a watcher: %d connected, the cap is %d", len(hub.clients), server.max_clients)
+        await ws.close(1013)  # before accept: the handshake is refused with 403
+        return
+    await ws.accept()
+    c = hub.add(ws)
+    c.owner = asyncio.current_task()
+    bad = RateLimit(server.bad_burst, server.bad_per_s)
+    sets = RateLimit(server.set_burst, server.set_per_s)
+    try:
+        hub.text(server.hello(), only=c)
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            text = message.get("text")
+            size = len(text.encode("utf-8", "replace")) if text is not None else len(message.get("bytes") or b"")
+            if size > protocol.MAX_MESSAGE_BYTES:
+                log.info("client %d: message of %d bytes, over %d; closing", c.cid, size, protocol.MAX_MESSAGE_BYTES)
+                await hub.kill(c, 1009, "message too big")
+                break
+            try:
+                if text is None:
+                    raise protocol.ProtocolError("binary frames are not accepted; send JSON text")
+                msg = protocol.parse(text, defaults=server.defaults, max_pixel_steps=server.max_pixel_steps)
+                if isinstance(msg, protocol.Set) and not sets.allow():
+                    raise protocol.ProtocolError(
+                        f"set: more than {server.set_burst} at once or {server.set_per_s:g} a second; "
+                        "this change was not applied")
+                server.handle(c, msg)
+            except (protocol.ProtocolError, RecursionError) as e:
+                why = protocol.NESTED if isinstance(e, RecursionError) else clip(str(e))
+                log.info("client %d: bad message: %s", c.cid, why[:120])
+                if not bad.allow():
+                    log.warning("client %d: too many bad messages; closing", c.cid)
+                    await hub.kill(c, 1008, "too many bad messages")
+                    break
+                hub.text({"type": "error", "message": why}, only=c)
+    except WebSocketDisconnect:
+        pass
+    except asyncio.CancelledError:
+        if not c.killed:  # a real cancellation (shutdown), not the hub dropping this client
+            raise
+    finally:
+        await hub.remove(c)

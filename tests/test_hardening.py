@@ -1,0 +1,278 @@
+"""What a hostile or buggy client, or a broken disk, could still break (issue 11), through the real app."""
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import logging
+import threading
+import time
+import urllib.request
+
+import pytest
+import websockets
+from starlette.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from preview.settings import RunSettings, SettingsError
+from server.limits import work_error
+from tests.conftest import SAME_ORIGIN, live_server
+from tests.test_server_logic import recv_until
+from tests.test_store import GOOD, make_run
+
+
+def test_set_flood_is_rate_limited_and_every_export_stays_readable(make_app):
+    """Issue 11, item 1: thousands of valid `set` messages within a step. The sender is closed with 1008 after
+    its budget; the step's event cell, the frames other watchers get and both CSV exports stay small."""
+    srv, app = make_app()
+    with live_server(app) as addr:
+        async def scenario():
+            url = f"ws://{addr}/ws"
+            async with websockets.connect(url, max_size=None) as watcher, websockets.connect(url) as flooder:
+                await watcher.recv()
+                await flooder.recv()
+                await watcher.send(json.dumps({"type": "start", "steps": 1000, "decoder": "latent2rgb"}))
+                texts, sent = [], 0
+                flood = [json.dumps({"type": "set", "decoder": d, "every": 1 + i % 7, "quality": 1 + i % 90})
+                         for i, d in zip(range(5000), ["taesd", "vae", "latent2rgb", "none"] * 1250)]
+
+                async def until_closed() -> int | None:
+                    nonlocal sent
+                    try:
+                        for m in flood:
+                            await flooder.send(m)
+                            sent += 1
+                        while True:
+                            await flooder.recv()
+                    except websockets.ConnectionClosed as e:
+                        return e.rcvd.code if e.rcvd else None
+
+                code = await asyncio.wait_for(until_closed(), 30)  # before the fix: never closed
+                await watcher.send(json.dumps({"type": "stop"}))
+                while True:
+                    m = await asyncio.wait_for(watcher.recv(), 60)
+                    if isinstance(m, str):
+                        texts.append(m)
+                        if json.loads(m)["type"] == "done":
+                            return code, sent, texts
+
+        code, sent, texts = asyncio.run(scenario())
+    assert code == 1008
+    assert max(len(t) for t in texts) < 4096  # no watcher gets a frame that grows with the flood
+    done = json.loads(texts[-1])
+    events = [json.loads(t)["event"] for t in texts if json.loads(t)["type"] == "step"]
+    assert max(len(e) for e in events) < 300
+    with TestClient(app) as client:
+        r = client.get(f"/runs/{done['run_id']}.csv")
+        assert r.status_code == 200 and max(len(x["event"]) for x in csv.DictReader(io.StringIO(r.text))) < 300
+        assert client.get("/runs.csv").status_code == 200
+
+
+def test_a_corrupt_data_folder_starts_lists_the_rest_and_exports_the_rest(make_app, tmp_path, caplog):
+    """Items 1, 3 and 4 through HTTP: the server starts over damaged runs, names them, lists and exports the
+    rest, and builds no path from a meta.json."""
+    data = tmp_path / "data"
+    make_run(data, GOOD)
+    make_run(data, "20261130-120000-002", meta=b"null")
+    make_run(data, "20261130-120000-003", meta=b"[]")
+    make_run(data, "20261130-120000-004", meta={"run_id": "../../secret", "status": "done"})
+    make_run(data, "20261130-120000-005", steps=",".join(["run_id", "step", "event"]) + "\nx,1," + "y" * 471_000)
+    make_run(tmp_path, "secret", steps="run_id,step\nLEAKED,1\n")
+    with caplog.at_level(logging.WARNING, logger="previewlab.server"):
+        srv, app = make_app(data_dir=data)
+        with TestClient(app) as client:
+            runs = client.get("/runs").json()
+            all_csv = client.get("/runs.csv")
+            bad = client.get("/runs/20261130-120000-005.csv")
+            good = client.get(f"/runs/{GOOD}.csv")
+            runs_after = {r["run_id"]: r for r in client.get("/runs").json()}
+    assert {r["run_id"]: r["status"] for r in runs} == {
+        GOOD: "done", "20261130-120000-002": "damaged", "20261130-120000-003": "damaged",
+        "20261130-120000-004": "damaged", "20261130-120000-005": "done"}
+    assert all_csv.status_code == 200 and "LEAKED" not in all_csv.text
+    assert [r["run_id"] for r in csv.DictReader(io.StringIO(all_csv.text))] == [GOOD, GOOD]
+    assert good.status_code == 200
+    assert bad.status_code == 500 and "steps.csv" in bad.text and "field larger than field limit" in bad.text
+    assert "steps.csv" in runs_after["20261130-120000-005"]["damaged"]
+    for rid in ("20261130-120000-002", "20261130-120000-003", "20261130-120000-004"):
+        assert sum(f"{rid}/meta.json" in r.getMessage() for r in caplog.records) == 1, rid
+
+
+def test_failed_side_logs_never_lose_done(make_app, tmp_path, caplog):
+    """Item 2: generations.jsonl and wall-seconds.txt cannot be written (here: directories in their place),
+    and neither can the run's meta.json at the end. `done` still reaches the client, hello no longer shows
+    the run, the next run starts, and each failure is logged once."""
+    data = tmp_path / "runs"
+    (data / "generations.jsonl").mkdir(parents=True)
+    (data / "wall-seconds.txt").mkdir()
+    srv, app = make_app(data_dir=data)
+    real = srv.store._write_meta
+
+    def failing_at_the_end(meta):
+        if meta.get("status") != "running":
+            raise OSError(28, "No space left on device")
+        real(meta)
+
+    srv.store._write_meta = failing_at_the_end
+
+    async def two_runs_then_hello(url: str) -> list[dict]:
+        out = []
+        async with websockets.connect(url) as ws:
+            await ws.recv()
+            for _ in range(2):
+                await ws.send(json.dumps({"type": "start", "steps": 2}))
+                while True:  # before the fix, `done` never came: this times out instead of hanging
+                    m = await asyncio.wait_for(ws.recv(), 60)
+                    if isinstance(m, str) and json.loads(m)["type"] == "done":
+                        break
+                out.append(json.loads(m))
+        async with websockets.connect(url) as again:
+            out.append(json.loads(await asyncio.wait_for(again.recv(), 10)))
+        return out
+
+    with caplog.at_level(logging.WARNING, logger="previewlab.server"), live_server(app) as addr:
+        first, second, hello = asyncio.run(two_runs_then_hello(f"ws://{addr}/ws"))
+    assert first["status"] == second["status"] == "done" and hello["running"] is None
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("generations.jsonl" in m for m in lines) == 1 and sum("wall-seconds.txt" in m for m in lines) == 1
+    assert sum("No space left on device" in m for m in lines) == 2  # once per run's meta.json
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("[" * 60_000, "nested too deeply"),
+    ('{"a":' * 2_000 + "1" + "}" * 2_000, "nested too deeply"),
+    ('{"type": "set", "decoder": ' + "[" * 900 + "]" * 900 + "}", ""),
+])
+def test_deeply_nested_json_is_one_bad_message(make_app, caplog, text, needle):
+    """Item 9: no RecursionError traceback, no dropped connection: an `error`, and the socket works on."""
+    srv, app = make_app()
+    with caplog.at_level(logging.INFO):
+        with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+            ws.receive_text()
+            ws.send_text(text)
+            assert needle in recv_until(ws, "error")["message"]
+            ws.send_text('{"type": "stop"}')  # the socket still answers
+            assert "no generation is running" in recv_until(ws, "error")["message"]
+    assert not any(r.exc_info for r in caplog.records) and "Traceback" not in caplog.text
+
+
+def test_acks_for_unknown_seq_count_as_bad_messages(make_app):
+    """Item 9: acks that match nothing (20,000 in the issue) were answered one by one; now the 1008 limit ends
+    them after the bad-message burst."""
+    srv, app = make_app(bad_burst=5, bad_per_s=0.001)
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        ws.receive_text()
+        errors = 0
+        with pytest.raises(WebSocketDisconnect) as e:
+            for seq in range(2_000):
+                ws.send_text(json.dumps({"type": "ack", "seq": seq}))
+                msg = json.loads(ws.receive_text())  # raises WebSocketDisconnect at the close
+                assert msg["type"] == "error" and "never sent" in msg["message"]
+                errors += 1
+    assert e.value.code == 1008 and errors == 5
+
+
+def test_every_echoed_value_is_short(make_app):
+    srv, app = make_app()
+    long = "z" * 50_000
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        ws.receive_text()
+        for msg in ({"type": "set", "decoder": long}, {"type": "start", "encoder": long},
+                    {"type": "ack", "seq": 10 ** 4000}, {"type": long}, {"type": "start", long: 1}):
+            text = json.dumps(msg)
+            ws.send_text(text)
+            err = recv_until(ws, "error")["message"]
+            assert len(err) <= 300, (text[:60], len(err))
+
+
+def test_work_limit_refuses_with_the_limit_and_its_flag(make_app):
+    """Item 7: steps x width x height over --max-pixel-steps is refused before anything runs."""
+    assert work_error(50, 1024, 1024, 64 * 1024 * 1024) is None
+    msg = work_error(1000, 1024, 1024, 64 * 1024 * 1024)
+    assert msg and "1,048,576,000" in msg and "67,108,864" in msg and "--max-pixel-steps" in msg
+    assert "at most 64 steps fit" in msg
+    assert work_error(10**9, 8, 8, 0) is None  # 0: no limit
+    srv, app = make_app(max_pixel_steps=64 * 64 * 10)
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        assert json.loads(ws.receive_text())["max_pixel_steps"] == 40960
+        ws.send_text(json.dumps({"type": "start", "steps": 11}))
+        err = recv_until(ws, "error")["message"]
+        assert "--max-pixel-steps" in err and "40,960" in err and "at most 10 steps fit" in err
+        assert client.get("/runs").json() == []
+        ws.send_text(json.dumps({"type": "start", "steps": 10}))
+        assert recv_until(ws, "done")["status"] == "done"
+
+
+def test_stop_takes_effect_at_the_next_step_boundary(make_app):
+    """Item 7: stop is read at the end of every step, so the run ends after the step in progress (plus the
+    final image). Measured from the stop: at most two more steps are reported (the one running, and one
+    whose row was already on its way)."""
+    srv, app = make_app()
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        ws.receive_text()
+        ws.send_text(json.dumps({"type": "start", "steps": 1000, "decoder": "latent2rgb", "mode": "sync"}))
+        seen = recv_until(ws, "step")["step"]
+        ws.send_text(json.dumps({"type": "stop"}))
+        done = recv_until(ws, "done")
+    assert done["status"] == "stopped" and done["totals"]["steps"] <= 1000
+    rows = list(csv.DictReader(io.StringIO(TestClient(app).get(f"/runs/{done['run_id']}.csv").text)))
+    assert seen <= len(rows) <= seen + 2
+
+
+@pytest.mark.parametrize("bad", ["x", 1e308, True, -1, 30.5, None])
+def test_guidance_is_validated(bad):
+    with pytest.raises(SettingsError, match="guidance"):
+        RunSettings(guidance=bad)
+
+
+def test_guidance_is_recorded_everywhere(make_app, tmp_path):
+    """Item 10: meta.json (and so /runs and `done`), generations.jsonl and both CSV exports."""
+    data = tmp_path / "runs"
+    srv, app = make_app(data_dir=data)
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        assert json.loads(ws.receive_text())["defaults"]["guidance"] == 7.5
+        for bad in ('"x"', "1e308", "true"):
+            ws.send_text('{"type": "start", "steps": 2, "guidance": %s}' % bad)
+            assert "guidance" in recv_until(ws, "error")["message"]
+        ws.send_text(json.dumps({"type": "start", "steps": 2, "guidance": 1.0}))
+        done = recv_until(ws, "done")
+        rid = done["run_id"]
+        assert done["guidance"] == 1.0
+        assert client.get("/runs").json()[0]["guidance"] == 1.0
+        for url in (f"/runs/{rid}.csv", "/runs.csv"):
+            rows = list(csv.DictReader(io.StringIO(client.get(url).text)))
+            assert len(rows) == 2 and {float(r["guidance"]) for r in rows} == {1.0}
+    assert json.loads((data / rid / "meta.json").read_text())["guidance"] == 1.0
+    assert json.loads((data / "generations.jsonl").read_text().splitlines()[-1])["guidance"] == 1.0
+
+
+def test_disk_reads_never_block_the_event_loop(make_app):
+    """Item 8: a slow listing (here: a 1.5 s disk) runs off the loop; /metrics answers meanwhile."""
+    srv, app = make_app()
+    real = srv.store.runs
+
+    def slow_runs(*a, **kw):
+        time.sleep(1.5)
+        return real(*a, **kw)
+
+    srv.store.runs = slow_runs
+    with live_server(app) as addr:
+        slow = threading.Thread(target=lambda: urllib.request.urlopen(f"http://{addr}/runs", timeout=10).read())
+        slow.start()
+        time.sleep(0.2)
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+            assert r.status == 200
+        took = time.perf_counter() - t0
+        slow.join()
+    assert took < 0.5, took
+
+
+def test_runs_query_is_validated(make_app):
+    srv, app = make_app()
+    with TestClient(app) as client:
+        for q in ("limit=0", "limit=501", "limit=x", "before=../x", "after=1"):
+            r = client.get(f"/runs?{q}")
+            assert r.status_code == 400 and len(r.text) < 200, q
+        assert client.get("/runs?limit=500&before=20261130-120000-001").json() == []
