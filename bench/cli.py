@@ -12,7 +12,7 @@ from preview.models import SYNTHETIC
 from preview.decoders import check_name as check_decoder
 from preview.encoders import ENCODERS
 from preview.settings import Mode, check_mode
-from preview.targets import Target
+from preview.targets import Target, check_target
 from preview.settings import MAX_EVERY, MAX_SIDE, MAX_STEPS, MIN_SIDE, PreviewSettings, RunSettings, SettingsError
 
 T = TypeVar("T")
@@ -128,9 +128,9 @@ def parser() -> Parser:
                    help="also write a torch.profiler Chrome trace of one run (stages as previewlab.* ranges)")
     p.add_argument("--cprofile", type=Path, default=None, help="also write a cProfile dump of one run")
     p.add_argument("--encoder", choices=list(ENCODERS), default="turbojpeg")
-    p.add_argument("--target", choices=list(get_args(Target)), default="auto",
-                   help="what previews show: x0 (the model's predicted clean image), latents (the noisy ones), "
-                        "auto (x0 where the scheduler gives it)")
+    p.add_argument("--target", type=listof(check_target, list(get_args(Target))), default=("auto",),
+                   help="comma-separated: what previews show: x0 (the model's predicted clean image), latents (the "
+                        "noisy ones), auto (x0 where the scheduler gives it); several make an axis")
     p.add_argument("--variant", default=None, help="weights variant of a local folder (fp16); found by itself "
                    "when a folder holds only variant files")
     p.add_argument("--quality", type=quality_value, default=80, help="JPEG/WebP quality 1..100")
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for dtype, offload, comp, cl in variants:
         label = "" if len(variants) == 1 else f"[{dtype} offload={offload} compile={comp} cl={cl}] "
         try:
-            preview = PreviewSettings(decoder="none", encoder=args.encoder, quality=args.quality, target=args.target,
+            preview = PreviewSettings(decoder="none", encoder=args.encoder, quality=args.quality, target=args.target[0],
                                       preview_max=args.preview_max)
             model = load(args.model, taesd=args.taesd, device=args.device, dtype=dtype, seed=args.seed,
                          offload=offload, channels_last=(cl == "on"), variant=args.variant)
@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"bench: {e}", file=sys.stderr)
             return 2
         plan = Plan(settings, args.decoders, args.every, args.repeats, args.warmup, args.direct, args.modes,
-                    args.budget, args.inflight, comp == "decoder")
+                    args.budget, args.inflight, comp == "decoder", args.target if len(args.target) > 1 else ())
         total = len(list(plan.schedule()))
         synth = "synthetic " if model.synthetic else ""
         print(f"{label}{synth}model {model.name} ({model.family}) on {model.device} {dtype}, loaded in "

@@ -14,6 +14,7 @@ from preview.models import Model
 from preview.records import RUN_COLUMNS, STEP_COLUMNS, CsvAppender
 from preview.decoders import DecoderName
 from preview.settings import Mode, PreviewSettings, RunSettings
+from preview.targets import Target
 
 SWEEP_COLUMNS = ("config", "role", "repeat")
 RUNS_CSV_COLUMNS = SWEEP_COLUMNS + RUN_COLUMNS + ("overhead_pct", "pair_overhead_pct")
@@ -32,6 +33,7 @@ class Plan:
     budget: float = 10.0           # percent, for every=auto
     inflight: int = 2
     compile: bool = False
+    targets: tuple[Target, ...] = ()  # an axis of what previews show; () keeps the base settings' target
 
     def configs(self) -> list[PreviewSettings]:
         base, out = self.settings.preview, []
@@ -40,10 +42,11 @@ class Plan:
                 continue
             for e in self.every:
                 for m in self.modes:
-                    if e == "auto":
-                        out.append(replace(base, decoder=d, every=1, budget=self.budget, mode=m))
-                    else:
-                        out.append(replace(base, decoder=d, every=int(e), budget=0.0, mode=m))
+                    for t in self.targets or (base.target,):
+                        if e == "auto":
+                            out.append(replace(base, decoder=d, every=1, budget=self.budget, mode=m, target=t))
+                        else:
+                            out.append(replace(base, decoder=d, every=int(e), budget=0.0, mode=m, target=t))
         return out
 
     def schedule(self) -> Iterator[tuple[str, int, PreviewSettings | None]]:
@@ -71,7 +74,8 @@ def config_name(p: PreviewSettings | None) -> str:
     if p.decoder == "none":
         return "none"
     every = f"auto{p.budget:g}%" if p.budget > 0 else f"every{p.every}"
-    return f"{p.decoder}/{every}/{p.mode}"
+    shown = "" if p.target == "auto" else f"/{p.target}"
+    return f"{p.decoder}/{every}/{p.mode}{shown}"
 
 
 def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Path | None,
