@@ -3,12 +3,23 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 
 from playwright.sync_api import sync_playwright
 
 from tests.conftest import live_server
 
 CHROMIUM = "/usr/bin/chromium"
+
+
+def wait_js(page, expression: str, timeout_s: float = 60) -> None:
+    """page.wait_for_function evaluates its predicate with eval() inside the page, which the page's
+    Content-Security-Policy (script-src 'self') forbids; page.evaluate goes through the debugger instead."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expression):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {expression}")
+        time.sleep(0.05)
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--no-first-run", "--disable-sync"]
 
@@ -20,16 +31,20 @@ def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path):
         page = browser.new_page(accept_downloads=True)
         console_errors: list[str] = []
         page.on("pageerror", lambda e: console_errors.append(str(e)))
+        # a Content-Security-Policy violation is a console message, not a page error
+        page.on("console", lambda m: console_errors.append(m.text) if "Content Security Policy" in m.text else None)
+        listings: list[str] = []  # every request for the run list
+        page.on("request", lambda r: listings.append(r.url) if "/runs?" in r.url or r.url.endswith("/runs") else None)
         page.goto(f"http://{addr}/")
         page.wait_for_selector("#conn.ok")
         assert page.is_visible("#banner")  # the model is synthetic
         page.fill("#steps", "60")
         page.select_option("#decoder", "latent2rgb")
         page.click("#start")
-        page.wait_for_function("Number(document.getElementById('preview').dataset.painted || 0) >= 3")
+        wait_js(page, "Number(document.getElementById('preview').dataset.painted || 0) >= 3")
         page.select_option("#decoder", "taesd")  # a live change, mid-run
-        page.wait_for_function("document.getElementById('preview').dataset.decoder === 'taesd'", timeout=60_000)
-        page.wait_for_function("document.getElementById('f-status').textContent.startsWith('done')", timeout=120_000)
+        wait_js(page, "document.getElementById('preview').dataset.decoder === 'taesd'", 60)
+        wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 120)
         assert "step" in page.text_content("#caption")
         page.wait_for_selector("#runs a.run-csv")
         with page.expect_download() as dl:
@@ -49,7 +64,7 @@ def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path):
         # a second, shorter run; then tick both in the list and compare them side by side
         page.fill("#steps", "4")
         page.click("#start")
-        page.wait_for_function("document.querySelectorAll('#runs tbody tr').length === 2", timeout=120_000)
+        wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 2", 120)
         boxes = page.locator("#runs input.pick")
         boxes.nth(0).check()
         boxes.nth(1).check()
@@ -61,5 +76,11 @@ def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path):
         cells = page.locator("#compare-table tr", has_text="previews").locator("td").all_text_contents()
         a, b = float(cells[1]), float(cells[2])
         assert {a, b} <= set(map(float, range(61))) and max(a, b) > 4 >= min(a, b)  # each run's own count
+        # the list shows each run's guidance; it was filled from the runs' `done`, never by listing them all
+        heads = page.locator("#runs th").all_text_contents()
+        first = page.locator("#runs tbody tr").first.locator("td").all_text_contents()
+        assert first[heads.index("guidance")] == "7.5"
+        # the page load and its first hello at most; before, every finished run fetched the whole list again
+        assert len(listings) <= 2 and all("limit=" in u for u in listings), listings
         assert console_errors == []
         browser.close()

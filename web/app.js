@@ -4,7 +4,9 @@
 
 const $ = (id) => document.getElementById(id);
 const LIVE = ["decoder", "every", "preview_max", "encoder", "quality", "mode", "budget"];
-const NUMERIC = new Set(["steps", "width", "height", "seed", "every", "preview_max", "quality", "budget"]);
+const RUN_FIELDS = ["prompt", "steps", "width", "height", "seed", "guidance"];
+const NUMERIC = new Set(["steps", "width", "height", "seed", "guidance", "every", "preview_max", "quality", "budget"]);
+const PAGE = 50;         // runs per /runs request (the server's default page)
 const STAGES = ["denoise_ms", "decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "render_ms"];
 const DRAW = STAGES.map((_, i) => STAGES.length - 1 - i);  // series order: the top of the stack first
 const COLORS = ["#8da0cb", "#e78ac3", "#fc8d62", "#ffd92f", "#a6d854", "#66c2a5", "#b3b3b3", "#e5c494"];
@@ -66,6 +68,7 @@ function onText(msg) {
       for (const [k, v] of Object.entries(msg.defaults)) if ($(k) && !$(k).dataset.touched && k !== "budget") $(k).value = v;
       $("width").max = $("height").max = msg.max_side;
       if (msg.running) beginRun(msg.running);
+      firstPage.then(fetchNew);  // after a reconnect: only the runs that ended while this tab was away
       break;
     }
     case "run": beginRun(msg); break;
@@ -88,11 +91,12 @@ function beginRun(meta) {
   chartDirty = true;
 }
 
-function endRun(meta) {
-  $("f-status").textContent = `${meta.status} ${meta.run_id}` + (meta.error ? ` (${meta.error})` : "");
+function endRun(msg) {
+  $("f-status").textContent = `${msg.status} ${msg.run_id}` + (msg.error ? ` (${msg.error})` : "");
   $("start").disabled = false;
   $("stop").disabled = true;
-  loadRuns();
+  const { type, ...meta } = msg;
+  addRuns([meta]);  // the end of a run carries its whole record: no need to ask the server again
 }
 
 function row(step) {
@@ -215,7 +219,7 @@ function figuresOf(m) {
 }
 
 const picked = [];
-let runsById = new Map();
+const runsById = new Map();  // every run this tab knows, by id; ids sort by time
 
 function showCompare() {
   const box = $("compare");
@@ -240,15 +244,37 @@ function showCompare() {
   }
 }
 
-async function loadRuns() {
-  const res = await fetch("/runs");
-  const runs = await res.json();
-  runsById = new Map(runs.map((m) => [m.run_id, m]));
+async function fetchRuns(query) {
+  const res = await fetch(`/runs?${query}`);
+  return res.ok ? res.json() : [];
+}
+
+function addRuns(list) {
+  for (const m of list) runsById.set(m.run_id, m);
+  renderRuns();
+}
+
+// Pages of PAGE runs, newest first; "older runs" asks for the page before the oldest shown.
+async function loadOlder() {
+  const oldest = [...runsById.keys()].sort()[0];
+  const list = await fetchRuns(`limit=${PAGE}` + (oldest ? `&before=${encodeURIComponent(oldest)}` : ""));
+  addRuns(list);
+  $("older").hidden = list.length < PAGE;
+}
+
+// After a reconnect: the runs that ended while this tab was away, not the whole list again.
+async function fetchNew() {
+  const newest = [...runsById.keys()].sort().pop();
+  addRuns(await fetchRuns("limit=500" + (newest ? `&after=${encodeURIComponent(newest)}` : "")));
+}
+
+function renderRuns() {
   const body = $("runs").querySelector("tbody");
   body.textContent = "";
-  for (const m of runs.reverse()) {
+  for (const id of [...runsById.keys()].sort().reverse()) {
+    const m = runsById.get(id);
     const tr = document.createElement("tr");
-    const f = figuresOf(m);
+    const f = m.status === "damaged" ? null : figuresOf(m);
     const box = document.createElement("input");
     box.type = "checkbox";
     box.className = "pick";
@@ -265,18 +291,27 @@ async function loadRuns() {
     tdBox.appendChild(box);
     tr.appendChild(tdBox);
     const every = m.budget > 0 ? `auto ${m.budget}%` : m.every;
-    const cells = [m.run_id, m.status, m.decoder, every, m.mode, m.steps, `${m.width}x${m.height}`,
+    const status = m.damaged && m.status !== "damaged" ? `${m.status} (damaged)` : m.status;
+    const size = m.width === undefined ? "" : `${m.width}x${m.height}`;
+    const cells = [m.run_id, status, m.decoder, every, m.mode, m.steps, size, m.guidance,
                    f ? f.wall_s.toFixed(2) : "", f ? f.denoise_per_step.toFixed(1) : "",
                    f ? f.preview_on_path.toFixed(0) : "", f ? f.overhead_pct.toFixed(1) : "",
                    f ? f.previews : "", f ? f.kb_per_frame.toFixed(1) : ""];
-    for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.appendChild(td); }
+    for (const c of cells) {
+      const td = document.createElement("td");
+      td.textContent = c === undefined || c === null ? "" : c;
+      tr.appendChild(td);
+    }
+    if (m.damaged) { tr.title = m.damaged; tr.className = "damaged"; }
     const td = document.createElement("td");
-    const a = document.createElement("a");
-    a.href = `/runs/${encodeURIComponent(m.run_id)}.csv`;
-    a.textContent = "CSV";
-    a.download = `previewlab-${m.run_id}.csv`;
-    a.className = "run-csv";
-    td.appendChild(a);
+    if (m.status !== "damaged" && !m.damaged) {
+      const a = document.createElement("a");
+      a.href = `/runs/${encodeURIComponent(m.run_id)}.csv`;
+      a.textContent = "CSV";
+      a.download = `previewlab-${m.run_id}.csv`;
+      a.className = "run-csv";
+      td.appendChild(a);
+    }
     tr.appendChild(td);
     body.appendChild(tr);
   }
@@ -285,7 +320,7 @@ async function loadRuns() {
 $("start-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const msg = { type: "start", ...previewFields(LIVE) };
-  for (const k of ["prompt", "steps", "width", "height", "seed"]) msg[k] = value(k);
+  for (const k of RUN_FIELDS) msg[k] = value(k);
   send(msg);
 });
 $("stop").addEventListener("click", () => send({ type: "stop" }));
@@ -294,9 +329,10 @@ for (const k of LIVE) {
     if (run && $("stop").disabled === false) send({ type: "set", ...previewFields([k]) });
   });
 }
-for (const k of ["prompt", "steps", "width", "height", "seed"]) $(k).addEventListener("input", () => { $(k).dataset.touched = "1"; });
+for (const k of RUN_FIELDS) $(k).addEventListener("input", () => { $(k).dataset.touched = "1"; });
+$("older").addEventListener("click", loadOlder);
 
 makeChart();
+const firstPage = loadOlder();
 connect();
-loadRuns();
 requestAnimationFrame(redraw);
