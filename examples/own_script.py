@@ -14,7 +14,12 @@ from preview.models import synthetic_pipeline
 
 pipe = synthetic_pipeline("synthetic:small")  # stands in for your own pipeline
 
-watch = preview_watch(pipe, decoder="latent2rgb", every=2, serve="--serve" in sys.argv)
+watch = preview_watch(pipe, decoder="latent2rgb", every=2)
+page = None
+if "--serve" in sys.argv:  # the live page: the server takes the watch
+    from server.embedded import serve
+
+    page = serve(watch, port=8000)
 image = pipe("a lighthouse on a cliff at dusk", num_inference_steps=10, height=256, width=256,
              generator=torch.Generator().manual_seed(0),
              callback_on_step_end=watch, callback_on_step_end_tensor_inputs=watch.tensor_inputs).images[0]
@@ -26,6 +31,6 @@ print(f"wall {rec.wall_s:.2f} s = text {rec.text_encode_ms:.0f} ms + denoise {re
       f"{rec.preview_ms:.1f} ms ({rec.previews} frames, {rec.bytes} bytes) + final decode {rec.final_decode_ms:.0f} ms "
       f"+ PNG {rec.final_encode_ms:.0f} ms + write {rec.write_ms:.1f} ms + other {rec.other_ms:.0f} ms")
 print("per-step rows in own_script.csv; image in own_script.png")
-if "--serve" in sys.argv:
-    input(f"the page is at {watch.server.url}; press Enter to quit ")
+if page is not None:
+    input(f"the page is at {page.url}; press Enter to quit ")
 watch.remove()

@@ -9,9 +9,13 @@ from typing import Any
 
 
 def watch(pipe: Any, **kw: Any) -> Any:
-    """A diffusers step-end callback that measures (and with serve=True shows) your pipeline's previews."""
+    """A diffusers step-end callback that measures your pipeline's previews. To see them live:
+    `from server.embedded import serve; serve(watch)` (the server takes the watch: the core never imports it)."""
     from .callback import Watch
 
+    if "serve" in kw:
+        raise TypeError("watch(serve=...) is gone: make the watch, then `from server.embedded import serve; "
+                        "serve(watch, port=8000)`")
     return Watch(pipe, **kw)
 
 

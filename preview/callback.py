@@ -16,7 +16,7 @@ import math
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ from diffusers.callbacks import PipelineCallback
 
 from .decoders import DecoderError, DecoderName
 from .encoders import EncoderName
-from .engine import Controls, Previewer, StepMeter, cpu_schedule, run_record, save_image
+from .engine import Controls, Frame, Previewer, StepMeter, cpu_schedule, run_record, save_image
 from .families import Family, latent_space
 from .models import Model, denoiser, load_taesd
 from .records import STEP_COLUMNS, RunRecord, StepRow, to_csv_text
@@ -63,13 +63,24 @@ def image_size(model: Model, latents: torch.Tensor, size: tuple[int, int] | None
     return side, side
 
 
+class Sink(Protocol):
+    """Where a watch's runs go besides its own rows and records (the embedded server, say). Every method is
+    called from the denoising thread and must return at once."""
+
+    def started(self, meta: dict[str, Any]) -> None: ...
+    def row(self, row: StepRow) -> None: ...
+    def frame(self, frame: Frame) -> None: ...
+    def error(self, message: str) -> None: ...
+    def ended(self, meta: dict[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
 class Watch(PipelineCallback):
     tensor_inputs = ["latents"]
 
     def __init__(self, pipe: Any, *, decoder: DecoderName = "latent2rgb", every: int = 1, taesd: str | None = None,
                  mode: Mode = "overlap", encoder: EncoderName = "turbojpeg", quality: int = 80, preview_max: int = 0,
-                 budget: float = 0.0, target: Target = "auto", inflight: int = 2, serve: bool = False, host: str = "127.0.0.1",
-                 port: int = 8000, data_dir: str | Path = "runs", clock: Clock = time.perf_counter,
+                 budget: float = 0.0, target: Target = "auto", inflight: int = 2, clock: Clock = time.perf_counter,
                  device: Device | None = None, size: tuple[int, int] | None = None) -> None:
         """size: (height, width) of the images, for FLUX pipelines at a non-square size (their packed latents
         do not say it). clock and device are for tests: a fake host clock and a fake asynchronous device."""
@@ -96,12 +107,17 @@ class Watch(PipelineCallback):
         self._n = 0
         self._hooks: list[Any] = []
         self._unet_hook: Any = None
-        self.server: Any = None
+        self.sink: Sink | None = None  # attach(): the live page (server.embedded.serve(watch) attaches itself)
         self._hook()
-        if serve:
-            from server.embedded import serve as start_server
 
-            self.server = start_server(self, host=host, port=port, data_dir=Path(data_dir))
+    def attach(self, sink: Sink | None) -> None:
+        """Send this watch's runs, rows, frames and errors to `sink` too (None detaches)."""
+        self.sink = sink
+
+    @property
+    def running(self) -> bool:
+        """A pipeline call is between its first step and its last."""
+        return self.meter is not None and not self._call.get("finished")
 
     # -- the call's phases, from hooks on the user's own modules ----------------------------------------------
     def _hook(self) -> None:
@@ -174,18 +190,18 @@ class Watch(PipelineCallback):
         timesteps = cpu_schedule(pipeline.scheduler, steps)
         h, w = image_size(self.model, latents, self.size)
         self._rows = []
-        server = self.server
+        sink = self.sink
         self.meter = StepMeter(self.model, self.controls, self.run_id, width=w, height=h, steps=steps,
                                timesteps=timesteps, previewer=self.previewer, inflight=self.inflight,
-                               on_row=self._row, on_frame=server.frame_from_thread if server else None,
-                               on_error=server.error_from_thread if server else None,
+                               on_row=self._row, on_frame=sink.frame if sink else None,
+                               on_error=sink.error if sink else None,
                                should_stop=self._stop.is_set, clock=self.clock, sw=self.sw, tap=self.tap)
         self.meter.begin(self._call.get("denoise0"))
         self._call["steps"], self._call["width"], self._call["height"] = steps, w, h
         self._call.setdefault("t0", self.clock())
         self._stop.clear()
-        if server:
-            server.started_from_thread(self._meta())
+        if sink:
+            sink.started(self._meta())
 
     @property
     def rows(self) -> list[StepRow]:
@@ -196,8 +212,8 @@ class Watch(PipelineCallback):
 
     def _row(self, row: StepRow) -> None:
         self._rows.append(row)
-        if self.server:
-            self.server.row_from_thread(row)
+        if self.sink:
+            self.sink.row(row)
 
     def _end_denoise(self) -> None:
         # Rows still waiting on the device or the encode thread are handed over when the call is closed or
@@ -243,8 +259,8 @@ class Watch(PipelineCallback):
                          status="done" if len(meter.rows) >= c.get("steps", 0) else "stopped", first_run=0,
                          inflight_peak=peak, compile=0, compile_ms=0.0)
         self.records.append(rec)
-        if self.server:
-            self.server.ended_from_thread({**self._meta(meter.run_id), "status": rec.status,
+        if self.sink:
+            self.sink.ended({**self._meta(meter.run_id), "status": rec.status,
                                            "totals": rec.__dict__})
         return rec
 
@@ -290,6 +306,6 @@ class Watch(PipelineCallback):
             self._unet_hook.remove()
             self._unet_hook = None
         self.tap.remove()
-        if self.server:
-            self.server.shutdown()
+        if self.sink:
+            self.sink.close()
 

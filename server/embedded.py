@@ -1,4 +1,5 @@
-"""The live page for a user's own pipeline: preview.watch(pipe, serve=True) runs the server in a thread.
+"""The live page for a user's own pipeline: serve(watch) runs the server in a thread and attaches itself to the
+watch as its sink (preview.callback.Sink): the core never imports the server.
 
 The user's code owns the pipeline and its loop; this side only shows what the watch measures. Start is
 refused (generations come from the script); set changes the watch's live controls; stop interrupts the
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from preview.engine import Frame
+from preview.frames import Frame
 from preview.records import StepRow
 
 from .app import Server, build_app
@@ -27,7 +28,7 @@ class WatchSource:
 
     @property
     def state(self) -> str:
-        return "running" if self.watch.meter is not None and not self.watch._call.get("finished") else "idle"
+        return "running" if self.watch.running else "idle"
 
     def start(self, settings: Any) -> dict[str, Any]:
         raise Busy("this page watches a script's own pipeline: start generations from the script")
@@ -46,7 +47,7 @@ class WatchSource:
 
 
 class Embedded:
-    """Thread-safe doors from the denoising thread into the server's event loop; none of them waits."""
+    """The watch's sink: thread-safe doors from the denoising thread into the server's event loop; none waits."""
 
     def __init__(self, server: Server, uv: Any, thread: threading.Thread, loop: asyncio.AbstractEventLoop,
                  url: str) -> None:
@@ -55,36 +56,39 @@ class Embedded:
     def _call(self, fn: Any, *args: Any) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
 
-    def started_from_thread(self, meta: dict[str, Any]) -> None:
+    def started(self, meta: dict[str, Any]) -> None:
         def begin() -> None:
             self.server.store.begin(meta)
             self.server.run_started(meta)
         self._call(begin)
 
-    def row_from_thread(self, row: StepRow) -> None:
+    def row(self, row: StepRow) -> None:
         self._call(self.server.row, row)
 
-    def frame_from_thread(self, frame: Frame) -> None:
+    def frame(self, frame: Frame) -> None:
         self._call(self.server.frame, frame)
 
-    def error_from_thread(self, message: str) -> None:
+    def error(self, message: str) -> None:
         self._call(self.server.error, "", message)
 
-    def ended_from_thread(self, meta: dict[str, Any]) -> None:
+    def ended(self, meta: dict[str, Any]) -> None:
         self._call(self.server.run_ended, meta)
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         self.uv.should_exit = True
         self.thread.join(30)
 
 
-def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: Path = Path("runs")) -> Embedded:
+
+def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: str | Path = Path("runs")) -> Embedded:
+    """The live page for `watch` (a preview.watch): starts uvicorn in a thread and attaches it to the watch.
+    watch.remove() (or the returned object's close()) stops it."""
     import uvicorn
 
     from .http11 import connection_limits
     from .protocol import MAX_MESSAGE_BYTES
 
-    server = Server(watch.model, data_dir, source=WatchSource(watch))
+    server = Server(watch.model, Path(data_dir), source=WatchSource(watch))
     config = uvicorn.Config(build_app(server), host=host, port=port, log_level="warning", ws_max_size=MAX_MESSAGE_BYTES,
                             **connection_limits(server.max_clients))
     uv = uvicorn.Server(config)
@@ -106,4 +110,6 @@ def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: Pa
     port = uv.servers[0].sockets[0].getsockname()[1] if port == 0 else port
     url = f"http://{host}:{port}/"
     print(f"previewlab: watching {watch.model.name}; open {url}", flush=True)
-    return Embedded(server, uv, t, holder["loop"], url)
+    embedded = Embedded(server, uv, t, holder["loop"], url)
+    watch.attach(embedded)
+    return embedded

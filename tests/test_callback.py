@@ -16,6 +16,7 @@ from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 from preview import watch as preview_watch
 from preview.models import synthetic_pipeline
 from preview.records import STEP_COLUMNS
+from server.embedded import serve
 from server.protocol import unpack_frame
 
 
@@ -88,8 +89,10 @@ def test_runs_beside_a_users_own_callback(pipe):
 
 
 def test_serve_shows_the_users_run_over_ws(pipe, tmp_path):
-    w = preview_watch(pipe, decoder="latent2rgb", serve=True, port=0, data_dir=tmp_path)
-    url = w.server.url.replace("http", "ws") + "ws"
+    w = preview_watch(pipe, decoder="latent2rgb")
+    page = serve(w, port=0, data_dir=tmp_path)
+    assert w.sink is page
+    url = page.url.replace("http", "ws") + "ws"
 
     async def watch_it():
         frames, steps, done = [], [], None
