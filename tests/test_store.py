@@ -151,3 +151,16 @@ def test_export_carries_guidance_from_the_run(tmp_path):
     make_run(tmp_path, GOOD, guidance=1.0)
     rows = export(Store(tmp_path))
     assert list(rows[0]) == list(EXPORT_COLUMNS) and {float(r["guidance"]) for r in rows} == {1.0}
+
+
+def test_an_unchanged_run_is_parsed_once_for_any_number_of_exports(tmp_path, monkeypatch):
+    make_run(tmp_path, GOOD)
+    store = Store(tmp_path)
+    parsed: list[str] = []
+    real = store.rows
+    monkeypatch.setattr(store, "rows", lambda rid: parsed.append(rid) or real(rid))
+    first = store.csv(store.ids())
+    assert store.csv(store.ids()) == first and parsed == [GOOD]
+    with open(tmp_path / GOOD / "steps.csv", "a") as f:  # a run still writing: its next export sees the row
+        f.write(",".join(GOOD if c == "run_id" else "3" if c == "step" else "" for c in STEP_COLUMNS) + "\n")
+    assert len(export(store)) == 3 and parsed == [GOOD, GOOD]
