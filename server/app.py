@@ -9,7 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, TypeVar, get_args
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,10 +19,13 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
+from preview.decoders import DECODERS
+from preview.encoders import ENCODERS
 from preview.engine import Frame
 from preview.models import Model
 from preview.records import StepRow
-from preview.settings import PreviewSettings, RunSettings, SettingsError
+from preview.settings import Mode, PreviewSettings, RunSettings, SettingsError
+from preview.targets import Target
 
 from . import protocol
 from .guard import Guard
@@ -184,7 +187,10 @@ class Server(Listener):
                                 for k in ("prompt", "steps", "width", "height", "seed", "guidance")},
                              **asdict(self.defaults.preview)},
                 "max_side": self.defaults.max_side, "max_pixel_steps": self.max_pixel_steps,
-                "taesd": m.taesd is not None, "running": self.current}
+                "taesd": m.taesd is not None, "running": self.current,
+                # the page's choices come from the registries, so a new decoder or encoder needs no page edit
+                "choices": {"decoder": list(DECODERS), "encoder": [e for e in ENCODERS if e != "nvjpeg" or m.device.type == "cuda"], "mode": list(get_args(Mode)),
+                            "target": list(get_args(Target))}}
 
 
 def page_args(query: Any) -> tuple[int, str | None, str | None]:

@@ -25,6 +25,11 @@ def test_hello_start_refuse_stop_and_csv(make_app):
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
         hello = json.loads(ws.receive_text())
         assert hello["type"] == "hello" and hello["synthetic"] is True and hello["defaults"]["width"] == 64
+        # the page's options come from the registries (a CPU server does not offer nvjpeg)
+        assert hello["choices"] == {"decoder": ["none", "latent2rgb", "taesd", "vae"],
+                                    "encoder": ["turbojpeg", "pillow", "webp", "png"],
+                                    "mode": ["sync", "overlap"], "target": ["auto", "x0", "latents"]}
+        assert hello["defaults"]["target"] == "auto"
         ws.send_text(json.dumps({"type": "set", "decoder": "vae"}))
         assert "no generation is running" in recv_until(ws, "error")["message"]
         ws.send_text(json.dumps({"type": "start", "steps": 500, "decoder": "latent2rgb", "every": 2}))

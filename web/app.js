@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const LIVE = ["decoder", "every", "preview_max", "encoder", "quality", "mode", "budget"];
+const LIVE = ["decoder", "every", "preview_max", "encoder", "quality", "mode", "budget", "target"];
 const RUN_FIELDS = ["prompt", "steps", "width", "height", "seed", "guidance"];
 const NUMERIC = new Set(["steps", "width", "height", "seed", "guidance", "every", "preview_max", "quality", "budget"]);
 const PAGE = 50;         // runs per /runs request (the server's default page)
@@ -65,6 +65,12 @@ function onText(msg) {
     case "hello": {
       $("model").textContent = `${msg.model} · ${msg.device} ${msg.dtype}`;
       $("banner").hidden = !msg.synthetic;
+      // the choices come from the server's registries (decoders, encoders, modes, targets)
+      for (const [k, names] of Object.entries(msg.choices || {})) {
+        const sel = $(k);
+        if (!sel || sel.options.length === names.length) continue;
+        sel.replaceChildren(...names.map((n) => Object.assign(document.createElement("option"), { textContent: n })));
+      }
       for (const [k, v] of Object.entries(msg.defaults)) if ($(k) && !$(k).dataset.touched && k !== "budget") $(k).value = v;
       $("width").max = $("height").max = msg.max_side;
       if (msg.running) beginRun(msg.running);
