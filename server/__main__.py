@@ -103,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import uvicorn
 
+    from .protocol import MAX_MESSAGE_BYTES
     from .app import Server, build_app
     from .http11 import connection_limits
 
@@ -136,16 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             task = asyncio.get_event_loop().create_task(server.graceful())
             task.add_done_callback(lambda _: uvicorn.Server.handle_exit(self, sig, frame))  # type: ignore[arg-type]
 
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", ws_max_size=protocol_max(),
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", ws_max_size=MAX_MESSAGE_BYTES,
                             **connection_limits(args.max_clients))
     Graceful(config).run()
     return 0
 
-
-def protocol_max() -> int:
-    from .protocol import MAX_MESSAGE_BYTES
-
-    return MAX_MESSAGE_BYTES
 
 
 if __name__ == "__main__":

@@ -36,7 +36,14 @@ class Start:
 
 @dataclass(frozen=True)
 class Set:
-    changes: dict[str, Any]
+    """Validated once, here: the named fields, and the preview settings they make on top of the defaults."""
+    fields: tuple[str, ...]
+    settings: PreviewSettings
+
+    @property
+    def changes(self) -> dict[str, Any]:
+        """The named fields' values, typed and checked (taken from the validated settings, not the raw JSON)."""
+        return {f: getattr(self.settings, f) for f in self.fields}
 
 
 @dataclass(frozen=True)
@@ -116,10 +123,10 @@ def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int) -> Message:
             raise ProtocolError(f"set: name at least one of {', '.join(PREVIEW_FIELDS)}")
         msg = _auto(msg, defaults.preview.budget)
         try:
-            PreviewSettings(**{**defaults.preview.__dict__, **msg})  # validates every named field
+            checked = PreviewSettings(**{**defaults.preview.__dict__, **msg})  # validates every named field
         except SettingsError as e:
             raise ProtocolError(clip(str(e))) from None
-        return Set(msg)
+        return Set(tuple(msg), checked)
     _no_extra(kind, msg, RUN_FIELDS + PREVIEW_FIELDS)
     msg = _auto(msg, defaults.preview.budget)
     run = {k: v for k, v in msg.items() if k in RUN_FIELDS}

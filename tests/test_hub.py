@@ -1,0 +1,62 @@
+"""The hub over Starlette's real WebSocket, driven through an in-memory ASGI transport (as Starlette's own
+tests do): one-frame slots that keep only the newest frame, drops counted, text in order."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.websockets import WebSocket
+
+from server.hub import Hub, Packed
+
+
+class Transport:
+    """The ASGI side of one socket: what the server sent, and a gate that holds every send while closed."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def receive(self) -> dict[str, Any]:
+        return {"type": "websocket.connect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "websocket.send":
+            await self.gate.wait()
+        self.sent.append(message)
+
+
+async def connected(t: Transport) -> WebSocket:
+    ws = WebSocket({"type": "websocket", "path": "/ws", "headers": []}, t.receive, t.send)
+    await ws.accept()
+    return ws
+
+
+def test_a_blocked_client_keeps_only_the_newest_frame_and_counts_the_rest():
+    async def scenario() -> tuple[list[dict[str, Any]], int, list[int]]:
+        t = Transport()
+        hub = Hub(send_timeout_s=5)
+        dropped: list[int] = []
+        hub.on_drop = lambda c, p: dropped.append(p.seq)
+        c = hub.add(await connected(t))
+        t.gate.clear()                       # the peer stops reading
+        hub.text({"type": "step", "step": 1})
+        await asyncio.sleep(0)               # the sender is now blocked inside that send
+        for seq in range(1, 6):
+            hub.frame(Packed("r", seq, seq, bytes([seq]) * 10))
+        hub.text({"type": "step", "step": 2})
+        t.gate.set()
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if sum(m.get("bytes") is not None for m in t.sent) >= 1 and len(t.sent) >= 4:
+                break
+        await hub.remove(c)
+        return t.sent, c.frames_dropped, dropped
+
+    sent, n_dropped, dropped = asyncio.run(scenario())
+    texts = [m["text"] for m in sent if m.get("text")]
+    frames = [m["bytes"] for m in sent if m.get("bytes") is not None]
+    assert texts == ['{"type":"step","step":1}', '{"type":"step","step":2}']  # in order, none lost
+    assert frames == [bytes([5]) * 10]        # only the newest frame went out
+    assert n_dropped == 4 and dropped == [1, 2, 3, 4]

@@ -1,0 +1,52 @@
+"""The WebSocket protocol's one validator: typed messages in, one-line errors out; frames packed and unpacked."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from preview.settings import RunSettings
+from server import protocol
+from server.protocol import Ack, ProtocolError, Set, Start, Stop, pack_frame, parse, unpack_frame
+
+DEFAULTS = RunSettings(steps=20, width=64, height=64, max_side=256)
+
+
+def test_each_message_type_becomes_a_typed_value():
+    start = parse(json.dumps({"type": "start", "steps": 5, "decoder": "taesd", "target": "x0"}), defaults=DEFAULTS)
+    assert isinstance(start, Start) and start.settings.steps == 5 and start.settings.preview.target == "x0"
+    assert start.settings.width == 64  # the defaults fill what the message leaves out
+    assert isinstance(parse('{"type": "stop"}', defaults=DEFAULTS), Stop)
+    ack = parse('{"type": "ack", "seq": 3, "client_paint_ms": 1.5}', defaults=DEFAULTS)
+    assert ack == Ack(3, 0.0, 1.5)
+
+
+def test_set_is_validated_once_and_carries_typed_values():
+    msg = parse('{"type": "set", "every": "auto", "quality": 50}', defaults=DEFAULTS)
+    assert isinstance(msg, Set)
+    # "auto" became the autopilot: every 1 with the default budget; the values come from the checked settings
+    assert msg.changes == {"every": 1, "quality": 50, "budget": protocol.AUTO_BUDGET}
+    assert msg.settings.quality == 50 and set(msg.fields) == {"every", "quality", "budget"}
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('{"type": "set", "decoder": "vqgan"}', "decoder='vqgan': allowed are none, latent2rgb, taesd, vae"),
+    ('{"type": "set"}', "set: name at least one of"),
+    ('{"type": "start", "steps": true}', "steps=True: must be an integer"),
+    ('{"type": "start", "width": 4096}', "width=4096"),
+    ('{"type": "nope"}', "type: unknown 'nope'; allowed are start, set, stop, ack"),
+    ('{"type": "start", "guidance": "x"}', "guidance"),
+    ('[' * 60000, "nested"),
+    ('{"type": "ack", "seq": -1}', "seq: must be an integer"),
+])
+def test_bad_messages_are_one_line_errors(text, needle):
+    with pytest.raises(ProtocolError) as e:
+        parse(text, defaults=DEFAULTS)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+    assert len(str(e.value)) <= 300
+
+
+def test_frames_round_trip():
+    header = {"run_id": "r", "step": 3, "seq": 9, "format": "jpeg"}
+    h, data = unpack_frame(pack_frame(header, b"\xff\xd8jpeg"))
+    assert h == header and data == b"\xff\xd8jpeg"
