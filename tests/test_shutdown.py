@@ -155,3 +155,30 @@ def test_a_wildcard_bind_prints_a_url_its_own_guard_accepts():
         assert parsed is not None and parsed[0] in guard.hosts, (host, extra, url)
         assert url.endswith("?token=tok")
         assert ("--allow-host" in note) == (host in ("0.0.0.0", "::") and not extra)
+
+
+def test_a_huge_head_gets_400_and_a_slow_body_is_closed(make_app):
+    """The head is capped at 16 KiB; a body sent slowly after its response was made holds nothing either."""
+    srv, app = make_app(hosts=("127.0.0.1",))
+    with live_server(app, **connection_limits(srv.max_clients, head_timeout_s=0.5)) as addr:
+        host, port = addr.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as big:
+            big.sendall(b"GET /runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 20_000)
+            big.settimeout(5)
+            assert big.recv(100).startswith(b"HTTP/1.1 400")
+        with socket.create_connection((host, int(port))) as slow:
+            slow.sendall(b"POST /runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n")
+            slow.settimeout(0.1)
+            t0, answer = time.monotonic(), b""
+            while time.monotonic() - t0 < 5:
+                try:
+                    slow.sendall(b"x")
+                    chunk = slow.recv(4096)
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 405") and time.monotonic() - t0 < 2.5
