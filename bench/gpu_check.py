@@ -27,7 +27,7 @@ from preview.engine import Previewer, Run, generate
 from preview import encoders
 from preview.encoders import ENCODERS
 from preview.models import Model, load
-from preview.records import CsvAppender
+from preview.csv_writer import CsvAppender
 from preview.settings import PreviewSettings, RunSettings
 
 NONE = PreviewSettings(decoder="none", mode="overlap")

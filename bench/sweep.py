@@ -11,7 +11,8 @@ import torch
 
 from preview.engine import Previewer, Run, final_image, generate, run_record, save_image
 from preview.models import Model
-from preview.records import RUN_COLUMNS, STEP_COLUMNS, CsvAppender
+from preview.csv_writer import CsvAppender
+from preview.records import RUN_COLUMNS, STEP_COLUMNS
 from preview.decoders import DecoderName
 from preview.settings import Mode, PreviewSettings, RunSettings
 from preview.targets import Target

@@ -27,7 +27,8 @@ from .encoders import EncoderName
 from .engine import Controls, Frame, Previewer, StepMeter, cpu_schedule, run_record, save_image
 from .families import Family, latent_space
 from .models import Model, denoiser, load_taesd
-from .records import STEP_COLUMNS, RunRecord, StepRow, to_csv_text
+from .csv_writer import to_csv_text
+from .records import STEP_COLUMNS, RunRecord, StepRow
 from .settings import Mode, PreviewSettings
 from .stopwatch import Clock, Device, Stopwatch
 from .targets import Target, X0Tap

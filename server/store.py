@@ -26,7 +26,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from preview.records import STEP_COLUMNS, CsvAppender, StepRow, as_csv_row
+from preview.csv_writer import CsvAppender, as_csv_row
+from preview.records import STEP_COLUMNS, StepRow
 
 from .limits import DEFAULT_KEEP_RUNS
 

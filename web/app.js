@@ -119,7 +119,7 @@ function onStep(msg) {
   let denoise = 0, preview = 0;
   for (const r of run.rows.values()) {
     denoise += r.denoise_ms || 0;
-    preview += onPath(r, run.meta.device);
+    preview += onPath(r);
   }
   $("f-overhead").textContent = denoise ? `${(100 * preview / denoise).toFixed(1)} % (${preview.toFixed(0)} of ${denoise.toFixed(0)} ms)` : "–";
   chartDirty = true;
@@ -206,11 +206,10 @@ function redraw() {
   requestAnimationFrame(redraw);
 }
 
-// The preview time that ran on the denoising path (as preview/meter.py on_path_ms): sync mode, all of it;
-// overlap on a CPU, decode and resize; overlap on CUDA, none (its cost shows as slower steps).
-function onPath(r, device) {
-  if (r.mode === "sync") return (r.decode_ms || 0) + (r.sync_ms || 0) + (r.transfer_ms || 0) + (r.resize_ms || 0) + (r.encode_ms || 0);
-  return device === "cuda" ? 0 : (r.decode_ms || 0) + (r.resize_ms || 0);
+// The preview time that ran on the denoising path: the figure the core computed (preview/records.py
+// on_path_ms), carried by every step row and run total; the page never recomputes it.
+function onPath(r) {
+  return r.on_path_ms || 0;
 }
 
 // One run's figures from its totals: what the page's table and comparison show.
@@ -218,7 +217,7 @@ function figuresOf(m) {
   const t = m.totals;
   if (!t) return null;
   const steps = Math.max(1, t.steps);
-  const onPathMs = onPath(t, t.device);
+  const onPathMs = onPath(t);
   return { wall_s: t.wall_s, denoise_per_step: t.denoise_ms / steps, preview_on_path: onPathMs,
            overhead_pct: t.denoise_ms ? 100 * onPathMs / t.denoise_ms : 0, previews: t.previews,
            kb_per_frame: t.previews ? t.bytes / t.previews / 1024 : 0, decode_ms: t.decode_ms, encode_ms: t.encode_ms };

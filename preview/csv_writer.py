@@ -1,0 +1,65 @@
+"""Writing records as CSV: append-only files that survive a kill, and CSV text for exports.
+
+The records (records.py) are plain data; this module is the one place in the core that writes them.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable
+
+
+def _cell(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return v
+
+
+def as_csv_row(record: Any, columns: Iterable[str], extra: dict[str, Any] | None = None) -> list[Any]:
+    d = asdict(record) if not isinstance(record, dict) else record
+    if extra:
+        d = {**d, **extra}
+    return [_cell(d.get(c)) for c in columns]
+
+
+class CsvAppender:
+    """Appends rows and flushes each batch to disk, so a killed process leaves every written row readable."""
+
+    def __init__(self, path: Path, columns: Iterable[str], fsync: bool = True) -> None:
+        """fsync=False: flush to the OS only, which a killed process cannot lose (a power cut can)."""
+        self.path, self.columns, self.fsync = Path(path), tuple(columns), fsync
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not self.path.exists() or self.path.stat().st_size == 0
+        self._f = open(self.path, "a", newline="", encoding="utf-8")
+        self._w = csv.writer(self._f)
+        if fresh:
+            self._w.writerow(self.columns)
+            self._flush()
+
+    def append(self, rows: Iterable[Any], extra: dict[str, Any] | None = None) -> None:
+        for r in rows:
+            self._w.writerow(as_csv_row(r, self.columns, extra))
+        self._flush()
+
+    def _flush(self) -> None:
+        self._f.flush()
+        if self.fsync:
+            os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def to_csv_text(rows: Iterable[Any], columns: Iterable[str]) -> str:
+    cols = tuple(columns)
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(cols)
+    for r in rows:
+        w.writerow(as_csv_row(r, cols))
+    return buf.getvalue()
