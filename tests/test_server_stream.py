@@ -13,7 +13,8 @@ from server.protocol import unpack_frame
 from tests.conftest import live_server
 
 
-async def watch(url: str, start: dict | None, switch_at: int | None = None, ack: bool = True):
+async def watch(url: str, start: dict | None, switch_at: int | None = None, ack: bool = True,
+                first_frame: asyncio.Event | None = None):
     frames, steps, done = [], [], None
     async with websockets.connect(url, max_size=None) as ws:
         json.loads(await ws.recv())  # hello
@@ -24,6 +25,8 @@ async def watch(url: str, start: dict | None, switch_at: int | None = None, ack:
             if isinstance(m, bytes):
                 header, data = unpack_frame(m)
                 frames.append((header, data))
+                if first_frame is not None:
+                    first_frame.set()
                 if switch_at is not None and header["step"] == switch_at:
                     await ws.send(json.dumps({"type": "set", "decoder": "vae"}))
                 if ack:
@@ -66,8 +69,9 @@ def test_two_watchers_share_frames_and_a_late_one_joins_at_the_next_frame(make_a
     srv, app = make_app()
 
     async def both(url):
-        first = asyncio.create_task(watch(url, {"steps": 40, "decoder": "latent2rgb"}))
-        await asyncio.sleep(0.5)
+        going = asyncio.Event()  # the late watcher joins once frames flow, however long the run takes to start
+        first = asyncio.create_task(watch(url, {"steps": 40, "decoder": "latent2rgb"}, first_frame=going))
+        await asyncio.wait_for(going.wait(), 60)
         second = await watch(url, None)
         return await first, second
 
