@@ -101,7 +101,7 @@ def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Pa
     rec = run_record(model, run_id, [], wall_ms=wall * 1e3, phases=phases, steps=settings.steps,
                      width=settings.width, height=settings.height, seed=settings.seed, decoder="direct", every=0,
                      encoder="", quality=0, preview_max=0, mode="direct", budget=0.0, target="", status="done", first_run=0,
-                     inflight_peak=0, compile=0, compile_ms=0.0)
+                     inflight_peak=0, compile=0, compile_ms=0.0, guidance=settings.guidance)
     return Run(rec, [], image)
 
 

@@ -201,6 +201,6 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
                         every=start_settings.every, encoder=start_encoder, quality=start_settings.quality,
                         preview_max=start_settings.preview_max, mode=start_settings.mode,
                         budget=start_settings.budget, target=start_settings.target, status=status,
-                        first_run=int(first_run), inflight_peak=peak,
+                        first_run=int(first_run), inflight_peak=peak, guidance=settings.guidance,
                         compile=int(prev.compile), compile_ms=compile_ms)
     return Run(record, meter.rows, image)

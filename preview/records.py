@@ -135,6 +135,7 @@ class RunRecord:
     channels_last: int
     compile_ms: float     # compiling the starting decoder, before the run's clock starts (not in wall_s)
     vae_copy_mb: float = 0.0  # previewlab's own float32 copy of an SDXL float16 VAE's decoder (never cast in place)
+    guidance: float | None = None  # classifier-free guidance scale of the run (None: the user's own call)
 
     @property
     def preview_ms(self) -> float:
