@@ -12,7 +12,7 @@ $(VENV_STAMP): pyproject.toml
 	touch $@
 
 typecheck: $(VENV_STAMP)
-	$(PY) -m mypy preview bench server
+	$(PY) -m mypy --explicit-package-bases preview bench server tests
 
 test: $(VENV_STAMP) typecheck
 	$(PY) -m pytest -q tests

@@ -45,7 +45,7 @@ def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path):
         page.select_option("#decoder", "taesd")  # a live change, mid-run
         wait_js(page, "document.getElementById('preview').dataset.decoder === 'taesd'", 60)
         wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 120)
-        assert "step" in page.text_content("#caption")
+        assert "step" in (page.text_content("#caption") or "")
         page.wait_for_selector("#runs a.run-csv")
         with page.expect_download() as dl:
             page.click("#runs a.run-csv")
@@ -69,7 +69,7 @@ def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path):
         boxes.nth(0).check()
         boxes.nth(1).check()
         page.wait_for_selector("#compare:not([hidden])")
-        table = page.text_content("#compare-table")
+        table = page.text_content("#compare-table") or ""
         assert "wall_s" in table and "overhead_pct" in table and "B / A" in table
         heads = page.locator("#compare-table th").all_text_contents()
         assert heads[1].startswith("A ") and heads[2].startswith("B ") and heads[1][2:21] != heads[2][2:21]

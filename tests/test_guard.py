@@ -136,7 +136,7 @@ def test_non_ascii_token_is_refused_403_not_500(make_app):
     srv, app = make_app(token="s3cret-token")
     with TestClient(app, raise_server_exceptions=False) as client:
         assert client.get("/?token=%C3%A9t%C3%A9").status_code == 403
-        assert client.get("/runs", headers={"cookie": "previewlab_token=\u00e9t\u00e9".encode()}).status_code == 403
+        assert client.get("/runs", headers=[(b"cookie", "previewlab_token=\u00e9t\u00e9".encode())]).status_code == 403
         with pytest.raises(WebSocketDisconnect):
             with client.websocket_connect("/ws?token=%E2%98%83", headers=SAME_ORIGIN) as ws:
                 ws.receive_text()

@@ -3,7 +3,7 @@ tests do): one-frame slots that keep only the newest frame, drops counted, text 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, MutableMapping
 
 from starlette.websockets import WebSocket
 
@@ -14,14 +14,14 @@ class Transport:
     """The ASGI side of one socket: what the server sent, and a gate that holds every send while closed."""
 
     def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
+        self.sent: list[MutableMapping[str, Any]] = []
         self.gate = asyncio.Event()
         self.gate.set()
 
-    async def receive(self) -> dict[str, Any]:
+    async def receive(self) -> MutableMapping[str, Any]:
         return {"type": "websocket.connect"}
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: MutableMapping[str, Any]) -> None:
         if message["type"] == "websocket.send":
             await self.gate.wait()
         self.sent.append(message)
@@ -34,7 +34,7 @@ async def connected(t: Transport) -> WebSocket:
 
 
 def test_a_blocked_client_keeps_only_the_newest_frame_and_counts_the_rest():
-    async def scenario() -> tuple[list[dict[str, Any]], int, list[int]]:
+    async def scenario() -> tuple[list[MutableMapping[str, Any]], int, list[int]]:
         t = Transport()
         hub = Hub(send_timeout_s=5)
         dropped: list[int] = []

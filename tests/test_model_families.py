@@ -6,6 +6,7 @@ import csv
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -51,16 +52,17 @@ def test_x0_leaves_the_image_as_a_plain_call_makes_it(family_model):
         none = generate(family_model, settings("none", target), run_id="n")
         assert none.image is not None and plain.image is not None and np.array_equal(none.image, plain.image)
     shown = generate(family_model, settings("latent2rgb", "x0", mode="overlap"), run_id="o")
-    assert shown.image is not None and np.array_equal(shown.image, plain.image)
+    assert shown.image is not None and plain.image is not None and np.array_equal(shown.image, plain.image)
     assert [r.target for r in shown.rows] == ["x0", "x0"]
 
 
 def test_x0_differs_from_the_latents_early_on(family_model):
     """x0 is the clean-image prediction: at step 1 it is far from the noisy latents it came from."""
-    seen: dict[str, list[bytes]] = {"x0": [], "latents": []}
+    seen: dict[Target, list[bytes]] = {"x0": [], "latents": []}
     for target in seen:
-        generate(family_model, settings("latent2rgb", target, mode="sync"), run_id=target,
-                 on_frame=lambda f, t=target: seen[t].append(f.data))
+        frames: list[Frame] = []
+        generate(family_model, settings("latent2rgb", target, mode="sync"), run_id=target, on_frame=frames.append)
+        seen[target] = [f.data for f in frames]
     assert seen["x0"][0] != seen["latents"][0]
 
 
@@ -122,7 +124,8 @@ def test_taesd_takes_a_repo_id_from_the_local_cache(tmp_path):
     hub = tmp_path / "hub"
     for repo in ("taesd", "taesdxl"):
         snap = hub / f"models--madebyollin--{repo}" / "snapshots" / "0123456789abcdef0123456789abcdef01234567"
-        AutoencoderTiny().save_pretrained(snap)
+        tae: Any = AutoencoderTiny()
+        tae.save_pretrained(snap)
         (hub / f"models--madebyollin--{repo}" / "refs").mkdir()
         (hub / f"models--madebyollin--{repo}" / "refs" / "main").write_text("0123456789abcdef0123456789abcdef01234567")
     code = ("from preview.loading import load_taesd, LoadError\n"

@@ -116,6 +116,7 @@ def test_message_over_64kib_closes_1009(make_app):
                 with pytest.raises(websockets.ConnectionClosed) as e:
                     while True:
                         await asyncio.wait_for(ws.recv(), 10)
+                assert e.value.rcvd is not None
                 return e.value.rcvd.code
 
         assert asyncio.run(scenario()) == 1009

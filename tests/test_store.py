@@ -8,6 +8,7 @@ import io
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,7 +78,7 @@ def test_damaged_meta_is_listed_as_damaged_named_once_and_never_breaks_the_rest(
 def test_a_bad_cell_torn_header_or_foreign_bytes_skip_only_that_run(tmp_path, caplog):
     make_run(tmp_path, GOOD)
     header = ",".join(STEP_COLUMNS)
-    cases = {
+    cases: dict[str, Any] = {
         "20261130-120000-002": header + "\n" + "20261130-120000-002,1," + "x" * 471_000 + "\n",  # 471 KB cell
         "20261130-120000-003": "run_id,step,times",                                            # torn header
         "20261130-120000-004": header.encode() + b"\n\xff\xfe\x00garbage\n",                    # not UTF-8
@@ -158,7 +159,11 @@ def test_an_unchanged_run_is_parsed_once_for_any_number_of_exports(tmp_path, mon
     store = Store(tmp_path)
     parsed: list[str] = []
     real = store.rows
-    monkeypatch.setattr(store, "rows", lambda rid: parsed.append(rid) or real(rid))
+    def counted(rid: str) -> Any:
+        parsed.append(rid)
+        return real(rid)
+
+    monkeypatch.setattr(store, "rows", counted)
     first = store.csv(store.ids())
     assert store.csv(store.ids()) == first and parsed == [GOOD]
     with open(tmp_path / GOOD / "steps.csv", "a") as f:  # a run still writing: its next export sees the row
