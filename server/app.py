@@ -35,8 +35,9 @@ from .limits import (BAD_BURST, BAD_PER_S, DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_
                      SET_PER_S, WS_BURST, WS_PER_S, clip)
 from .metrics import Metrics
 from .session import serve_client
-from .store import RUN_ID, Damaged, Store, step_message
+from .store import RUN_ID, Damaged, Store
 from .worker import Busy, Listener, Worker
+from .writes import OrderedWrites
 
 log = logging.getLogger("previewlab.server")
 WEB = Path(__file__).resolve().parents[1] / "web"
@@ -62,6 +63,9 @@ class Server(Listener):
         self.inflight, self.compile_decoder = inflight, compile_decoder
         self.store = Store(data_dir, keep_runs=keep_runs)  # never raises for a damaged run: it names it
         self._disk: ThreadPoolExecutor | None = None
+        self.writes = OrderedWrites()  # rows, deliveries and a run's end: written off the loop, then announced
+        self.announced: str | None = None  # the run whose `run` message has gone out; its frames may follow
+        self._held: Frame | None = None  # a frame that came before its run was announced (it goes out right after)
         self.hub = Hub(send_timeout_s)
         self.hub.on_drop = self._dropped
         self.hub.on_sent = self._sent
@@ -75,6 +79,7 @@ class Server(Listener):
         self.current: dict[str, Any] | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.writes.attach(loop)
         if self.source is not None:
             self.worker = self.source
             return
@@ -82,38 +87,59 @@ class Server(Listener):
                              compile_decoder=self.compile_decoder)
 
     # -- Listener: called on the loop by the worker --------------------------------------------------------
+    # Every text message goes through self.writes, so clients hear of a run, its steps, its errors and its end
+    # in order, each after what it describes is on disk. Frames go straight out: a frame that would overtake
+    # its run's `run` message is held until that message has gone (see announce).
     def run_started(self, meta: dict[str, Any]) -> None:
         self.current = meta
         self.metrics.run_started()
+        self.writes.submit(None, then=lambda: self.announce(meta))
+
+    def announce(self, meta: dict[str, Any]) -> None:
+        self.announced = meta["run_id"]
         self.hub.text({"type": "run", **meta})
+        held, self._held = self._held, None
+        if held is not None and held.run_id == self.announced:
+            self.frame(held)
 
     def row(self, row: StepRow) -> None:
         if len(row.event) > MAX_EVENT_CHARS:  # one cell must never outgrow what the CSV reader takes back
             row = replace(row, event=clip(row.event, MAX_EVENT_CHARS))
-        self.store.step(row)
         self.metrics.step(row)
-        self.hub.text(step_message(row))
+        message = {"type": "step", **asdict(row)}
+        self.writes.submit(functools.partial(self.store.step, row), then=lambda: self.hub.text(message))
 
     def frame(self, f: Frame) -> None:
+        if f.run_id != self.announced:
+            self._held = f  # only the newest: previews are latest-wins everywhere
+            return
         self.seq += 1
         header = dict(run_id=f.run_id, step=f.step, seq=self.seq, decoder=f.decoder, format=f.format,
                       width=f.width, height=f.height, sent_at_ms=round(time.time() * 1e3, 3))
         self.hub.frame(Packed(f.run_id, f.step, self.seq, protocol.pack_frame(header, f.data)))
 
     def error(self, run_id: str, message: str) -> None:
-        self.hub.text({"type": "error", "run_id": run_id, "message": clip(message)})
+        text = {"type": "error", "run_id": run_id, "message": clip(message)}
+        self.writes.submit(None, then=lambda: self.hub.text(text))
 
     def run_ended(self, meta: dict[str, Any]) -> None:
         """The run's end reaches every client whatever the disk does: each write is best effort."""
         self.current = None
-        self.store.finish(meta)
-        self.store.close_run(meta["run_id"])
-        try:
-            self.metrics.run_ended(meta)
-        except Exception:
-            log.exception("run %s: metrics failed; the run's end is delivered anyway", meta["run_id"])
-        self.hub.text({"type": "done", **meta})
-        self.disk().submit(self.store.prune, self.store.open_runs())  # retention, off the loop
+        rid = meta["run_id"]
+
+        def write() -> None:
+            self.store.finish(meta)
+            self.store.close_run(rid)
+            try:
+                self.metrics.run_ended(meta)
+            except Exception:
+                log.exception("run %s: metrics failed; the run's end is delivered anyway", rid)
+
+        def then() -> None:
+            self.hub.text({"type": "done", **meta})
+            self.disk().submit(self.store.prune, self.store.open_runs())  # retention, off the loop
+
+        self.writes.submit(write, then)
 
     def disk(self) -> ThreadPoolExecutor:
         """Reading runs from disk never runs on the event loop. One thread: 16 listings at once queue behind
@@ -135,7 +161,8 @@ class Server(Listener):
 
     def _dropped(self, c: Client, p: Packed) -> None:
         self.metrics.frames_dropped.inc()
-        self.store.delivery(p.run_id, step=p.step, seq=p.seq, client=c.cid, kind="drop")
+        self.writes.submit(functools.partial(self.store.delivery, p.run_id, step=p.step, seq=p.seq, client=c.cid,
+                                             kind="drop"))
 
     # -- messages from one client ----------------------------------------------------------------------------
     def handle(self, c: Client, msg: protocol.Message) -> None:
@@ -166,7 +193,8 @@ class Server(Listener):
             rtt = (self.hub.clock() - sent.t0) * 1e3
             fields = dict(send_ms=round(sent.send_ms, 3), ack_rtt_ms=round(rtt, 3),
                           client_decode_ms=msg.client_decode_ms, client_paint_ms=msg.client_paint_ms)
-            self.store.delivery(sent.run_id, step=sent.step, seq=msg.seq, client=c.cid, kind="ack", **fields)
+            self.writes.submit(functools.partial(self.store.delivery, sent.run_id, step=sent.step, seq=msg.seq,
+                                                 client=c.cid, kind="ack", **fields))
             self.hub.text({"type": "delivery", "run_id": sent.run_id, "step": sent.step, "seq": msg.seq, **fields},
                           only=c)
 
@@ -177,6 +205,7 @@ class Server(Listener):
                 if self.worker.state == "idle":
                     break
                 await asyncio.sleep(0.1)
+        await self.writes.drain()  # the last rows and the run's end are written and sent before the close
         await self.hub.close_all(1001, "server shutting down")
 
     def hello(self) -> dict[str, Any]:
@@ -254,6 +283,8 @@ def build_app(server: Server) -> ASGIApp:
         if server.worker:
             server.worker.stop()
             await asyncio.get_running_loop().run_in_executor(None, server.worker.shutdown)
+        await server.writes.drain()
+        server.writes.close()
         server.close_disk()
 
     app = Starlette(routes=[

@@ -10,7 +10,9 @@ run settings that are not per step (EXPORT_EXTRA). Run ids come only from folder
 path is built from a request or from a file's content. A run whose files cannot be read is "damaged": it is
 listed as such, left out of /runs.csv, its file named in one log line, and it never breaks another run.
 
-Reading runs can be slow (thousands of files): the server calls runs(), rows() and csv() off the event loop.
+Reading runs can be slow (thousands of files): the server calls runs(), rows() and csv() off the event loop, and
+its writes (step, delivery, finish, close_run) come from its writer thread (server/writes.py); begin() alone runs
+on the loop, once per run, because a run whose folder cannot be made must not start.
 """
 from __future__ import annotations
 
@@ -22,7 +24,6 @@ import os
 import re
 import shutil
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -306,7 +307,3 @@ def _read(path: Path, columns: tuple[str, ...]) -> list[dict[str, Any]]:
         raise Damaged(path, f"line {reader.line_num if reader else 0}: {str(e)[:80]}") from None
     except OSError as e:
         raise Damaged(path, e.strerror or type(e).__name__) from None
-
-
-def step_message(row: StepRow) -> dict[str, Any]:
-    return {"type": "step", **asdict(row)}

@@ -1,5 +1,12 @@
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
 import pytest
 
 from preview.models import Model, load
@@ -15,12 +22,13 @@ def tiny_xl() -> Model:
     return load("synthetic:tiny-xl", device="cpu")
 
 
-import contextlib
-import socket
-import threading
-import time
-from pathlib import Path
-from typing import Iterator
+def wait_until(ready: Callable[[], bool], timeout_s: float = 30.0, what: str = "the condition") -> None:
+    """Poll `ready` until it holds: a test waits for the state it needs instead of sleeping a guessed time."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.01)
 
 
 @contextlib.contextmanager
