@@ -133,6 +133,8 @@ def parser() -> Parser:
                         "noisy ones), auto (x0 where the scheduler gives it); several make an axis")
     p.add_argument("--variant", default=None, help="weights variant of a local folder (fp16); found by itself "
                    "when a folder holds only variant files")
+    p.add_argument("--config", default=None, help="for a single-file checkpoint: a local diffusers folder (or cached "
+                   "repo id) of its family whose configs and tokenizers to use; SD 1.x/2.x/XL have shipped ones")
     p.add_argument("--quality", type=quality_value, default=80, help="JPEG/WebP quality 1..100")
     p.add_argument("--preview-max", type=preview_max_value, default=0, help="downscale previews to this long side (0 = native)")
     p.add_argument("--direct", action="store_true",
@@ -160,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             preview = PreviewSettings(decoder="none", encoder=args.encoder, quality=args.quality, target=args.target[0],
                                       preview_max=args.preview_max)
             model = load(args.model, taesd=args.taesd, device=args.device, dtype=dtype, seed=args.seed,
-                         offload=offload, channels_last=(cl == "on"), variant=args.variant)
+                         offload=offload, channels_last=(cl == "on"), variant=args.variant,
+                         config=args.config)
             settings = RunSettings(prompt=args.prompt, steps=args.steps, width=args.width or model.default_size,
                                    height=args.height or model.default_size, seed=args.seed, preview=preview)
             if "taesd" in args.decoders and model.taesd is None:
@@ -188,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if folder is not None:
                 traces.append(traced_run(model, plan, folder, kind, label))
         r0 = runs[-1]
-        meta = (f"{'SYNTHETIC (random weights: real costs, noise pictures) ' if model.synthetic else ''}{model.name} | "
+        meta = (f"{model.label} | "
                 f"{r0['device_name']} {', '.join(args.dtype)} threads={r0['threads']} | {settings.width}x{settings.height} "
                 f"{settings.steps} steps | encoder {r0['encoder'] or args.encoder} q{args.quality} | torch {r0['torch']} "
                 f"diffusers {r0['diffusers']}")

@@ -1,10 +1,13 @@
-"""Models: offline synthetic presets of real architectures, local diffusers folders, TAESD weights.
+"""Models: the demo model, offline synthetic presets of real architectures, local folders, single files, TAEs.
 
 Nothing here downloads. A synthetic model has random seeded weights: its costs are real, its pictures
-are noise, and `Model.synthetic` says so everywhere it is reported.
+are noise, and `Model.synthetic` says so everywhere it is reported. The demo model (`--model demo`) is a small
+SD1.5-family pipeline trained here on drawn scenes (bench/train_demo.py) and shipped in preview/demo_model/: its
+pictures are real, its costs a small model's, and `Model.note` says so everywhere it is reported.
 """
 from __future__ import annotations
 
+import json
 import os
 import string
 import time
@@ -15,13 +18,20 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from . import loading
+from . import loading, single_file
 from .families import Family, LatentSpace, latent_space
+from .latent_formats import Factors
 from .presets import PRESETS, build_preset
 
 # transformers warns at import that torchvision is missing; nothing here uses image processors
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+DEMO_DIR = Path(__file__).with_name("demo_model")
+DEMO_NOTE = ("demo model trained on drawn scenes: real pictures from a small model; its costs are a small model's "
+             "(use synthetic:sd15 for SD1.5's)")
+DEMO_SIZE = 128  # what it was trained at
+DEMO_PROMPT = "a red circle on the left and a blue square on the right, on a yellow background"  # one it knows
+DEMO_GUIDANCE = 3.0  # its checker's best (README: color 94 %, position 96 % at 3; 82 % and 92 % at 7.5)
 SD_PRESETS = ("synthetic:tiny", "synthetic:tiny-xl", "synthetic:small", "synthetic:sd15")
 SYNTHETIC = SD_PRESETS + tuple(PRESETS)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -45,6 +55,17 @@ class Model:
     load_s: float
     offload: str = "none"
     channels_last: bool = False
+    note: str = ""                    # what a report must say about the model beside its name (the demo's label)
+    latent_rgb: Factors | None = None  # the model's own latent2rgb factors; None: its family's
+    prompt: str = ""                   # a prompt the model knows, for the page's default; "": the settings' one
+    guidance: float | None = None      # the guidance scale it works best at, for the page's default
+
+    @property
+    def label(self) -> str:
+        """The model's name with what every report says about it: SYNTHETIC (random weights) or its note."""
+        if self.synthetic:
+            return f"SYNTHETIC (random weights: real costs, noise pictures) {self.name}"
+        return f"{self.name} ({self.note})" if self.note else self.name
 
     @property
     def vae_scale_factor(self) -> int:
@@ -186,8 +207,26 @@ def load_taesd(path: str, family: Family | None = None) -> tuple[nn.Module, Lite
     return module, "diffusers" if kind == "diffusers" else "madebyollin"
 
 
-def _load_local(name: str, dtype: torch.dtype, variant: str | None) -> tuple[Any, Family]:
+def _demo(dtype: torch.dtype) -> tuple[Any, Family, nn.Module, Factors]:
+    """The shipped demo model through the ordinary local-folder path, its TAESD and its own latent2rgb factors."""
+    if not (DEMO_DIR / "model_index.json").is_file():
+        raise ModelError(f"--model demo: its weights are missing from {DEMO_DIR}; "
+                         f"python -m bench.train_demo --out {DEMO_DIR} trains them (about 50 minutes on 2 cores)")
+    pipe, family = _load_local(str(DEMO_DIR), dtype, None, None)
+    tiny, _ = load_taesd(str(DEMO_DIR / "taesd_decoder.safetensors"), family)
+    fit = json.loads((DEMO_DIR / "latent2rgb.json").read_text())
+    rows = tuple((float(r[0]), float(r[1]), float(r[2])) for r in fit["factors"])
+    b = fit["bias"]
+    return pipe, family, tiny, (rows, (float(b[0]), float(b[1]), float(b[2])))
+
+
+def _load_local(name: str, dtype: torch.dtype, variant: str | None, config: str | None) -> tuple[Any, Family]:
     try:
+        if single_file.is_single_file(name):
+            return single_file.load_single_file(name, dtype, config)
+        if config is not None:
+            raise ModelError(f"--config {config}: only for a single-file checkpoint (.safetensors, .ckpt); "
+                             f"{name} is not one")
         return loading.local_pipeline(name, dtype, variant)
     except loading.LoadError as e:
         raise ModelError(str(e)) from None
@@ -197,7 +236,8 @@ OFFLOADS = ("none", "model", "sequential")
 
 
 def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: str = "float32",
-         seed: int = 0, offload: str = "none", channels_last: bool = False, variant: str | None = None) -> Model:
+         seed: int = 0, offload: str = "none", channels_last: bool = False, variant: str | None = None,
+         config: str | None = None) -> Model:
     """Load a model onto the chosen device. Raises ModelError with a one-line message.
 
     offload: diffusers' CPU offload (model: whole models move to the GPU when used; sequential: layer by
@@ -217,7 +257,11 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
     t0 = time.perf_counter()
     tiny: nn.Module | None
     kind: Literal["diffusers", "madebyollin", "none"]
-    if name in PRESETS:
+    note, own_rgb = "", None
+    if name == "demo":
+        pipe, family, tiny, own_rgb = _demo(tdtype)
+        kind, size, synthetic, note = "madebyollin", DEMO_SIZE, False, DEMO_NOTE
+    elif name in PRESETS:
         pipe, family, tiny, size = build_preset(name, seed)
         kind, synthetic = "madebyollin", True
     elif name.startswith("synthetic:"):
@@ -225,7 +269,7 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
         kind = "diffusers"
         synthetic = True
     else:
-        pipe, family = _load_local(name, tdtype, variant)
+        pipe, family = _load_local(name, tdtype, variant, config)
         tiny, kind, size, synthetic = None, "none", 1024 if family in ("sdxl", "sd3", "flux1", "flux2") else 512, False
     if taesd is not None:
         tiny, kind = load_taesd(taesd, family)
@@ -247,4 +291,5 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
         tiny.to(dev, tdtype).eval().requires_grad_(False)
     return Model(name=name, pipe=pipe, family=family, synthetic=synthetic, taesd=tiny, taesd_kind=kind,
                  device=dev, dtype=tdtype, default_size=size, load_s=time.perf_counter() - t0, offload=offload,
-                 channels_last=channels_last)
+                 channels_last=channels_last, note=note, latent_rgb=own_rgb,
+                 prompt=DEMO_PROMPT if name == "demo" else "", guidance=DEMO_GUIDANCE if name == "demo" else None)

@@ -18,8 +18,14 @@ class Parser(argparse.ArgumentParser):
 
 def parser() -> Parser:
     p = Parser(prog="python -m server", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", default="synthetic:small",
-                   help="synthetic:tiny | synthetic:tiny-xl | synthetic:small | synthetic:sd15 | a local diffusers folder")
+    p.add_argument("--model", default="demo",
+                   help="demo (the shipped demo model: real pictures, a small model's costs), a synthetic preset (synthetic:small, synthetic:sd15, synthetic:tiny-flux1, ...), a local "
+                        "diffusers folder, a repo id in the local Hugging Face cache, or a single-file checkpoint "
+                        "(.safetensors, .ckpt)")
+    p.add_argument("--variant", default=None, help="weights variant of a local folder (fp16); found by itself "
+                   "when a folder holds only variant files")
+    p.add_argument("--config", default=None, help="for a single-file checkpoint: a local diffusers folder (or cached "
+                   "repo id) of its family whose configs and tokenizers to use; SD 1.x/2.x/XL have shipped ones")
     p.add_argument("--taesd", default=None, help="TAESD weights: AutoencoderTiny folder or taesd_decoder.pth/.safetensors")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
@@ -97,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         model = load(args.model, taesd=args.taesd, device=args.device, dtype=args.dtype, seed=args.seed,
-                     offload=args.offload, channels_last=args.channels_last)
+                     offload=args.offload, channels_last=args.channels_last, variant=args.variant, config=args.config)
     except ModelError as e:
         print(f"server: {e}", file=sys.stderr)
         return 2
@@ -116,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"server: --data-dir {args.data_dir}: {e}", file=sys.stderr)
         return 2
     app = build_app(server)
-    label = " (SYNTHETIC model: random weights, real costs, noise pictures)" if model.synthetic else ""
+    label = (" (SYNTHETIC model: random weights, real costs, noise pictures)" if model.synthetic
+             else f" ({model.note})" if model.note else "")
     url, note = page_url(args.host, args.port, token, args.allow_host)
     if token:
         print(f"WARNING: listening on {args.host}, beyond loopback; the page needs the token in its URL", flush=True)

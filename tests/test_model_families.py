@@ -25,7 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 
 
-@pytest.fixture(scope="module", params=TINY)
+FAMILIES = ("synthetic:tiny", "synthetic:tiny-xl", *TINY)  # sd15, sdxl, then sd3, flux1, flux2
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
 def family_model(request) -> Model:
     return load(request.param, device="cpu")
 
@@ -41,7 +44,7 @@ def test_every_decoder_and_target_previews_every_family(family_model, decoder, t
     run = generate(family_model, settings(decoder, target, mode="sync"), run_id="t", on_frame=frames.append)
     assert run.record.previews == 2 and [r.target for r in run.rows] == [target, target]
     assert all(r.event == "" for r in run.rows)  # no preview failed and fell back
-    side = 64 if decoder != "latent2rgb" else 8  # latent2rgb stays at latent resolution
+    side = 64 if decoder != "latent2rgb" else 64 // family_model.vae_scale_factor  # latent2rgb: latent resolution
     assert all(f.width == f.height == side and f.data[:2] == b"\xff\xd8" for f in frames)
     assert run.image is not None and run.image.shape == (64, 64, 3)
 
@@ -64,6 +67,85 @@ def test_x0_differs_from_the_latents_early_on(family_model):
         generate(family_model, settings("latent2rgb", target, mode="sync"), run_id=target, on_frame=frames.append)
         seen[target] = [f.data for f in frames]
     assert seen["x0"][0] != seen["latents"][0]
+
+
+PAIRS = [(d, t) for d in ("latent2rgb", "taesd", "vae") for t in ("x0", "latents")]
+
+
+def test_server_streams_every_family_with_every_decoder_and_target(family_model, make_app):
+    """The real app over its WebSocket: one run per decoder and target; each frame is the family's picture."""
+    import json
+
+    from starlette.testclient import TestClient
+
+    from tests.conftest import SAME_ORIGIN
+
+    srv, app = make_app(model=family_model)
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        hello = json.loads(ws.receive_text())
+        assert hello["family"] == family_model.family and hello["choices"]["target"] == ["auto", "x0", "latents"]
+        for decoder, target in PAIRS:
+            ws.send_text(json.dumps({"type": "start", "steps": 2, "width": 64, "height": 64, "decoder": decoder,
+                                     "target": target, "every": 1, "mode": "sync"}))
+            frames, steps, done = 0, [], None
+            while done is None:
+                m = ws.receive()
+                if m.get("bytes") is not None:
+                    frames += 1
+                    continue
+                msg = json.loads(m["text"])
+                assert msg["type"] != "error", msg
+                if msg["type"] == "step":
+                    steps.append(msg)
+                elif msg["type"] == "done":
+                    done = msg
+            assert done["status"] == "done" and frames == 2, (decoder, target)
+            assert [(r["decoder"], r["target"], r["event"]) for r in steps] == [(decoder, target, "")] * 2
+            assert {r["target"] for r in srv.store.rows(done["run_id"])} == {target}
+
+
+def tae_file(m: Model, folder: Path) -> str:
+    """The preset's TAE as a user passes one to watch(taesd=...): a diffusers folder or madebyollin's file."""
+    from safetensors.torch import save_file
+
+    assert m.taesd is not None
+    if m.taesd_kind == "diffusers":
+        m.taesd.save_pretrained(folder / "tae")  # type: ignore[operator]
+        return str(folder / "tae")
+    name = {"sd3": "taesd3", "flux1": "taef1", "flux2": "taef2"}[m.family]
+    path = folder / f"{name}_decoder.safetensors"
+    save_file({k: v.contiguous() for k, v in m.taesd.state_dict().items()}, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_watch_runs_every_family_with_every_decoder_and_target(name, tmp_path):
+    m = load(name, device="cpu")
+    tae = tae_file(m, tmp_path)
+    for decoder, target in PAIRS:
+        w = preview_watch(m.pipe, decoder=decoder, mode="sync", target=target, taesd=tae)
+        try:
+            m.pipe(prompt="a cat", num_inference_steps=2, width=64, height=64, callback_on_step_end=w,
+                   callback_on_step_end_tensor_inputs=w.tensor_inputs, output_type="latent")
+            rows = w.rows
+        finally:
+            w.remove()
+        assert [(r.preview, r.decoder, r.target, r.event) for r in rows] == [(1, decoder, target, "")] * 2, \
+            (name, decoder, target)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_bench_sweeps_every_family_with_every_decoder_and_target(name, tmp_path):
+    from bench.cli import main as bench_main
+
+    rc = bench_main(["--model", name, "--decoders", "latent2rgb,taesd,vae", "--every", "1", "--steps", "2",
+                     "--repeats", "1", "--warmup", "0", "--target", "x0,latents", "--width", "64", "--height", "64",
+                     "--out", str(tmp_path)])
+    assert rc == 0
+    with open(tmp_path / "steps.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["preview"] == "1"]
+    assert {(r["decoder"], r["target"]) for r in rows} == set(PAIRS)
+    assert all(r["event"] == "" for r in rows)
 
 
 def test_watch_previews_a_flux_pipeline(tmp_path):
