@@ -21,7 +21,7 @@ bench: $(VENV_STAMP)
 	$(PY) -m bench --model synthetic:small --out runs/bench
 
 serve: $(VENV_STAMP)
-	$(PY) -m server
+	$(PY) -m server --model demo
 
 clean:
 	rm -rf .venv .mypy_cache .pytest_cache runs

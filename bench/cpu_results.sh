@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU figures in the README, in one command (about 30 minutes on 2 cores). Run it on a quiet machine:
+# The CPU figures in the README, in one command (about 32 minutes on 2 cores). Run it on a quiet machine:
 # anything else running shows up as noise in the overheads. Results land in runs/cpu-results/<name>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,9 @@ for b in 5 10 20; do
 done
 # 5. the real SD1.5 architectures at 256x256, short
 $PY -m bench --model synthetic:sd15 --width 256 --height 256 --steps 4 --every 1,2 --repeats 1 --out $R/sd15
+# 5b. the default sweep on the demo model (real pictures), and synthetic:small at the same 128x128 beside it
+$PY -m bench --model demo --out $R/demo
+$PY -m bench --model synthetic:small --width 128 --height 128 --out $R/small-128
 # 6. plots of the default sweep (the README shows one)
 $PY -m bench report $R/default
 # 7. the server under load: 50 watchers, a stuck reader, a reconnecting client

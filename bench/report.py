@@ -32,7 +32,8 @@ def caption(runs: list[dict[str, str]]) -> str:
     """Model (synthetic where it is), device, dtype, resolution and steps: carried by every plot."""
     r = next((x for x in runs if x["role"] != "warmup"), runs[0])
     synth = "SYNTHETIC " if r["synthetic"] == "1" else ""
-    return (f"{synth}{r['model']} | {r['device_name']} {r['dtype']} | {r['width']}x{r['height']} | "
+    note = f" ({r['model_note']})" if r.get("model_note") else ""
+    return (f"{synth}{r['model']}{note} | {r['device_name']} {r['dtype']} | {r['width']}x{r['height']} | "
             f"{r['steps']} steps | torch {r['torch']} diffusers {r['diffusers']}")
 
 

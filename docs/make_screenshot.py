@@ -1,4 +1,4 @@
-"""Takes docs/page.png: the page during a synthetic:small run, after a live decoder switch.
+"""Takes docs/page.png: the page during a run of the demo model, after a live decoder switch.
 
     .venv/bin/python docs/make_screenshot.py
 """
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.load import start_server  # noqa: E402
 
-server, port = start_server("--model", "synthetic:small", "--data-dir", tempfile.mkdtemp())
+server, port = start_server("--model", "demo", "--data-dir", tempfile.mkdtemp())
 try:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
@@ -28,13 +28,14 @@ try:
         page.select_option("#decoder", "vae")
         page.click("#start")
         page.wait_for_function("document.getElementById('f-status').textContent.startsWith('done')", timeout=120_000)
-        page.fill("#steps", "30")
+        # the demo model takes about 30 ms a step here: 150 steps leave time to switch decoder mid-run
+        page.fill("#steps", "150")
         page.select_option("#decoder", "latent2rgb")
         page.click("#start")
-        page.wait_for_function("Number(document.getElementById('preview').dataset.painted || 0) >= 14", timeout=120_000)
+        page.wait_for_function("Number(document.getElementById('preview').dataset.painted || 0) >= 60", timeout=120_000)
         page.select_option("#decoder", "taesd")
-        page.wait_for_function("parseInt(document.getElementById('f-step').textContent) >= 24", timeout=120_000,
-                               polling=100)
+        page.wait_for_function("parseInt(document.getElementById('f-step').textContent) >= 135", timeout=120_000,
+                               polling=50)
         page.screenshot(path=str(ROOT / "docs" / "page.png"), full_page=True)
         page.wait_for_function("document.getElementById('f-status').textContent.startsWith('done')", timeout=120_000)
         browser.close()

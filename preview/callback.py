@@ -289,7 +289,7 @@ class Watch(PipelineCallback):
     def _meta(self, run_id: str | None = None) -> dict[str, Any]:
         m, c = self.model, self._call
         return dict(run_id=run_id or self.run_id, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), model=m.name,
-                    synthetic=m.synthetic, family=m.family, device=m.device.type,
+                    synthetic=m.synthetic, model_note=m.note, family=m.family, device=m.device.type,
                     dtype=str(m.dtype).removeprefix("torch."), prompt="(your script)", steps=c.get("steps", 0),
                     width=c.get("width", 0), height=c.get("height", 0), seed=-1,
                     **self.controls.get().__dict__)

@@ -110,7 +110,7 @@ def _taesd(model: Model) -> Decode:
 
 def _latent2rgb(model: Model) -> Decode:
     to_tae = model.space.tae_input(model.pipe, model.device, model.dtype)
-    rgb = latent2rgb(model.family, model.device, model.dtype)
+    rgb = latent2rgb(model.family, model.device, model.dtype, model.latent_rgb)
     return lambda latents, h, w: rgb(to_tae(latents, h, w))
 
 

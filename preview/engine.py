@@ -37,7 +37,7 @@ def _env(model: Model) -> dict[str, Any]:
 
     dev = model.device
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    return dict(model=model.name, synthetic=int(model.synthetic), device=dev.type, device_name=name,
+    return dict(model=model.name, synthetic=int(model.synthetic), model_note=model.note, device=dev.type, device_name=name,
                 dtype=str(model.dtype).removeprefix("torch."), threads=torch.get_num_threads(),
                 torch=torch.__version__, diffusers=diffusers.__version__)
 

@@ -56,10 +56,12 @@ LATENT_RGB: dict[Family, Factors] = {
 }
 
 
-def latent2rgb(family: Family, device: torch.device, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+def latent2rgb(family: Family, device: torch.device, dtype: torch.dtype,
+               own: Factors | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
     """Latents (B, C, h, w) in the model's space (families.LatentSpace.tae_input) -> RGB (B, 3, h, w) in [0, 1],
-    at latent resolution. The factors go to the device once, here."""
-    f, b = LATENT_RGB[family]
+    at latent resolution. `own`: a model's own fitted factors (the demo model's) instead of its family's. The
+    factors go to the device once, here."""
+    f, b = own or LATENT_RGB[family]
     factors = constant(f, device, dtype)
     bias = constant(b, device, dtype).view(1, 3, 1, 1)
 

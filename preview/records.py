@@ -91,6 +91,7 @@ class RunRecord:
     run_id: str
     model: str
     synthetic: int
+    model_note: str  # what reports say beside the model's name (the demo model's label); "" for most
     device: str
     device_name: str
     dtype: str

@@ -72,6 +72,10 @@ class Server(Listener):
         side = min(model.default_size, max_side)
         self.defaults = RunSettings(steps=20, width=side, height=side, max_side=max_side,
                                     preview=PreviewSettings(decoder="latent2rgb" if model.taesd is None else "taesd"))
+        if model.prompt:  # a prompt the model knows (the demo model's): the page starts with it
+            self.defaults = replace(self.defaults, prompt=model.prompt)
+        if model.guidance is not None:
+            self.defaults = replace(self.defaults, guidance=model.guidance)
         self.metrics = Metrics(data_dir, model.device)
         self.worker: Any = None  # a Worker, or the source of a user's own runs (preview.watch with serve=True)
         self.source = source
@@ -210,7 +214,7 @@ class Server(Listener):
 
     def hello(self) -> dict[str, Any]:
         m = self.model
-        return {"type": "hello", "model": m.name, "synthetic": m.synthetic, "family": m.family,
+        return {"type": "hello", "model": m.name, "synthetic": m.synthetic, "note": m.note, "family": m.family,
                 "device": m.device.type, "dtype": str(m.dtype).removeprefix("torch."),
                 "defaults": {**{k: getattr(self.defaults, k)
                                 for k in ("prompt", "steps", "width", "height", "seed", "guidance")},

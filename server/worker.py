@@ -58,7 +58,7 @@ class Worker:
         rid = self.store.new_id()
         m = self.model
         meta = dict(run_id=rid, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), model=m.name,
-                    synthetic=m.synthetic, family=m.family, device=m.device.type,
+                    synthetic=m.synthetic, model_note=m.note, family=m.family, device=m.device.type,
                     dtype=str(m.dtype).removeprefix("torch."), prompt=settings.prompt, steps=settings.steps,
                     width=settings.width, height=settings.height, seed=settings.seed, guidance=settings.guidance,
                     **asdict(settings.preview))

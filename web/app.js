@@ -64,7 +64,9 @@ function onText(msg) {
   switch (msg.type) {
     case "hello": {
       $("model").textContent = `${msg.model} · ${msg.device} ${msg.dtype}`;
-      $("banner").hidden = !msg.synthetic;
+      // the model's label: synthetic (random weights) or its note (the demo model: what its pictures and costs are)
+      if (msg.note) $("banner").textContent = msg.note[0].toUpperCase() + msg.note.slice(1) + ".";
+      $("banner").hidden = !(msg.synthetic || msg.note);
       // the choices come from the server's registries (decoders, encoders, modes, targets)
       for (const [k, names] of Object.entries(msg.choices || {})) {
         const sel = $(k);
