@@ -149,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from bench.summary import mode_ratios, summarize, table
     from bench.sweep import Plan, run_sweep, traced_run
+    from preview.csv_writer import CsvSchemaError
     from preview.decoders import DecoderError
     from preview.models import ModelError, load
 
@@ -182,6 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         bar = progress_bar(total)
         try:
             runs += run_sweep(model, plan, args.out, progress=bar, label=label)
+        except CsvSchemaError as e:
+            print(f"bench: --out {args.out}: {e}", file=sys.stderr)
+            return 2
         except KeyboardInterrupt:
             print(f"\nbench: interrupted; finished runs are in {args.out}/runs.csv", file=sys.stderr)
             return 130

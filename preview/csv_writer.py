@@ -27,14 +27,27 @@ def as_csv_row(record: Any, columns: Iterable[str], extra: dict[str, Any] | None
     return [_cell(d.get(c)) for c in columns]
 
 
+class CsvSchemaError(ValueError):
+    """A CSV to append to whose header is not the columns being written (made by another previewlab version)."""
+
+
 class CsvAppender:
-    """Appends rows and flushes each batch to disk, so a killed process leaves every written row readable."""
+    """Appends rows and flushes each batch to disk, so a killed process leaves every written row readable. An
+    existing file is appended to only when its header is these columns: rows under another header would be read
+    back shifted."""
 
     def __init__(self, path: Path, columns: Iterable[str], fsync: bool = True) -> None:
         """fsync=False: flush to the OS only, which a killed process cannot lose (a power cut can)."""
         self.path, self.columns, self.fsync = Path(path), tuple(columns), fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fresh = not self.path.exists() or self.path.stat().st_size == 0
+        if not fresh:
+            with open(self.path, newline="", encoding="utf-8", errors="replace") as f:
+                header = next(csv.reader(f), [])
+            if tuple(header) != self.columns:
+                missing = [c for c in self.columns if c not in header][:3]
+                raise CsvSchemaError(f"{self.path}: its columns differ from this version's (for example "
+                                     f"{', '.join(missing) or 'their order'}); write to a new folder or move it away")
         self._f = open(self.path, "a", newline="", encoding="utf-8")
         self._w = csv.writer(self._f)
         if fresh:

@@ -209,8 +209,10 @@ def load_taesd(path: str, family: Family | None = None) -> tuple[nn.Module, Lite
 
 def _demo(dtype: torch.dtype) -> tuple[Any, Family, nn.Module, Factors]:
     """The shipped demo model through the ordinary local-folder path, its TAESD and its own latent2rgb factors."""
-    if not (DEMO_DIR / "model_index.json").is_file():
-        raise ModelError(f"--model demo: its weights are missing from {DEMO_DIR}; "
+    missing = [n for n in ("model_index.json", "taesd_decoder.safetensors", "latent2rgb.json")
+               if not (DEMO_DIR / n).is_file()]
+    if missing:
+        raise ModelError(f"--model demo: {', '.join(missing)} missing from {DEMO_DIR}; "
                          f"python -m bench.train_demo --out {DEMO_DIR} trains them (about 50 minutes on 2 cores)")
     pipe, family = _load_local(str(DEMO_DIR), dtype, None, None)
     tiny, _ = load_taesd(str(DEMO_DIR / "taesd_decoder.safetensors"), family)
@@ -270,7 +272,10 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
         synthetic = True
     else:
         pipe, family = _load_local(name, tdtype, variant, config)
-        tiny, kind, size, synthetic = None, "none", 1024 if family in ("sdxl", "sd3", "flux1", "flux2") else 512, False
+        tiny, kind, synthetic = None, "none", False
+        size = 1024 if family in ("sdxl", "sd3", "flux1", "flux2") else 512
+        if family in ("sd15", "sdxl"):  # the UNet's own size: 512 for SD 1.x, 768 for SD 2.x at 768, 1024 for SDXL
+            size = int(getattr(pipe.unet.config, "sample_size", 0) or size // 8) * int(pipe.vae_scale_factor)
     if taesd is not None:
         tiny, kind = load_taesd(taesd, family)
     if tdtype != torch.float32:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,6 +21,7 @@ import torch
 from .families import Family, FamilyError, latent_space
 from .loading import LoadError
 
+log = logging.getLogger("previewlab.models")
 CONFIGS = Path(__file__).with_name("single_file_configs")
 SUFFIXES = (".safetensors", ".ckpt", ".sft")
 # diffusers' name for what a checkpoint holds -> (pipeline class, the configs shipped for it; None: needs config)
@@ -87,15 +89,34 @@ def _local_config(config: str) -> str:
                         "diffusers folder of the checkpoint's model family") from None
 
 
+class _Lazy(dict):  # type: ignore[type-arg]
+    """A safetensors file's keys, each tensor read only when asked for: what the checkpoint holds is told by a
+    few keys and shapes, so the file is not read twice in full (from_single_file reads it once)."""
+
+    def __init__(self, handle: Any) -> None:
+        super().__init__({k: None for k in handle.keys()})
+        self._handle = handle
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        if not dict.__contains__(self, key):
+            raise KeyError(key)
+        return self._handle.get_tensor(key)
+
+
 def kind_of(path: Path) -> str:
+    """diffusers' name for what the checkpoint holds ("v1", "xl_base", "flux-dev", ...). Raises LoadError."""
     from diffusers.loaders.single_file_utils import infer_diffusers_model_type, load_single_file_checkpoint
 
     try:
-        checkpoint = load_single_file_checkpoint(str(path), local_files_only=True)
+        if path.suffix.lower() in (".safetensors", ".sft"):
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt") as handle:
+                return str(infer_diffusers_model_type(_Lazy(handle)))
+        return str(infer_diffusers_model_type(load_single_file_checkpoint(str(path), local_files_only=True)))
     except Exception as e:
         detail = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
         raise LoadError(f"--model {path}: not a readable checkpoint ({detail})") from None
-    return infer_diffusers_model_type(checkpoint)
 
 
 def load_single_file(name: str, dtype: torch.dtype, config: str | None = None) -> tuple[Any, Family]:
@@ -108,6 +129,9 @@ def load_single_file(name: str, dtype: torch.dtype, config: str | None = None) -
         raise LoadError(f"--model {name}: a {kind!r} checkpoint; single files of SD 1.x, SD 2.x, SDXL, SD3/3.5 and "
                         "FLUX.1 load here (for others, convert to a diffusers folder)")
     cls_name, shipped = KINDS[kind]
+    if kind == "v2" and config is None:  # the weights cannot tell a 768 v-prediction file from a 512 epsilon one
+        log.warning("%s: an SD 2.x checkpoint, loaded as SD 2.1 at 768 px with v-prediction; for an SD 2.x base "
+                    "(512 px, epsilon) pass --config with its own configs", name)
     if config is None and shipped is None:
         raise LoadError(f"--model {name}: a {kind} checkpoint needs a T5 tokenizer, which cannot be made offline; "
                         "pass --config with a local diffusers folder (or a cached repo id) of the same family")

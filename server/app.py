@@ -65,7 +65,7 @@ class Server(Listener):
         self._disk: ThreadPoolExecutor | None = None
         self.writes = OrderedWrites()  # rows, deliveries and a run's end: written off the loop, then announced
         self.announced: str | None = None  # the run whose `run` message has gone out; its frames may follow
-        self._held: Frame | None = None  # a frame that came before its run was announced (it goes out right after)
+        self._held: dict[str, Frame] = {}  # per run: its newest frame from before its `run` message went out
         self.hub = Hub(send_timeout_s)
         self.hub.on_drop = self._dropped
         self.hub.on_sent = self._sent
@@ -91,9 +91,9 @@ class Server(Listener):
                              compile_decoder=self.compile_decoder)
 
     # -- Listener: called on the loop by the worker --------------------------------------------------------
-    # Every text message goes through self.writes, so clients hear of a run, its steps, its errors and its end
-    # in order, each after what it describes is on disk. Frames go straight out: a frame that would overtake
-    # its run's `run` message is held until that message has gone (see announce).
+    # A run's messages (run, step, error, done) go through self.writes, so clients hear of them in order, each
+    # after what it describes is on disk. Frames and ack replies go straight out: a frame may reach the page
+    # before its step's row (the page keys both by step), never before its run's `run` message (see announce).
     def run_started(self, meta: dict[str, Any]) -> None:
         self.current = meta
         self.metrics.run_started()
@@ -102,8 +102,8 @@ class Server(Listener):
     def announce(self, meta: dict[str, Any]) -> None:
         self.announced = meta["run_id"]
         self.hub.text({"type": "run", **meta})
-        held, self._held = self._held, None
-        if held is not None and held.run_id == self.announced:
+        held = self._held.pop(meta["run_id"], None)
+        if held is not None:
             self.frame(held)
 
     def row(self, row: StepRow) -> None:
@@ -115,7 +115,7 @@ class Server(Listener):
 
     def frame(self, f: Frame) -> None:
         if f.run_id != self.announced:
-            self._held = f  # only the newest: previews are latest-wins everywhere
+            self._held[f.run_id] = f  # only the newest: previews are latest-wins everywhere
             return
         self.seq += 1
         header = dict(run_id=f.run_id, step=f.step, seq=self.seq, decoder=f.decoder, format=f.format,
@@ -131,13 +131,17 @@ class Server(Listener):
         self.current = None
         rid = meta["run_id"]
 
+        try:  # on the loop, before the next run's start can reset the device's memory figures
+            side_logs: Callable[[], None] | None = self.metrics.run_ended(meta)
+        except Exception:
+            side_logs = None
+            log.exception("run %s: metrics failed; the run's end is delivered anyway", rid)
+
         def write() -> None:
             self.store.finish(meta)
             self.store.close_run(rid)
-            try:
-                self.metrics.run_ended(meta)
-            except Exception:
-                log.exception("run %s: metrics failed; the run's end is delivered anyway", rid)
+            if side_logs is not None:
+                side_logs()
 
         def then() -> None:
             self.hub.text({"type": "done", **meta})
@@ -209,7 +213,11 @@ class Server(Listener):
                 if self.worker.state == "idle":
                     break
                 await asyncio.sleep(0.1)
-        await self.writes.drain()  # the last rows and the run's end are written and sent before the close
+        await self.writes.drain()  # the last rows and the run's end are written and queued to every client
+        for _ in range(30):  # and sent, for up to 3 s, before the close frame
+            if not any(c.texts for c in self.hub.clients.values()):
+                break
+            await asyncio.sleep(0.1)
         await self.hub.close_all(1001, "server shutting down")
 
     def hello(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -64,7 +64,9 @@ class Metrics:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
 
-    def run_ended(self, meta: dict[str, Any]) -> None:
+    def run_ended(self, meta: dict[str, Any]) -> Callable[[], None]:
+        """Record a run's end now (histogram, device memory: before the next run can start and reset them) and
+        return the disk half, the side-log appends, for the caller to run off the event loop."""
         totals = meta.get("totals") or {}
         wall = float(totals.get("wall_s", 0.0))
         self.generation.labels(meta.get("decoder", ""), meta.get("status", "")).observe(wall)
@@ -83,8 +85,11 @@ class Metrics:
             "device_memory": {"before": self._mem_before or None, "after": after or None,
                               "peak": after.get("peak") if after else None},
         }
-        self._append("wall-seconds.txt", f"{wall:.3f}\n")
-        self._append("generations.jsonl", json.dumps(entry) + "\n")
+        def write() -> None:
+            self._append("wall-seconds.txt", f"{wall:.3f}\n")
+            self._append("generations.jsonl", json.dumps(entry) + "\n")
+
+        return write
 
     def _append(self, name: str, line: str) -> None:
         """Side logs are best effort: a full disk or a missing permission is logged once, and the run's

@@ -36,8 +36,12 @@ class OrderedWrites:
 
         def job() -> None:
             _write(write)
-            if then is not None and not loop.is_closed():
+            if then is None:
+                return
+            try:
                 loop.call_soon_threadsafe(then)
+            except RuntimeError:  # the loop closed: the server is gone, and so are its clients
+                log.warning("a message was not sent: the event loop had closed")
 
         pool.submit(job)
 

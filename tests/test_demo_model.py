@@ -77,5 +77,6 @@ def test_missing_weights_say_how_to_make_them(monkeypatch, tmp_path):
     from preview import models
 
     monkeypatch.setattr(models, "DEMO_DIR", tmp_path / "nothing")
-    with pytest.raises(models.ModelError, match="--model demo: its weights are missing .* python -m bench.train_demo"):
+    with pytest.raises(models.ModelError, match="--model demo: model_index.json, taesd_decoder.safetensors, latent2rgb.json missing from .* "
+                       "python -m bench.train_demo"):
         load("demo", device="cpu")

@@ -60,3 +60,26 @@ def test_a_blocked_client_keeps_only_the_newest_frame_and_counts_the_rest():
     assert texts == ['{"type":"step","step":1}', '{"type":"step","step":2}']  # in order, none lost
     assert frames == [bytes([5]) * 10]        # only the newest frame went out
     assert n_dropped == 4 and dropped == [1, 2, 3, 4]
+
+
+def test_a_frame_waits_for_its_runs_announcement_and_no_other_run_loses_its_own(make_app):
+    """Frames go straight out, but never before their run's `run` message; one held per run, the newest."""
+    from preview.frames import Frame
+
+    srv, _ = make_app()
+    sent: list[tuple[str, int]] = []
+    srv.hub.frame = lambda p: sent.append((p.run_id, p.step))  # type: ignore[method-assign]
+
+    def frame(rid: str, step: int) -> Frame:
+        return Frame(rid, step, "taesd", "jpeg", 8, 8, b"\xff\xd8")
+
+    srv.frame(frame("A", 1))
+    srv.frame(frame("A", 2))   # replaces A's step 1: previews are latest-wins
+    srv.frame(frame("B", 1))   # B started before A was announced (a slow disk)
+    assert sent == []
+    srv.announce({"run_id": "A"})
+    assert sent == [("A", 2)]
+    srv.announce({"run_id": "B"})  # A's announcement left B's frame held
+    assert sent == [("A", 2), ("B", 1)]
+    srv.frame(frame("B", 2))
+    assert sent[-1] == ("B", 2)

@@ -138,3 +138,18 @@ def test_a_flood_of_sets_within_one_step_is_one_short_event():
     assert c.take_notes() == ""
     c.set(decoder="latent2rgb", note=False)  # the engine's own change says why elsewhere
     assert c.take_notes() == "" and c.get().decoder == "latent2rgb"
+
+
+def test_csv_appender_refuses_a_file_with_another_header(tmp_path):
+    """A runs.csv from an older version (one column fewer) is not appended to: its rows would read back shifted."""
+    from preview.csv_writer import CsvAppender, CsvSchemaError
+
+    old = tmp_path / "runs.csv"
+    old.write_text("run_id,model,device\nr1,m,cpu\n")
+    with pytest.raises(CsvSchemaError, match="columns differ from this version's .*synthetic.*new folder"):
+        CsvAppender(old, ("run_id", "model", "synthetic", "device"))
+    assert old.read_text() == "run_id,model,device\nr1,m,cpu\n"  # untouched
+    same = CsvAppender(old, ("run_id", "model", "device"))  # the same header appends
+    same.append([{"run_id": "r2", "model": "m", "device": "cpu"}])
+    same.close()
+    assert old.read_text().splitlines()[-1] == "r2,m,cpu"

@@ -65,7 +65,9 @@ function onText(msg) {
     case "hello": {
       $("model").textContent = `${msg.model} · ${msg.device} ${msg.dtype}`;
       // the model's label: synthetic (random weights) or its note (the demo model: what its pictures and costs are)
-      if (msg.note) $("banner").textContent = msg.note[0].toUpperCase() + msg.note.slice(1) + ".";
+      const banner = $("banner");
+      banner.dataset.synthetic ??= banner.textContent;  // the page's own text, for synthetic models
+      banner.textContent = msg.note ? msg.note[0].toUpperCase() + msg.note.slice(1) + "." : banner.dataset.synthetic;
       $("banner").hidden = !(msg.synthetic || msg.note);
       // the choices come from the server's registries (decoders, encoders, modes, targets)
       for (const [k, names] of Object.entries(msg.choices || {})) {
