@@ -14,12 +14,12 @@ Cost of the full plan, measured in the run that made preview/demo_model/ (2 thre
 2026-11-30/12-01, light jobs beside it part of the time; training.json keeps the seconds and loss curves):
 
     part                  per step                          steps    seconds
-    VAE                   8 scenes at 128 px: 0.43 s        1500      652
-    encode                10,000 scenes: 10 ms a scene                104
-    UNet + text encoder   64 latents: 0.96 s                2100     2012
-    TAESD                 8 latents and their VAE decode:   240       238
+    VAE                   8 scenes at 128 px: 0.45 s        1000      453
+    encode                10,000 scenes: 9 ms a scene                  92
+    UNet + text encoder   64 latents: 0.86 s                2600     2229
+    TAESD                 8 latents and their VAE decode:   240       240
                           1.0 s
-    total wall, with loading and saving                              3009 (50 min 9 s)
+    total wall, with loading and saving                              3016 (50 min 16 s)
 
 On a machine shared with other busy processes, 2 torch threads each spin-wait for the other: a VAE step took
 9 s instead of 1.2 s with 1 thread. There, use --threads 1 (or wait for a quiet machine).
