@@ -137,14 +137,17 @@ class Server(Listener):
             side_logs = None
             log.exception("run %s: metrics failed; the run's end is delivered anyway", rid)
 
+        recorded = meta
+
         def write() -> None:
-            self.store.finish(meta)
+            nonlocal recorded
+            recorded = self.store.finish(meta)  # `failed` if the disk lost some of its rows
             self.store.close_run(rid)
             if side_logs is not None:
                 side_logs()
 
         def then() -> None:
-            self.hub.text({"type": "done", **meta})
+            self.hub.text({"type": "done", **recorded})
             self.disk().submit(self.store.prune, self.store.open_runs())  # retention, off the loop
 
         self.writes.submit(write, then)

@@ -13,16 +13,24 @@ listed as such, left out of /runs.csv, its file named in one log line, and it ne
 Reading runs can be slow (thousands of files): the server calls runs(), rows() and csv() off the event loop, and
 its writes (step, delivery, finish, close_run) come from its writer thread (server/writes.py); begin() alone runs
 on the loop, once per run, because a run whose folder cannot be made must not start.
+
+A full disk loses no kept run: a run folder appears whole (renamed into place) or not at all; a run whose rows
+could not all be written ends `failed`, and an end that cannot be written is kept in memory, listed, and written
+again later; retention counts only whole runs and never removes the newest. Run ids are UTC plus a sequence and
+always sort after the newest folder, whatever the clock does.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
+import datetime
 import io
 import json
 import logging
 import os
 import re
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -40,6 +48,8 @@ ACK_FIELDS = ("send_ms", "ack_rtt_ms", "client_decode_ms", "client_paint_ms")
 EXPORT_EXTRA = ("guidance",)  # per run, repeated on each row of the server's CSVs
 EXPORT_COLUMNS = STEP_COLUMNS + EXPORT_EXTRA
 MAX_META_BYTES = 1 << 20  # a meta.json is about 2 KB; anything near this is not one
+WHOLE = ("done", "stopped", "interrupted")  # runs retention counts: their rows are all there is of them
+TMP_PREFIX = ".new-"  # a run folder being made; never matches RUN_ID, so no listing sees it
 
 
 class Damaged(Exception):
@@ -59,11 +69,20 @@ class Store:
         self._deliveries: dict[str, CsvAppender] = {}
         self._warned: set[str] = set()
         self._exports: dict[str, tuple[Any, str]] = {}  # run id -> (its files' stamps, its rows as CSV text)
-        self._n = 0
-        for rid in self.ids():
+        self._lost: dict[str, str] = {}      # open run -> its first write that failed (the run will end failed)
+        self._pending: dict[str, dict[str, Any]] = {}  # run -> its end, not yet written to meta.json
+        self._status: dict[str, str] = {}    # finished run -> its status, read once (retention)
+        self._lock = threading.Lock()        # ids and pending ends: begin runs on the loop, finish on the writer
+        for e in os.scandir(self.root):      # a process killed inside begin() left a half-made folder
+            if e.name.startswith(TMP_PREFIX) and RUN_ID.match(e.name[len(TMP_PREFIX):]):
+                shutil.rmtree(e.path, ignore_errors=True)
+        ids = self.ids()
+        self._last_id = ids[-1] if ids else ""
+        for rid in ids:
             meta = self._meta_or_none(rid)
             if meta is not None and meta.get("status") == "running":  # the process died mid-run
-                self._best_effort(f"{rid}/meta.json", self._write_meta, {**meta, "status": "interrupted"})
+                self._best_effort(f"{rid}/meta.json", _write_json, self.root / rid / "meta.json",
+                                  {**meta, "status": "interrupted"})
         self.prune()
 
     # -- reading: every failure is a Damaged naming the file ------------------------------------------------
@@ -103,11 +122,13 @@ class Store:
         out = []
         for rid in ids[:limit]:
             try:
-                meta = self.meta(rid)
+                meta = self._pending.get(rid) or self.meta(rid)
             except Damaged as e:
                 self._damaged(rid, str(e))
                 out.append({"run_id": rid, "status": "damaged", "damaged": self.damaged[rid]})
                 continue
+            if self.damaged.get(rid, "").startswith(f"{rid}/meta.json:"):
+                del self.damaged[rid]  # its meta.json reads now: whatever was wrong has been put right
             out.append({**meta, "damaged": self.damaged[rid]} if rid in self.damaged else meta)
         return out
 
@@ -125,6 +146,7 @@ class Store:
         except Damaged as e:
             self._damaged(rid, str(e))
             raise
+        self.damaged.pop(rid, None)  # every file reads now
         acks: dict[str, dict[str, str]] = {}
         drops: dict[str, int] = {}
         for r in deliveries:
@@ -196,41 +218,91 @@ class Store:
             self._warn_once(f"write {what}", f"could not write {what}: {e}; carrying on without it")
             return False
 
-    # -- writing (on the event loop; small appends) -------------------------------------------------------------
+    # -- writing: begin on the event loop, the rest on the writer thread --------------------------------------
     def new_id(self) -> str:
-        self._n = (self._n + 1) % 1000
-        rid = time.strftime("%Y%m%d-%H%M%S") + f"-{self._n:03d}"
-        while (self.root / rid).exists():
-            self._n = (self._n + 1) % 1000
-            rid = time.strftime("%Y%m%d-%H%M%S") + f"-{self._n:03d}"
-        return rid
-
-    def _write_meta(self, meta: dict[str, Any]) -> None:
-        d = self.root / meta["run_id"]
-        d.mkdir(exist_ok=True)
-        tmp = d / "meta.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=1))
-        os.replace(tmp, d / "meta.json")  # atomic: a kill leaves the old or the new file, never half of one
+        """UTC to the second plus a sequence, and always after the newest id this folder holds: a clock set
+        back (a time-zone change, DST, an NTP step, a restart) never makes a new run sort before a kept one.
+        Retention never removes the newest run, so the newest folder carries the order across restarts."""
+        with self._lock:
+            rid = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-000"
+            if rid <= self._last_id:
+                rid = _next_id(self._last_id)
+            self._last_id = rid
+            return rid
 
     def begin(self, meta: dict[str, Any]) -> None:
-        """Raises OSError when the run's folder cannot be made: then the run does not start."""
+        """Make the run's folder whole (meta.json saying running, both CSVs with their headers) under a
+        temporary name, then rename it: a listing never sees a half-made run. Raises OSError when it cannot be
+        made, and then leaves nothing behind: no folder, no open file, nothing retention would count."""
         rid = meta["run_id"]
-        self._write_meta({**meta, "status": "running"})
-        self._steps[rid] = CsvAppender(self.root / rid / "steps.csv", STEP_COLUMNS, fsync=False)
-        self._deliveries[rid] = CsvAppender(self.root / rid / "deliveries.csv", DELIVERY_COLUMNS, fsync=False)
+        self.retry_pending()
+        tmp, final = self.root / f"{TMP_PREFIX}{rid}", self.root / rid
+        opened: list[CsvAppender] = []
+        try:
+            tmp.mkdir()
+            _write_json(tmp / "meta.json", {**meta, "status": "running"})
+            for name, columns in (("steps.csv", STEP_COLUMNS), ("deliveries.csv", DELIVERY_COLUMNS)):
+                CsvAppender(tmp / name, columns, fsync=False).close()
+            os.rename(tmp, final)
+            opened.append(CsvAppender(final / "steps.csv", STEP_COLUMNS, fsync=False))
+            opened.append(CsvAppender(final / "deliveries.csv", DELIVERY_COLUMNS, fsync=False))
+        except OSError:
+            for w in opened:
+                with contextlib.suppress(OSError):
+                    w.close()
+            for d in (tmp, final):
+                shutil.rmtree(d, ignore_errors=True)
+            raise
+        self._steps[rid], self._deliveries[rid] = opened
 
     def step(self, row: StepRow) -> None:
         w = self._steps.get(row.run_id)
         if w:
-            self._best_effort(f"{row.run_id}/steps.csv", w.append, [row])
+            self._run_write(row.run_id, "steps.csv", w.append, [row])
 
     def delivery(self, rid: str, **fields: Any) -> None:
+        """A delivery of an open run goes to its appender; one that comes after the run's end (the browser acks
+        the last frame as `done` goes out) is appended to the closed run's file, so the export joins it."""
         w = self._deliveries.get(rid)
         if w:
-            self._best_effort(f"{rid}/deliveries.csv", w.append, [{"run_id": rid, **fields}])
+            self._run_write(rid, "deliveries.csv", w.append, [{"run_id": rid, **fields}])
+        elif self.known(rid):
+            def late() -> None:
+                late_w = CsvAppender(self.root / rid / "deliveries.csv", DELIVERY_COLUMNS, fsync=False)
+                try:
+                    late_w.append([{"run_id": rid, **fields}])
+                finally:
+                    late_w.close()
+            self._best_effort(f"{rid}/deliveries.csv", late)
 
-    def finish(self, meta: dict[str, Any]) -> None:
-        self._best_effort(f"{meta['run_id']}/meta.json", self._write_meta, meta)
+    def _run_write(self, rid: str, name: str, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except OSError as e:
+            self._lost.setdefault(rid, f"could not write {name}: {e.strerror or e}")
+            self._warn_once(f"write {rid}/{name}", f"could not write {rid}/{name}: {e}; the run will end failed")
+
+    def finish(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """Record the run's end; returns the meta recorded. A run that lost rows to the disk ends `failed`,
+        saying so. When meta.json cannot be written, the end is kept here, listed as it is, and written again
+        at the next run's start or end (retry_pending)."""
+        rid = meta["run_id"]
+        lost = self._lost.pop(rid, None)
+        if lost is not None and meta.get("status") != "failed":
+            meta = {**meta, "status": "failed", "error": f"{lost}; rows after that are missing"}
+        with self._lock:
+            self._pending[rid] = meta
+        self.retry_pending()
+        return meta
+
+    def retry_pending(self) -> None:
+        with self._lock:
+            for rid, meta in list(self._pending.items()):
+                if not (self.root / rid).is_dir():  # removed meanwhile: nothing left to correct
+                    del self._pending[rid]
+                elif self._best_effort(f"{rid}/meta.json", _write_json, self.root / rid / "meta.json", meta):
+                    del self._pending[rid]
+                    self._status[rid] = str(meta.get("status", ""))
 
     def close_run(self, rid: str) -> None:
         for d in (self._steps, self._deliveries):
@@ -245,30 +317,69 @@ class Store:
         return set(self._steps)
 
     def prune(self, keep: Iterable[str] = ()) -> list[str]:
-        """Retention: remove the oldest run folders beyond keep_runs (0: keep all), never those in `keep`."""
+        """Retention: keep the newest keep_runs whole runs (done, stopped, interrupted) and, apart from them,
+        the newest keep_runs others (failed, damaged); remove the older ones. Runs in `keep` and open runs are
+        never removed and never counted, so a folder that failed can never push a good run out, and the newest
+        runs are never removed to make room. 0 keeps everything."""
         if self.keep_runs <= 0:
             return []
-        ids = self.ids()
-        protect = set(keep)
+        protect = set(keep) | self.open_runs()
+        whole: list[str] = []
+        other: list[str] = []
+        for rid in self.ids():
+            status = self._status_of(rid)
+            if rid not in protect and status != "running":  # running: being made, or ended unwritten
+                (whole if status in WHOLE else other).append(rid)
         removed = []
-        excess = len(ids) - self.keep_runs
-        for rid in ids:  # oldest first
-            if excess <= 0:
-                break
-            if rid in protect:
-                continue
+        for rid in whole[:-self.keep_runs] + other[:-self.keep_runs]:  # oldest first, in each kind
             try:
                 shutil.rmtree(self.root / rid)
             except OSError as e:
                 self._warn_once(f"prune {rid}", f"could not remove old run {rid}: {e}")
                 continue
-            self.damaged.pop(rid, None)
-            self._exports.pop(rid, None)
+            for kept in (self.damaged, self._exports, self._status):
+                kept.pop(rid, None)
             removed.append(rid)
-            excess -= 1
         if removed:
-            log.info("removed %d old runs (keeping the newest %d, --keep-runs)", len(removed), self.keep_runs)
+            log.info("removed %d old runs (keeping the newest %d whole runs, --keep-runs)", len(removed),
+                     self.keep_runs)
         return removed
+
+    def _status_of(self, rid: str) -> str | None:
+        """A run's status for retention: what is waiting to be written wins, a finished run's is read once."""
+        pending = self._pending.get(rid)
+        if pending is not None:
+            return str(pending.get("status", ""))
+        if rid not in self._status:
+            meta = self._meta_or_none(rid)
+            if meta is None:
+                return None
+            status = str(meta.get("status", ""))
+            if status == "running":
+                return status  # it may still end: read it again next time
+            self._status[rid] = status
+        return self._status[rid]
+
+
+def _next_id(rid: str) -> str:
+    """The id right after `rid`: the next sequence number, or the next second's first."""
+    stamp, seq = rid.rsplit("-", 1)
+    if int(seq) < 999:
+        return f"{stamp}-{int(seq) + 1:03d}"
+    t = datetime.datetime.strptime(stamp, "%Y%m%d-%H%M%S") + datetime.timedelta(seconds=1)
+    return t.strftime("%Y%m%d-%H%M%S") + "-000"
+
+
+def _write_json(path: Path, meta: dict[str, Any]) -> None:
+    """Atomic: a kill or a full disk leaves the old file or the new one, never half of one (nor a .tmp)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(meta, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

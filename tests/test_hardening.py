@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from preview.settings import RunSettings, SettingsError
+from server import store as store_module
 from server.limits import work_error
 from tests.conftest import SAME_ORIGIN, live_server
 from tests.test_server_logic import recv_until
@@ -99,7 +100,7 @@ def test_a_corrupt_data_folder_starts_lists_the_rest_and_exports_the_rest(make_a
         assert sum(f"{rid}/meta.json" in r.getMessage() for r in caplog.records) == 1, rid
 
 
-def test_failed_side_logs_never_lose_done(make_app, tmp_path, caplog):
+def test_failed_side_logs_never_lose_done(make_app, tmp_path, caplog, monkeypatch):
     """Item 2: generations.jsonl and wall-seconds.txt cannot be written (here: directories in their place),
     and neither can the run's meta.json at the end. `done` still reaches the client, hello no longer shows
     the run, the next run starts, and each failure is logged once."""
@@ -107,14 +108,14 @@ def test_failed_side_logs_never_lose_done(make_app, tmp_path, caplog):
     (data / "generations.jsonl").mkdir(parents=True)
     (data / "wall-seconds.txt").mkdir()
     srv, app = make_app(data_dir=data)
-    real = srv.store._write_meta
+    real = store_module._write_json
 
-    def failing_at_the_end(meta):
+    def failing_at_the_end(path, meta):
         if meta.get("status") != "running":
             raise OSError(28, "No space left on device")
-        real(meta)
+        real(path, meta)
 
-    srv.store._write_meta = failing_at_the_end
+    monkeypatch.setattr(store_module, "_write_json", failing_at_the_end)
 
     async def two_runs_then_hello(url: str) -> list[dict]:
         out = []

@@ -144,8 +144,9 @@ def test_retention_removes_the_oldest_first_and_never_an_open_run(tmp_path, capl
     assert any("removed 2 old runs" in r.getMessage() for r in caplog.records)
     assert store.prune(keep={ids[2]}) == [] and store.ids() == ids[2:]
     store.keep_runs = 2
-    assert store.prune(keep={ids[2]}) == [ids[3], ids[4]]  # the protected one stays, the next oldest go
-    assert Store(tmp_path, keep_runs=0).ids() == [ids[2], ids[5]]  # 0 keeps everything
+    # the protected one stays and is not counted; the newest two stay, whatever that protection costs
+    assert store.prune(keep={ids[2]}) == [ids[3]]
+    assert Store(tmp_path, keep_runs=0).ids() == [ids[2], ids[4], ids[5]]  # 0 keeps everything
 
 
 def test_export_carries_guidance_from_the_run(tmp_path):
