@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
@@ -43,6 +44,7 @@ log = logging.getLogger("previewlab.server")
 WEB = Path(__file__).resolve().parents[1] / "web"
 T = TypeVar("T")
 RUNS_PAGE, RUNS_PAGE_MAX = 50, 500  # runs per /runs answer: by default, and at most (?limit=)
+LIMIT = re.compile(r"^[0-9]{1,4}$")
 
 
 class Server(Listener):
@@ -76,7 +78,9 @@ class Server(Listener):
             self.defaults = replace(self.defaults, prompt=model.prompt)
         if model.guidance is not None:
             self.defaults = replace(self.defaults, guidance=model.guidance)
-        self.metrics = Metrics(data_dir, model.device)
+        # what this server can run: `hello` offers these, and a start or set naming another is refused
+        self.encoders = tuple(e for e in ENCODERS if e != "nvjpeg" or model.device.type == "cuda")
+        self.metrics = Metrics(data_dir, model.device, keep=keep_runs)
         self.worker: Any = None  # a Worker, or the source of a user's own runs (preview.watch with serve=True)
         self.source = source
         self.seq = 0
@@ -233,14 +237,14 @@ class Server(Listener):
                 "max_side": self.defaults.max_side, "max_pixel_steps": self.max_pixel_steps,
                 "taesd": m.taesd is not None, "running": self.current,
                 # the page's choices come from the registries, so a new decoder or encoder needs no page edit
-                "choices": {"decoder": list(DECODERS), "encoder": [e for e in ENCODERS if e != "nvjpeg" or m.device.type == "cuda"], "mode": list(get_args(Mode)),
+                "choices": {"decoder": list(DECODERS), "encoder": list(self.encoders), "mode": list(get_args(Mode)),
                             "target": list(get_args(Target))}}
 
 
 def page_args(query: Any) -> tuple[int, str | None, str | None]:
     """?limit=N (1..RUNS_PAGE_MAX), ?before=ID, ?after=ID of /runs; ValueError with the line to answer."""
     raw = query.get("limit", str(RUNS_PAGE))
-    if not raw.isdigit() or not 1 <= int(raw) <= RUNS_PAGE_MAX:
+    if not LIMIT.match(raw) or not 1 <= int(raw) <= RUNS_PAGE_MAX:  # ASCII digits, and few: int() never sees more
         raise ValueError(f"limit: a whole number from 1 to {RUNS_PAGE_MAX}, got {protocol.short(raw)}")
     bounds = []
     for name in ("before", "after"):

@@ -2,11 +2,15 @@
 
   <data>/wall-seconds.txt     one line per finished generation: its wall seconds
   <data>/generations.jsonl    one JSON object per finished generation (settings, totals, device memory)
+
+Both keep the newest `keep` lines (the server's --keep-runs): once a log holds twice that many, it is rewritten
+with the newest `keep`, so neither outgrows the runs it describes by more than a factor of two.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -24,8 +28,10 @@ STAGE_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 class Metrics:
     """One registry per server (tests run several in a process)."""
 
-    def __init__(self, data_dir: Path, device: torch.device) -> None:
-        self.data_dir, self.device = Path(data_dir), device
+    def __init__(self, data_dir: Path, device: torch.device, keep: int = 0) -> None:
+        """keep: lines each side log keeps (0: all)."""
+        self.data_dir, self.device, self.keep = Path(data_dir), device, keep
+        self._lines: dict[str, int] = {}  # side log -> its lines, counted once, then kept up to date
         r = self.registry = CollectorRegistry()
         self.generation = Histogram("previewlab_generation_seconds", "Wall time of a generation", ["decoder", "status"],
                                     buckets=SECONDS, registry=r)
@@ -96,9 +102,17 @@ class Metrics:
         end still reaches every client (the caller goes on to send `done`)."""
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.data_dir / name, "a", encoding="utf-8") as f:
+            path = self.data_dir / name
+            with open(path, "a", encoding="utf-8") as f:
                 f.write(line)
+            if self.keep > 0:
+                n = self._lines[name] + 1 if name in self._lines else _count_lines(path)
+                if n > 2 * self.keep:
+                    _keep_last(path, self.keep)
+                    n = self.keep
+                self._lines[name] = n
         except OSError as e:
+            self._lines.pop(name, None)  # count again once it works
             if name not in self._failing:
                 self._failing.add(name)
                 log.warning("could not append to %s: %s; runs go on without it", self.data_dir / name, e)
@@ -109,3 +123,17 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _count_lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
+def _keep_last(path: Path, n: int) -> None:
+    """Rewrite the log with its newest n lines; atomic, so a kill leaves the old log or the new one."""
+    with open(path, "rb") as f:
+        lines = f.readlines()[-n:]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(lines))
+    os.replace(tmp, path)

@@ -78,9 +78,11 @@ def short(v: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def parse(text: str, *, defaults: RunSettings, max_pixel_steps: int = 0) -> Message:
+def parse(text: str, *, defaults: RunSettings, max_pixel_steps: int = 0,
+          encoders: tuple[str, ...] | None = None) -> Message:
     """Parse one text frame. `defaults` carries the server's run defaults and its size cap (max_side);
-    a start over `max_pixel_steps` (steps x width x height, 0: no limit) is refused."""
+    a start over `max_pixel_steps` (steps x width x height, 0: no limit) is refused, and so is an encoder
+    outside `encoders`, the ones this server can run (what `hello` offers; None: every registered one)."""
     if len(text.encode("utf-8", "replace")) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message over {MAX_MESSAGE_BYTES} bytes")
     try:
@@ -92,7 +94,7 @@ def parse(text: str, *, defaults: RunSettings, max_pixel_steps: int = 0) -> Mess
     except ValueError:
         raise ProtocolError(f"not JSON: {short(text)}") from None
     try:
-        return _message(msg, defaults, max_pixel_steps)
+        return _message(msg, defaults, max_pixel_steps, encoders)
     except RecursionError:  # a nested value under the parser's depth can still be too deep to quote (repr)
         raise ProtocolError(NESTED) from None
 
@@ -101,7 +103,7 @@ NESTED = "JSON nested too deeply: messages are flat objects"
 MAX_SEQ = 2**53  # the largest integer a browser's JSON keeps exactly
 
 
-def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int) -> Message:
+def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int, encoders: tuple[str, ...] | None) -> Message:
     if not isinstance(msg, dict):
         raise ProtocolError(f"expected a JSON object with a \"type\", got {type(msg).__name__}")
     kind = msg.pop("type", None)
@@ -122,6 +124,7 @@ def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int) -> Message:
         if not msg:
             raise ProtocolError(f"set: name at least one of {', '.join(PREVIEW_FIELDS)}")
         msg = _auto(msg, defaults.preview.budget)
+        _runnable(msg, encoders)
         try:
             checked = PreviewSettings(**{**defaults.preview.__dict__, **msg})  # validates every named field
         except SettingsError as e:
@@ -129,6 +132,7 @@ def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int) -> Message:
         return Set(tuple(msg), checked)
     _no_extra(kind, msg, RUN_FIELDS + PREVIEW_FIELDS)
     msg = _auto(msg, defaults.preview.budget)
+    _runnable(msg, encoders)
     run = {k: v for k, v in msg.items() if k in RUN_FIELDS}
     prev = {k: v for k, v in msg.items() if k in PREVIEW_FIELDS}
     try:
@@ -158,6 +162,13 @@ def _auto(msg: dict[str, Any], default_budget: float) -> dict[str, Any]:
     elif "every" in msg and "budget" not in msg:
         msg["budget"] = 0.0
     return msg
+
+
+def _runnable(msg: dict[str, Any], encoders: tuple[str, ...] | None) -> None:
+    """An encoder is checked against what this server can run (nvjpeg needs CUDA), not only the registry."""
+    name = msg.get("encoder")
+    if encoders is not None and isinstance(name, str) and name not in encoders:
+        raise ProtocolError(f"encoder: {short(name)} cannot run on this server; allowed are {', '.join(encoders)}")
 
 
 def _no_extra(kind: str, msg: dict[str, Any], allowed: tuple[str, ...]) -> None:

@@ -48,7 +48,8 @@ async def serve_client(server: Server, ws: WebSocket) -> None:
             try:
                 if text is None:
                     raise protocol.ProtocolError("binary frames are not accepted; send JSON text")
-                msg = protocol.parse(text, defaults=server.defaults, max_pixel_steps=server.max_pixel_steps)
+                msg = protocol.parse(text, defaults=server.defaults, max_pixel_steps=server.max_pixel_steps,
+                                     encoders=server.encoders)
                 if isinstance(msg, protocol.Set) and not sets.allow():
                     raise protocol.ProtocolError(
                         f"set: more than {server.set_burst} at once or {server.set_per_s:g} a second; "

@@ -32,11 +32,12 @@ def wait_until(ready: Callable[[], bool], timeout_s: float = 30.0, what: str = "
 
 
 @contextlib.contextmanager
-def live_server(app, host: str = "127.0.0.1", sndbuf: int | None = None, **config) -> Iterator[str]:
+def live_server(app, host: str = "127.0.0.1", sndbuf: int | None = None, port: int = 0, **config) -> Iterator[str]:
     """A real uvicorn on a free loopback port, in a thread; yields "host:port".
 
     sndbuf: the kernel send buffer of accepted sockets (they inherit the listener's), so a peer that stops
     reading blocks the server's writes after kilobytes instead of the megabytes Linux allows by default.
+    port: 0 for a free one; a given one lets a test restart a server where a page reconnects to it.
     config: more uvicorn.Config keywords (server.http11.connection_limits(), for one)."""
     import uvicorn
 
@@ -44,7 +45,7 @@ def live_server(app, host: str = "127.0.0.1", sndbuf: int | None = None, **confi
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if sndbuf:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
-    sock.bind((host, 0))
+    sock.bind((host, port))
     port = sock.getsockname()[1]
     # uvicorn's own keepalive pings would also drop a stuck peer (after 40 s); tests look at previewlab's timeout
     config = {"ws_ping_interval": 600, **config}

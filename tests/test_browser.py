@@ -84,3 +84,27 @@ def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path):
         assert len(listings) <= 2 and all("limit=" in u for u in listings), listings
         assert console_errors == []
         browser.close()
+
+
+def test_a_page_that_reconnects_to_a_restarted_server_can_start_again(make_app, tmp_path):
+    """Issue 18, item 9: the server went away mid-run and came back; its hello says nothing is running. Before,
+    the page stayed "running" with Start disabled until reloaded."""
+    data = tmp_path / "runs"
+    srv, app = make_app(data_dir=data)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page()
+        with live_server(app) as addr:
+            page.goto(f"http://{addr}/")
+            page.wait_for_selector("#conn.ok")
+            page.fill("#steps", "1000")
+            page.click("#start")
+            wait_js(page, "document.getElementById('f-status').textContent.startsWith('running')")
+            assert page.is_disabled("#start")
+        wait_js(page, "!document.getElementById('conn').classList.contains('ok')")
+        srv2, app2 = make_app(data_dir=data)
+        with live_server(app2, port=int(addr.rsplit(":", 1)[1])):
+            page.wait_for_selector("#conn.ok", timeout=30_000)
+            wait_js(page, "!document.getElementById('start').disabled", 10)
+            assert page.is_disabled("#stop") and "ended while disconnected" in (page.text_content("#f-status") or "")
+        browser.close()

@@ -322,3 +322,81 @@ def test_runs_query_is_validated(make_app):
             r = client.get(f"/runs?{q}")
             assert r.status_code == 400 and len(r.text) < 200, q
         assert client.get("/runs?limit=500&before=20261130-120000-001").json() == []
+
+
+# -- issue 18 ------------------------------------------------------------------------------------------------
+
+def test_an_ack_after_done_is_recorded_and_exported(make_app):
+    """Item 3: the browser acks the last frame as `done` goes out. Before, the run's deliveries file was closed
+    by then and the ack was dropped (8 runs in 10 for a browser that acks 25 ms after each frame)."""
+    from server.protocol import unpack_frame
+    from tests.conftest import wait_until
+
+    srv, app = make_app()
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        ws.receive_text()
+        ws.send_text(json.dumps({"type": "start", "steps": 3, "decoder": "latent2rgb", "every": 1}))
+        frames = []
+        while True:
+            m = ws.receive()
+            if m.get("bytes"):
+                frames.append(unpack_frame(m["bytes"])[0])
+            elif m.get("text") and json.loads(m["text"])["type"] == "done":
+                done = json.loads(m["text"])
+                break
+        last = frames[-1]
+        ws.send_text(json.dumps({"type": "ack", "seq": last["seq"], "client_decode_ms": 1.5, "client_paint_ms": 2.5}))
+        assert recv_until(ws, "delivery")["seq"] == last["seq"]
+
+        def acked() -> bool:
+            rows = list(csv.DictReader(io.StringIO(client.get(f"/runs/{done['run_id']}.csv").text)))
+            return [r["client_paint_ms"] for r in rows if r["step"] == str(last["step"])] == ["2.500"]
+        wait_until(acked, 10, "the late ack in the run's CSV")
+
+
+def test_an_encoder_this_server_cannot_run_is_refused_as_start_and_as_set(make_app):
+    """Item 8: nvjpeg on a CPU server was accepted: as a start the run failed with 0 steps, as a set it demoted
+    every watcher's decoder under a message that blamed the decoder."""
+    srv, app = make_app()
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        hello = json.loads(ws.receive_text())
+        assert "nvjpeg" not in hello["choices"]["encoder"]
+        ws.send_text(json.dumps({"type": "start", "steps": 2, "encoder": "nvjpeg"}))
+        err = recv_until(ws, "error")["message"]
+        assert err == "encoder: 'nvjpeg' cannot run on this server; allowed are turbojpeg, pillow, webp, png"
+        assert srv.worker.state == "idle" and client.get("/runs").json() == []
+        ws.send_text(json.dumps({"type": "start", "steps": 40, "decoder": "vae"}))
+        recv_until(ws, "run")
+        ws.send_text(json.dumps({"type": "set", "encoder": "nvjpeg"}))
+        assert "cannot run on this server" in recv_until(ws, "error")["message"]
+        ws.send_text(json.dumps({"type": "stop"}))
+        done = recv_until(ws, "done")
+    assert done["status"] == "stopped" and done["decoder"] == "vae"
+    assert srv.worker.controls is None
+
+
+@pytest.mark.parametrize("limit", ["\u0663", "\uff15", "1" * 5000, "0", "501", "-1", "+5", " 5"])
+def test_runs_limit_takes_only_ascii_digits_in_range(make_app, limit):
+    """Item 9: non-ASCII digits passed isdigit(); 5,000 digits got Python's own int() error text."""
+    srv, app = make_app()
+    with TestClient(app) as client:
+        r = client.get("/runs", params={"limit": limit})
+    assert r.status_code == 400 and r.text.startswith("limit: a whole number from 1 to 500, got ")
+    assert len(r.text) < 120
+
+
+def test_side_logs_are_bounded_by_the_runs_kept(tmp_path):
+    """Item 9: generations.jsonl and wall-seconds.txt grew without bound outside --keep-runs."""
+    import torch
+
+    from server.metrics import Metrics
+
+    (tmp_path / "generations.jsonl").write_text("".join(f'{{"old": {i}}}\n' for i in range(50)))
+    m = Metrics(tmp_path, torch.device("cpu"), keep=5)
+    for i in range(23):
+        m.run_ended({"run_id": f"r{i}", "status": "done", "totals": {"wall_s": i}})()
+        assert len((tmp_path / "generations.jsonl").read_text().splitlines()) <= 10
+        assert len((tmp_path / "wall-seconds.txt").read_text().splitlines()) <= 10
+    gens = [json.loads(x) for x in (tmp_path / "generations.jsonl").read_text().splitlines()]
+    assert [g["run_id"] for g in gens][-5:] == [f"r{i}" for i in range(18, 23)]  # the newest are kept
+    assert (tmp_path / "wall-seconds.txt").read_text().splitlines()[-1] == "22.000"

@@ -78,6 +78,11 @@ function onText(msg) {
       for (const [k, v] of Object.entries(msg.defaults)) if ($(k) && !$(k).dataset.touched && k !== "budget") $(k).value = v;
       $("width").max = $("height").max = msg.max_side;
       if (msg.running) beginRun(msg.running);
+      else if (!$("stop").disabled) {  // the run this tab watched ended while it was away (a server restart)
+        $("f-status").textContent = `${run ? run.meta.run_id + " " : ""}ended while disconnected`;
+        $("start").disabled = false;
+        $("stop").disabled = true;
+      }
       firstPage.then(fetchNew);  // after a reconnect: only the runs that ended while this tab was away
       break;
     }
