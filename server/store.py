@@ -21,6 +21,7 @@ always sort after the newest folder, whatever the clock does.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import csv
 import datetime
@@ -72,6 +73,7 @@ class Store:
         self._lost: dict[str, str] = {}      # open run -> its first write that failed (the run will end failed)
         self._pending: dict[str, dict[str, Any]] = {}  # run -> its end, not yet written to meta.json
         self._status: dict[str, str] = {}    # finished run -> its status, read once (retention)
+        self._closed: collections.deque[str] = collections.deque(maxlen=4)  # runs that late acks may still reach
         self._lock = threading.Lock()        # ids and pending ends: begin runs on the loop, finish on the writer
         for e in os.scandir(self.root):      # a process killed inside begin() left a half-made folder
             if e.name.startswith(TMP_PREFIX) and RUN_ID.match(e.name[len(TMP_PREFIX):]):
@@ -266,7 +268,7 @@ class Store:
         w = self._deliveries.get(rid)
         if w:
             self._run_write(rid, "deliveries.csv", w.append, [{"run_id": rid, **fields}])
-        elif self.known(rid):
+        elif rid in self._closed and self.known(rid):  # a run that just ended: retention never removes it
             def late() -> None:
                 late_w = CsvAppender(self.root / rid / "deliveries.csv", DELIVERY_COLUMNS, fsync=False)
                 try:
@@ -305,6 +307,7 @@ class Store:
                     self._status[rid] = str(meta.get("status", ""))
 
     def close_run(self, rid: str) -> None:
+        self._closed.append(rid)
         for d in (self._steps, self._deliveries):
             w = d.pop(rid, None)
             if w:
