@@ -267,3 +267,23 @@ def test_a_really_full_disk_refuses_the_start_and_keeps_the_good_runs(make_app, 
     assert [r["run_id"] for r in listed] == [new["run_id"]] + good[:0:-1]  # the newest three, newest first
     assert all(r["status"] == "done" and "damaged" not in r for r in listed)
     shutil.rmtree(data)
+
+
+def test_a_disk_that_fills_mid_run_ends_it_failed_in_done_list_and_meta(make_app, small_disk):
+    data = small_disk / "runs"
+    srv, app = make_app(data_dir=data, keep_runs=3)
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        ws.receive_text()
+        ws.send_text(json.dumps({"type": "start", "steps": 30, "decoder": "latent2rgb"}))
+        rid = recv_until(ws, "step")["run_id"]  # its first row is on disk
+        filler = fill(small_disk)
+        done = recv_until(ws, "done")
+        assert done["status"] == "failed" and "No space left" in done["error"]
+        assert client.get("/runs").json()[0]["status"] == "failed"
+        assert json.loads((data / rid / "meta.json").read_text())["status"] == "running"  # could not be written
+        filler.unlink()
+        ws.send_text(json.dumps({"type": "start", "steps": 2, "decoder": "latent2rgb"}))
+        recv_until(ws, "done")
+    on_disk = json.loads((data / rid / "meta.json").read_text())
+    assert on_disk["status"] == "failed" and on_disk["error"] == done["error"]
+    shutil.rmtree(data)
