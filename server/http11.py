@@ -1,80 +1,178 @@
-"""uvicorn's h11 protocol with a deadline on every request head: half-sent requests are closed.
+"""uvicorn's h11 protocol with a deadline on every request head and every response, and a cap on whole heads.
 
 uvicorn closes an idle keep-alive connection after timeout_keep_alive, but its timer is disarmed by the first
 byte that arrives and is never armed for a connection's first request. A peer that sends a request line and
 then one header byte every few seconds (or nothing at all) holds a connection, a file descriptor and up to
 h11_max_incomplete_event_size bytes forever. Here a request head must be complete within `head_timeout_s` of
-the connection opening, or of the previous response ending; otherwise the connection is closed. Requests
-being answered and connections upgraded to a WebSocket are never touched by it.
+the connection opening, or of the previous response ending; otherwise the connection is closed.
+
+A peer that pipelines requests and never reads holds its connection forever too: the response waits on a full
+write buffer, so it never ends and no head deadline is armed again. Here a response must be complete within
+`response_timeout_s` of its request head; otherwise the connection is aborted. A response that completed on a
+connection that is closing keeps that deadline, since the close waits for the peer to take the rest.
+
+h11's max_incomplete_event_size bounds only a head that has not arrived whole: a 60 KiB head sent in one
+packet was accepted. Here the whole request line and headers are capped at `max_head_bytes` (400 beyond).
+Connections upgraded to a WebSocket are left to server/ws_limits.py.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections import Counter
+from typing import Any, Callable, Iterable, Type, Union
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
+
+from .limits import FRAME_BURST, FRAME_PER_S
+from .ws_limits import with_frame_budget
 
 log = logging.getLogger("previewlab.server")
-HEAD_TIMEOUT_S = 10.0  # a browser sends its whole head in one packet; 10 s is generous for a slow link
+HEAD_TIMEOUT_S = 10.0      # a browser sends its whole head in one packet; 10 s is generous for a slow link
+RESPONSE_TIMEOUT_S = 10.0  # previewlab's largest answers (runs.csv, uPlot's 50 KB) take milliseconds locally
+MAX_HEAD_BYTES = 16 * 1024  # request line and headers; the page's are under 2 KB
+SHUTDOWN_GRACE_S = 3.0     # uvicorn cancels the tasks still running this long into shutdown
+SHUTDOWN_ABORT_S = SHUTDOWN_GRACE_S - 0.5  # python -m server aborts the connections still open by then
 
 
-class HeadDeadlineH11(H11Protocol):
+def head_bytes(request: h11.Request) -> int:
+    """The size of a request line and headers as sent with single spaces and CRLFs (h11 strips the rest)."""
+    line = len(request.method) + len(request.target) + len(request.http_version) + len(b"  HTTP/\r\n")
+    return line + sum(len(name) + len(value) + len(b": \r\n") for name, value in request.headers) + 2
+
+
+class HeadLimitedConnection(h11.Connection):
+    """h11's server side, refusing a request whose whole head is over `max_head_bytes`."""
+
+    def __init__(self, max_head_bytes: int) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=max_head_bytes)
+        self.max_head_bytes = max_head_bytes
+        self.refusal: str | None = None  # the one line the 400 says, when this connection refused a head
+
+    def next_event(self) -> Union[h11.Event, Type[h11.NEED_DATA], Type[h11.PAUSED]]:
+        event = super().next_event()
+        if isinstance(event, h11.Request) and head_bytes(event) > self.max_head_bytes:
+            self.refusal = f"request line and headers over {self.max_head_bytes // 1024} KiB"
+            raise h11.RemoteProtocolError(self.refusal)  # uvicorn answers 400 and closes
+        return event
+
+
+class BoundedH11(H11Protocol):
     head_timeout_s = HEAD_TIMEOUT_S
+    response_timeout_s = RESPONSE_TIMEOUT_S
+    max_head_bytes = MAX_HEAD_BYTES
+    conn: HeadLimitedConnection
     _deadline: asyncio.TimerHandle | None = None
+    _timed: RequestResponseCycle | None = None  # the request whose response the deadline runs for
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conn = HeadLimitedConnection(self.max_head_bytes)
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
-        self._arm()
+        self._arm(self.head_timeout_s, self._head_expired)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self._answering() or self.transport.get_protocol() is not self:
-            self._disarm()  # a head is complete and being answered, or the connection is now a WebSocket
+        if self.transport.get_protocol() is not self:
+            self._disarm()  # the connection is now a WebSocket
+        else:
+            self._time_response()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing() and not self._answering():
-            self._arm()  # the next request on this connection gets a deadline of its own
+        super().on_response_complete()  # may start answering the next pipelined request
+        if self._answering():
+            self._time_response()
+        elif not self.transport.is_closing():
+            self._arm(self.head_timeout_s, self._head_expired)  # the next request gets a deadline of its own
+        # closing: the response deadline stays, since the close waits for the peer to take what is left
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
 
+    def send_400_response(self, msg: str) -> None:
+        super().send_400_response(self.conn.refusal or msg)
+
+    def sending(self) -> bool:
+        """A response is being made or sent, or the rest of one waits for the peer to take it before a close."""
+        return self._answering() or (self.transport.is_closing() and self.transport.get_write_buffer_size() > 0)
+
     def _answering(self) -> bool:
         return self.cycle is not None and not self.cycle.response_complete
 
-    def _arm(self) -> None:
+    def _time_response(self) -> None:
+        if self._answering() and self._timed is not self.cycle:
+            self._timed = self.cycle
+            self._arm(self.response_timeout_s, self._response_expired)
+
+    def _arm(self, seconds: float, then: Callable[[], None]) -> None:
         self._disarm()
-        self._deadline = self.loop.call_later(self.head_timeout_s, self._expired)
+        self._deadline = self.loop.call_later(seconds, then)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
 
-    def _expired(self) -> None:
+    def _head_expired(self) -> None:
         self._deadline = None
-        if self.transport.is_closing() or self._answering() or self.transport.get_protocol() is not self:
+        if self._answering() or self.transport.get_protocol() is not self:
             return
-        log.info("closed a connection from %s: no complete request within %.0f s", self.client,
-                 self.head_timeout_s)
-        self.transport.close()
+        if self.transport.get_write_buffer_size():  # the last response is not taken: a close would wait for it
+            log.info("aborted a connection from %s: its last response not taken within %.0f s", self.client,
+                     self.head_timeout_s)
+            self.transport.abort()
+        elif not self.transport.is_closing():
+            log.info("closed a connection from %s: no complete request within %.0f s", self.client,
+                     self.head_timeout_s)
+            self.transport.close()
+
+    def _response_expired(self) -> None:
+        self._deadline = None
+        if self.transport.get_protocol() is not self:
+            return
+        log.info("aborted a connection from %s: its response was not complete within %.0f s", self.client,
+                 self.response_timeout_s)
+        self.transport.abort()  # what the peer would not take is dropped with it
 
 
-def with_head_timeout(seconds: float) -> type[HeadDeadlineH11]:
-    """The protocol class for uvicorn.Config(http=...), with its own deadline (tests use a short one)."""
-    return type("HeadDeadlineH11", (HeadDeadlineH11,), {"head_timeout_s": seconds})
+def with_deadlines(head_timeout_s: float, response_timeout_s: float) -> type[BoundedH11]:
+    """The protocol class for uvicorn.Config(http=...), with its own deadlines (tests use short ones)."""
+    return type("BoundedH11", (BoundedH11,), {"head_timeout_s": head_timeout_s,
+                                              "response_timeout_s": response_timeout_s})
 
 
-def connection_limits(max_clients: int, head_timeout_s: float = HEAD_TIMEOUT_S) -> dict[str, Any]:
+def abort_all(connections: Iterable[Any]) -> Counter[str]:
+    """Abort every connection still open (uvicorn's server_state.connections); how many of each kind.
+
+    At the end of shutdown's grace uvicorn would cancel their tasks instead, and log a traceback for each (60
+    stuck peers: 2,162 lines); aborted, their sends return and their tasks end as for any peer that left."""
+    aborted: Counter[str] = Counter()
+    for c in list(connections):
+        if isinstance(c, BoundedH11) and c.sending():
+            aborted["HTTP responses still being sent"] += 1
+        elif isinstance(c, H11Protocol):
+            aborted["HTTP connections"] += 1
+        else:
+            aborted["WebSockets still open"] += 1
+        c.transport.abort()
+    return aborted
+
+
+def connection_limits(max_clients: int, head_timeout_s: float = HEAD_TIMEOUT_S,
+                      response_timeout_s: float = RESPONSE_TIMEOUT_S,
+                      frame_budget: tuple[int, float] = (FRAME_BURST, FRAME_PER_S)) -> dict[str, Any]:
     """uvicorn.Config keywords that bound what one connection, or many, can hold (README: who may drive it)."""
     return dict(
-        http=with_head_timeout(head_timeout_s),
+        http=with_deadlines(head_timeout_s, response_timeout_s),
+        ws=with_frame_budget(*frame_budget),     # frames of every kind budgeted; reading waits on writing
         timeout_keep_alive=5,                    # seconds an idle keep-alive connection stays open
-        h11_max_incomplete_event_size=16 * 1024,  # bytes of an unfinished request head (the page sends < 2 KB)
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,  # uvicorn's own bound (BoundedH11 caps whole heads too)
         limit_concurrency=max_clients + 64,      # HTTP connections and tasks at once; beyond, 503 (WebSockets
                                                  # are capped by --max-clients before accept instead)
-        timeout_graceful_shutdown=3,             # on shutdown, tasks still running after 3 s are cancelled
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,  # on shutdown, tasks still running after 3 s are cancelled
         ws_ping_interval=20.0, ws_ping_timeout=20.0,  # a WebSocket peer that stops answering is closed in 40 s
     )

@@ -16,6 +16,10 @@ DEFAULT_KEEP_RUNS = 500          # run folders kept in the data folder, oldest r
 BAD_BURST, BAD_PER_S = 20, 2.0   # bad messages one client may send at once, then per second, before 1008
 SET_BURST, SET_PER_S = 20, 10.0  # `set` messages: a person changes a control a few times a second at most
 WS_BURST, WS_PER_S = 64, 20.0    # WebSocket handshakes one address may open at once, then per second
+FRAME_BURST, FRAME_PER_S = 1000, 500.0  # WebSocket frames of every kind (pings, pongs, fragments) one
+                                        # connection may send at once, then per second, before 1008; the page
+                                        # sends a few messages and an ack per painted frame (60/s at 60 Hz)
+MAX_FRAGMENTS = 64               # frames one WebSocket message may come in (browsers send one), then 1008
 MAX_ERROR_CHARS = 300            # an `error` message never echoes more than this
 MAX_EVENT_CHARS = 1000           # a step's `event` cell: far under the csv module's 128 KiB field limit
 
