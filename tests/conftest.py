@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import base64
 import contextlib
+import os
 import socket
 import threading
 import time
@@ -80,3 +82,21 @@ def make_app(tiny, tmp_path):
 
 # Starlette's TestClient connects from "testclient", not loopback: it must send a same-origin Origin
 SAME_ORIGIN = {"origin": "http://testserver"}
+
+
+def raw_ws(addr: str, rcvbuf: int | None = None, sndbuf: int | None = None) -> socket.socket:
+    """A WebSocket handshake by hand; the socket is left just past the 101's head."""
+    host, port = addr.rsplit(":", 1)
+    s = socket.socket()
+    for opt, size in ((socket.SO_RCVBUF, rcvbuf), (socket.SO_SNDBUF, sndbuf)):
+        if size:
+            s.setsockopt(socket.SOL_SOCKET, opt, size)  # before connect: the window follows it
+    s.connect((host, int(port)))
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall(f"GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return s

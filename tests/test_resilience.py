@@ -5,7 +5,6 @@ These need a real uvicorn on loopback and real sockets: Starlette's test client 
 from __future__ import annotations
 
 import asyncio
-import base64
 import csv
 import io
 import json
@@ -24,26 +23,9 @@ import torch
 import websockets
 
 from preview import models
-from tests.conftest import live_server, wait_until
+from tests.conftest import live_server, raw_ws, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def raw_ws(addr: str, rcvbuf: int | None = None) -> socket.socket:
-    """A WebSocket handshake by hand, then nothing: the peer a test client cannot imitate."""
-    host, port = addr.rsplit(":", 1)
-    s = socket.socket()
-    if rcvbuf:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # before connect: a small receive window
-    s.connect((host, int(port)))
-    key = base64.b64encode(os.urandom(16)).decode()
-    s.sendall(f"GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        buf += s.recv(1)
-    assert buf.startswith(b"HTTP/1.1 101"), buf
-    return s
 
 
 async def drive(url: str, start: dict) -> tuple[int, dict]:

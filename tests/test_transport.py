@@ -4,7 +4,6 @@ with stuck peers (server/http11.py, server/ws_limits.py)."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import re
@@ -26,31 +25,13 @@ from server.http11 import BoundedH11, connection_limits
 from server.limits import MAX_FRAGMENTS
 from server.protocol import unpack_frame
 from server.ws_limits import BoundedWebSocket
-from tests.conftest import live_server, wait_until
+from tests.conftest import live_server, raw_ws, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 KiB, MiB = 1024, 1024 * 1024
 PING, PONG, TEXT, CONT, CLOSE = 0x9, 0xA, 0x1, 0x0, 0x8
 SCRIPT = "/static/vendor/uPlot.iife.min.js"  # 50 KB: a few of them fill any buffer a test gives
 SCRIPT_BYTES = (ROOT / "web/vendor/uPlot.iife.min.js").stat().st_size
-
-
-def raw_ws(addr: str, rcvbuf: int | None = None, sndbuf: int | None = None) -> socket.socket:
-    """A WebSocket handshake by hand; the socket is left just past the 101's head."""
-    host, port = addr.rsplit(":", 1)
-    s = socket.socket()
-    for opt, size in ((socket.SO_RCVBUF, rcvbuf), (socket.SO_SNDBUF, sndbuf)):
-        if size:
-            s.setsockopt(socket.SOL_SOCKET, opt, size)  # before connect: the window follows it
-    s.connect((host, int(port)))
-    key = base64.b64encode(os.urandom(16)).decode()
-    s.sendall(f"GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        head += s.recv(1)
-    assert head.startswith(b"HTTP/1.1 101"), head
-    return s
 
 
 def frame(opcode: int, payload: bytes = b"", fin: bool = True) -> bytes:
