@@ -1,11 +1,12 @@
 """A reference for the CSV's stage times: one run under torch.profiler, each stage's CSV total set against what
 the profiler puts inside the matching previewlab.<stage> range.
 
-On CUDA, stages the engine times with device events (denoise, decode, resize) are set against the device time
-of the kernels launched inside the range, and against the range's span on the GPU where the profiler reports
-one; stages it times on the host (sync, transfer, encode) against the range's CPU time: a kernel sum says
-nothing about a host wait or a JPEG encode. On the CPU every stage is host time, set against the range's CPU
-time.
+On CUDA, stages the engine times with device events (denoise, decode, resize) are set against the range's span
+on the GPU (its device-side annotation), the same interval the events bound: a sum of kernel durations would
+leave out the launch gaps between them (it is shown beside, for information). Stages it times on the host
+(transfer, encode) are set against the range's CPU time. sync has no row: the CSV's sync_ms is only the part of
+a wait that no event times (about 0), while the range holds the whole wait, the rest of the step and the decode
+included. On the CPU every stage is host time, set against the range's CPU time.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from preview.models import Model
 from preview.records import StepRow
 from preview.settings import RunSettings
 
-ROW_STAGES = ("denoise", "decode", "resize", "sync", "transfer", "encode")
+ROW_STAGES = ("denoise", "decode", "resize", "transfer", "encode")  # not sync: see the module docstring
 DEVICE_TIMED = frozenset({"denoise", "decode", "resize"})  # event-timed on CUDA (see preview/records.py)
 PREFIX = "previewlab."
 
@@ -37,9 +38,9 @@ class StageCheck:
     stage: str
     ranges: int                # ranges counted (as many as the CSV rows that hold the stage)
     csv_ms: float
-    basis: str                 # "kernels", "gpu span" or "cpu": what the profiler figure is
+    basis: str                 # "gpu span", "kernels" (no span reported) or "cpu": what the profiler figure is
     profiler_ms: float
-    span_ms: float | None      # CUDA only: the device-side span, when the profiler reported it
+    kernel_ms: float | None    # CUDA, event-timed stages: the kernels' own durations, for information
 
     @property
     def diff_pct(self) -> float | None:
@@ -77,12 +78,15 @@ def compare(rows: Sequence[StepRow], found: Sequence[Span], cuda: bool) -> list[
         n = len(holders)
         host = sorted((s for s in found if s.stage == stage and not s.gpu), key=lambda s: s.start_us)[:n]
         dev = sorted((s for s in found if s.stage == stage and s.gpu), key=lambda s: s.start_us)[:n]
-        span_ms = sum(s.cpu_us for s in dev) / 1e3 if cuda and dev else None
-        if cuda and stage in DEVICE_TIMED:
-            basis, prof_ms = "kernels", sum(s.kernel_us for s in host) / 1e3
+        kernel_ms = sum(s.kernel_us for s in host) / 1e3
+        if cuda and stage in DEVICE_TIMED and dev:  # the span on the GPU: what the events bound
+            basis, prof_ms, ranges = "gpu span", sum(s.cpu_us for s in dev) / 1e3, len(dev)
+        elif cuda and stage in DEVICE_TIMED:
+            basis, prof_ms, ranges = "kernels", kernel_ms, len(host)
         else:
-            basis, prof_ms = "cpu", sum(s.cpu_us for s in host) / 1e3
-        checks.append(StageCheck(stage, len(host), csv_ms, basis, prof_ms, span_ms if stage in DEVICE_TIMED else None))
+            basis, prof_ms, ranges = "cpu", sum(s.cpu_us for s in host) / 1e3, len(host)
+        checks.append(StageCheck(stage, ranges, csv_ms, basis, prof_ms,
+                                 kernel_ms if cuda and stage in DEVICE_TIMED else None))
     return checks
 
 
@@ -101,10 +105,10 @@ def traced(model: Model, settings: RunSettings, previewer: Previewer | None = No
 def render(checks: Sequence[StageCheck], cuda: bool, what: str) -> str:
     goal = "goal: within 5 %" if cuda else "CPU: host time both sides, for information"
     lines = [f"reference: {what} under torch.profiler, CSV stage totals against previewlab.<stage> ranges ({goal})",
-             f"  {'stage':<9}{'ranges':>7}{'csv ms':>10}{'profiler ms':>13}  {'basis':<8}{'diff %':>8}"
-             + (f"{'gpu span ms':>13}" if cuda else "")]
+             f"  {'stage':<9}{'ranges':>7}{'csv ms':>10}{'profiler ms':>13}  {'basis':<9}{'diff %':>8}"
+             + (f"{'kernels ms':>13}" if cuda else "")]
     for c in checks:
         diff = "-" if c.diff_pct is None else f"{c.diff_pct:+.1f}"
-        span = "" if not cuda else f"{c.span_ms:>13.2f}" if c.span_ms is not None else f"{'-':>13}"
-        lines.append(f"  {c.stage:<9}{c.ranges:>7}{c.csv_ms:>10.2f}{c.profiler_ms:>13.2f}  {c.basis:<8}{diff:>8}{span}")
+        span = "" if not cuda else f"{c.kernel_ms:>13.2f}" if c.kernel_ms is not None else f"{'-':>13}"
+        lines.append(f"  {c.stage:<9}{c.ranges:>7}{c.csv_ms:>10.2f}{c.profiler_ms:>13.2f}  {c.basis:<9}{diff:>8}{span}")
     return "\n".join(lines)

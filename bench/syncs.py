@@ -2,27 +2,75 @@
 debug mode, counting the synchronizing operations issued from previewlab's per-step code.
 
 The waits a host copy needs (the encode thread's, the final image's) live in stopwatch.py and engine.py and are
-not counted: they are the design. Anything from the meter, the overlap, the decoders or the frames is a hidden
-sync that stalls the denoising loop.
+not counted: they are the design. Anything issued while per-step code is on the stack is a hidden sync that
+stalls the denoising loop. torch reports a sync at the innermost Python frame, which is often torch's own
+(F.interpolate) or diffusers' (a VAE, AutoencoderTiny): so a sync counts when any frame on the stack is
+previewlab's per-step code, and it is named by the innermost such frame.
 """
 from __future__ import annotations
 
+import contextlib
+import sys
 import warnings
 from dataclasses import replace
-from typing import Any
+from pathlib import PurePath
+from typing import Any, Iterator
 
 import torch
 
 from preview.engine import Controls, Previewer, Run, generate
+from preview.families import constant
 from preview.models import Model
 from preview.records import StepRow
 from preview.settings import PreviewSettings, RunSettings
 
-STEP_CODE = ("meter.py", "overlap.py", "decoders.py", "frames.py", "controls.py", "previewer.py", "taesd.py")
+STEP_CODE = ("meter.py", "overlap.py", "decoders.py", "frames.py", "controls.py", "previewer.py", "taesd.py",
+             "families.py", "latent_formats.py", "targets.py", "streams.py", "encoders.py")
+PACKAGE = "preview"
+
+
+def step_frame(frame: Any) -> str | None:
+    """"file.py:line" of the innermost previewlab frame on the stack from `frame` when it is per-step code;
+    None when there is none, or when it is one of the designed waits (stopwatch.py, engine.py)."""
+    while frame is not None:
+        path = PurePath(frame.f_code.co_filename)
+        if path.parent.name == PACKAGE:
+            return f"{path.name}:{frame.f_lineno}" if path.name in STEP_CODE else None
+        frame = frame.f_back
+    return None
+
+
+@contextlib.contextmanager
+def caught_syncs() -> Iterator[list[str]]:
+    """Collects one "file.py:line" per synchronizing-operation warning issued with per-step code on the stack
+    (the warning's stack, read when it is shown, on whichever thread issued it)."""
+    found: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        shown = warnings.showwarning
+
+        def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+            if "synchroniz" not in str(message):
+                return shown(message, category, filename, lineno, file, line)
+            where = step_frame(sys._getframe(1))
+            if where is not None:
+                found.append(where)
+
+        warnings.showwarning = show
+        yield found
+
+
+def device_buffer_constant(model: Model) -> None:
+    """What a live switch to FLUX.2's vae decoder builds: a constant from a buffer already on the device (its
+    batch-norm statistics, on cuda:0), asked for on the device as the pipeline names it (often just "cuda").
+    The SD1.5 model of the check has no such buffer, so this builds one the same way."""
+    buffer = torch.ones(1, 4, 1, 1, device=model.device)
+    constant(buffer, torch.device(model.device.type), model.dtype)
 
 
 def hidden_syncs(model: Model, base: RunSettings) -> tuple[Run | None, list[str]]:
-    """(the run, one line per sync issued from per-step code). CUDA only: elsewhere ([], None)."""
+    """(the run, one line per sync issued from per-step code). CUDA only: elsewhere ([], None).
+    Each decoder is built mid-run, its constants too; then a device-buffer constant as FLUX.2's vae builds."""
     if model.device.type != "cuda":
         return None, []
     controls = Controls(PreviewSettings(decoder="latent2rgb", mode="overlap"))
@@ -32,19 +80,14 @@ def hidden_syncs(model: Model, base: RunSettings) -> tuple[Run | None, list[str]
         if row.step in switches and (model.taesd is not None or switches[row.step] != "taesd"):
             controls.set(decoder=switches[row.step])
 
-    found: list[str] = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with caught_syncs() as found:
         torch.cuda.set_sync_debug_mode("warn")
         try:
             run = generate(model, replace(base, preview=controls.get()), run_id="syncs", controls=controls,
                            on_row=on_row, previewer=Previewer(model))
+            device_buffer_constant(model)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    for w in caught:
-        where: Any = w.filename or ""
-        if "synchroniz" in str(w.message) and where.replace("\\", "/").split("/")[-1] in STEP_CODE:
-            found.append(f"{where.split('/')[-1]}:{w.lineno}")
     return run, found
 
 

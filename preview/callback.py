@@ -157,7 +157,7 @@ class Watch(PipelineCallback):
         if "t0" not in self._call:
             t0 = self.clock()
             self._call.update(t0=t0, te0=self.sw.mark())
-            self.sw.anchor(self._call["te0"], t0)  # a pipeline call starts on an idle device
+            self.sw.anchor(self._call["te0"], t0)  # only if the device is idle: the user's work may be queued
 
     def _text_end(self) -> None:
         self._call["te1"] = self.sw.mark()
@@ -271,6 +271,7 @@ class Watch(PipelineCallback):
         when the work was queued would end the call before the device did."""
         for mark, host in (("decode1", "t_decoded"), ("denoised", "t_denoised")):
             if host in c:
+                self.sw.wait(c.get(mark))  # after the call, so free; anchors the clocks if none met yet
                 device = self.sw.host_time(c.get(mark))
                 return max(c[host], device) if device is not None else c[host]
         return None

@@ -21,8 +21,10 @@ class EncoderError(ValueError):
 
 @dataclass(frozen=True)
 class Encoder:
-    """encode(image, quality): a host uint8 (H, W, 3) array -> bytes; with on_device, a uint8 (H, W, 3)
-    tensor on the device -> a uint8 tensor of the encoded bytes, still on the device."""
+    """encode(image, quality): a host uint8 (H, W, 3) array -> bytes; with on_device, a contiguous uint8
+    (3, H, W) tensor on the device (frames.to_uint8_chw) -> a uint8 tensor of the encoded bytes, still on the
+    device. The caller runs every on-device encode and the copy of its bytes under the one stream
+    streams.jpeg_stream gives (nvJPEG orders its work on the stream it was built under, and on no other)."""
     name: str      # the encoder that really runs (turbojpeg may have become pillow)
     format: str    # jpeg | webp | png, what the bytes are
     encode: Callable[[Any, int], Any]
@@ -89,8 +91,8 @@ def _nvjpeg(device: torch.device | None = None) -> Encoder:
         raise EncoderError(f"encoder nvjpeg needs torchvision built for torch {torch.__version__} "
                            f"({str(e).splitlines()[0][:100]}); use turbojpeg, or pip install torchvision") from None
 
-    def encode(rgb: Any, quality: int) -> Any:
-        return encode_jpeg(rgb.permute(2, 0, 1).contiguous(), quality=quality)
+    def encode(chw: Any, quality: int) -> Any:
+        return encode_jpeg(chw, quality=quality)  # no copy here: it would run unordered with nvJPEG's stream
 
     return Encoder("nvjpeg", "jpeg", encode, on_device=True)
 

@@ -43,9 +43,11 @@ class FamilyError(ValueError):
 def constant(values: Any, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """A small constant on the device, built once. On CUDA it goes through pinned memory without blocking:
     a plain torch.tensor(..., device=cuda) waits for the whole queue, a hidden sync. A tensor already on the
-    device (a VAE's batch-norm buffer) is cast and copied there."""
-    if isinstance(values, torch.Tensor) and values.device == device:
-        return values.detach().to(dtype, copy=True)
+    device (a VAE's batch-norm buffer) is cast and copied there. Devices compare by type, then by index where
+    `device` names one: a buffer on cuda:0 is on torch.device("cuda"), and the host copy would block."""
+    if isinstance(values, torch.Tensor) and values.device.type == device.type:
+        same = device.index is None or values.device.index == device.index
+        return values.detach().to(dtype, copy=True) if same else values.detach().to(device, dtype, copy=True)
     t = torch.as_tensor(values).detach().to("cpu", dtype)
     if device.type == "cuda":
         return t.pin_memory().to(device, non_blocking=True)

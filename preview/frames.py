@@ -28,11 +28,22 @@ def preview_size(width: int, height: int, preview_max: int) -> tuple[int, int]:
     return max(1, round(width * s)), max(1, round(height * s))
 
 
-def to_uint8_hwc(image: torch.Tensor, preview_max: int = 0) -> torch.Tensor:
-    """(3, H, W) in [0, 1] -> uint8 (h, w, 3), downscaled on the tensor's device when preview_max asks."""
+def _to_uint8(image: torch.Tensor, preview_max: int) -> torch.Tensor:
+    """(3, H, W) in [0, 1] -> uint8 (3, h, w), downscaled on the tensor's device when preview_max asks."""
     _, h, w = image.shape
     pw, ph = preview_size(w, h, preview_max)
     if (pw, ph) != (w, h):
         image = F.interpolate(image[None].float(), size=(ph, pw), mode="bilinear", antialias=True,
                               align_corners=False)[0]
-    return (image * 255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).contiguous()
+    return (image * 255).round().clamp(0, 255).to(torch.uint8)
+
+
+def to_uint8_hwc(image: torch.Tensor, preview_max: int = 0) -> torch.Tensor:
+    """(3, H, W) in [0, 1] -> contiguous uint8 (h, w, 3): what a host encoder reads once copied."""
+    return _to_uint8(image, preview_max).permute(1, 2, 0).contiguous()
+
+
+def to_uint8_chw(image: torch.Tensor, preview_max: int = 0) -> torch.Tensor:
+    """(3, H, W) in [0, 1] -> contiguous uint8 (3, h, w): what an on-device JPEG encoder reads. Made here, on
+    the stream of the conversion, so the host's wait for the conversion covers it before the encoder runs."""
+    return _to_uint8(image, preview_max).contiguous()

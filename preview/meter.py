@@ -5,6 +5,7 @@ on a socket: frames and rows go to callbacks that must return at once (the serve
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import torch
 from . import decoders, encoders
 from .autopilot import Autopilot
 from .controls import Controls
-from .frames import Frame, to_uint8_hwc
+from .frames import Frame, to_uint8_chw, to_uint8_hwc
 from .models import Model
 from .overlap import Overlap
 from .previewer import Previewer
@@ -24,6 +25,7 @@ from .ranges import Ranges
 from .records import StepRow, on_path_ms
 from .settings import PreviewSettings, should_preview
 from .stopwatch import Clock, Stopwatch
+from .streams import jpeg_stream
 from .targets import X0Tap, choose
 
 
@@ -38,6 +40,7 @@ class _Marks:
     res1: Any = None
     copied: Any = None     # CUDA overlap: the event after the device -> host copy
     future: Any = None     # overlap: the encode thread's work for this row
+    end: Any = None        # CUDA overlap: the mark where the callback returned (the next row's start)
     touched: bool = False  # preview work ran in this step, or a preview was in flight while it denoised
 
 
@@ -77,6 +80,8 @@ class StepMeter:
         self.rng.begin("denoise")
 
     def _ready(self, m: _Marks) -> bool:
+        if self.sw.cuda and m.row.mode == "overlap" and (m.end is None or not self.sw.ready(m.end)):
+            return False
         return (m.future is None or m.future.done()) and self.sw.ready(m.copied or m.res1 or m.cb)
 
     def emit(self, force: bool) -> None:
@@ -90,6 +95,8 @@ class StepMeter:
                 m.row.decode_ms, m.row.resize_ms = sw.ms(m.dec0, m.dec1), sw.ms(m.dec1, m.res1)
                 if m.copied is not None:
                     m.row.transfer_ms = sw.ms(m.res1, m.copied)
+            if sw.cuda and m.row.mode == "overlap":  # the callback's own span of the main stream: no stage holds it
+                m.row.on_path_ms = sw.ms(m.cb, m.end)
             m.row.on_path_ms = on_path_ms(m.row, sw.cuda)
             if pilot is not None:  # the autopilot holds the wall cost of steps, previews' or not, to its budget
                 pilot.observe(m.row.denoise_ms + m.row.on_path_ms, m.touched)
@@ -130,18 +137,23 @@ class StepMeter:
 
     def _finish(self, row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: Any, sync_ms: float) -> None:
         """Encode and hand off: in the callback (sync) or on the encode thread (overlap). arr is a host uint8
-        array, or for an on-device encoder the uint8 tensor still on the device (only the bytes cross)."""
-        t0 = self.clock()
-        out = enc.encode(arr, s.quality)
-        t1 = self.clock()
-        if enc.on_device:
-            data = out.cpu().numpy().tobytes()
-            row.transfer_ms = (self.clock() - t1) * 1e3
-        else:
-            data = out
+        uint8 (h, w, 3) array, or for an on-device encoder the uint8 (3, h, w) tensor still on the device (only
+        the bytes cross): it is encoded and its bytes copied under the device's one JPEG stream."""
+        dev = self.sw.dev
+        on_stream = dev.use(jpeg_stream(dev)) if enc.on_device and dev is not None else contextlib.nullcontext()
+        with on_stream:
+            t0 = self.clock()
+            out = enc.encode(arr, s.quality)
+            t1 = self.clock()
+            if enc.on_device:
+                data = out.cpu().numpy().tobytes()
+                row.transfer_ms = (self.clock() - t1) * 1e3
+            else:
+                data = out
         row.encode_ms, row.sync_ms = (t1 - t0) * 1e3, sync_ms
         row.preview, row.bytes, row.encoder = 1, len(data), enc.name
-        row.preview_height, row.preview_width = int(arr.shape[0]), int(arr.shape[1])
+        h_axis = 1 if enc.on_device else 0
+        row.preview_height, row.preview_width = int(arr.shape[h_axis]), int(arr.shape[h_axis + 1])
         if self.on_frame:
             self.on_frame(Frame(self.run_id, row.step, row.decoder, enc.format, row.preview_width,
                                 row.preview_height, data))
@@ -155,7 +167,7 @@ class StepMeter:
         marks.dec1 = sw.mark()
         rng.end("decode")
         rng.begin("resize")
-        u8 = to_uint8_hwc(image, s.preview_max)
+        u8 = (to_uint8_chw if enc.on_device else to_uint8_hwc)(image, s.preview_max)
         marks.res1 = sw.mark()
         rng.end("resize")
         rng.begin("sync")
@@ -188,8 +200,8 @@ class StepMeter:
 
         row.preview = 1  # made, or being made; a failure on the encode thread resets it, so set it first
         self.rng.begin("decode")
-        h, w = self.height, self.width
-        marks.future = self.overlap.submit(latents, lambda z: decode(z, h, w), lambda img: to_uint8_hwc(img, s.preview_max),
+        h, w, to_u8 = self.height, self.width, to_uint8_chw if enc.on_device else to_uint8_hwc
+        marks.future = self.overlap.submit(latents, lambda z: decode(z, h, w), lambda img: to_u8(img, s.preview_max),
                                            done, marks, on_device=enc.on_device)
         self.rng.end("decode")
 
@@ -259,5 +271,5 @@ class StepMeter:
         if self.should_stop and self.should_stop():
             p._interrupt = True
         self.rng.begin("denoise")
-        self.last = self.sw.mark()
+        self.last = marks.end = self.sw.mark()
         return kw

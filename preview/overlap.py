@@ -1,6 +1,7 @@
 """Overlap mode: preview work leaves the denoising thread, with at most K frames in flight.
 
-CUDA: the decode runs on a side stream that waits on an event recorded after the step's latents are ready;
+CUDA: the decode runs on the device's side stream (one per process, preview/streams.py), which waits on an
+event recorded after the step's latents are ready;
 the latents are first cloned on the main stream, so the next step can never change them under the decode.
 Conversion to uint8 and any downscale happen on the device; the copy goes to pinned host memory without
 blocking; an encode thread waits for the copy's event (that wait is its sync_ms) and encodes.
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 
 from .stopwatch import Stopwatch
+from .streams import side_stream
 
 
 class InFlight:
@@ -54,7 +56,7 @@ class Overlap:
         self.cuda = self.dev is not None
         self.flight = InFlight(limit)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="previewlab-encode")
-        self.stream = self.dev.stream() if self.dev is not None else None
+        self.stream = side_stream(self.dev) if self.dev is not None else None
         self.last_copied: Any = None  # the latest preview's copy event: the run's end depends on it
 
     def submit(self, latents: torch.Tensor, decode: Callable[[torch.Tensor], torch.Tensor],
@@ -62,8 +64,8 @@ class Overlap:
                marks: Any, on_device: bool = False) -> Future[None]:
         """Start one preview; finish(host uint8 array, sync_ms) runs on the encode thread.
         sync_ms is the part of the encode thread's wait for the copy that no event times (see Stopwatch.wait).
-        on_device (CUDA, an encoder like nvjpeg): no pixel copy; the encode thread gets the device tensor and
-        encodes it on the side stream once the resize has passed."""
+        on_device (CUDA, an encoder like nvjpeg): no pixel copy; the encode thread gets the device tensor once
+        the resize has passed, and finish encodes it on the encoder's own stream."""
         self.flight.enter()
         host: Any
         try:
@@ -96,7 +98,7 @@ class Overlap:
             marks.dec1 = self.sw.mark()
             u8 = to_u8(image)
             marks.res1 = self.sw.mark()
-            if on_device:  # the encode thread reads u8 on this stream after res1
+            if on_device:  # the encode thread reads u8 once its wait has seen res1 pass
                 dev.keep(u8, stream)
                 self.last_copied = marks.res1
                 return u8, marks.res1
@@ -108,12 +110,10 @@ class Overlap:
     def _host_part(self, host: Any, copied: Any, finish: Callable[[np.ndarray, float], None],
                    on_device: bool) -> None:
         try:
-            waited = self.sw.wait(copied)  # the copy must have landed before a byte of `host` is read
-            if on_device and self.dev is not None:
-                with self.dev.use(self.stream):  # the device encode stays off the main stream
-                    finish(host, waited.uncounted_ms)
-                return
-            arr = host.numpy() if isinstance(host, torch.Tensor) else host
+            # the copy must have landed before a byte of `host` is read; for an on-device encoder this wait
+            # is what orders the frame conversion before the encoder's own stream reads it
+            waited = self.sw.wait(copied)
+            arr = host if on_device or not isinstance(host, torch.Tensor) else host.numpy()
             finish(arr, waited.uncounted_ms)
         finally:
             self.flight.leave()

@@ -18,6 +18,8 @@ Times are milliseconds unless a name says otherwise. What each stage includes, o
   transfer_ms  device -> host copy of the uint8 preview. CUDA sync: host time of the copy (the device
                has already finished the preview); CUDA overlap: device time of the pinned copy (events).
                CPU: 0 (already in host memory). Never part of sync_ms.
+  on_path_ms   the preview time on the denoising path (records.on_path_ms). CUDA overlap: device time on
+               the main stream from this callback's start to its end, which no other stage holds.
   encode_ms    host time of the image encoder.
   send_ms, ack_rtt_ms, client_decode_ms, client_paint_ms, dropped: filled by the server (empty in the bench).
 
@@ -75,12 +77,14 @@ class StepRow:
 def on_path_ms(row: StepRow, cuda: bool) -> float:
     """The part of a row's preview stages that ran on the denoising thread, so it adds to wall time.
 
-    sync: all of it. overlap on CPU: decode and resize (the encode left the thread). overlap on CUDA: none of
-    it; what the side stream still costs shows as slower denoise_ms and as drain_ms.
+    sync: all of it. overlap on CPU: decode and resize (the encode left the thread). overlap on CUDA: no
+    stage, but the callback's own span of the main stream, which the meter measures into the row (the
+    latents' clone, and when the host is the bottleneck, its launch of the decode while the device idles);
+    what the side stream still costs shows as slower denoise_ms and as drain_ms.
     """
     if row.mode == "sync":
         return row.preview_ms
-    return 0.0 if cuda else row.decode_ms + row.resize_ms
+    return row.on_path_ms if cuda else row.decode_ms + row.resize_ms
 
 
 STEP_COLUMNS = tuple(f.name for f in fields(StepRow))

@@ -10,6 +10,7 @@ behind the host with a known lag, so the accounting is tested without a GPU.
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Protocol
@@ -20,10 +21,11 @@ Clock = Callable[[], float]
 
 
 class Device(Protocol):
-    """What the meter needs from an asynchronous device: events, one side stream, pinned copies."""
+    """What the meter needs from an asynchronous device: events, streams, pinned copies. The streams it uses
+    are made once per device (preview/streams.py); one backend per device keeps them."""
 
     def event(self) -> Any: ...                         # recorded now on the current stream; query/synchronize/elapsed_time
-    def stream(self) -> Any: ...                        # a new side stream
+    def stream(self) -> Any: ...                        # a new stream (preview/streams.py keeps the ones in use)
     def use(self, stream: Any) -> ContextManager[Any]: ...  # make `stream` current
     def after(self, stream: Any, event: Any) -> None: ...   # `stream` waits for `event` (no host wait)
     def keep(self, tensor: torch.Tensor, stream: Any) -> None: ...  # the allocator must not reuse it early
@@ -33,6 +35,15 @@ class Device(Protocol):
 class CudaDevice:
     def __init__(self, device: torch.device) -> None:
         self.device = device
+
+    @staticmethod
+    def of(device: torch.device) -> CudaDevice:
+        """The process's one backend for a CUDA device ("cuda" is the current one), so runs share its streams."""
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        with _backends_lock:
+            if index not in _backends:
+                _backends[index] = CudaDevice(torch.device("cuda", index))
+            return _backends[index]
 
     def event(self) -> Any:
         ev = torch.cuda.Event(enable_timing=True)
@@ -57,6 +68,10 @@ class CudaDevice:
         return host
 
 
+_backends: dict[int, CudaDevice] = {}
+_backends_lock = threading.Lock()
+
+
 @dataclass(frozen=True)
 class Waited:
     """One host wait on a device event, in milliseconds.
@@ -78,7 +93,7 @@ class Stopwatch:
     def __init__(self, device: torch.device | None = None, clock: Clock = time.perf_counter,
                  backend: Device | None = None) -> None:
         if backend is None and device is not None and device.type == "cuda":
-            backend = CudaDevice(device)
+            backend = CudaDevice.of(device)
         self.dev = backend
         self.cuda = backend is not None
         self.clock = clock
@@ -89,8 +104,10 @@ class Stopwatch:
         return self.dev.event() if self.dev is not None else self.clock()
 
     def anchor(self, mark: Any, host_time: float) -> None:
-        """`mark` was recorded at `host_time` on an idle device (a run's first mark): both clocks meet there."""
-        if self.cuda:
+        """`mark` was recorded at `host_time` (a run's first mark). The clocks meet there only if the device has
+        already passed it: behind work still queued (a user's own, before the pipeline call) the device reaches
+        it later, by an unknown amount. Then the first wait that sees the device pass an event anchors them."""
+        if self.cuda and mark.query():
             self._anchor = (mark, host_time)
 
     def ms(self, a: Any, b: Any) -> float:

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from fake_device import FakeClock, FakeDevice
+from fake_device import FakeClock, FakeDevice, FakeJpeg
 from preview.callback import Watch
 from preview.engine import generate
 from preview.decoders import DecoderName
@@ -26,12 +26,13 @@ STEPS = 5
 
 
 @contextmanager
-def fake_gpu(model: Any) -> Iterator[tuple[FakeClock, FakeDevice]]:
+def fake_gpu(model: Any, unet_ms: float = UNET_MS, taesd_ms: float = TAESD_MS,
+             taesd_host_ms: float = 0.0) -> Iterator[tuple[FakeClock, FakeDevice]]:
     clock = FakeClock()
     dev = FakeDevice(clock, copy_ms=COPY_MS)
     pipe = model.pipe
-    hooks = [dev.on(pipe.unet, UNET_MS), dev.on(pipe.vae.decoder, VAE_MS), dev.on(pipe.text_encoder, TEXT_MS),
-             dev.on(model.taesd.decoder, TAESD_MS)]
+    hooks = [dev.on(pipe.unet, unet_ms), dev.on(pipe.vae.decoder, VAE_MS), dev.on(pipe.text_encoder, TEXT_MS),
+             dev.on(model.taesd.decoder, taesd_ms, host_ms=taesd_host_ms)]
     try:
         yield clock, dev
     finally:
@@ -142,9 +143,9 @@ def test_on_device_encoder_sends_only_the_bytes(tiny, mode):
     jpeg = get("turbojpeg")
     seen: list[torch.Tensor] = []
 
-    def on_device(rgb: torch.Tensor, quality: int) -> torch.Tensor:
-        seen.append(rgb)
-        return torch.frombuffer(bytearray(jpeg.encode(rgb.numpy(), quality)), dtype=torch.uint8)
+    def on_device(chw: torch.Tensor, quality: int) -> torch.Tensor:
+        seen.append(chw)
+        return torch.frombuffer(bytearray(jpeg.encode(chw.permute(1, 2, 0).numpy(), quality)), dtype=torch.uint8)
 
     prev = Previewer(tiny)
     prev._enc["turbojpeg"] = Encoder("on-device", "jpeg", on_device, on_device=True)
@@ -154,6 +155,108 @@ def test_on_device_encoder_sends_only_the_bytes(tiny, mode):
         run = generate(tiny, s, run_id="t", clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev),
                        previewer=prev, on_frame=frames.append)
     assert len(frames) == 3 and all(f.data[:2] == b"\xff\xd8" for f in frames)
-    assert all(isinstance(t, torch.Tensor) and t.shape == (64, 64, 3) for t in seen)  # never a host array
+    # never a host array; (3, H, W) and contiguous, as torchvision's encode_jpeg takes it
+    assert all(isinstance(t, torch.Tensor) and t.shape == (3, 64, 64) and t.is_contiguous() for t in seen)
     assert [r.bytes for r in run.rows] == [len(f.data) for f in frames]
     assert all(r.encoder == "on-device" and r.transfer_ms >= 0 for r in run.rows)
+
+
+# -- what CUDA does that the fake device now does too ---------------------------------------------------------
+
+def test_elapsed_time_raises_before_the_device_has_passed_both_events():
+    clock = FakeClock()
+    dev = FakeDevice(clock)
+    a = dev.event()
+    dev.work(100.0)
+    b = dev.event()
+    with pytest.raises(RuntimeError, match="not ready"):
+        a.elapsed_time(b)
+    b.synchronize()
+    assert a.elapsed_time(b) == pytest.approx(100.0, abs=1.0)
+
+
+def nvjpeg_frames(tiny: Any, dev: FakeDevice, clock: FakeClock, jpeg: FakeJpeg, mode: Mode,
+                  monkeypatch: Any) -> tuple[Any, list[Any]]:
+    """One run whose previews go through preview.encoders' own nvjpeg encoder, with FakeJpeg as torchvision's
+    encode_jpeg (built, as torchvision builds it, on its first call)."""
+    import sys
+    import types
+
+    from preview import encoders
+    from preview.engine import Previewer
+
+    tv, io = types.ModuleType("torchvision"), types.ModuleType("torchvision.io")
+    io.encode_jpeg = jpeg  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torchvision", tv)
+    monkeypatch.setitem(sys.modules, "torchvision.io", io)
+    prev = Previewer(tiny)
+    prev._enc["nvjpeg"] = encoders.get("nvjpeg", torch.device("cuda"))
+    frames: list[Any] = []
+    s = RunSettings(steps=STEPS, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode=mode,
+                                                                               encoder="nvjpeg"))
+    run = generate(tiny, s, run_id=mode, clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev),
+                   previewer=prev, on_frame=frames.append)
+    return run, frames
+
+
+def test_nvjpeg_is_ordered_and_waits_for_nothing_else_in_every_run(tiny, monkeypatch):
+    """torchvision's encoder syncs only the stream it was built under. Built under the main stream (a sync run
+    first), each encode would wait for the queued steps; under one run's side stream, for the next decode, and
+    in later runs the frame conversion and the copy of the bytes would race it."""
+    ENCODE_MS = 5.0
+    with fake_gpu(tiny) as (clock, dev):
+        jpeg = FakeJpeg(dev, ENCODE_MS)
+        with dev.ops(contiguous=20.0, clone=1.0, cpu=1.0):
+            runs = [nvjpeg_frames(tiny, dev, clock, jpeg, mode, monkeypatch)
+                    for mode in ("sync", "overlap", "overlap")]
+    assert dev.races == []
+    for run, frames in runs:
+        assert len(frames) == STEPS and all(f.data[:2] == b"\xff\xd8" for f in frames)
+        # the host waits for nvJPEG's own work (and its input, already waited for), never for a UNet step
+        assert all(r.encode_ms < UNET_MS / 2 for r in run.rows), [r.encode_ms for r in run.rows]
+        assert all((r.preview_width, r.preview_height) == (64, 64) for r in run.rows)
+
+
+def test_overlap_runs_share_one_side_stream(tiny):
+    """A new stream starts with an empty allocator pool: every run would pay cudaMalloc for the decode's
+    working set again, and reserve another pool."""
+    MALLOC_MS = 40.0
+    with fake_gpu(tiny) as (clock, dev):
+        dev.malloc_ms = MALLOC_MS
+        s = RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode="overlap"))
+        runs = [generate(tiny, s, run_id=f"r{i}", clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev))
+                for i in range(3)]
+    assert dev.pools == 2  # the main stream's and the side stream's, however many runs
+    assert [abs(r.rows[0].decode_ms - TAESD_MS) < 0.5 for r in runs[1:]] == [True, True], \
+        [r.rows[0].decode_ms for r in runs]
+
+
+def test_a_host_bound_callback_is_on_the_path(tiny):
+    """On CUDA in overlap mode, the callback's clone and its launch of the decode lie between the rows'
+    stages. When the host is the bottleneck the device idles for them: that is time on the denoising path."""
+    LAUNCH_MS = 60.0  # the host's time to launch one TAESD decode; the device's share is tiny
+    with fake_gpu(tiny, unet_ms=0.5, taesd_ms=0.5, taesd_host_ms=LAUNCH_MS) as (clock, dev):
+        s = RunSettings(steps=STEPS, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode="overlap"))
+        run = generate(tiny, s, run_id="host", clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev))
+    made = [r for r in run.rows if r.preview]
+    assert len(made) == STEPS
+    assert all(r.on_path_ms >= LAUNCH_MS for r in made), [r.on_path_ms for r in made]
+    assert run.record.other_ms < LAUNCH_MS  # never left over as unexplained time
+
+
+@pytest.mark.parametrize("mode", ["sync", "overlap"])
+def test_callback_clocks_ignore_the_users_queued_work(tiny, mode):
+    """The user's own GPU work may still be queued when the pipeline call starts: the device reaches the
+    call's first mark later than the host. The first wait must not count that work as a sync."""
+    USER_MS = 300.0
+    with fake_gpu(tiny) as (clock, dev):
+        w = Watch(tiny.pipe, decoder="latent2rgb", mode=mode, clock=clock, device=dev)
+        try:
+            dev.work(USER_MS)  # queued before the call, outside it
+            tiny.pipe(prompt="a cat", num_inference_steps=STEPS, width=64, height=64, callback_on_step_end=w,
+                      callback_on_step_end_tensor_inputs=w.tensor_inputs, output_type="latent")
+            rec, rows = w.record, w.rows
+        finally:
+            w.remove()
+    assert rec is not None and rec.status == "done"
+    assert all(x.sync_ms < 0.5 for x in rows), [x.sync_ms for x in rows]
