@@ -13,6 +13,8 @@ connection that is closing keeps that deadline, since the close waits for the pe
 
 h11's max_incomplete_event_size bounds only a head that has not arrived whole: a 60 KiB head sent in one
 packet was accepted. Here the whole request line and headers are capped at `max_head_bytes` (400 beyond).
+A connection answers at most `max_requests` requests (then it is closed after its response): small answers
+fit the kernel's buffers, so without it one pipelined send could queue work without end and meet no deadline.
 Connections upgraded to a WebSocket are left to server/ws_limits.py.
 """
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import Any, Callable, Iterable, Type, Union
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
-from .limits import FRAME_BURST, FRAME_PER_S
+from .limits import FRAME_BURST, FRAME_PER_S, MAX_REQUESTS_PER_CONNECTION
+from .transports import reset
 from .ws_limits import with_frame_budget
 
 log = logging.getLogger("previewlab.server")
@@ -60,6 +63,8 @@ class HeadLimitedConnection(h11.Connection):
 
 class BoundedH11(H11Protocol):
     head_timeout_s = HEAD_TIMEOUT_S
+    max_requests = MAX_REQUESTS_PER_CONNECTION
+    _served = 0
     response_timeout_s = RESPONSE_TIMEOUT_S
     max_head_bytes = MAX_HEAD_BYTES
     conn: HeadLimitedConnection
@@ -106,6 +111,11 @@ class BoundedH11(H11Protocol):
     def _time_response(self) -> None:
         if self._answering() and self._timed is not self.cycle:
             self._timed = self.cycle
+            self._served += 1
+            if self._served >= self.max_requests and self.cycle is not None:
+                # small answers complete into the kernel's buffers, so a peer that pipelines thousands and
+                # never reads meets no deadline; it gets this many, then the connection closes
+                self.cycle.keep_alive = False
             self._arm(self.response_timeout_s, self._response_expired)
 
     def _arm(self, seconds: float, then: Callable[[], None]) -> None:
@@ -124,7 +134,7 @@ class BoundedH11(H11Protocol):
         if self.transport.get_write_buffer_size():  # the last response is not taken: a close would wait for it
             log.info("aborted a connection from %s: its last response not taken within %.0f s", self.client,
                      self.head_timeout_s)
-            self.transport.abort()
+            reset(self.transport)
         elif not self.transport.is_closing():
             log.info("closed a connection from %s: no complete request within %.0f s", self.client,
                      self.head_timeout_s)
@@ -136,7 +146,7 @@ class BoundedH11(H11Protocol):
             return
         log.info("aborted a connection from %s: its response was not complete within %.0f s", self.client,
                  self.response_timeout_s)
-        self.transport.abort()  # what the peer would not take is dropped with it
+        reset(self.transport)  # what the peer would not take is dropped with it
 
 
 def with_deadlines(head_timeout_s: float, response_timeout_s: float) -> type[BoundedH11]:
@@ -158,7 +168,7 @@ def abort_all(connections: Iterable[Any]) -> Counter[str]:
             aborted["HTTP connections"] += 1
         else:
             aborted["WebSockets still open"] += 1
-        c.transport.abort()
+        reset(c.transport)
     return aborted
 
 

@@ -69,4 +69,11 @@ async def serve_client(server: Server, ws: WebSocket) -> None:
         if not c.killed:  # a real cancellation (shutdown), not the hub dropping this client
             raise
     finally:
-        await hub.remove(c)
+        try:
+            await hub.remove(c)
+        except asyncio.CancelledError:
+            # shutdown cancels this task again while the release waits for the sender (up to 2 s); the client
+            # is already out of the hub by then (remove's first lines), so the endpoint just ends: one
+            # traceback per open watcher at every SIGTERM otherwise
+            if not c.killed:
+                raise

@@ -97,6 +97,9 @@ class Worker:
                            first_run=self._first, inflight=self.inflight, previewer=self.previewer)
             self._first = False
             end = {**meta, "status": run.record.status, "totals": asdict(run.record)}
+        except OSError as e:  # the disk (the final image): one line, not a traceback
+            log.warning("run %s failed: %s", rid, e)
+            end = {**meta, "status": "failed", "error": f"{type(e).__name__}: {str(e)[:200]}"}
         except Exception as e:
             log.exception("run %s failed", rid)
             end = {**meta, "status": "failed", "error": f"{type(e).__name__}: {str(e)[:200]}"}

@@ -24,6 +24,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.frames import Frame, Opcode
 
 from .limits import FRAME_BURST, FRAME_PER_S, MAX_FRAGMENTS, RateLimit
+from .transports import reset
 
 log = logging.getLogger("previewlab.server")
 ABORT_AFTER_S = 2.0  # a refused peer that has not taken its close frame by then is dropped: it may never read
@@ -86,6 +87,10 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
 
     def _refuse(self, why: str) -> None:
         if self.close_sent or self.transport.is_closing():
+            # the close frame is out (the app closed it, or this did) and the peer still floods: drop it now,
+            # or it would have the whole close timeout (10 s) of frames at full speed
+            log.info("dropped a WebSocket from %s after its close: %s", self.client, why)
+            reset(self.transport)
             return
         log.info("closed a WebSocket from %s with 1008: %s", self.client, why)
         self.queue.put_nowait({"type": "websocket.disconnect", "code": 1008, "reason": why})
@@ -93,7 +98,7 @@ class BoundedWebSocket(WebSocketsSansIOProtocol):
         self.transport.write(b"".join(self.conn.data_to_send()))
         self.close_sent = True
         self.transport.close()
-        self.loop.call_later(ABORT_AFTER_S, self.transport.abort)  # a no-op once the close is done
+        self.loop.call_later(ABORT_AFTER_S, reset, self.transport)  # a no-op once the close is done
 
 
 def with_frame_budget(burst: int, per_s: float) -> type[BoundedWebSocket]:

@@ -19,10 +19,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 import websockets
 
 from server.http11 import BoundedH11, connection_limits
-from server.limits import MAX_FRAGMENTS
+from server.limits import FRAME_BURST, MAX_FRAGMENTS, MAX_REQUESTS_PER_CONNECTION
 from server.protocol import unpack_frame
 from server.ws_limits import BoundedWebSocket
 from tests.conftest import live_server, raw_ws, wait_until
@@ -236,6 +237,54 @@ def test_peers_that_pipeline_and_never_read_are_aborted_at_the_response_deadline
             assert len(r.read()) == SCRIPT_BYTES
 
 
+def test_one_connection_is_answered_a_bounded_number_of_requests(make_app):
+    """Small answers complete into the kernel's buffers, so the response deadline never fires: 30 peers that
+    pipelined 2,000 `GET /` each and never read kept both cores busy for as long as they liked. Now a
+    connection is closed after MAX_REQUESTS_PER_CONNECTION answers, and what was queued beyond is dropped."""
+    srv, app = make_app(hosts=("127.0.0.1",))
+    with live_server(app, **connection_limits(srv.max_clients)) as addr:
+        host, port = addr.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as s:
+            s.sendall(f"GET /runs HTTP/1.1\r\nHost: {addr}\r\n\r\n".encode() * (3 * MAX_REQUESTS_PER_CONNECTION))
+            s.settimeout(10)
+            got = b""
+            while chunk := s.recv(64 * KiB):
+                got += chunk
+        assert got.count(b"HTTP/1.1 200 OK") == MAX_REQUESTS_PER_CONNECTION
+        assert status(f"http://{addr}/runs") == 200  # a new connection is served as before
+
+
+def test_a_peer_that_floods_after_its_close_is_reset(make_app):
+    """Closed by the server (here for 21 bad messages), a peer used to have the whole close timeout (10 s) to
+    flood pings at full speed: 1,050,000 frames were handled, both cores busy. Now the frame budget still holds
+    after the close, and the connection is reset once it is spent."""
+    srv, app = make_app(hosts=("127.0.0.1",))
+    after_close: list[int] = [0]
+
+    class Counted(BoundedWebSocket):
+        """The protocol under test, counting the frames it handles once its close frame is out."""
+
+        def _over_budget(self, frame: Any) -> str | None:
+            if self.close_sent:
+                after_close[0] += 1
+            return super()._over_budget(frame)
+
+    with live_server(app, **{**connection_limits(srv.max_clients), "ws": Counted}) as addr:
+        s = raw_ws(addr)
+        s.sendall(b"".join(frame(0x1, b"{}") for _ in range(22)))  # bad messages: the server closes, 1008
+        s.settimeout(15)
+        f = s.makefile("rb")
+        while (close := read_frame(f))[0] != 0x8:  # hello and 20 error replies come first
+            pass
+        assert struct.unpack("!H", close[1][:2])[0] == 1008
+        ping = frame(0x9) * 200
+        with pytest.raises((ConnectionResetError, BrokenPipeError)):
+            for _ in range(5000):  # a million pings
+                s.sendall(ping)
+        s.close()
+    assert 0 < after_close[0] < 3 * FRAME_BURST
+
+
 def test_a_whole_head_over_16_kib_gets_400_and_one_under_it_is_served(make_app):
     """h11_max_incomplete_event_size bounds only a head that has not arrived whole: a 60 KiB head sent in one
     packet was answered. Now the whole request line and headers are capped at 16 KiB."""
@@ -280,10 +329,11 @@ def test_sigterm_with_stuck_peers_exits_with_a_line_per_kind_and_no_traceback(tm
         assert p.poll() is None, "the server did not start"
         addr = f"127.0.0.1:{port}"
         stuck = [pipeline(addr, SCRIPT, 200) for _ in range(20)]  # 10 MB each: more than the kernel takes
+        watchers = [raw_ws(addr) for _ in range(3)]  # open WebSockets: each logged a traceback at SIGTERM
         wait_until(lambda: idle(p.pid), 60, "the server to fill what the stuck peers' sockets take")
         p.send_signal(signal.SIGTERM)
         rc = p.wait(20)
-        for s in stuck:
+        for s in stuck + watchers:
             s.close()
     finally:
         if p.poll() is None:
