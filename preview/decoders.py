@@ -10,16 +10,16 @@ from __future__ import annotations
 import copy
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from .names import DecoderName
 from .families import constant
 from .latent_formats import LATENT_RGB, latent2rgb
 from .models import Model
 
-DecoderName = Literal["none", "latent2rgb", "taesd", "vae"]
 Decode = Callable[[torch.Tensor, int, int], torch.Tensor]  # (callback latents, height px, width px) -> image
 
 

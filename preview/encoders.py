@@ -5,13 +5,14 @@ from __future__ import annotations
 import io
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from .names import EncoderName
+
 log = logging.getLogger("previewlab")
-EncoderName = Literal["turbojpeg", "pillow", "webp", "png", "nvjpeg"]
 FORMATS: dict[str, str] = {"turbojpeg": "jpeg", "pillow": "jpeg", "webp": "webp", "png": "png", "nvjpeg": "jpeg"}
 
 

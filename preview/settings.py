@@ -2,14 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Iterable, Literal, cast, get_args
+from typing import Any, Iterable, cast
 
-from .decoders import DECODERS, DecoderName
-from .encoders import ENCODERS, EncoderName
-
-from .targets import Target
-
-Mode = Literal["sync", "overlap"]
+from .names import DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, DecoderName, EncoderName, Mode, Target
 
 MAX_STEPS = 1000
 MAX_EVERY = 10_000
@@ -35,16 +30,16 @@ class PreviewSettings:
     target: Target = "auto"  # x0: the model's predicted clean image; latents: the noisy ones; auto: x0 if it can
 
     def __post_init__(self) -> None:
-        _choice("mode", self.mode, get_args(Mode))
-        _choice("target", self.target, get_args(Target))
+        _choice("mode", self.mode, MODES)
+        _choice("target", self.target, TARGETS)
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)) or not 0 <= self.budget <= 1000:
             raise SettingsError(f"budget={self.budget!r}: must be a number of percent from 0 (off) to 1000")
-        _choice("decoder", self.decoder, DECODERS)
+        _choice("decoder", self.decoder, DECODER_NAMES)
         _int("every", self.every, 1, MAX_EVERY)
         _int("preview_max", self.preview_max, 0, 8192)
         if 0 < self.preview_max < 8:
             raise SettingsError(f"preview_max={self.preview_max}: use 0 (native) or at least 8 pixels")
-        _choice("encoder", self.encoder, ENCODERS)
+        _choice("encoder", self.encoder, ENCODER_NAMES)
         _int("quality", self.quality, 1, 100)
 
     def changed(self, **kw: Any) -> PreviewSettings:
@@ -84,10 +79,10 @@ RUN_FIELDS = tuple(f.name for f in fields(RunSettings) if f.name not in ("previe
 
 
 def check_mode(name: str) -> Mode:
-    for known in get_args(Mode):
+    for known in MODES:
         if name == known:
             return cast(Mode, known)
-    raise SettingsError(f"mode={name!r}: allowed are {', '.join(get_args(Mode))}")
+    raise SettingsError(f"mode={name!r}: allowed are {', '.join(MODES)}")
 
 
 def _int(name: str, v: object, lo: int, hi: int) -> None:

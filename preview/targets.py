@@ -17,7 +17,8 @@ from typing import Any, Literal, cast
 
 import torch
 
-Target = Literal["auto", "x0", "latents"]
+from .names import Target
+
 Shown = Literal["x0", "latents"]
 
 

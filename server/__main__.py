@@ -111,9 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import uvicorn
 
-    from .protocol import MAX_MESSAGE_BYTES
     from .app import Server, build_app
-    from .http11 import SHUTDOWN_ABORT_S, abort_all, connection_limits
+    from .http11 import SHUTDOWN_ABORT_S, abort_all, uvicorn_config
 
     try:
         server = Server(model, args.data_dir, max_side=args.max_side, send_timeout_s=args.send_timeout,
@@ -162,9 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for kind, n in abort_all(self.server_state.connections).items():
                 logging.getLogger("previewlab.server").warning("shutdown: cancelled %d %s", n, kind)
 
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", ws_max_size=MAX_MESSAGE_BYTES,
-                            **connection_limits(args.max_clients))
-    Graceful(config).run()
+    Graceful(uvicorn_config(app, args.host, args.port, args.max_clients)).run()
     return 0
 
 

@@ -85,12 +85,10 @@ def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: st
     watch.remove() (or the returned object's close()) stops it."""
     import uvicorn
 
-    from .http11 import connection_limits
-    from .protocol import MAX_MESSAGE_BYTES
+    from .http11 import uvicorn_config
 
     server = Server(watch.model, Path(data_dir), source=WatchSource(watch))
-    config = uvicorn.Config(build_app(server), host=host, port=port, log_level="warning", ws_max_size=MAX_MESSAGE_BYTES,
-                            **connection_limits(server.max_clients))
+    config = uvicorn_config(build_app(server), host, port, server.max_clients)
     uv = uvicorn.Server(config)
     holder: dict[str, Any] = {}
 

@@ -17,6 +17,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .limits import RateLimit, short
+
 log = logging.getLogger("previewlab.server")
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 COOKIE = "previewlab_token"
@@ -58,11 +60,6 @@ def is_loopback(addr: str | None) -> bool:
         return addr == "localhost"
 
 
-def _short(v: Any, n: int = 60) -> str:
-    s = repr(v)
-    return s if len(s) <= n else s[:n] + "..."
-
-
 class Guard:
     def __init__(self, app: ASGIApp, *, hosts: Iterable[str], token: str | None = None,
                  ws_burst: int = 64, ws_per_s: float = 20.0, clock: Any = time.monotonic) -> None:
@@ -73,17 +70,16 @@ class Guard:
         self.hosts = {h.lower().strip("[]") for h in hosts} | set(LOOPBACK_NAMES)
         self.token = token
         self.ws_burst, self.ws_per_s, self.clock = ws_burst, ws_per_s, clock
-        self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, time)
+        self._buckets: dict[str, RateLimit] = {}  # address -> its handshake bucket
         self._logged: dict[int, float] = {}  # status -> when a refusal with it was last logged
 
     def _handshake_allowed(self, addr: str) -> bool:
-        now = self.clock()
-        tokens, t = self._buckets.get(addr, (float(self.ws_burst), now))
-        tokens = min(self.ws_burst, tokens + (now - t) * self.ws_per_s)
-        ok = tokens >= 1
-        self._buckets[addr] = (tokens - 1 if ok else tokens, now)
-        if len(self._buckets) > 10_000:  # many addresses: forget the full buckets
-            self._buckets = {a: v for a, v in self._buckets.items() if v[0] < self.ws_burst}
+        bucket = self._buckets.get(addr)
+        if bucket is None:
+            bucket = self._buckets[addr] = RateLimit(self.ws_burst, self.ws_per_s, self.clock)
+        ok = bucket.allow()
+        if len(self._buckets) > 10_000:  # many addresses: forget the ones whose bucket has refilled
+            self._buckets = {a: b for a, b in self._buckets.items() if not b.full()}
         return ok
 
     def _headers(self, scope: Scope) -> dict[str, str]:
@@ -111,7 +107,7 @@ class Guard:
         client = (scope.get("client") or (None, None))[0]
         parsed = split_host(headers.get("host", ""))
         if parsed is None or parsed[0] not in self.hosts:
-            return await self._refuse(scope, receive, send, 400, f"host {_short(headers.get('host'))} not allowed")
+            return await self._refuse(scope, receive, send, 400, f"host {short(headers.get('host'), 60)} not allowed")
         if scope["type"] == "websocket":
             # Origin first: a handshake another site's page makes is refused without touching the address's
             # handshake budget, which the user's own page shares (same browser, same address).
@@ -123,7 +119,7 @@ class Guard:
                 o = urlsplit(origin)
                 same = o.scheme in ("http", "https") and split_host(o.netloc) == parsed
                 if not same:
-                    return await self._refuse(scope, receive, send, 403, f"cross-origin WebSocket from {_short(origin)}")
+                    return await self._refuse(scope, receive, send, 403, f"cross-origin WebSocket from {short(origin, 60)}")
             if not self._handshake_allowed(str(client)):
                 return await self._refuse(scope, receive, send, 429, "too many WebSocket handshakes")
         if not self._token_ok(scope, headers):
@@ -145,7 +141,7 @@ class Guard:
         now = self.clock()
         if now - self._logged.get(status, -1e9) > 5:  # a flood is logged every 5 s, not per request
             self._logged[status] = now
-            log.warning("refused %s %s from %s: %s", scope["type"], _short(scope.get("path"), 40), client, why)
+            log.warning("refused %s %s from %s: %s", scope["type"], short(scope.get("path"), 40), client, why)
         if scope["type"] == "websocket":
             await receive()  # websocket.connect
             await send({"type": "websocket.close", "code": 1008})  # before accept: the handshake gets 403

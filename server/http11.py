@@ -186,3 +186,13 @@ def connection_limits(max_clients: int, head_timeout_s: float = HEAD_TIMEOUT_S,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,  # on shutdown, tasks still running after 3 s are cancelled
         ws_ping_interval=20.0, ws_ping_timeout=20.0,  # a WebSocket peer that stops answering is closed in 40 s
     )
+
+
+def uvicorn_config(app: Any, host: str, port: int, max_clients: int) -> Any:
+    """The one uvicorn.Config of `python -m server` and of serve(watch): every bound above, one message size."""
+    import uvicorn
+
+    from .protocol import MAX_MESSAGE_BYTES
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=MAX_MESSAGE_BYTES,
+                          **connection_limits(max_clients))

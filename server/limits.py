@@ -41,6 +41,10 @@ class RateLimit:
             return True
         return False
 
+    def full(self) -> bool:
+        """Refilled to its burst by now: a bucket that may be forgotten and made afresh."""
+        return self.tokens + (self.clock() - self.t) * self.per_s >= self.burst
+
 
 def work_error(steps: int, width: int, height: int, max_pixel_steps: int) -> str | None:
     """None when the run fits the limit, else the one line a person needs to make it fit."""
@@ -57,3 +61,9 @@ def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """An error as the client sees it: one line, at most `limit` characters."""
     text = text.replace("\n", " ")
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def short(v: Any, limit: int = 40) -> str:
+    """A bad value as logs and errors quote it: at most `limit` characters of its repr."""
+    text = repr(v)
+    return text if len(text) <= limit else text[:limit] + "..."

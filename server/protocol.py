@@ -20,7 +20,7 @@ from typing import Any, Union
 
 from preview.settings import PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings, RunSettings, SettingsError
 
-from .limits import clip, work_error
+from .limits import clip, short, work_error
 
 MAX_MESSAGE_BYTES = 64 * 1024
 
@@ -71,11 +71,6 @@ def _number(field: str, v: Any, lo: float, hi: float) -> float:
         raise ProtocolError(f"{field}: must be a number from {lo:g} to {hi:g}, got {short(v)}")
     return float(v)
 
-
-def short(v: Any, limit: int = 40) -> str:
-    """A bad value as logs and errors quote it: at most `limit` characters."""
-    text = repr(v)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def parse(text: str, *, defaults: RunSettings, max_pixel_steps: int = 0,

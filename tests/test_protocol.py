@@ -50,3 +50,15 @@ def test_frames_round_trip():
     header = {"run_id": "r", "step": 3, "seq": 9, "format": "jpeg"}
     h, data = unpack_frame(pack_frame(header, b"\xff\xd8jpeg"))
     assert h == header and data == b"\xff\xd8jpeg"
+
+
+def test_the_protocol_and_the_settings_import_no_torch():
+    """Issue 20, item 7: validating a JSON message used to import the decoder registry, hence model loading
+    and torch (3 s). The closed name sets live in preview/names.py, which imports nothing heavy."""
+    import subprocess
+    import sys
+
+    code = ("import sys, server.protocol, preview.settings; "
+            "print(sorted(m for m in ('torch', 'diffusers', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,18 @@
+"""The closed sets of names a user chooses from: decoders, encoders, modes and targets.
+
+No torch here: the settings and the wire protocol validate against these without loading the model stack.
+Each registry (decoders.DECODERS, encoders.ENCODERS) holds exactly these names, in this order.
+"""
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+DecoderName = Literal["none", "latent2rgb", "taesd", "vae"]
+EncoderName = Literal["turbojpeg", "pillow", "webp", "png", "nvjpeg"]
+Mode = Literal["sync", "overlap"]
+Target = Literal["auto", "x0", "latents"]
+
+DECODER_NAMES: tuple[DecoderName, ...] = get_args(DecoderName)
+ENCODER_NAMES: tuple[EncoderName, ...] = get_args(EncoderName)
+MODES: tuple[Mode, ...] = get_args(Mode)
+TARGETS: tuple[Target, ...] = get_args(Target)
