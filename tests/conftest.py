@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import csv
+import io
+import json
 import os
 import socket
 import threading
@@ -12,6 +15,7 @@ from typing import Callable, Iterator
 import pytest
 
 from preview.models import Model, load
+from preview.records import STEP_COLUMNS
 
 
 @pytest.fixture(scope="session")
@@ -100,3 +104,40 @@ def raw_ws(addr: str, rcvbuf: int | None = None, sndbuf: int | None = None) -> s
         head += s.recv(1)
     assert head.startswith(b"HTTP/1.1 101"), head
     return s
+
+
+GOOD = "20261130-120000-001"  # a run id as the store names folders
+
+
+def make_run(root: Path, rid: str, meta: object = "auto", steps: str | bytes | None = "auto",
+             guidance: float = 7.5) -> Path:
+    d = root / rid
+    d.mkdir(parents=True)
+    if meta == "auto":
+        meta = {"run_id": rid, "status": "done", "steps": 2, "guidance": guidance}
+    if isinstance(meta, bytes):
+        (d / "meta.json").write_bytes(meta)
+    elif meta is not None:
+        (d / "meta.json").write_text(json.dumps(meta))
+    if steps == "auto":
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(STEP_COLUMNS)
+        for step in (1, 2):
+            w.writerow([rid if c == "run_id" else step if c == "step" else "" for c in STEP_COLUMNS])
+        steps = buf.getvalue()
+    if isinstance(steps, bytes):
+        (d / "steps.csv").write_bytes(steps)
+    elif steps is not None:
+        (d / "steps.csv").write_text(steps)
+    return d
+
+
+def recv_until(ws, kind: str, limit: int = 10_000) -> dict:
+    for _ in range(limit):
+        m = ws.receive()
+        if m.get("text") is not None:
+            msg = json.loads(m["text"])
+            if msg["type"] == kind:
+                return msg
+    raise AssertionError(f"no {kind} message")

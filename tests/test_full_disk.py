@@ -21,9 +21,7 @@ from starlette.testclient import TestClient
 
 from server import store as store_module
 from server.store import Store
-from tests.conftest import SAME_ORIGIN
-from tests.test_server_logic import recv_until
-from tests.test_store import make_run
+from tests.conftest import SAME_ORIGIN, make_run, recv_until
 
 GOOD = [f"20261130-120000-{i:03d}" for i in range(3)]
 

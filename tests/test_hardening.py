@@ -18,9 +18,7 @@ from starlette.websockets import WebSocketDisconnect
 from preview.settings import RunSettings, SettingsError
 from server import store as store_module
 from server.limits import work_error
-from tests.conftest import SAME_ORIGIN, live_server
-from tests.test_server_logic import recv_until
-from tests.test_store import GOOD, make_run
+from tests.conftest import GOOD, SAME_ORIGIN, live_server, make_run, recv_until
 
 
 def test_set_flood_is_rate_limited_and_every_export_stays_readable(make_app):

@@ -7,17 +7,7 @@ import json
 
 from starlette.testclient import TestClient
 
-from tests.conftest import SAME_ORIGIN
-
-
-def recv_until(ws, kind: str, limit: int = 10_000) -> dict:
-    for _ in range(limit):
-        m = ws.receive()
-        if m.get("text") is not None:
-            msg = json.loads(m["text"])
-            if msg["type"] == kind:
-                return msg
-    raise AssertionError(f"no {kind} message")
+from tests.conftest import SAME_ORIGIN, recv_until
 
 
 def test_hello_start_refuse_stop_and_csv(make_app):

@@ -23,8 +23,7 @@ import websockets
 from server.__main__ import allowed_hosts, page_url
 from server.guard import Guard, split_host
 from server.http11 import connection_limits
-from tests.conftest import live_server
-from tests.test_store import GOOD, make_run
+from tests.conftest import GOOD, live_server, make_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

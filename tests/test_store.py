@@ -14,32 +14,8 @@ import pytest
 
 from preview.records import STEP_COLUMNS
 from server.store import EXPORT_COLUMNS, Damaged, Store
+from tests.conftest import GOOD, make_run
 
-GOOD = "20261130-120000-001"
-
-
-def make_run(root: Path, rid: str, meta: object = "auto", steps: str | bytes | None = "auto",
-             guidance: float = 7.5) -> Path:
-    d = root / rid
-    d.mkdir(parents=True)
-    if meta == "auto":
-        meta = {"run_id": rid, "status": "done", "steps": 2, "guidance": guidance}
-    if isinstance(meta, bytes):
-        (d / "meta.json").write_bytes(meta)
-    elif meta is not None:
-        (d / "meta.json").write_text(json.dumps(meta))
-    if steps == "auto":
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(STEP_COLUMNS)
-        for step in (1, 2):
-            w.writerow([rid if c == "run_id" else step if c == "step" else "" for c in STEP_COLUMNS])
-        steps = buf.getvalue()
-    if isinstance(steps, bytes):
-        (d / "steps.csv").write_bytes(steps)
-    elif steps is not None:
-        (d / "steps.csv").write_text(steps)
-    return d
 
 
 def export(store: Store) -> list[dict[str, str]]:
