@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib.resources
 import logging
 import re
 import time
@@ -41,7 +42,13 @@ from .worker import Busy, Listener, Worker
 from .writes import OrderedWrites
 
 log = logging.getLogger("previewlab.server")
-WEB = Path(__file__).resolve().parents[1] / "web"
+def _web() -> Path:
+    """The page's folder: server/web in an installed wheel, the repository's web/ in a checkout."""
+    shipped = Path(str(importlib.resources.files("server") / "web"))
+    return shipped if (shipped / "index.html").is_file() else Path(__file__).resolve().parents[1] / "web"
+
+
+WEB = _web()
 T = TypeVar("T")
 RUNS_PAGE, RUNS_PAGE_MAX = 50, 500  # runs per /runs answer: by default, and at most (?limit=)
 LIMIT = re.compile(r"^[0-9]{1,4}$")

@@ -214,6 +214,29 @@ def test_a_damaged_mark_goes_once_the_folder_is_whole(tmp_path):
     assert listed["status"] == "done" and "damaged" not in listed and store.damaged == {}
 
 
+def test_a_start_the_disk_refuses_is_one_line_and_keeps_the_good_runs(make_app, tmp_path, monkeypatch):
+    """The server's side of the real-disk test below, with the disk failing at the start's first write, so it
+    runs wherever a tmpfs cannot be mounted."""
+    data = tmp_path / "runs"
+    srv, app = make_app(data_dir=data, keep_runs=3)
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        ws.receive_text()
+        good = []
+        for _ in range(3):
+            ws.send_text(json.dumps({"type": "start", "steps": 2, "decoder": "latent2rgb"}))
+            good.append(recv_until(ws, "done")["run_id"])
+        with monkeypatch.context() as m:
+            FullDisk(m, fail_at=1)
+            ws.send_text(json.dumps({"type": "start", "steps": 2}))
+            refused = recv_until(ws, "error")["message"]
+        assert refused == "could not write the run's folder: [Errno 28] No space left on device"
+        assert sorted(p.name for p in data.iterdir() if p.is_dir()) == good
+        ws.send_text(json.dumps({"type": "start", "steps": 2, "decoder": "latent2rgb"}))
+        new = recv_until(ws, "done")
+        listed = client.get("/runs").json()
+    assert [r["run_id"] for r in listed] == [new["run_id"]] + good[:0:-1]
+
+
 # -- a real full disk ----------------------------------------------------------------------------------------
 
 @pytest.fixture

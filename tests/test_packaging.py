@@ -1,0 +1,29 @@
+"""The wheel carries what an installed previewlab needs: the page's files, the demo model, the single-file configs."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_wheel_serves_the_page_from_any_folder(tmp_path):
+    """Issue 20, item 1: the wheel held preview, bench and server but not web/, so an installed server stopped at
+    start-up ("Directory .../site-packages/web does not exist")."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", ".", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path)], cwd=ROOT, check=True, capture_output=True)
+    wheel = next(tmp_path.glob("previewlab-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for shipped in ("server/web/index.html", "server/web/app.js", "server/web/style.css",
+                    "server/web/vendor/uPlot.iife.min.js", "preview/demo_model/model_index.json",
+                    "preview/single_file_configs/v1/model_index.json"):
+        assert shipped in names, shipped
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    # from another folder, with the unpacked wheel first on the path: the page is found inside it
+    out = subprocess.run([sys.executable, "-c", "import server.app as a; print(a.__file__); print(a.WEB)"],
+                         cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(site / "server" / "app.py"), str(site / "server" / "web")]
