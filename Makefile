@@ -1,7 +1,8 @@
-# Each target creates .venv and installs what it needs on first use: serve and bench the product alone,
-# test and typecheck the test tools too.
+# Each target creates .venv and installs what it needs on first use: serve the product alone, bench its
+# plotting extra too, test and typecheck the test tools.
 PY := .venv/bin/python
 RUN_STAMP := .venv/.installed-run
+BENCH_STAMP := .venv/.installed-bench
 TEST_STAMP := .venv/.installed-test
 
 .PHONY: test bench serve typecheck clean
@@ -13,21 +14,25 @@ $(RUN_STAMP): pyproject.toml
 	$(PY) -m pip install -q -e .
 	touch $@
 
+$(BENCH_STAMP): $(RUN_STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	touch $@
+
 $(TEST_STAMP): $(RUN_STAMP)
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
 typecheck: $(TEST_STAMP)
-	$(PY) -m mypy --explicit-package-bases preview bench server tests
+	$(PY) -m mypy --explicit-package-bases previewlab tests
 
 test: $(TEST_STAMP) typecheck
 	$(PY) -m pytest -q tests
 
-bench: $(RUN_STAMP)
-	$(PY) -m bench --model synthetic:small --out runs/bench
+bench: $(BENCH_STAMP)
+	$(PY) -m previewlab bench --model synthetic:small --out runs/bench
 
 serve: $(RUN_STAMP)
-	$(PY) -m server --model demo
+	$(PY) -m previewlab serve --model demo
 
 clean:  # never runs/: it is the user's measurement history
 	rm -rf .venv .mypy_cache .pytest_cache

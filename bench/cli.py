@@ -1,4 +1,4 @@
-"""python -m bench: sweep preview decoders and intervals against no-preview baselines, write CSVs, print a summary."""
+"""previewlab bench: sweep preview decoders and intervals against no-preview baselines, write CSVs, print a summary."""
 from __future__ import annotations
 
 import argparse
@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence, TypeVar, get_args
 
-from preview.decoders import DECODERS
-from preview.models import SYNTHETIC
-from preview.decoders import check_name as check_decoder
-from preview.encoders import ENCODERS
-from preview.settings import Mode, check_mode
-from preview.targets import Target, check_target
-from preview.settings import MAX_EVERY, MAX_SIDE, MAX_STEPS, MIN_SIDE, PreviewSettings, RunSettings, SettingsError
+from previewlab.preview.decoders import DECODERS
+from previewlab.preview.models import SYNTHETIC
+from previewlab.preview.decoders import check_name as check_decoder
+from previewlab.preview.encoders import ENCODERS
+from previewlab.preview.settings import Mode, check_mode
+from previewlab.preview.targets import Target, check_target
+from previewlab.preview.settings import MAX_EVERY, MAX_SIDE, MAX_STEPS, MIN_SIDE, PreviewSettings, RunSettings, SettingsError
 
 T = TypeVar("T")
 
@@ -92,7 +92,7 @@ def seed_value(text: str) -> int:
 
 
 def parser() -> Parser:
-    p = Parser(prog="python -m bench", description=__doc__,
+    p = Parser(prog="previewlab bench", description=__doc__,
                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="synthetic:small",
                    help=f"{' | '.join(SYNTHETIC)} | a local diffusers folder | a repo id in the local Hugging Face cache")
@@ -147,11 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     import itertools
 
-    from bench.summary import mode_ratios, summarize, table
-    from bench.sweep import Plan, run_sweep, traced_run
-    from preview.csv_writer import CsvSchemaError
-    from preview.decoders import DecoderError
-    from preview.models import ModelError, load
+    from previewlab.bench.summary import mode_ratios, summarize, table
+    from previewlab.bench.sweep import Plan, run_sweep, traced_run
+    from previewlab.preview.csv_writer import CsvSchemaError
+    from previewlab.preview.decoders import DecoderError
+    from previewlab.preview.models import ModelError, load
 
     variants = list(itertools.product(args.dtype, args.offload, args.compile, args.channels_last))
     runs: list[dict] = []

@@ -1,4 +1,4 @@
-"""python -m bench compare A B: two sweeps side by side; exits 1 when a figure got worse past a threshold.
+"""previewlab compare A B: two sweeps side by side; exits 1 when a figure got worse past a threshold.
 
 Per configuration: both medians, B/A, and whether the difference is larger than the runs' own spread (the
 two interquartile ranges do not overlap). "Worse" is higher for times and overheads.
@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.report import read
-from bench.summary import percentile
+from previewlab.bench.report import read
+from previewlab.bench.summary import percentile
 
 FIGURES = ("overhead_pct", "wall_s", "denoise_ms", "decode_ms", "encode_ms", "bytes")
 
@@ -49,7 +49,7 @@ def worse(row: dict[str, Any], figure: str, threshold: float) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench compare", description=__doc__)
+    p = argparse.ArgumentParser(prog="previewlab compare", description=__doc__)
     p.add_argument("a", type=Path, help="the reference sweep folder")
     p.add_argument("b", type=Path, help="the sweep to judge")
     p.add_argument("--figure", choices=FIGURES, default="overhead_pct", help="the figure that decides the exit status")

@@ -1,6 +1,6 @@
-"""python -m bench load: many watchers, one stuck reader and one reconnecting client against a real server.
+"""previewlab load: many watchers, one stuck reader and one reconnecting client against a real server.
 
-Starts `python -m server` on a loopback port (synthetic:small by default), then alternates runs with one
+Starts `previewlab serve` on a loopback port (synthetic:small by default), then alternates runs with one
 client and runs with the crowd, and reports the generation's wall time, the server's memory and the frames
 delivered and dropped. Bounded: a fixed number of runs, each with a timeout; loopback only.
 """
@@ -25,11 +25,11 @@ from typing import Any, Sequence
 
 
 def start_server(*flags: str) -> tuple[subprocess.Popen[bytes], int]:
-    """`python -m server` on a free loopback port, returned once it answers HTTP."""
+    """`previewlab serve` on a free loopback port, returned once it answers HTTP."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "server", "--port", str(port), *flags],
+    proc = subprocess.Popen([sys.executable, "-m", "previewlab", "serve", "--port", str(port), *flags],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
         try:
@@ -147,7 +147,7 @@ async def one_run(port: int, pid: int, crowd: int, args: argparse.Namespace) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench load", description=__doc__)
+    p = argparse.ArgumentParser(prog="previewlab load", description=__doc__)
     p.add_argument("--model", default="synthetic:small")
     p.add_argument("--clients", type=int, default=50, help="watching clients besides the stuck and reconnecting ones")
     p.add_argument("--steps", type=int, default=20)

@@ -1,4 +1,4 @@
-"""python -m bench report DIR: a sweep's CSVs -> PNG plots and one self-contained report.html.
+"""previewlab report DIR: a sweep's CSVs -> PNG plots and one self-contained report.html.
 
 Reading (CSV -> rows) and the figures (rows -> numbers) are pure; plotting and writing are the I/O at the end.
 """
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.summary import summarize
+from previewlab.bench.summary import summarize
 
 PREVIEW_PARTS = ("decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "browser_ms")
 
@@ -22,7 +22,7 @@ def read(folder: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     def load(name: str) -> list[dict[str, str]]:
         p = folder / name
         if not p.is_file():
-            raise SystemExit(f"bench report: {p} not found; give a folder written by python -m bench --out")
+            raise SystemExit(f"bench report: {p} not found; give a folder written by previewlab bench --out")
         with open(p, newline="") as f:
             return [r for r in csv.DictReader(f) if None not in r.values()]
     return load("runs.csv"), load("steps.csv")
@@ -153,8 +153,8 @@ def render_html(fig: dict[str, Any], title: str, images: list[Path]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench report", description=__doc__)
-    p.add_argument("dir", type=Path, help="a folder written by python -m bench --out")
+    p = argparse.ArgumentParser(prog="previewlab report", description=__doc__)
+    p.add_argument("dir", type=Path, help="a folder written by previewlab bench --out")
     args = p.parse_args(argv)
     runs, steps = read(args.dir)
     if not runs:

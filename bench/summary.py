@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Sequence
 
-from preview.records import PREVIEW_STAGES
+from previewlab.preview.records import PREVIEW_STAGES
 
 STAGES = ("denoise_ms",) + PREVIEW_STAGES
 

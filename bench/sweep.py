@@ -9,13 +9,13 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from preview.engine import Previewer, Run, final_image, generate, run_record, save_image
-from preview.models import Model
-from preview.csv_writer import CsvAppender
-from preview.records import RUN_COLUMNS, STEP_COLUMNS
-from preview.decoders import DecoderName
-from preview.settings import Mode, PreviewSettings, RunSettings
-from preview.targets import Target
+from previewlab.preview.engine import Previewer, Run, final_image, generate, run_record, save_image
+from previewlab.preview.models import Model
+from previewlab.preview.csv_writer import CsvAppender
+from previewlab.preview.records import RUN_COLUMNS, STEP_COLUMNS
+from previewlab.preview.decoders import DecoderName
+from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
+from previewlab.preview.targets import Target
 
 SWEEP_COLUMNS = ("config", "role", "repeat")
 RUNS_CSV_COLUMNS = SWEEP_COLUMNS + RUN_COLUMNS + ("overhead_pct", "pair_overhead_pct")

@@ -11,7 +11,7 @@ from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.load import start_server  # noqa: E402
+from previewlab.bench.load import start_server  # noqa: E402
 
 server, port = start_server("--model", "demo", "--data-dir", tempfile.mkdtemp())
 try:

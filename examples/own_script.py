@@ -9,16 +9,14 @@ import sys
 
 import torch
 
-from preview import watch as preview_watch
-from preview.models import synthetic_pipeline
+from previewlab import serve, watch as preview_watch
+from previewlab.preview.models import synthetic_pipeline
 
 pipe = synthetic_pipeline("synthetic:small")  # stands in for your own pipeline
 
 watch = preview_watch(pipe, decoder="latent2rgb", every=2)
 page = None
 if "--serve" in sys.argv:  # the live page: the server takes the watch
-    from server.embedded import serve
-
     page = serve(watch, port=8000)
 image = pipe("a lighthouse on a cliff at dusk", num_inference_steps=10, height=256, width=256,
              generator=torch.Generator().manual_seed(0),

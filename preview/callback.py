@@ -1,6 +1,6 @@
 """A drop-in diffusers step-end callback: measure, watch and export the previews of your own pipeline call.
 
-    from preview import watch as preview_watch
+    from previewlab.preview import watch as preview_watch
     watch = preview_watch(pipe, decoder="taesd", every=2, taesd="path/to/taesd")   # or serve=True
     image = pipe(prompt, callback_on_step_end=watch,
                  callback_on_step_end_tensor_inputs=watch.tensor_inputs).images[0]
@@ -25,7 +25,7 @@ from diffusers.callbacks import PipelineCallback
 from .decoders import DecoderError, DecoderName
 from .encoders import EncoderName
 from .engine import Controls, Frame, Previewer, StepMeter, cpu_schedule, run_record, save_image
-from .families import Family, latent_space
+from .models.families import Family, latent_space
 from .models import Model, denoiser, load_taesd
 from .csv_writer import to_csv_text
 from .records import STEP_COLUMNS, RunRecord, StepRow

@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from .names import DecoderName
-from .families import constant
-from .latent_formats import LATENT_RGB, latent2rgb
+from .models.families import constant
+from .models.latent_formats import LATENT_RGB, latent2rgb
 from .models import Model
 
 Decode = Callable[[torch.Tensor, int, int], torch.Tensor]  # (callback latents, height px, width px) -> image

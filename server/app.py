@@ -21,13 +21,13 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
-from preview.decoders import DECODERS
-from preview.encoders import ENCODERS
-from preview.engine import Frame
-from preview.models import Model
-from preview.records import StepRow
-from preview.settings import Mode, PreviewSettings, RunSettings, SettingsError
-from preview.targets import Target
+from previewlab.preview.decoders import DECODERS
+from previewlab.preview.encoders import ENCODERS
+from previewlab.preview.engine import Frame
+from previewlab.preview.models import Model
+from previewlab.preview.records import StepRow
+from previewlab.preview.settings import Mode, PreviewSettings, RunSettings, SettingsError
+from previewlab.preview.targets import Target
 
 from . import protocol
 from .guard import Guard
@@ -43,9 +43,8 @@ from .writes import OrderedWrites
 
 log = logging.getLogger("previewlab.server")
 def _web() -> Path:
-    """The page's folder: server/web in an installed wheel, the repository's web/ in a checkout."""
-    shipped = Path(str(importlib.resources.files("server") / "web"))
-    return shipped if (shipped / "index.html").is_file() else Path(__file__).resolve().parents[1] / "web"
+    """The page's folder, previewlab/web: in a wheel, its files; in a checkout, the link to the repository's web/."""
+    return Path(str(importlib.resources.files("previewlab") / "web"))
 
 
 WEB = _web()

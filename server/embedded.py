@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from preview.frames import Frame
-from preview.records import StepRow
+from previewlab.preview.frames import Frame
+from previewlab.preview.records import StepRow
 
 from .app import Server, build_app
 from .worker import Busy
@@ -81,7 +81,7 @@ class Embedded:
 
 
 def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: str | Path = Path("runs")) -> Embedded:
-    """The live page for `watch` (a preview.watch): starts uvicorn in a thread and attaches it to the watch.
+    """The live page for `watch` (a previewlab.watch): starts uvicorn in a thread and attaches it to the watch.
     watch.remove() (or the returned object's close()) stops it."""
     import uvicorn
 

@@ -36,7 +36,7 @@ HEAD_TIMEOUT_S = 10.0      # a browser sends its whole head in one packet; 10 s 
 RESPONSE_TIMEOUT_S = 10.0  # previewlab's largest answers (runs.csv, uPlot's 50 KB) take milliseconds locally
 MAX_HEAD_BYTES = 16 * 1024  # request line and headers; the page's are under 2 KB
 SHUTDOWN_GRACE_S = 3.0     # uvicorn cancels the tasks still running this long into shutdown
-SHUTDOWN_ABORT_S = SHUTDOWN_GRACE_S - 0.5  # python -m server aborts the connections still open by then
+SHUTDOWN_ABORT_S = SHUTDOWN_GRACE_S - 0.5  # previewlab serve aborts the connections still open by then
 
 
 def head_bytes(request: h11.Request) -> int:
@@ -189,7 +189,7 @@ def connection_limits(max_clients: int, head_timeout_s: float = HEAD_TIMEOUT_S,
 
 
 def uvicorn_config(app: Any, host: str, port: int, max_clients: int) -> Any:
-    """The one uvicorn.Config of `python -m server` and of serve(watch): every bound above, one message size."""
+    """The one uvicorn.Config of `previewlab serve` and of serve(watch): every bound above, one message size."""
     import uvicorn
 
     from .protocol import MAX_MESSAGE_BYTES

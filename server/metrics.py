@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from preview.records import PREVIEW_STAGES, StepRow
+from previewlab.preview.records import PREVIEW_STAGES, StepRow
 
 log = logging.getLogger("previewlab.server")
 SECONDS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)

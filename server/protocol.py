@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Union
 
-from preview.settings import PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings, RunSettings, SettingsError
+from previewlab.preview.settings import PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings, RunSettings, SettingsError
 
 from .limits import clip, short, work_error
 

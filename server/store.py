@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from preview.csv_writer import CsvAppender, as_csv_row
-from preview.records import STEP_COLUMNS, StepRow
+from previewlab.preview.csv_writer import CsvAppender, as_csv_row
+from previewlab.preview.records import STEP_COLUMNS, StepRow
 
 from .limits import DEFAULT_KEEP_RUNS
 

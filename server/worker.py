@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any, Callable, Literal
 
-from preview.engine import Controls, Frame, Previewer, generate
-from preview.models import Model
-from preview.records import StepRow
-from preview.settings import RunSettings
+from previewlab.preview.engine import Controls, Frame, Previewer, generate
+from previewlab.preview.models import Model
+from previewlab.preview.records import StepRow
+from previewlab.preview.settings import RunSettings
 
 from .store import Store
 

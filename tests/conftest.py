@@ -7,6 +7,8 @@ import io
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,8 +16,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from preview.models import Model, load
-from preview.records import STEP_COLUMNS
+from previewlab.preview.models import Model, load
+from previewlab.preview.records import STEP_COLUMNS
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +28,15 @@ def tiny() -> Model:
 @pytest.fixture(scope="session")
 def tiny_xl() -> Model:
     return load("synthetic:tiny-xl", device="cpu")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def previewlab(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """The console command as a user runs it, in a subprocess from the repository root."""
+    return subprocess.run([sys.executable, "-m", "previewlab", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def wait_until(ready: Callable[[], bool], timeout_s: float = 30.0, what: str = "the condition") -> None:
@@ -74,7 +85,7 @@ def live_server(app, host: str = "127.0.0.1", sndbuf: int | None = None, port: i
 
 @pytest.fixture
 def make_app(tiny, tmp_path):
-    from server.app import Server, build_app
+    from previewlab.server.app import Server, build_app
 
     def make(data_dir: Path | None = None, model=None, **kw):
         kw.setdefault("hosts", ("testserver",))  # Starlette's TestClient sends Host: testserver

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from fake_device import FakeClock, FakeDevice, FakeJpeg
-from preview.callback import Watch
-from preview.engine import generate
-from preview.decoders import DecoderName
-from preview.settings import Mode, PreviewSettings, RunSettings
-from preview.stopwatch import Stopwatch
+from previewlab.preview.callback import Watch
+from previewlab.preview.engine import generate
+from previewlab.preview.decoders import DecoderName
+from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
+from previewlab.preview.stopwatch import Stopwatch
 
 UNET_MS, TAESD_MS, VAE_MS, TEXT_MS, COPY_MS = 500.0, 150.0, 100.0, 30.0, 2.0
 STEPS = 5
@@ -126,7 +126,7 @@ def test_waits_report_only_what_events_do_not_time():
 
 
 def test_nvjpeg_is_refused_off_cuda_with_a_clear_error():
-    from preview.encoders import EncoderError, get
+    from previewlab.preview.encoders import EncoderError, get
 
     with pytest.raises(EncoderError, match="nvjpeg runs on a CUDA device .* use turbojpeg"):
         get("nvjpeg", torch.device("cpu"))
@@ -137,8 +137,8 @@ def test_on_device_encoder_sends_only_the_bytes(tiny, mode):
     """The frame path of an encoder that runs on the device (nvjpeg on a GPU): the pixels stay on the device,
     the encoded bytes are copied. nvjpeg needs CUDA, so a device-side stand-in encodes with turbojpeg here
     and returns its bytes as a tensor, as torchvision.io.encode_jpeg does."""
-    from preview.encoders import Encoder, get
-    from preview.engine import Frame, Previewer
+    from previewlab.preview.encoders import Encoder, get
+    from previewlab.preview.engine import Frame, Previewer
 
     jpeg = get("turbojpeg")
     seen: list[torch.Tensor] = []
@@ -182,8 +182,8 @@ def nvjpeg_frames(tiny: Any, dev: FakeDevice, clock: FakeClock, jpeg: FakeJpeg, 
     import sys
     import types
 
-    from preview import encoders
-    from preview.engine import Previewer
+    from previewlab.preview import encoders
+    from previewlab.preview.engine import Previewer
 
     tv, io = types.ModuleType("torchvision"), types.ModuleType("torchvision.io")
     io.encode_jpeg = jpeg  # type: ignore[attr-defined]

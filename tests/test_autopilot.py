@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from preview.autopilot import Autopilot
+from previewlab.preview.autopilot import Autopilot
 
 BASE = 100.0  # ms per step without previews
 

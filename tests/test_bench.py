@@ -12,16 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from preview.records import STEP_COLUMNS
+from previewlab.preview.records import STEP_COLUMNS
+from tests.conftest import previewlab
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED_STEP = ("run_id, step, timestep, preview, denoise_ms, decode_ms, sync_ms, transfer_ms, resize_ms, encode_ms, "
                  "bytes, decoder, every, encoder, quality, width, height, preview_width, preview_height").split(", ")
 
-
-def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -30,7 +27,7 @@ def rows(path: Path) -> list[dict[str, str]]:
 
 
 def test_sweep_writes_csvs_and_summary(tmp_path):
-    p = bench("--model", "synthetic:tiny", "--decoders", "none,latent2rgb,vae", "--every", "1,2", "--steps", "4",
+    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "none,latent2rgb,vae", "--every", "1,2", "--steps", "4",
               "--repeats", "2", "--warmup", "1", "--direct", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     runs, steps = rows(tmp_path / "runs.csv"), rows(tmp_path / "steps.csv")
@@ -75,7 +72,7 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     (("--repeats", "0"), "repeats must be from 1 to 1000"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
-    p = bench("--model", "synthetic:tiny", "--out", str(tmp_path), *args)
+    p = previewlab("bench", "--model", "synthetic:tiny", "--out", str(tmp_path), *args)
     assert p.returncode == 2
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], p.stderr
@@ -83,14 +80,14 @@ def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
 
 
 def test_help_documents_every_flag():
-    p = bench("--help")
+    p = previewlab("bench", "--help")
     for flag in ("--model", "--taesd", "--decoders", "--every", "--steps", "--width", "--height", "--seed", "--prompt",
                  "--repeats", "--warmup", "--device", "--dtype", "--encoder", "--quality", "--preview-max", "--out"):
         assert flag in p.stdout
 
 
 def test_killed_sweep_leaves_readable_csvs(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "--model", "synthetic:tiny", "--decoders", "vae",
+    proc = subprocess.Popen([sys.executable, "-m", "previewlab", "bench", "--model", "synthetic:tiny", "--decoders", "vae",
                              "--every", "1", "--steps", "6", "--repeats", "50", "--out", str(tmp_path)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     runs_csv = tmp_path / "runs.csv"
@@ -114,7 +111,7 @@ def test_killed_sweep_leaves_readable_csvs(tmp_path):
 
 
 def test_trace_and_cprofile_write_named_stages(tmp_path):
-    p = bench("--model", "synthetic:tiny", "--decoders", "taesd", "--every", "1", "--modes", "sync", "--steps", "3",
+    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "taesd", "--every", "1", "--modes", "sync", "--steps", "3",
               "--repeats", "1", "--warmup", "0", "--trace", str(tmp_path / "t"), "--cprofile", str(tmp_path / "c"),
               "--out", str(tmp_path / "o"))
     assert p.returncode == 0, p.stderr
@@ -135,7 +132,7 @@ def test_trace_and_cprofile_write_named_stages(tmp_path):
 
 
 def test_dtype_and_channels_last_are_axes(tmp_path):
-    p = bench("--model", "synthetic:tiny", "--decoders", "latent2rgb", "--every", "2", "--steps", "2",
+    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "latent2rgb", "--every", "2", "--steps", "2",
               "--repeats", "1", "--warmup", "0", "--dtype", "float32,bfloat16", "--channels-last", "off,on",
               "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
@@ -146,12 +143,12 @@ def test_dtype_and_channels_last_are_axes(tmp_path):
 
 
 def test_offload_needs_a_gpu_and_says_so(tmp_path):
-    p = bench("--model", "synthetic:tiny", "--device", "cpu", "--offload", "model", "--out", str(tmp_path))
+    p = previewlab("bench", "--model", "synthetic:tiny", "--device", "cpu", "--offload", "model", "--out", str(tmp_path))
     assert p.returncode == 2 and "needs a CUDA device" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_load_tool_runs_a_bounded_crowd(tmp_path):
-    p = bench("load", "--model", "synthetic:tiny", "--clients", "3", "--steps", "3", "--pairs", "1",
+    p = previewlab("load", "--model", "synthetic:tiny", "--clients", "3", "--steps", "3", "--pairs", "1",
               "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     result = json.loads((tmp_path / "load.json").read_text())

@@ -13,11 +13,11 @@ import torch
 import websockets
 from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 
-from preview import watch as preview_watch
-from preview.models import synthetic_pipeline
-from preview.records import STEP_COLUMNS
-from server.embedded import serve
-from server.protocol import unpack_frame
+from previewlab import watch as preview_watch
+from previewlab.preview.models import synthetic_pipeline
+from previewlab.preview.records import STEP_COLUMNS
+from previewlab.server.embedded import serve
+from previewlab.server.protocol import unpack_frame
 
 
 @pytest.fixture(scope="module")

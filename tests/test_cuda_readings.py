@@ -8,11 +8,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.reference import Span, compare
-from bench.syncs import caught_syncs
-from preview.families import constant
-from preview.frames import to_uint8_hwc
-from preview.records import StepRow
+from previewlab.bench.gpu.reference import Span, compare
+from previewlab.bench.gpu.syncs import caught_syncs
+from previewlab.preview.models.families import constant
+from previewlab.preview.frames import to_uint8_hwc
+from previewlab.preview.records import StepRow
 
 
 class OnCuda0(torch.Tensor):

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bench import scenes
-from bench.demo_check import generate as check_images
-from preview.csv_writer import to_csv_text
-from preview.engine import Frame, generate
-from preview.models import DEMO_DIR, DEMO_NOTE, Model, load
-from preview.records import RUN_COLUMNS
-from preview.settings import PreviewSettings, RunSettings
+from previewlab.bench.demo import scenes
+from previewlab.bench.demo.check import generate as check_images
+from previewlab.preview.csv_writer import to_csv_text
+from previewlab.preview.engine import Frame, generate
+from previewlab.preview.models import DEMO_DIR, DEMO_NOTE, Model, load
+from previewlab.preview.records import RUN_COLUMNS
+from previewlab.preview.settings import PreviewSettings, RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,16 +67,16 @@ def test_every_decoder_previews_a_picture_and_the_record_says_demo(demo, decoder
 
 
 def test_demo_is_the_default_of_make_serve_and_the_server():
-    from server.__main__ import parser
+    from previewlab.server.cli import parser
 
     assert parser().parse_args([]).model == "demo"
     assert "--model demo" in (ROOT / "Makefile").read_text()
 
 
 def test_missing_weights_say_how_to_make_them(monkeypatch, tmp_path):
-    from preview import models
+    from previewlab.preview import models
 
     monkeypatch.setattr(models, "DEMO_DIR", tmp_path / "nothing")
     with pytest.raises(models.ModelError, match="--model demo: model_index.json, taesd_decoder.safetensors, latent2rgb.json missing from .* "
-                       "python -m bench.train_demo"):
+                       "previewlab train-demo"):
         load("demo", device="cpu")

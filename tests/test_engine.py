@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from preview import models
-from preview.engine import Controls, Frame, generate
-from preview.records import PREVIEW_STAGES, StepRow
-from preview.settings import PreviewSettings, RunSettings
+from previewlab.preview import models
+from previewlab.preview.engine import Controls, Frame, generate
+from previewlab.preview.records import PREVIEW_STAGES, StepRow
+from previewlab.preview.settings import PreviewSettings, RunSettings
 
 
 def run(model, decoder="latent2rgb", every=1, steps=4, **kw):
@@ -109,7 +109,7 @@ def test_sdxl_family_runs_with_every_decoder(tiny_xl):
 
 def test_local_folder_and_taesd_file_load(tiny, tmp_path):
     tiny.pipe.save_pretrained(tmp_path / "sd")
-    from preview.taesd import Decoder
+    from previewlab.preview.models.taesd import Decoder
 
     torch.save(Decoder().state_dict(), tmp_path / "taesd_decoder.pth")
     m = models.load(str(tmp_path / "sd"), taesd=str(tmp_path / "taesd_decoder.pth"), device="cpu")
@@ -135,7 +135,7 @@ def test_missing_model_and_weights_are_one_line_errors(tmp_path):
 def test_taesd_needs_weights_for_a_real_model(tiny, tmp_path):
     tiny.pipe.save_pretrained(tmp_path / "sd")
     m = models.load(str(tmp_path / "sd"), device="cpu")
-    from preview.decoders import DecoderError, build
+    from previewlab.preview.decoders import DecoderError, build
 
     with pytest.raises(DecoderError, match="--taesd PATH"):
         build("taesd", m)

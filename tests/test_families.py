@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from preview.families import FamilyError, detect_family, latent_space, to_tae_space, to_vae_space
-from preview.latent_formats import LATENT_RGB, latent2rgb
-from preview.presets import TINY, PresetError, build_preset, parameter_counts
-from preview.taesd import Decoder, TaeError, load_tae
+from previewlab.preview.models.families import FamilyError, detect_family, latent_space, to_tae_space, to_vae_space
+from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
+from previewlab.preview.models.presets import TINY, PresetError, build_preset, parameter_counts
+from previewlab.preview.models.taesd import Decoder, TaeError, load_tae
 
 DATA = Path(__file__).parent / "data" / "taef2"
 CPU = torch.device("cpu")
@@ -57,7 +57,7 @@ def test_real_taef2_round_trip_of_a_photo(photo_and_latents):
         assert db >= 30
         # the mid-block GroupNorm branch is part of the architecture: without it the same weights fail (on a
         # 256x256 corner, to save time; the decoder's receptive field is bounded)
-        from preview.taesd import Block
+        from previewlab.preview.models.taesd import Block
 
         for block in decoder.modules():
             if isinstance(block, Block):
@@ -176,7 +176,7 @@ def test_conversions_make_no_tensors_and_read_nothing_back(presets, name, monkey
 def test_detects_sd15_sdxl_and_flux1_vae_pipelines(presets):
     from diffusers import AutoencoderKL, ZImagePipeline
 
-    from preview.models import synthetic_pipeline
+    from previewlab.preview.models import synthetic_pipeline
 
     assert detect_family(synthetic_pipeline("synthetic:tiny")) == "sd15"
     assert detect_family(synthetic_pipeline("synthetic:tiny-xl")) == "sdxl"

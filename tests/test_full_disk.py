@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator
 import pytest
 from starlette.testclient import TestClient
 
-from server import store as store_module
-from server.store import Store
+from previewlab.server import store as store_module
+from previewlab.server.store import Store
 from tests.conftest import SAME_ORIGIN, make_run, recv_until
 
 GOOD = [f"20261130-120000-{i:03d}" for i in range(3)]
@@ -141,7 +141,7 @@ def test_failed_and_half_made_folders_never_push_a_good_run_out(tmp_path):
 def test_a_run_that_loses_rows_ends_failed_on_disk_too_once_its_end_can_be_written(tmp_path, monkeypatch):
     """Item 1: the disk fills mid-run: the run ends `failed` in meta.json as in its `done`; while meta.json
     cannot be written either, the listing already says failed, and the write is retried at the next start."""
-    from preview.records import StepRow
+    from previewlab.preview.records import StepRow
 
     store = Store(tmp_path, keep_runs=3)
     rid = store.new_id()

@@ -27,7 +27,7 @@ def table_rows(text: str) -> dict[str, list[str]]:
 
 
 def test_dry_run_prints_every_row(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--dry-run", "--steps", "4", "--repeats", "1",
+    p = subprocess.run([sys.executable, "-m", "previewlab.bench.gpu.check", "--dry-run", "--steps", "4", "--repeats", "1",
                         "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = table_rows(p.stdout)
@@ -54,7 +54,7 @@ def test_dry_run_prints_every_row(tmp_path):
 def test_wheels_that_cannot_install_here_are_left_out_with_a_reason(tmp_path):
     import zipfile
 
-    from bench.wheelsite import why_not
+    from previewlab.bench.gpu.wheelsite import why_not
 
     def wheel(name: str, requires: str) -> Path:
         p = tmp_path / name

@@ -7,8 +7,8 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from server.limits import RateLimit
-from server.guard import split_host
+from previewlab.server.limits import RateLimit
+from previewlab.server.guard import split_host
 from tests.conftest import SAME_ORIGIN
 
 
@@ -144,7 +144,7 @@ def test_non_ascii_token_is_refused_403_not_500(make_app):
 
 
 def test_token_flag_must_be_url_and_cookie_safe(capsys):
-    from server.__main__ import main
+    from previewlab.server.cli import main
 
     assert main(["--host", "0.0.0.0", "--allow-remote", "--token", "t\u00f6ken"]) == 2  # before the model loads
     assert "--token" in capsys.readouterr().err

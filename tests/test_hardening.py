@@ -15,9 +15,9 @@ import websockets
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from preview.settings import RunSettings, SettingsError
-from server import store as store_module
-from server.limits import work_error
+from previewlab.preview.settings import RunSettings, SettingsError
+from previewlab.server import store as store_module
+from previewlab.server.limits import work_error
 from tests.conftest import GOOD, SAME_ORIGIN, live_server, make_run, recv_until
 
 
@@ -327,7 +327,7 @@ def test_runs_query_is_validated(make_app):
 def test_an_ack_after_done_is_recorded_and_exported(make_app):
     """Item 3: the browser acks the last frame as `done` goes out. Before, the run's deliveries file was closed
     by then and the ack was dropped (8 runs in 10 for a browser that acks 25 ms after each frame)."""
-    from server.protocol import unpack_frame
+    from previewlab.server.protocol import unpack_frame
     from tests.conftest import wait_until
 
     srv, app = make_app()
@@ -387,7 +387,7 @@ def test_side_logs_are_bounded_by_the_runs_kept(tmp_path):
     """Item 9: generations.jsonl and wall-seconds.txt grew without bound outside --keep-runs."""
     import torch
 
-    from server.metrics import Metrics
+    from previewlab.server.metrics import Metrics
 
     (tmp_path / "generations.jsonl").write_text("".join(f'{{"old": {i}}}\n' for i in range(50)))
     m = Metrics(tmp_path, torch.device("cpu"), keep=5)

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from bench.sweep import direct_call
-from preview import watch as preview_watch
-from preview.decoders import DecoderName
-from preview.engine import Frame, generate
-from preview.models import Model, ModelError, load
-from preview.presets import TINY
-from preview.settings import PreviewSettings, RunSettings
-from preview.targets import Target
+from previewlab.bench.sweep import direct_call
+from previewlab import watch as preview_watch
+from previewlab.preview.decoders import DecoderName
+from previewlab.preview.engine import Frame, generate
+from previewlab.preview.models import Model, ModelError, load
+from previewlab.preview.models.presets import TINY
+from previewlab.preview.settings import PreviewSettings, RunSettings
+from previewlab.preview.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -136,7 +136,7 @@ def test_watch_runs_every_family_with_every_decoder_and_target(name, tmp_path):
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_bench_sweeps_every_family_with_every_decoder_and_target(name, tmp_path):
-    from bench.cli import main as bench_main
+    from previewlab.bench.cli import main as bench_main
 
     rc = bench_main(["--model", name, "--decoders", "latent2rgb,taesd,vae", "--every", "1", "--steps", "2",
                      "--repeats", "1", "--warmup", "0", "--target", "x0,latents", "--width", "64", "--height", "64",
@@ -165,7 +165,7 @@ def test_watch_previews_a_flux_pipeline(tmp_path):
 
 
 def test_bench_takes_a_family_and_a_target(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "bench", "--model", "synthetic:tiny-flux2", "--decoders", "latent2rgb",
+    p = subprocess.run([sys.executable, "-m", "previewlab", "bench", "--model", "synthetic:tiny-flux2", "--decoders", "latent2rgb",
                         "--every", "1", "--steps", "2", "--repeats", "1", "--warmup", "0", "--target", "x0",
                         "--width", "64", "--height", "64", "--out", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -210,7 +210,7 @@ def test_taesd_takes_a_repo_id_from_the_local_cache(tmp_path):
         tae.save_pretrained(snap)
         (hub / f"models--madebyollin--{repo}" / "refs").mkdir()
         (hub / f"models--madebyollin--{repo}" / "refs" / "main").write_text("0123456789abcdef0123456789abcdef01234567")
-    code = ("from preview.loading import load_taesd, LoadError\n"
+    code = ("from previewlab.preview.models.loading import load_taesd, LoadError\n"
             "m, kind = load_taesd('madebyollin/taesd', 'sd15'); print('ok', kind)\n"
             "try:\n    load_taesd('madebyollin/taesdxl', 'sd15')\nexcept LoadError as e:\n    print('refused', e)\n"
             "try:\n    load_taesd('madebyollin/taef1', 'flux1')\nexcept LoadError as e:\n    print('missing', e)\n")

@@ -6,10 +6,10 @@ import threading
 import numpy as np
 import pytest
 
-from preview import encoders
-from preview.decoders import DecoderName
-from preview.engine import Frame, Run, generate
-from preview.settings import Mode, PreviewSettings, RunSettings
+from previewlab.preview import encoders
+from previewlab.preview.decoders import DecoderName
+from previewlab.preview.engine import Frame, Run, generate
+from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
 
 
 def frames_of(model, mode: Mode, decoder: DecoderName, steps: int = 6, **kw) -> tuple[list[Frame], Run]:

@@ -16,14 +16,16 @@ def test_the_wheel_serves_the_page_from_any_folder(tmp_path):
                     "-w", str(tmp_path)], cwd=ROOT, check=True, capture_output=True)
     wheel = next(tmp_path.glob("previewlab-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for shipped in ("server/web/index.html", "server/web/app.js", "server/web/style.css",
-                    "server/web/vendor/uPlot.iife.min.js", "preview/demo_model/model_index.json",
-                    "preview/single_file_configs/v1/model_index.json"):
-        assert shipped in names, shipped
+    for shipped in ("web/index.html", "web/app.js", "web/style.css", "web/vendor/uPlot.iife.min.js",
+                    "preview/models/demo_model/model_index.json",
+                    "preview/models/single_file_configs/v1/model_index.json", "bench/gpu/gpu_check.sh"):
+        assert f"previewlab/{shipped}" in names, shipped
+    # issue 20, item 3: one import name; nothing claims server, bench or preview in site-packages
+    assert {n.split("/")[0] for n in names if not n.startswith("previewlab-")} == {"previewlab"}
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     # from another folder, with the unpacked wheel first on the path: the page is found inside it
-    out = subprocess.run([sys.executable, "-c", "import server.app as a; print(a.__file__); print(a.WEB)"],
+    out = subprocess.run([sys.executable, "-c", "import previewlab.server.app as a; print(a.__file__); print(a.WEB)"],
                          cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, check=True).stdout.split()
-    assert out == [str(site / "server" / "app.py"), str(site / "server" / "web")]
+    assert out == [str(site / "previewlab" / "server" / "app.py"), str(site / "previewlab" / "web")]

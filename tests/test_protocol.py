@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from preview.settings import RunSettings
-from server import protocol
-from server.protocol import Ack, ProtocolError, Set, Start, Stop, pack_frame, parse, unpack_frame
+from previewlab.preview.settings import RunSettings
+from previewlab.server import protocol
+from previewlab.server.protocol import Ack, ProtocolError, Set, Start, Stop, pack_frame, parse, unpack_frame
 
 DEFAULTS = RunSettings(steps=20, width=64, height=64, max_side=256)
 
@@ -58,7 +58,7 @@ def test_the_protocol_and_the_settings_import_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, server.protocol, preview.settings; "
+    code = ("import sys, previewlab.server.protocol, previewlab.preview.settings; "
             "print(sorted(m for m in ('torch', 'diffusers', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

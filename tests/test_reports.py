@@ -13,27 +13,23 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from bench.report import figures, read
-from tests.conftest import SAME_ORIGIN
-
-ROOT = Path(__file__).resolve().parents[1]
+from previewlab.bench.report import figures, read
+from tests.conftest import previewlab, SAME_ORIGIN
 
 
-def bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sweep")
-    p = bench("--model", "synthetic:tiny", "--decoders", "none,latent2rgb,vae", "--every", "1,2", "--modes",
+    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "none,latent2rgb,vae", "--every", "1,2", "--modes",
               "sync,overlap", "--steps", "4", "--repeats", "3", "--out", str(out))
     assert p.returncode == 0, p.stderr
     return out
 
 
 def test_report_writes_html_and_plots_whose_figures_match_the_csvs(sweep):
-    p = bench("report", str(sweep))
+    p = previewlab("report", str(sweep))
     assert p.returncode == 0, p.stderr
     for name in ("overhead_vs_interval", "preview_breakdown", "per_step", "bytes_per_frame"):
         png = sweep / f"{name}.png"
@@ -62,7 +58,7 @@ def test_report_writes_html_and_plots_whose_figures_match_the_csvs(sweep):
 
 
 def test_compare_passes_identical_and_fails_a_planted_regression(sweep, tmp_path):
-    same = bench("compare", str(sweep), str(sweep))
+    same = previewlab("compare", str(sweep), str(sweep))
     assert same.returncode == 0, same.stdout + same.stderr
     assert "vae/every1/sync" in same.stdout and "WORSE" not in same.stdout
     planted = tmp_path / "planted"
@@ -79,12 +75,12 @@ def test_compare_passes_identical_and_fails_a_planted_regression(sweep, tmp_path
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    bad = bench("compare", str(sweep), str(planted))
+    bad = previewlab("compare", str(sweep), str(planted))
     assert bad.returncode == 1
     assert "vae/every1/sync" in bad.stdout.splitlines()[-1] and "latent2rgb/every1/sync" not in bad.stdout.splitlines()[-1]
-    wall = bench("compare", str(sweep), str(planted), "--figure", "wall_s", "--threshold", "50")
+    wall = previewlab("compare", str(sweep), str(planted), "--figure", "wall_s", "--threshold", "50")
     assert wall.returncode == 1
-    better = bench("compare", str(planted), str(sweep))  # B faster than A is not a regression
+    better = previewlab("compare", str(planted), str(sweep))  # B faster than A is not a regression
     assert better.returncode == 0
 
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 import websockets
 
-from preview import models
+from previewlab.preview import models
 from tests.conftest import live_server, raw_ws, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,7 +142,7 @@ def free_port() -> int:
 
 
 def start_server(data: Path, port: int) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, "-m", "server", "--model", "synthetic:tiny", "--port", str(port),
+    p = subprocess.Popen([sys.executable, "-m", "previewlab", "serve", "--model", "synthetic:tiny", "--port", str(port),
                           "--data-dir", str(data)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -9,7 +9,7 @@ import urllib.request
 
 import websockets
 
-from server.protocol import unpack_frame
+from previewlab.server.protocol import unpack_frame
 from tests.conftest import live_server
 
 

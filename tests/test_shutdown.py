@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 
 import websockets
 
-from server.__main__ import allowed_hosts, page_url
-from server.guard import Guard, split_host
-from server.http11 import connection_limits
+from previewlab.server.cli import allowed_hosts, page_url
+from previewlab.server.guard import Guard, split_host
+from previewlab.server.http11 import connection_limits
 from tests.conftest import GOOD, live_server, make_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ def test_resets_after_the_handshake_leave_no_task_behind(make_app):
 
 
 def test_sigterm_after_200_resets_exits_within_seconds_and_a_corrupt_folder_starts(tmp_path):
-    """`python -m server` over a data folder with a damaged run (item 3: it starts, names the file, lists the
+    """`previewlab serve` over a data folder with a damaged run (item 3: it starts, names the file, lists the
     rest), then 200 handshakes reset at once (from 4 loopback addresses, 50 each: under the per-address
     handshake burst), then SIGTERM: the process is gone within a few seconds (item 5)."""
     make_run(tmp_path, GOOD)
@@ -75,7 +75,7 @@ def test_sigterm_after_200_resets_exits_within_seconds_and_a_corrupt_folder_star
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-m", "server", "--model", "synthetic:tiny", "--port", str(port),
+    p = subprocess.Popen([sys.executable, "-m", "previewlab", "serve", "--model", "synthetic:tiny", "--port", str(port),
                           "--data-dir", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
     try:

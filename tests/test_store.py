@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from preview.records import STEP_COLUMNS
-from server.store import EXPORT_COLUMNS, Damaged, Store
+from previewlab.preview.records import STEP_COLUMNS
+from previewlab.server.store import EXPORT_COLUMNS, Damaged, Store
 from tests.conftest import GOOD, make_run
 
 

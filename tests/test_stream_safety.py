@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from preview import decoders
-from preview.callback import Watch
-from preview.engine import generate
-from preview.models import load
-from preview.settings import PreviewSettings, RunSettings
+from previewlab.preview import decoders
+from previewlab.preview.callback import Watch
+from previewlab.preview.engine import generate
+from previewlab.preview.models import load
+from previewlab.preview.settings import PreviewSettings, RunSettings
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image, ImageFilter
 
-from bench import demo_parts, scenes
+from previewlab.bench.demo import parts as demo_parts, scenes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def test_tokenizer_keeps_every_word_whole(tmp_path):
 
 
 def test_taesd_starts_as_latent2rgb():
-    from preview.taesd import Decoder
+    from previewlab.preview.models.taesd import Decoder
 
     torch.manual_seed(0)
     factors, bias = torch.randn(4, 3) * 0.3, torch.tensor([0.1, -0.2, 0.05])
@@ -94,7 +94,7 @@ def test_taesd_starts_as_latent2rgb():
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo")
-    p = subprocess.run([sys.executable, "-m", "bench.train_demo", "--quick", "--out", str(out), "--seed", "0"],
+    p = subprocess.run([sys.executable, "-m", "previewlab.bench.demo.train", "--quick", "--out", str(out), "--seed", "0"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "unet: loss" in p.stdout
@@ -102,7 +102,7 @@ def quick(tmp_path_factory) -> Path:
 
 
 def test_quick_training_lowers_every_loss(quick):
-    from bench.train_demo import Report
+    from previewlab.bench.demo.train import Report
 
     report = Report(**json.loads((quick / "training.json").read_text()))
     windows = report.windows()
@@ -129,7 +129,7 @@ def test_quick_model_loads_and_generates(quick):
 
 
 def test_quick_preview_decoders_load(quick):
-    from preview.models import load_taesd
+    from previewlab.preview.models import load_taesd
 
     dec, kind = load_taesd(str(quick / "taesd_decoder.safetensors"))
     assert kind == "madebyollin"
@@ -147,7 +147,7 @@ def test_fp16_weights_barely_move_pixels(quick):
 
 
 def test_check_runs_on_the_quick_model(quick, tmp_path):
-    from bench.demo_check import check
+    from previewlab.bench.demo.check import check
 
     figs, verdicts = check(quick, steps=2, grid=tmp_path / "grid.png")
     assert len(verdicts) == 50 and set(figs) == {"color", "position", "shape"}
@@ -159,7 +159,7 @@ def test_training_is_seeded_and_reproducible(tmp_path):
     A micro plan of a few steps per part, so the whole pipeline of parts runs three times in seconds."""
     from safetensors.torch import load_file
 
-    from bench.train_demo import train
+    from previewlab.bench.demo.train import train
 
     micro = demo_parts.Plan(scenes=64, vae_steps=4, vae_batch=2, unet_steps=4, unet_batch=4, taesd_steps=2,
                             taesd_batch=2, warmup=1)

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import websockets
 
-from server.http11 import BoundedH11, connection_limits
-from server.limits import FRAME_BURST, MAX_FRAGMENTS, MAX_REQUESTS_PER_CONNECTION
-from server.protocol import unpack_frame
-from server.ws_limits import BoundedWebSocket
+from previewlab.server.http11 import BoundedH11, connection_limits
+from previewlab.server.limits import FRAME_BURST, MAX_FRAGMENTS, MAX_REQUESTS_PER_CONNECTION
+from previewlab.server.protocol import unpack_frame
+from previewlab.server.ws_limits import BoundedWebSocket
 from tests.conftest import live_server, raw_ws, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -313,7 +313,7 @@ def idle(pid: int) -> bool:
 
 
 def test_sigterm_with_stuck_peers_exits_with_a_line_per_kind_and_no_traceback(tmp_path):
-    """`python -m server` with 20 peers whose pipelined responses are stuck (they never read), then SIGTERM:
+    """`previewlab serve` with 20 peers whose pipelined responses are stuck (they never read), then SIGTERM:
     uvicorn cancelled their tasks 3 s into shutdown and logged a traceback for each (60 peers: 2,162 lines).
     Now they are aborted before that, and counted in one line."""
     with socket.socket() as s:
@@ -321,7 +321,7 @@ def test_sigterm_with_stuck_peers_exits_with_a_line_per_kind_and_no_traceback(tm
         port = s.getsockname()[1]
     log = tmp_path / "stderr.txt"  # a file, not a pipe: a pipe nobody reads would block the server at 64 KiB
     with log.open("w") as out:
-        p = subprocess.Popen([sys.executable, "-m", "server", "--model", "synthetic:tiny", "--port", str(port),
+        p = subprocess.Popen([sys.executable, "-m", "previewlab", "serve", "--model", "synthetic:tiny", "--port", str(port),
                               "--data-dir", str(tmp_path / "runs")], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=out)
     try:
         wait_until(lambda: p.poll() is not None or status(f"http://127.0.0.1:{port}/runs") == 200, 120,

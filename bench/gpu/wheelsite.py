@@ -1,4 +1,4 @@
-"""python -m bench.wheelsite FOLDER: the wheels in FOLDER that this interpreter can use, one path a line.
+"""python -m previewlab.bench.gpu.wheelsite FOLDER: the wheels in FOLDER that this interpreter can use, one path a line.
 
 .whl/ holds what the GPU machine lacks, for its CPython 3.12 (bench/gpu_wheels.sh). A binary wheel for another
 interpreter cannot install, and one pinned to another version of an installed package (torchvision pins its

@@ -1,4 +1,4 @@
-"""The demo model's check: held-out single-object captions through the pipeline, read back by bench/scenes.py's
+"""The demo model's check: held-out single-object captions through the pipeline, read back by bench/demo/scenes.py's
 color checker. The issue's targets for the full model: color >= 80 %, position >= 80 %, shape >= 60 %."""
 from __future__ import annotations
 

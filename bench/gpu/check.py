@@ -1,4 +1,4 @@
-"""python -m bench.gpu_check [--dry-run]: the GPU figures as ratios, each measured within this one run.
+"""previewlab gpu-check [--dry-run]: the GPU figures as ratios, each measured within this one run.
 
 Every row sets one configuration (A) against its reference (B) in interleaved repeats (A B, then B A, so drift
 cancels), and shows the previews each side made and skipped: overlap may skip previews that sync makes, and a
@@ -20,15 +20,15 @@ from typing import Any, Sequence
 
 import torch
 
-from bench.reference import compare, render, traced
-from bench.sweep import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, direct_call
-from bench.syncs import row as sync_row
-from preview.engine import Previewer, Run, generate
-from preview import encoders
-from preview.encoders import ENCODERS
-from preview.models import Model, load
-from preview.csv_writer import CsvAppender
-from preview.settings import PreviewSettings, RunSettings
+from previewlab.bench.gpu.reference import compare, render, traced
+from previewlab.bench.sweep import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, direct_call
+from previewlab.bench.gpu.syncs import row as sync_row
+from previewlab.preview.engine import Previewer, Run, generate
+from previewlab.preview import encoders
+from previewlab.preview.encoders import ENCODERS
+from previewlab.preview.models import Model, load
+from previewlab.preview.csv_writer import CsvAppender
+from previewlab.preview.settings import PreviewSettings, RunSettings
 
 NONE = PreviewSettings(decoder="none", mode="overlap")
 ARMS: dict[str, PreviewSettings | None] = {  # None: the bare diffusers call (bench.sweep.direct_call)
@@ -219,7 +219,7 @@ def machine(model: Model) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__,
+    p = argparse.ArgumentParser(prog="previewlab gpu-check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dry-run", action="store_true", help=f"CPU, {DRY.model}, {DRY.size} px, {DRY.steps} steps")
     p.add_argument("--steps", type=int, default=None, help=f"denoising steps (default {GPU.steps}; dry run {DRY.steps})")

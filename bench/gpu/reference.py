@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from preview.engine import Previewer, Run, generate
-from preview.models import Model
-from preview.records import StepRow
-from preview.settings import RunSettings
+from previewlab.preview.engine import Previewer, Run, generate
+from previewlab.preview.models import Model
+from previewlab.preview.records import StepRow
+from previewlab.preview.settings import RunSettings
 
 ROW_STAGES = ("denoise", "decode", "resize", "transfer", "encode")  # not sync: see the module docstring
 DEVICE_TIMED = frozenset({"denoise", "decode", "resize"})  # event-timed on CUDA (see preview/records.py)

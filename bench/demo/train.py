@@ -1,16 +1,16 @@
 """Train previewlab's demo model from scratch on drawn scenes, and check it.
 
-    python -m bench.train_demo [--quick] [--out DIR] [--seed N] [--threads 2]
-    python -m bench.train_demo --check DIR [--steps 20] [--guidance 7.5] [--grid PNG]
+    previewlab train-demo [--quick] [--out DIR] [--seed N] [--threads 2]
+    previewlab train-demo --check DIR [--steps 20] [--guidance 7.5] [--grid PNG]
 
 Order: VAE on fresh scenes -> encode a fixed set of scenes -> scaling factor from the latents' std (as SD did)
 -> latent2rgb by least squares -> UNet and text encoder together -> TAESD decoder distilled from the VAE
 decoder. DIR gets a diffusers folder (safetensors, fp16 but the text encoder; it loads with
 StableDiffusionPipeline.from_pretrained(DIR, local_files_only=True)), taesd_decoder.safetensors (madebyollin's
 layout, fp16, for --taesd), latent2rgb.json and training.json (plan, seed, seconds and loss curves per part).
-The checker (--check) is bench/demo_check.py over bench/scenes.py.
+The checker (--check) is bench/demo/check.py over bench/demo/scenes.py.
 
-Cost of the full plan, measured in the run that made preview/demo_model/ (2 threads on this 2-core machine,
+Cost of the full plan, measured in the run that made preview/models/demo_model/ (2 threads on this 2-core machine,
 2026-11-30/12-01, light jobs beside it part of the time; training.json keeps the seconds and loss curves):
 
     part                  per step                          steps    seconds
@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from . import demo_parts as parts
+from . import parts
 from . import scenes as sc
 
 Curve = list[float]
@@ -260,7 +260,7 @@ def train(plan: parts.Plan, out: Path, seed: int = 0, threads: int = 2) -> Repor
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.train_demo", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="previewlab train-demo", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a throwaway model in about 2 minutes (for tests)")
     ap.add_argument("--out", type=Path, default=Path("runs/demo-model"), help="the model folder to write")
     ap.add_argument("--seed", type=int, default=0)
@@ -271,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--grid", type=Path, help="with --check: save the 50 images as one PNG, 10 to a row")
     args = ap.parse_args(argv)
     if args.check is not None:
-        from .demo_check import check
+        from .check import check
 
         torch.set_num_threads(args.threads)
         figs, verdicts = check(args.check, args.steps, args.guidance, args.seed, args.grid)

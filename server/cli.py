@@ -1,4 +1,4 @@
-"""python -m server: the live preview page and its WebSocket on 127.0.0.1:8000."""
+"""previewlab serve: the live preview page and its WebSocket on 127.0.0.1:8000."""
 from __future__ import annotations
 
 import argparse
@@ -17,7 +17,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def parser() -> Parser:
-    p = Parser(prog="python -m server", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = Parser(prog="previewlab serve", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="demo",
                    help="demo (the shipped demo model: real pictures, a small model's costs), a synthetic preset (synthetic:small, synthetic:sd15, synthetic:tiny-flux1, ...), a local "
                         "diffusers folder, a repo id in the local Hugging Face cache, or a single-file checkpoint "
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("server: --token: 8 to 256 letters, digits and - _ . ~", file=sys.stderr)
             return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from preview.models import ModelError, load
+    from previewlab.preview.models import ModelError, load
 
     try:
         model = load(args.model, taesd=args.taesd, device=args.device, dtype=args.dtype, seed=args.seed,

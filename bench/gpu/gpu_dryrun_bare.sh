@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Proof that bench/gpu_check.sh runs with only what the GPU machine has (FACTS.md, "The GPU machine") plus .whl/:
+# Proof that bench/gpu/gpu_check.sh runs with only what the GPU machine has (FACTS.md, "The GPU machine") plus .whl/:
 # builds a bare virtual environment at VENV_DIR (default: a temporary folder, removed after) holding only the
-# GPU machine's packages, makes .whl/ with bench/gpu_wheels.sh when it holds no wheel, runs the check's dry run
+# GPU machine's packages, makes .whl/ with bench/gpu/gpu_wheels.sh when it holds no wheel, runs the check's dry run
 # with that interpreter and fails unless the table and its rows are printed.
 # torch is pinned: 2.13.0 is the CPU build on disk here, an unpinned torch pulls a multi-GB CUDA build. The
 # GPU machine's transformers and huggingface-hub versions are pinned too; the rest as they come.
-# usage: bench/gpu_dryrun_bare.sh [VENV_DIR]     BASE_PYTHON: the interpreter to build it from (python3)
+# usage: bench/gpu/gpu_dryrun_bare.sh [VENV_DIR]     BASE_PYTHON: the interpreter to build it from (python3)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 VENV="${1:-$tmp/bare}"
@@ -23,9 +23,9 @@ for mod in diffusers torchvision turbojpeg importlib_metadata starlette uvicorn 
   fi
 done
 t1=$(date +%s)
-compgen -G ".whl/*.whl" >/dev/null || bench/gpu_wheels.sh
+compgen -G ".whl/*.whl" >/dev/null || bench/gpu/gpu_wheels.sh
 t2=$(date +%s)
-OUT="$tmp/out" PYTHON="$VENV/bin/python" bench/gpu_check.sh --dry-run | tee "$tmp/table.txt"
+OUT="$tmp/out" PYTHON="$VENV/bin/python" bench/gpu/gpu_check.sh --dry-run | tee "$tmp/table.txt"
 t3=$(date +%s)
 for row in "engine, decoder none / bare diffusers call" "taesd every step, overlap / no previews" \
     "vae every step: overlap overhead / sync overhead" "latent2rgb every step, overlap / no previews" \

@@ -2,7 +2,7 @@
 
 Nothing here downloads. A synthetic model has random seeded weights: its costs are real, its pictures
 are noise, and `Model.synthetic` says so everywhere it is reported. The demo model (`--model demo`) is a small
-SD1.5-family pipeline trained here on drawn scenes (bench/train_demo.py) and shipped in preview/demo_model/: its
+SD1.5-family pipeline trained here on drawn scenes (bench/demo/train.py) and shipped in preview/models/demo_model/: its
 pictures are real, its costs a small model's, and `Model.note` says so everywhere it is reported.
 """
 from __future__ import annotations
@@ -213,7 +213,7 @@ def _demo(dtype: torch.dtype) -> tuple[Any, Family, nn.Module, Factors]:
                if not (DEMO_DIR / n).is_file()]
     if missing:
         raise ModelError(f"--model demo: {', '.join(missing)} missing from {DEMO_DIR}; "
-                         f"python -m bench.train_demo --out {DEMO_DIR} trains them (about 50 minutes on 2 cores)")
+                         f"previewlab train-demo --out {DEMO_DIR} trains them (about 50 minutes on 2 cores)")
     pipe, family = _load_local(str(DEMO_DIR), dtype, None, None)
     tiny, _ = load_taesd(str(DEMO_DIR / "taesd_decoder.safetensors"), family)
     fit = json.loads((DEMO_DIR / "latent2rgb.json").read_text())

@@ -18,11 +18,11 @@ from typing import Any, Iterator
 
 import torch
 
-from preview.engine import Controls, Previewer, Run, generate
-from preview.families import constant
-from preview.models import Model
-from preview.records import StepRow
-from preview.settings import PreviewSettings, RunSettings
+from previewlab.preview.engine import Controls, Previewer, Run, generate
+from previewlab.preview.models.families import constant
+from previewlab.preview.models import Model
+from previewlab.preview.records import StepRow
+from previewlab.preview.settings import PreviewSettings, RunSettings
 
 STEP_CODE = ("meter.py", "overlap.py", "decoders.py", "frames.py", "controls.py", "previewer.py", "taesd.py",
              "families.py", "latent_formats.py", "targets.py", "streams.py", "encoders.py")

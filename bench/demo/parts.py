@@ -1,6 +1,6 @@
 """The demo model's parts, built from the same diffusers and transformers classes that real SD1.5 models use,
-the plan that sizes them, and how they are written. Training lives in bench/train_demo.py; the scenes in
-bench/scenes.py."""
+the plan that sizes them, and how they are written. Training lives in bench/demo/train.py; the scenes in
+bench/demo/scenes.py."""
 from __future__ import annotations
 
 import copy
@@ -18,7 +18,7 @@ from .scenes import words
 @dataclass(frozen=True)
 class Plan:
     """Sizes and step counts. The defaults are the full run, sized for about 50 minutes on 2 quiet CPU cores
-    (per-step costs in bench/train_demo.py's docstring); QUICK is the test's throwaway model."""
+    (per-step costs in bench/demo/train.py's docstring); QUICK is the test's throwaway model."""
     size: int = 128           # pixels. 256 costs 4x per UNet and TAESD sample: a quarter of the samples in the hour
     scenes: int = 10_000      # drawn and encoded once for the UNet: ~12 epochs of its samples
     vae_steps: int = 1000     # fresh scenes every step; 1000 keep shapes (round trip 90 %) and leave the UNet more
@@ -134,7 +134,7 @@ def taesd_from_latent2rgb(factors: torch.Tensor, bias: torch.Tensor) -> nn.Seque
     (its last conv is zero, its skip is the identity), the upsampling convs pass channels 0-7 on, and the last
     conv mixes them with the latent2rgb factors. Training then only has to learn edges and shading.
     factors: (4, 3), bias: (3,), both for images in [-1, 1]."""
-    from preview.taesd import Block, Decoder
+    from previewlab.preview.models.taesd import Block, Decoder
 
     dec = Decoder()
     with torch.no_grad():

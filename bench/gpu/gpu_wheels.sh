@@ -10,10 +10,10 @@
 #   PyTurboJPEG 1.8.3           sdist only on PyPI: built here into a pure-Python wheel (2.x needs libjpeg-turbo 3)
 #   libturbojpeg.so.0           Debian 12's libturbojpeg0 (needs only libc6 >= 2.14), into .whl/lib/; without it
 #                               the turbojpeg encoder falls back to Pillow and the GPU figures say so
-# bench/gpu_check.sh installs the wheels into .whl-site/ and puts .whl/lib on LD_LIBRARY_PATH, where PyTurboJPEG
+# bench/gpu/gpu_check.sh installs the wheels into .whl-site/ and puts .whl/lib on LD_LIBRARY_PATH, where PyTurboJPEG
 # 1.8 looks for libturbojpeg.so.0 when ctypes' find_library has nothing.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY="${PYTHON:-python3}"
 DEST=.whl
 mkdir -p "$DEST/lib"

@@ -2,7 +2,7 @@
 
 diffusers' from_single_file needs the pipeline's configs and tokenizers. Asked offline without a `config`, it
 turns downloads back on to fetch them. So previewlab always passes `config`: a folder assembled from the configs
-shipped in preview/single_file_configs/<kind>/ (no weights), with CLIP tokenizer files built from OpenAI CLIP's
+shipped in preview/models/single_file_configs/<kind>/ (no weights), with CLIP tokenizer files built from OpenAI CLIP's
 byte-pair merges shipped beside them. SD3.5 and FLUX.1 need a T5 tokenizer, which cannot be made offline: their
 files load with `config` naming a local diffusers folder (or a repo id in the local cache) of the same family.
 """
