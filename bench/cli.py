@@ -5,14 +5,10 @@ import argparse
 import csv
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence, TypeVar, get_args
+from typing import Callable, NoReturn, Sequence, TypeVar
 
-from previewlab.preview.decoders import DECODERS
 from previewlab.preview.models import SYNTHETIC
-from previewlab.preview.decoders import check_name as check_decoder
-from previewlab.preview.encoders import ENCODERS
-from previewlab.preview.settings import Mode, check_mode
-from previewlab.preview.targets import Target, check_target
+from previewlab.preview.names import DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, N, check
 from previewlab.preview.settings import MAX_EVERY, MAX_SIDE, MAX_STEPS, MIN_SIDE, PreviewSettings, RunSettings, SettingsError
 
 T = TypeVar("T")
@@ -34,6 +30,11 @@ def listof(kind: Callable[[str], T], allowed: Sequence[str] | None = None) -> Ca
                 raise argparse.ArgumentTypeError(f"unknown {bad[0]!r}; allowed are {', '.join(allowed)}")
         return tuple(kind(x) for x in items)
     return parse
+
+
+def names(field: str, allowed: tuple[N, ...]) -> Callable[[str], tuple[N, ...]]:
+    """A comma-separated list of names from one of preview.names' closed sets."""
+    return listof(lambda x: check(field, x, allowed), allowed)
 
 
 def every_or_auto(text: str) -> int | str:
@@ -97,14 +98,14 @@ def parser() -> Parser:
     p.add_argument("--model", default="synthetic:small",
                    help=f"{' | '.join(SYNTHETIC)} | a local diffusers folder | a repo id in the local Hugging Face cache")
     p.add_argument("--taesd", default=None, help="TAESD weights: AutoencoderTiny folder or taesd_decoder.pth/.safetensors")
-    p.add_argument("--decoders", type=listof(check_decoder, list(DECODERS)), default=tuple(DECODERS),
+    p.add_argument("--decoders", type=names("decoder", DECODER_NAMES), default=DECODER_NAMES,
                    help="comma-separated preview decoders")
     p.add_argument("--every", type=listof(every_or_auto), default=(1, 2, 5, 10),
                    help="comma-separated preview intervals: a preview after step i when i %% N == 0; "
                         "'auto' lets the autopilot pick the interval to fit --budget")
     p.add_argument("--budget", type=budget_value, default=10.0,
                    help="preview overhead budget in percent of denoise time, for --every auto")
-    p.add_argument("--modes", type=listof(check_mode, list(get_args(Mode))), default=("overlap",),
+    p.add_argument("--modes", type=names("mode", MODES), default=("overlap",),
                    help="sync: preview work inside the step callback (how popular UIs do it); overlap: off the "
                         "denoising path (side CUDA stream, encode thread)")
     p.add_argument("--inflight", type=inflight_value, default=2, help="overlap: most previews in flight at once")
@@ -127,8 +128,8 @@ def parser() -> Parser:
     p.add_argument("--trace", type=Path, default=None,
                    help="also write a torch.profiler Chrome trace of one run (stages as previewlab.* ranges)")
     p.add_argument("--cprofile", type=Path, default=None, help="also write a cProfile dump of one run")
-    p.add_argument("--encoder", choices=list(ENCODERS), default="turbojpeg")
-    p.add_argument("--target", type=listof(check_target, list(get_args(Target))), default=("auto",),
+    p.add_argument("--encoder", choices=ENCODER_NAMES, default="turbojpeg")
+    p.add_argument("--target", type=names("target", TARGETS), default=("auto",),
                    help="comma-separated: what previews show: x0 (the model's predicted clean image), latents (the "
                         "noisy ones), auto (x0 where the scheduler gives it); several make an axis")
     p.add_argument("--variant", default=None, help="weights variant of a local folder (fp16); found by itself "

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .names import DecoderName
+from .names import DECODER_NAMES, DecoderName, check
 from .models.families import constant
 from .models.latent_formats import LATENT_RGB, latent2rgb
 from .models import Model
@@ -135,10 +135,7 @@ DECODERS: dict[DecoderName, Spec] = {
 
 
 def check_name(name: str) -> DecoderName:
-    for known in DECODERS:
-        if name == known:
-            return known
-    raise DecoderError(f"unknown decoder {name!r}; allowed are {', '.join(DECODERS)}")
+    return check("decoder", name, DECODER_NAMES, DecoderError)
 
 
 def cheaper(name: str, has_taesd: bool) -> DecoderName | None:

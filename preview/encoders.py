@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .names import EncoderName
+from .names import ENCODER_NAMES, EncoderName, check
 
 log = logging.getLogger("previewlab")
 FORMATS: dict[str, str] = {"turbojpeg": "jpeg", "pillow": "jpeg", "webp": "webp", "png": "png", "nvjpeg": "jpeg"}
@@ -107,14 +107,7 @@ ENCODERS: dict[EncoderName, Callable[..., Encoder]] = {
 }
 
 
-def check_name(name: str) -> EncoderName:
-    for known in ENCODERS:
-        if name == known:
-            return known
-    raise EncoderError(f"unknown encoder {name!r}; allowed are {', '.join(ENCODERS)}")
-
-
 def get(name: str, device: torch.device | None = None) -> Encoder:
     """The encoder for a name; `device` is where the previews are (nvjpeg needs CUDA). Raises EncoderError."""
-    name = check_name(name)
+    name = check("encoder", name, ENCODER_NAMES, EncoderError)
     return _nvjpeg(device) if name == "nvjpeg" else ENCODERS[name]()

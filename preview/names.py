@@ -5,7 +5,7 @@ Each registry (decoders.DECODERS, encoders.ENCODERS) holds exactly these names, 
 """
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 DecoderName = Literal["none", "latent2rgb", "taesd", "vae"]
 EncoderName = Literal["turbojpeg", "pillow", "webp", "png", "nvjpeg"]
@@ -16,3 +16,13 @@ DECODER_NAMES: tuple[DecoderName, ...] = get_args(DecoderName)
 ENCODER_NAMES: tuple[EncoderName, ...] = get_args(EncoderName)
 MODES: tuple[Mode, ...] = get_args(Mode)
 TARGETS: tuple[Target, ...] = get_args(Target)
+
+N = TypeVar("N", bound=str)
+
+
+def check(field: str, name: object, allowed: tuple[N, ...], error: type[ValueError] = ValueError) -> N:
+    """`name` as one of `allowed`; else `error` with one line naming the field, the bad value and the names allowed."""
+    for known in allowed:
+        if name == known:
+            return known
+    raise error(f"{field}={name!r}: allowed are {', '.join(allowed)}")

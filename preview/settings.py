@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Iterable, cast
+from typing import Any
 
-from .names import DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, DecoderName, EncoderName, Mode, Target
+from .names import DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, DecoderName, EncoderName, Mode, Target, check
 
 MAX_STEPS = 1000
 MAX_EVERY = 10_000
@@ -30,16 +30,16 @@ class PreviewSettings:
     target: Target = "auto"  # x0: the model's predicted clean image; latents: the noisy ones; auto: x0 if it can
 
     def __post_init__(self) -> None:
-        _choice("mode", self.mode, MODES)
-        _choice("target", self.target, TARGETS)
+        check("mode", self.mode, MODES, SettingsError)
+        check("target", self.target, TARGETS, SettingsError)
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)) or not 0 <= self.budget <= 1000:
             raise SettingsError(f"budget={self.budget!r}: must be a number of percent from 0 (off) to 1000")
-        _choice("decoder", self.decoder, DECODER_NAMES)
+        check("decoder", self.decoder, DECODER_NAMES, SettingsError)
         _int("every", self.every, 1, MAX_EVERY)
         _int("preview_max", self.preview_max, 0, 8192)
         if 0 < self.preview_max < 8:
             raise SettingsError(f"preview_max={self.preview_max}: use 0 (native) or at least 8 pixels")
-        _choice("encoder", self.encoder, ENCODER_NAMES)
+        check("encoder", self.encoder, ENCODER_NAMES, SettingsError)
         _int("quality", self.quality, 1, 100)
 
     def changed(self, **kw: Any) -> PreviewSettings:
@@ -78,24 +78,11 @@ PREVIEW_FIELDS = tuple(f.name for f in fields(PreviewSettings))
 RUN_FIELDS = tuple(f.name for f in fields(RunSettings) if f.name not in ("preview", "max_side"))
 
 
-def check_mode(name: str) -> Mode:
-    for known in MODES:
-        if name == known:
-            return cast(Mode, known)
-    raise SettingsError(f"mode={name!r}: allowed are {', '.join(MODES)}")
-
-
 def _int(name: str, v: object, lo: int, hi: int) -> None:
     if isinstance(v, bool) or not isinstance(v, int):
         raise SettingsError(f"{name}={v!r}: must be an integer from {lo} to {hi}")
     if not lo <= v <= hi:
         raise SettingsError(f"{name}={v}: must be from {lo} to {hi}")
-
-
-def _choice(name: str, v: object, allowed: Iterable[str]) -> None:
-    allowed = tuple(allowed)
-    if v not in allowed:
-        raise SettingsError(f"{name}={v!r}: allowed are {', '.join(allowed)}")
 
 
 def should_preview(step: int, every: int) -> bool:

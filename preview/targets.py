@@ -13,7 +13,7 @@ step's own output is returned untouched, so the final image is bit-identical to 
 """
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import torch
 
@@ -75,13 +75,6 @@ class X0Tap:
         _, sample, model_output, sigma = lazy
         s = sigma.to(device=sample.device, dtype=torch.float32)  # a device tensor: no host read
         return (sample.float() - s * model_output.float()).to(sample.dtype)
-
-
-def check_target(name: str) -> Target:
-    for known in ("auto", "x0", "latents"):
-        if name == known:
-            return cast(Target, known)
-    raise ValueError(f"target={name!r}: allowed are auto, x0, latents")
 
 
 def choose(target: Target, tap: X0Tap | None, latents: torch.Tensor) -> tuple[torch.Tensor, Shown]:
