@@ -15,14 +15,15 @@ Driving it (the step meter does, in this order):
                       began). Each call is the next step of the run.
   preview_started()   right after due() said yes and preview work ran in this step (made, or failed on the way;
                       not when it was skipped before any work).
-  observe(step_ms, touched)
+  books.observe(step_ms, touched)
                       once per step row, in step order, as soon as the row's times are known (rows may come some
                       steps late). step_ms: the step's wall cost on the denoising path (its denoising plus the
                       preview time that ran on the denoising thread in that step); touched: a preview ran in that
                       step or was still in flight during it.
   keep_books(old)     on a new autopilot made for a live change (budget, decoder), to carry the run over.
 
-The books (what each step cost against the no-preview base, and each preview's cost) are preview/books.py.
+`books` (preview/books.py) says what each step cost against the no-preview base, and what a preview costs
+(books.cost_ms, books.measured); the autopilot only reads them to schedule.
 
 The schedule. The allowance is budget x the run's no-preview time (the steps seen, the rest at base), less the
 overhead seen and the part not seen yet of the previews made. With m = allowance / cost previews left, the pace is
@@ -45,15 +46,15 @@ falls back to a cheaper decoder (vae -> taesd -> latent2rgb) and says so in `not
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 
 from . import decoders
-from .books import Books, _Preview, _Row
+from .books import Books
 from .decoders import DecoderName
 
+
 @dataclass
-class Autopilot(Books):
+class Autopilot:
     budget_pct: float
     steps: int                     # steps in the run
     decoder: DecoderName
@@ -69,50 +70,28 @@ class Autopilot(Books):
 
     def __post_init__(self) -> None:
         self.interval = 1
-        self.note = ""              # what the autopilot changed, for the row's event column
-        self.k = 0                  # due() calls: the step asked about last
-        self.n = 0                  # rows observed
-        self._told = False          # the first interval was announced
-        self._last_start = 0        # the step of the newest preview (0: none yet)
-        self._clean: deque[float] = deque(maxlen=self.window)
-        self._untouched: deque[float] = deque(maxlen=self.window)
-        self._min = math.inf
-        self._open: list[_Row] = []  # rows since the last clean step, their excess not fixed yet
-        self._fixed_excess = 0.0     # fixed rows: sum of (step_ms - base), ms
-        self._fixed_nop = 0.0        # fixed rows: what they would have cost without previews, ms
-        self._kind = {True: [0.0, 0, 0.0], False: [0.0, 0, 0.0]}  # touched / settle rows' excess: sum, n, sum sq.
-        self._settled = False        # settle rows were seen to be no slower: they are clean steps now
-        self._last_touched = -10**9
-        self._last_clean = 0
-        self._suspect: float | None = None  # a clean step far off the base, waiting for the next one
-        self._starts: deque[_Preview] = deque()  # previews not seen to their end yet
-        self._last: _Preview | None = None   # the newest preview seen to its end
-        self._profile = [0.0, 0.0, 0.0]      # excess of previews on their own 1st row, 2nd, later ones
-        self._spills = False                 # a preview was seen still in flight in the step after its own
-        self._want: int | None = None        # a new interval asked for once; a second time in a row moves it
-        self._credit = 0.0                   # budget earned by the steps before the last budget change, ms
-        self._nop_from = 0.0                 # their no-preview time, ms
-        self._gen = -1
-        self._new_decoder(self.prior_ms)
-
-    def _new_decoder(self, prior_ms: float | None) -> None:
-        self._gen += 1
-        self.prior_ms = prior_ms
-        self._done = 0          # previews of this decoder seen to their end
-        self._cost_fixed = 0.0  # fixed excess of the rows of this decoder's previews, ms
+        self.note = ""               # what the autopilot changed, for the row's event column
+        self.k = 0                   # due() calls: the step asked about last
+        self._told = False           # the first interval was announced
+        self._want: int | None = None  # a new interval asked for once; a second time in a row moves it
+        self._credit = 0.0           # budget earned by the steps before the last budget change, ms
+        self._nop_from = 0.0         # their no-preview time, ms
+        warm = max(1, min(self.min_clean, self.steps // 5))  # clean steps wanted before the first preview
+        self.books = Books(settle=self.settle, drift=self.drift, window=self.window, warm=warm,
+                           prior_ms=self.prior_ms)
 
     # ---- what the meter calls -------------------------------------------------------------------------------
 
     def preview_started(self) -> None:
         """The preview that the last due() asked for was made (or failed after it began)."""
-        self._starts.append(_Preview(self.k, self._gen, self._cost(), own=self.k - self._last_start >= 2))
-        self._last_start = self.k
+        self.books.preview_started(self.k, self._cost())
 
     def due(self, since: int) -> bool:
         """Make a preview now? `since`: steps since the last one (or since the run began)."""
         self.k += 1
-        if since < self.interval or self.k >= self.steps or self.n == 0 or self._warming():
-            return False
+        books = self.books
+        if since < self.interval or self.k >= self.steps or books.n == 0 or not books.base_ready:
+            return False  # warming up: too few clean steps measured yet, or one far off the base waits for the next
         c = self._cost()
         allowance = self._allowance(c)
         if allowance < c / 2:
@@ -124,11 +103,12 @@ class Autopilot(Books):
     def decide(self) -> int:
         """The interval (the least spacing between previews); may switch self.decoder (and set self.note)."""
         self.note = ""
-        if self.n == 0:
+        books = self.books
+        if books.n == 0:
             return self.interval
-        b, c = self.base_ms(), self._cost()
+        b, c = books.base_ms(), self._cost()
         cheaper = decoders.cheaper(self.decoder, self.has_taesd)
-        if cheaper and self.measured and c * self.min_previews > self.budget_pct / 100 * self.steps * b:
+        if cheaper and books.measured and c * self.min_previews > self.budget_pct / 100 * self.steps * b:
             self.note = (f"autopilot: {self.decoder} at {c:.0f} ms per preview cannot fit a "
                          f"{self.budget_pct:g}% budget ({b:.0f} ms steps); switching to {cheaper}")
             self.switch_decoder(cheaper)
@@ -153,51 +133,43 @@ class Autopilot(Books):
     def switch_decoder(self, decoder: DecoderName, prior_ms: float | None = None) -> None:
         """Previews now come from another decoder: its cost is learned anew (taken as prior_ms until measured)."""
         self.decoder = decoder
-        self._new_decoder(prior_ms)
+        self.books.new_decoder(prior_ms)
 
     def keep_books(self, old: Autopilot) -> None:
-        """A live change made this autopilot in place of `old`: carry the run's books over. A new budget applies
-        from now on; a new decoder's cost is learned anew (from this autopilot's prior_ms until measured)."""
-        mine = self.budget_pct, self.decoder, self.prior_ms
-        self.__dict__.update({k: v for k, v in old.__dict__.items() if k not in ("budget_pct", "decoder")})
-        self.budget_pct, self.decoder = mine[0], mine[1]
+        """A live change made this autopilot in place of `old`: carry the run over, its books and where the
+        schedule stands. A new budget applies from now on; a new decoder's cost is learned anew (from this
+        autopilot's prior_ms until measured). Its other settings are its own (the meter makes both alike)."""
+        self.books, self.k, self.interval = old.books, old.k, old.interval
+        self._told, self._want = old._told, old._want
+        self._credit, self._nop_from = old._credit, old._nop_from
+        books = self.books
         if self.budget_pct != old.budget_pct:  # the steps so far keep the old budget's share, the rest the new
-            now = self._nop_seen() + max(0, self.k - self.n) * self.base_ms()
+            now = books.nop_ms() + max(0, self.k - books.n) * books.base_ms()
             self._credit += old.budget_pct / 100 * (now - self._nop_from)
             self._nop_from = now
         if self.decoder != old.decoder:
-            self._new_decoder(mine[2])
-
-    # ---- what it knows ----------------------------------------------------------------------------------------
+            books.new_decoder(self.prior_ms)
 
     # ---- inside -----------------------------------------------------------------------------------------------
 
     def _cost(self) -> float:
         """The cost taken for the next preview: measured, else the prior, else one step."""
-        b = self.base_ms()
-        c = self.cost_ms
+        b = self.books.base_ms()
+        c = self.books.cost_ms
         return max(b if c is None else c, 0.002 * b, 1e-6)
 
     def _allowance(self, c: float) -> float:
         """Budget x the run's no-preview time (the rows seen, the rest at base), less the overhead seen and the
         part not seen yet of the previews made. After a live budget change the steps before it count at the
         budget they ran under."""
-        nop = self._nop_seen() + max(0, self.steps - self.n) * self.base_ms()
-        pending = sum((c if p.gen == self._gen else p.expect) * (1 - self._share(p)) for p in self._starts)
-        return self._credit + self.budget_pct / 100 * (nop - self._nop_from) - self.overhead_ms() - pending
+        books = self.books
+        nop = books.nop_ms() + max(0, self.steps - books.n) * books.base_ms()
+        return self._credit + self.budget_pct / 100 * (nop - self._nop_from) - books.overhead_ms() - books.unseen_ms(c)
 
     def _pace(self, c: float, allowance: float) -> float:
         m = allowance / c
-        return (self.steps - self._last_start) / (m + 1) if m > 0 else math.inf
-
-    def _warming(self) -> bool:
-        """No preview now: too few clean steps measured yet, or one far off the base waits for the next."""
-        return len(self._clean) < self._warm() or self._suspect is not None
+        return (self.steps - self.books.last_start) / (m + 1) if m > 0 else math.inf
 
     def _stale(self) -> bool:
         """The newest clean step is over `refresh` steps old, and the run has more than 2 x refresh steps left."""
-        return self.k - self._last_clean > self.refresh and self.steps - self.k > 2 * self.refresh
-
-    def _warm(self) -> int:
-        return max(1, min(self.min_clean, self.steps // 5))
-
+        return self.k - self.books.last_clean > self.refresh and self.steps - self.k > 2 * self.refresh

@@ -12,9 +12,8 @@ steps after them) over the number of those previews, the newest counted by the p
 preview's cost spreads over its first rows is learned from previews that had their rows to themselves), so a
 preview that spills into the next one's step is still counted whole.
 
-Books is the autopilot's half that reads step rows; autopilot.py holds the other half, the schedule. They
-share one object's state: Autopilot (a dataclass) declares the settings used here (settle, drift, window) and
-creates every attribute in __post_init__.
+The books read step rows and say what they cost; autopilot.py holds the schedule, which reads them. One run
+keeps one set of books: a live change (budget, decoder) makes a new autopilot that takes over the old one's books.
 """
 from __future__ import annotations
 
@@ -52,34 +51,51 @@ def _robust_mean(xs: Iterable[float]) -> float:
     return sum(v[t:n - t]) / (n - 2 * t)
 
 
-
 class Books:
-    settle: int
-    drift: float
-    n: int
-    k: int
-    _min: float
-    _clean: deque[float]
-    _untouched: deque[float]
-    _open: list[_Row]
-    _fixed_excess: float
-    _fixed_nop: float
-    _kind: dict[bool, list[float]]
-    _settled: bool
-    _last_touched: int
-    _last_clean: int
-    _suspect: float | None
-    _starts: deque[_Preview]
-    _last: _Preview | None
-    _profile: list[float]
-    _spills: bool
-    _gen: int
-    _done: int
-    _cost_fixed: float
-    prior_ms: float | None
+    """What each step of one run cost against its no-preview base, and what each preview cost.
 
-    def _warm(self) -> int:
-        raise NotImplementedError  # the schedule's: clean steps wanted before the first preview
+    Fed one row per step (observe); read by the schedule (base_ms, cost_ms, overhead_ms, unseen_ms ...). A live
+    change hands the same books to the next autopilot, so the run is accounted once, however often it changes.
+    """
+
+    def __init__(self, *, settle: int, drift: float, window: int, warm: int, prior_ms: float | None) -> None:
+        self.settle = settle  # untouched rows after a touched one that may still be slowed by it
+        self.drift = drift    # how far off the base (relative) two clean rows in a row start a new one
+        self.warm = warm      # clean rows wanted before the base is trusted (and the first preview is made)
+        self.n = 0            # rows observed
+        self.last_clean = 0   # the row of the newest clean step (0: none yet)
+        self.last_start = 0   # the step of the newest preview (0: none yet)
+        self._clean: deque[float] = deque(maxlen=window)      # the newest clean rows, ms: the base
+        self._untouched: deque[float] = deque(maxlen=window)  # the newest untouched rows, ms: the base before that
+        self._min = math.inf
+        self._open: list[_Row] = []  # rows since the last clean step, their excess not fixed yet
+        self._fixed_excess = 0.0     # fixed rows: sum of (step_ms - base), ms
+        self._fixed_nop = 0.0        # fixed rows: what they would have cost without previews, ms
+        self._kind = {True: [0.0, 0, 0.0], False: [0.0, 0, 0.0]}  # touched / settle rows' excess: sum, n, sum sq.
+        self._settled = False        # settle rows were seen to be no slower: they are clean steps now
+        self._last_touched = -10**9
+        self._suspect: float | None = None       # a clean step far off the base, waiting for the next one
+        self._starts: deque[_Preview] = deque()  # previews not seen to their end yet
+        self._last: _Preview | None = None       # the newest preview seen to its end
+        self._profile = [0.0, 0.0, 0.0]          # excess of previews on their own 1st row, 2nd, later ones
+        self._spills = False                     # a preview was seen still in flight in the step after its own
+        self._gen = 0               # the current decoder: previews of an earlier one count in the run, not its cost
+        self.prior_ms = prior_ms    # the current decoder's cost until measured (None: unknown)
+        self._done = 0              # previews of this decoder seen to their end
+        self._cost_fixed = 0.0      # fixed excess of the rows of this decoder's previews, ms
+
+    def new_decoder(self, prior_ms: float | None) -> None:
+        """Previews now come from another decoder: its cost is learned anew (taken as prior_ms until measured)."""
+        self._gen += 1
+        self.prior_ms = prior_ms
+        self._done = 0
+        self._cost_fixed = 0.0
+
+    def preview_started(self, step: int, expect_ms: float) -> None:
+        """A preview was made at `step` (the schedule's step count), assumed to cost expect_ms."""
+        own = step - self.last_start >= 2  # no preview in the step before: its first row is its own
+        self._starts.append(_Preview(step, self._gen, expect_ms, own))
+        self.last_start = step
 
     def observe(self, step_ms: float, touched: bool) -> None:
         """One step row, in step order: its wall cost on the denoising path and whether a preview touched it."""
@@ -144,6 +160,16 @@ class Books:
             return 0.5 if rows == 1 and self._spills else 1.0
         return 1.0 if rows >= 3 else min(1.0, max(0.0, sum(self._profile[:rows]) / total))
 
+    def unseen_ms(self, cost_ms: float) -> float:
+        """The part not seen yet of the previews made, ms: the current decoder's at cost_ms each, an earlier
+        decoder's at what it was expected to cost when it was made."""
+        return sum((cost_ms if p.gen == self._gen else p.expect) * (1 - self._share(p)) for p in self._starts)
+
+    @property
+    def base_ready(self) -> bool:
+        """Enough clean rows were measured for the base (warm), and none far off it waits for the next."""
+        return len(self._clean) >= self.warm and self._suspect is None
+
     def base_ms(self) -> float:
         """The no-preview step time."""
         if self._clean:
@@ -159,10 +185,10 @@ class Books:
 
     def overhead_pct(self) -> float:
         """overhead_ms() in percent of the rows' no-preview time."""
-        nop = self._nop_seen()
+        nop = self.nop_ms()
         return 100 * self.overhead_ms() / nop if nop > 0 else 0.0
 
-    def _nop_seen(self) -> float:
+    def nop_ms(self) -> float:
         """What the rows seen would have cost without previews, ms."""
         b = self.base_ms()
         return self._fixed_nop + sum(b if row.affected else row.s for row in self._open)
@@ -194,12 +220,12 @@ class Books:
                 self._cost_fixed += x
 
     def _clean_row(self, r: int, s: float) -> None:
-        self._last_clean = r
+        self.last_clean = r
         if r == 1:  # clean, but it carries the pipeline's own setup: no measure of a step
             self._fix(self._open + [_Row(s, False, False, None)], self.base_ms())
             self._open.clear()
             return
-        old = _robust_mean(self._clean) if len(self._clean) >= self._warm() else None
+        old = _robust_mean(self._clean) if len(self._clean) >= self.warm else None
         far = old is not None and old > 0 and abs(s / old - 1) > self.drift
         if self._suspect is not None:
             first, self._suspect = self._suspect, None

@@ -99,9 +99,10 @@ class StepMeter:
                 m.row.on_path_ms = sw.ms(m.cb, m.end)
             m.row.on_path_ms = on_path_ms(m.row, sw.cuda)
             if pilot is not None:  # the autopilot holds the wall cost of steps, previews' or not, to its budget
-                pilot.observe(m.row.denoise_ms + m.row.on_path_ms, m.touched)
-                if pilot.measured and pilot.cost_ms is not None:
-                    self.prev.cost_ms[pilot.decoder] = pilot.cost_ms  # a prior for later runs
+                books = pilot.books
+                books.observe(m.row.denoise_ms + m.row.on_path_ms, m.touched)
+                if books.measured and books.cost_ms is not None:
+                    self.prev.cost_ms[pilot.decoder] = books.cost_ms  # a prior for later runs
             self.rows.append(m.row)
             if self.on_row:
                 self.on_row(m.row)

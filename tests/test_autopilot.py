@@ -26,7 +26,7 @@ class Run:
 def simulate(ap: Autopilot, steps: int, cost, *, mode: str = "sync", on_path: float = 0.2, after: float = 0.0,
              jitter: float = 0.01, lag: int = 0, seed: int = 0, step_ms=None, at=None) -> Run:
     """A run as the step meter drives the autopilot: at each step decide(), then due(since), then
-    preview_started() when one is made; the step rows reach observe() `lag` steps late, all of them at the end.
+    preview_started() when one is made; the step rows reach books.observe() `lag` steps late, all of them at the end.
 
     A step costs BASE (or step_ms(step)) x (1 +- jitter). A preview costs cost[decoder] x (1 +- 10 %): in sync
     mode all of it lands on its own step; in overlap mode `on_path` of it does and the rest slows the next step,
@@ -66,10 +66,10 @@ def simulate(ap: Autopilot, steps: int, cost, *, mode: str = "sync", on_path: fl
         rows.append((b + extra[i], touch[i]))
         nop.append(b)
         while seen < i - lag:
-            ap.observe(*rows[seen])
+            ap.books.observe(*rows[seen])
             seen += 1
     while seen < steps:
-        ap.observe(*rows[seen])
+        ap.books.observe(*rows[seen])
         seen += 1
     run.ap, run.overhead = ap, 100 * (sum(s for s, _ in rows) - sum(nop)) / sum(nop)
     return run
@@ -100,7 +100,7 @@ def test_lands_within_a_point_of_the_budget(mode, lag):
         run = simulate(ap, steps, {"taesd": cost}, mode=mode, lag=lag, seed=seed)
         err = run.overhead - budget
         assert abs(err) <= tolerance(cost, steps), (budget, ratio, steps, prior, seed, run.overhead, run.made)
-        assert ap.overhead_pct() == pytest.approx(run.overhead, abs=1.0)  # its own books agree
+        assert ap.books.overhead_pct() == pytest.approx(run.overhead, abs=1.0)  # its own books agree
         checked += 1
         errors.append(abs(err))
     assert checked >= 100
@@ -114,14 +114,14 @@ def test_counts_what_the_user_pays_not_the_time_on_the_denoising_thread():
         ap = Autopilot(budget, steps, "taesd")
         run = simulate(ap, steps, cost, mode="overlap", on_path=0.0, lag=2)
         assert abs(run.overhead - budget) <= tolerance(cost, steps), (budget, ratio, run.overhead)
-        assert ap.cost_ms == pytest.approx(cost, rel=0.15)
+        assert ap.books.cost_ms == pytest.approx(cost, rel=0.15)
     # CPU sync: a preview also slows the untouched step after it (cold caches)
     for budget, ratio, steps in ((10, 0.5, 50), (10, 1, 30), (5, 0.2, 100)):
         cost = ratio * BASE
         ap = Autopilot(budget, steps, "taesd")
         run = simulate(ap, steps, cost, after=0.3)
         assert abs(run.overhead - budget) <= tolerance(1.3 * cost, steps), (budget, ratio, run.overhead)
-        assert ap.cost_ms == pytest.approx(1.3 * cost, rel=0.15)
+        assert ap.books.cost_ms == pytest.approx(1.3 * cost, rel=0.15)
 
 
 def test_rows_that_arrive_late_and_noisier_steps():
@@ -181,13 +181,13 @@ def test_the_spacing_honours_the_interval_and_the_first_and_last_steps_get_none(
 
 def test_row_1_carries_the_setup_and_is_no_measure_of_a_step():
     ap = Autopilot(10, 30, "taesd")
-    ap.observe(1000.0, False)  # the pipeline's text encoding and setup land in row 1
-    assert ap.base_ms() == 1000.0  # nothing else seen yet: the smallest step
-    ap.observe(100.0, False)
-    assert ap.base_ms() == 100.0
+    ap.books.observe(1000.0, False)  # the pipeline's text encoding and setup land in row 1
+    assert ap.books.base_ms() == 1000.0  # nothing else seen yet: the smallest step
+    ap.books.observe(100.0, False)
+    assert ap.books.base_ms() == 100.0
     for _ in range(3):
-        ap.observe(100.0, False)
-    assert ap.base_ms() == 100.0 and ap.overhead_pct() == 0.0
+        ap.books.observe(100.0, False)
+    assert ap.books.base_ms() == 100.0 and ap.books.overhead_pct() == 0.0
 
 
 def test_every_step_when_even_that_is_under_budget():
@@ -196,7 +196,7 @@ def test_every_step_when_even_that_is_under_budget():
     ap = Autopilot(10, 100, "latent2rgb")
     run = simulate(ap, 100, 2.0)
     assert run.made[0] <= 10 and set(run.intervals[12:]) == {1} and set(range(13, 100)) <= set(run.made)
-    assert ap.cost_ms == pytest.approx(2.0, abs=1.0)
+    assert ap.books.cost_ms == pytest.approx(2.0, abs=1.0)
     known = simulate(Autopilot(10, 100, "latent2rgb", prior_ms=2.0), 100, 2.0)
     assert known.made == list(range(7, 100))  # row 1 is setup, then 5 clean steps; the last step gets none
     assert run.overhead < 3 and known.overhead < 3
@@ -207,8 +207,8 @@ def test_a_known_cost_starts_at_once_an_unknown_one_waits_for_the_budget():
     # warm-up; unknown, a preview is taken to cost a step, and the first waits for its share of the run
     first = Autopilot(5, 50, "taesd")
     simulate(first, 50, 20.0)
-    assert first.measured and first.cost_ms == pytest.approx(20.0, rel=0.15)
-    known = simulate(Autopilot(5, 50, "taesd", prior_ms=first.cost_ms), 50, 20.0)
+    assert first.books.measured and first.books.cost_ms == pytest.approx(20.0, rel=0.15)
+    known = simulate(Autopilot(5, 50, "taesd", prior_ms=first.books.cost_ms), 50, 20.0)
     unknown = simulate(Autopilot(5, 50, "taesd"), 50, 20.0)
     assert known.made[0] == 7 and unknown.made[0] > 10
     assert abs(known.overhead - 5) <= 1 and abs(unknown.overhead - 5) <= 1
@@ -237,7 +237,7 @@ def test_a_live_budget_change_keeps_the_books():
         def at(i: int, ap: Autopilot) -> Autopilot:
             if i != 26:
                 return ap
-            new = Autopilot(to, ap.steps, ap.decoder, prior_ms=ap.cost_ms)
+            new = Autopilot(to, ap.steps, ap.decoder, prior_ms=ap.books.cost_ms)
             new.keep_books(ap)
             return new
         return at
@@ -261,7 +261,7 @@ def test_a_live_decoder_change_learns_the_new_cost():
 
     run = simulate(Autopilot(10, 100, "taesd", prior_ms=30.0), 100, {"taesd": 30.0, "vae": 150.0}, at=to_vae)
     ap = run.ap
-    assert ap.decoder == "vae" and ap.measured and ap.cost_ms == pytest.approx(150.0, rel=0.15)
+    assert ap.decoder == "vae" and ap.books.measured and ap.books.cost_ms == pytest.approx(150.0, rel=0.15)
     assert abs(run.overhead - 10) <= tolerance(150.0, 100)
     assert max(run.intervals[:30]) < min(run.intervals[45:])  # cheaper previews came more often
 
@@ -272,6 +272,6 @@ def test_follows_a_change_in_step_cost():
     for mode in ("sync", "overlap"):
         ap = Autopilot(10, 400, "taesd")
         run = simulate(ap, 400, 40.0, mode=mode, lag=mode == "overlap", step_ms=lambda i: 200.0 if i <= 200 else 50.0)
-        assert ap.base_ms() == pytest.approx(50.0, rel=0.03)
+        assert ap.books.base_ms() == pytest.approx(50.0, rel=0.03)
         assert set(run.intervals[150:200]) == {2} and min(run.intervals[-150:]) >= 4
         assert abs(run.overhead - 10) <= 1, (mode, run.overhead)
