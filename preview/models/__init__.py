@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import string
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from torch import nn
 from . import loading, single_file
 from .families import Family, LatentSpace, latent_space
 from .latent_formats import Factors
-from .presets import PRESETS, build_preset
+from .presets import PRESETS, build_preset, clip_tokenizer
 
 # transformers warns at import that torchvision is missing; nothing here uses image processors
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -93,17 +92,6 @@ def choose_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _tokenizer() -> Any:
-    """A CLIP tokenizer built offline. Token ids do not change compute: the sequence is padded to 77."""
-    from transformers import CLIPTokenizer
-
-    chars = list(string.ascii_lowercase + string.digits)
-    tokens = ["<|startoftext|>", "<|endoftext|>", "!"] + chars + [c + "</w>" for c in chars]
-    vocab = {t: i for i, t in enumerate(tokens)}
-    return CLIPTokenizer(vocab=vocab, merges=[], unk_token="<|endoftext|>", bos_token="<|startoftext|>",
-                         eos_token="<|endoftext|>", pad_token="<|endoftext|>", model_max_length=77)
-
-
 def _scheduler() -> Any:
     from diffusers import EulerDiscreteScheduler
 
@@ -161,7 +149,7 @@ def _build_synthetic(name: str, seed: int) -> tuple[Any, Family, Any, int]:
     from transformers import CLIPTextModel, CLIPTextModelWithProjection
 
     torch.manual_seed(seed)  # weights are deterministic for a seed
-    common = dict(tokenizer=_tokenizer(), scheduler=_scheduler(), safety_checker=None, feature_extractor=None,
+    common = dict(tokenizer=clip_tokenizer(), scheduler=_scheduler(), safety_checker=None, feature_extractor=None,
                   requires_safety_checker=False)
     if name == "synthetic:tiny":
         unet = _unet((32, 64), 32)
@@ -175,7 +163,7 @@ def _build_synthetic(name: str, seed: int) -> tuple[Any, Family, Any, int]:
         vae, taesd = _vae((32, 64)), _taesd(2)
         cfg = _clip(32, 5, 4, 37, hidden_act="gelu", projection_dim=32)
         pipe = StableDiffusionXLPipeline(vae=vae, text_encoder=CLIPTextModel(cfg), text_encoder_2=CLIPTextModelWithProjection(cfg),
-                                         tokenizer=_tokenizer(), tokenizer_2=_tokenizer(), unet=unet,
+                                         tokenizer=clip_tokenizer(), tokenizer_2=clip_tokenizer(), unet=unet,
                                          scheduler=_scheduler())
         return pipe, "sdxl", taesd, 64
     if name == "synthetic:small":

@@ -27,7 +27,8 @@ class PresetError(ValueError):
 
 
 def clip_tokenizer() -> Any:
-    """A CLIP tokenizer built offline; model_max_length=77, or the pipelines pad to 1e30 and fail."""
+    """A CLIP tokenizer built offline, for every synthetic preset. Token ids do not change compute: prompts are
+    padded to model_max_length=77, which must be set, or the pipelines pad to 1e30 and fail."""
     from transformers import CLIPTokenizer
 
     tokens = ["<|startoftext|>", "<|endoftext|>", "!"] + CHARS + [c + "</w>" for c in CHARS]
