@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from previewlab.preview.engine import Previewer, Run, final_image, generate, run_record, save_image
+from previewlab.preview.engine import Phases, Previewer, Run, final_image, generate, run_record, save_image
 from previewlab.preview.models import Model
 from previewlab.preview.csv_writer import CsvAppender
 from previewlab.preview.records import RUN_COLUMNS, STEP_COLUMNS
@@ -97,11 +97,8 @@ def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Pa
         if image_path is not None:
             image_path.write_bytes(png)
         wall = clock() - t0
-    phases = dict(text_encode_ms=0.0, final_decode_ms=0.0, final_encode_ms=0.0, write_ms=0.0)  # not split out
-    rec = run_record(model, run_id, [], wall_ms=wall * 1e3, phases=phases, steps=settings.steps,
-                     width=settings.width, height=settings.height, seed=settings.seed, decoder="direct", every=0,
-                     encoder="", quality=0, preview_max=0, mode="direct", budget=0.0, target="", status="done", first_run=0,
-                     inflight_peak=0, compile=0, compile_ms=0.0, guidance=settings.guidance)
+    # the phases are not split out: all of it is wall time
+    rec = run_record(model, run_id, [], settings, Phases(wall_ms=wall * 1e3), status="done", preview=None)
     return Run(rec, [], image)
 
 

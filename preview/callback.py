@@ -16,7 +16,8 @@ import math
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
 
 import numpy as np
 import torch
@@ -24,11 +25,12 @@ from diffusers.callbacks import PipelineCallback
 
 from .decoders import DecoderError, DecoderName
 from .encoders import EncoderName
-from .engine import Controls, Frame, Previewer, StepMeter, cpu_schedule, run_record, save_image
+from .engine import Controls, Phases, Previewer, StepMeter, cpu_schedule, run_record, save_image
 from .models.families import Family, latent_space
 from .models import Model, denoiser, load_taesd
 from .csv_writer import to_csv_text
 from .records import STEP_COLUMNS, RunRecord, StepRow
+from .run import RunEnd, RunEvents, RunMeta, ScriptCall
 from .settings import Mode, PreviewSettings
 from .stopwatch import Clock, Device, Stopwatch
 from .targets import Target, X0Tap
@@ -64,16 +66,24 @@ def image_size(model: Model, latents: torch.Tensor, size: tuple[int, int] | None
     return side, side
 
 
-class Sink(Protocol):
-    """Where a watch's runs go besides its own rows and records (the embedded server, say). Every method is
-    called from the denoising thread and must return at once."""
-
-    def started(self, meta: dict[str, Any]) -> None: ...
-    def row(self, row: StepRow) -> None: ...
-    def frame(self, frame: Frame) -> None: ...
-    def error(self, message: str) -> None: ...
-    def ended(self, meta: dict[str, Any]) -> None: ...
-    def close(self) -> None: ...
+@dataclass
+class _Call:
+    """The marks of one pipeline call, set by the hooks as its phases pass. Host times (t_*) are seconds on the
+    watch's clock; marks are the stopwatch's (device events on CUDA, host times otherwise); None: not reached."""
+    t0: float | None = None          # the call's start: its text encoding, else its first UNet forward
+    te0: Any = None                  # text encoding
+    te1: Any = None
+    denoise0: Any = None             # where step 1 begins
+    finished: bool = False           # the last step's callback has run
+    t_denoised: float | None = None
+    denoised: Any = None
+    decode0: Any = None              # the pipeline's own final decode, after the last step
+    decode1: Any = None
+    t_decoded: float | None = None   # host time at decode1: the device may still be decoding
+    final_encode_ms: float = 0.0     # save(): PNG encode and write
+    write_ms: float = 0.0
+    t_end: float | None = None
+    meta: RunMeta | None = None      # set at the first step
 
 
 class Watch(PipelineCallback):
@@ -102,23 +112,26 @@ class Watch(PipelineCallback):
         self.sw = Stopwatch(self.model.device, clock, backend=device)
         self.records: list[RunRecord] = []     # one per finished call
         self.meter: StepMeter | None = None
-        self._call: dict[str, Any] = {}        # marks of the call in progress
+        self._call = _Call()                   # marks of the call in progress
         self._previewing = False
         self._stop = threading.Event()
         self._n = 0
         self._hooks: list[Any] = []
         self._unet_hook: Any = None
-        self.sink: Sink | None = None  # attach(): the live page (server.embedded.serve(watch) attaches itself)
+        # attach(): the live page (server.embedded.serve(watch) attaches itself)
+        self.events: RunEvents | None = None
+        self._close_events: Callable[[], None] | None = None
         self._hook()
 
-    def attach(self, sink: Sink | None) -> None:
-        """Send this watch's runs, rows, frames and errors to `sink` too (None detaches)."""
-        self.sink = sink
+    def attach(self, events: RunEvents | None, close: Callable[[], None] | None = None) -> None:
+        """Tell `events` of this watch's runs too, from the denoising thread (None detaches); remove() calls
+        `close`."""
+        self.events, self._close_events = events, close
 
     @property
     def running(self) -> bool:
         """A pipeline call is between its first step and its last."""
-        return self.meter is not None and not self._call.get("finished")
+        return self.meter is not None and not self._call.finished
 
     # -- the call's phases, from hooks on the user's own modules ----------------------------------------------
     def _hook(self) -> None:
@@ -128,8 +141,8 @@ class Watch(PipelineCallback):
                 self._hooks.append(te.register_forward_pre_hook(lambda *a: self._text_start()))
                 self._hooks.append(te.register_forward_hook(lambda *a: self._text_end()))
         dec = self.pipe.vae.decoder
-        self._hooks.append(dec.register_forward_pre_hook(lambda *a: self._vae("decode0")))
-        self._hooks.append(dec.register_forward_hook(lambda *a: self._vae("decode1")))
+        self._hooks.append(dec.register_forward_pre_hook(lambda *a: self._decode_start()))
+        self._hooks.append(dec.register_forward_hook(lambda *a: self._decode_end()))
         self._arm()
 
     def _arm(self) -> None:
@@ -138,13 +151,14 @@ class Watch(PipelineCallback):
             self._unet_hook = denoiser(self.pipe).register_forward_pre_hook(lambda *a: self._unet_start())
 
     def _unet_start(self) -> None:
-        if self._call.get("finished"):  # a call without text encoding (prompt_embeds given) follows another
+        if self._call.finished:  # a call without text encoding (prompt_embeds given) follows another
             self._close_call()
-        if "t0" not in self._call:  # no text encoding in this call: the call's clock starts here
-            t0 = self.clock()
-            self._call.update(t0=t0, denoise0=self.sw.mark())
-            self.sw.anchor(self._call["denoise0"], t0)
-        self._call.setdefault("denoise0", self.sw.mark())
+        c = self._call
+        if c.t0 is None:  # no text encoding in this call: the call's clock starts here
+            c.t0, c.denoise0 = self.clock(), self.sw.mark()
+            self.sw.anchor(c.denoise0, c.t0)
+        if c.denoise0 is None:
+            c.denoise0 = self.sw.mark()
         if self._unet_hook is not None:
             self._unet_hook.remove()
             self._unet_hook = None
@@ -152,21 +166,24 @@ class Watch(PipelineCallback):
             self.tap.install()
 
     def _text_start(self) -> None:
-        if self._call.get("finished"):
+        if self._call.finished:
             self._close_call()
-        if "t0" not in self._call:
-            t0 = self.clock()
-            self._call.update(t0=t0, te0=self.sw.mark())
-            self.sw.anchor(self._call["te0"], t0)  # only if the device is idle: the user's work may be queued
+        c = self._call
+        if c.t0 is None:
+            c.t0, c.te0 = self.clock(), self.sw.mark()
+            self.sw.anchor(c.te0, c.t0)  # only if the device is idle: the user's work may be queued
 
     def _text_end(self) -> None:
-        self._call["te1"] = self.sw.mark()
+        self._call.te1 = self.sw.mark()
 
-    def _vae(self, key: str) -> None:
-        if not self._previewing and self._call.get("finished"):
-            self._call[key] = self.sw.mark()
-            if key == "decode1":
-                self._call["t_decoded"] = self.clock()  # host time: the device may still be decoding
+    # the pipeline's own final decode, not a preview's (a preview may run the same VAE)
+    def _decode_start(self) -> None:
+        if not self._previewing and self._call.finished:
+            self._call.decode0 = self.sw.mark()
+
+    def _decode_end(self) -> None:
+        if not self._previewing and self._call.finished:
+            self._call.decode1, self._call.t_decoded = self.sw.mark(), self.clock()
 
     # -- the step callback --------------------------------------------------------------------------------------
     def callback_fn(self, pipeline: Any, step_index: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -191,35 +208,39 @@ class Watch(PipelineCallback):
         timesteps = cpu_schedule(pipeline.scheduler, steps)
         h, w = image_size(self.model, latents, self.size)
         self._rows = []
-        sink = self.sink
-        self.meter = StepMeter(self.model, self.controls, self.run_id, width=w, height=h, steps=steps,
+        events, rid = self.events, self.run_id
+        meta = RunMeta.of(self.model, rid, ScriptCall(steps=steps, width=w, height=h, preview=self.controls.get()))
+        on_error = (lambda message: events.error(rid, message)) if events else None
+        self.meter = StepMeter(self.model, self.controls, rid, width=w, height=h, steps=steps,
                                timesteps=timesteps, previewer=self.previewer, inflight=self.inflight,
-                               on_row=self._row, on_frame=sink.frame if sink else None,
-                               on_error=sink.error if sink else None,
+                               on_row=self._row, on_frame=events.frame if events else None, on_error=on_error,
                                should_stop=self._stop.is_set, clock=self.clock, sw=self.sw, tap=self.tap)
-        self.meter.begin(self._call.get("denoise0"))
-        self._call["steps"], self._call["width"], self._call["height"] = steps, w, h
-        self._call.setdefault("t0", self.clock())
+        c = self._call
+        self.meter.begin(c.denoise0)
+        c.meta = meta
+        if c.t0 is None:
+            c.t0 = self.clock()
         self._stop.clear()
-        if sink:
-            sink.started(self._meta())
+        if events:
+            events.started(meta)
 
     @property
     def rows(self) -> list[StepRow]:
         """The latest call's per-step rows (the bench's schema), all of them once the call has returned."""
-        if self.meter is not None and self._call.get("finished"):
+        if self.meter is not None and self._call.finished:
             self.meter.drain()  # after the call: waiting here costs the user's loop nothing
         return self._rows
 
     def _row(self, row: StepRow) -> None:
         self._rows.append(row)
-        if self.sink:
-            self.sink.row(row)
+        if self.events:
+            self.events.row(row)
 
     def _end_denoise(self) -> None:
         # Rows still waiting on the device or the encode thread are handed over when the call is closed or
         # `rows` is read: waiting for them here would add a device wait inside the user's loop.
-        self._call.update(finished=True, t_denoised=self.clock(), denoised=self.sw.mark())
+        c = self._call
+        c.finished, c.t_denoised, c.denoised = True, self.clock(), self.sw.mark()
         self.tap.remove()
         self._arm()
 
@@ -232,7 +253,8 @@ class Watch(PipelineCallback):
         t1 = self.clock()
         Path(path).write_bytes(png)
         t2 = self.clock()
-        self._call.update(final_encode_ms=(t1 - t0) * 1e3, write_ms=(t2 - t1) * 1e3, t_end=t2)
+        c = self._call
+        c.final_encode_ms, c.write_ms, c.t_end = (t1 - t0) * 1e3, (t2 - t1) * 1e3, t2
         self._close_call()
         return Path(path)
 
@@ -242,58 +264,46 @@ class Watch(PipelineCallback):
 
     def _close_call(self) -> RunRecord | None:
         c, meter = self._call, self.meter
-        self._call, self.meter = {}, None
-        if meter is None:
+        self._call, self.meter = _Call(), None
+        if meter is None or c.meta is None:
             return None
         peak = meter.finish_previews()
         meter.drain()
         sw = self.sw
-        end = c.get("t_end") or self._device_end(c) or self.clock()
-        phases = dict(text_encode_ms=sw.ms(c.get("te0"), c.get("te1")),
-                      final_decode_ms=sw.ms(c.get("decode0"), c.get("decode1")),
-                      final_encode_ms=c.get("final_encode_ms", 0.0), write_ms=c.get("write_ms", 0.0))
-        s = self.controls.get()
-        rec = run_record(self.model, meter.run_id, meter.rows, wall_ms=(end - c.get("t0", end)) * 1e3, cuda=self.sw.cuda,
-                         phases=phases, steps=c.get("steps", 0), width=c.get("width", 0), height=c.get("height", 0),
-                         seed=-1, decoder=s.decoder, every=s.every, encoder=s.encoder, quality=s.quality,
-                         preview_max=s.preview_max, mode=s.mode, budget=s.budget, target=s.target,
-                         status="done" if len(meter.rows) >= c.get("steps", 0) else "stopped", first_run=0,
-                         inflight_peak=peak, compile=0, compile_ms=0.0)
+        end = c.t_end or self._device_end(c) or self.clock()
+        phases = Phases(wall_ms=(end - (end if c.t0 is None else c.t0)) * 1e3, text_encode_ms=sw.ms(c.te0, c.te1),
+                        final_decode_ms=sw.ms(c.decode0, c.decode1), final_encode_ms=c.final_encode_ms,
+                        write_ms=c.write_ms)
+        meta = c.meta
+        status = "done" if len(meter.rows) >= meta.steps else "stopped"
+        rec = run_record(self.model, meter.run_id, meter.rows, meta, phases, status=status,
+                         preview=self.controls.get(), inflight_peak=peak, cuda=sw.cuda)
         self.records.append(rec)
-        if self.sink:
-            self.sink.ended({**self._meta(meter.run_id), "status": rec.status,
-                                           "totals": rec.__dict__})
+        if self.events:
+            self.events.ended(RunEnd.of(meta, rec))
         return rec
 
-    def _device_end(self, c: dict[str, Any]) -> float | None:
+    def _device_end(self, c: _Call) -> float | None:
         """Without save(), the call ends where the device finished its last work: the final decode's end
         (or the last step's, for output_type="latent"), mapped onto the host clock. A host timestamp taken
         when the work was queued would end the call before the device did."""
-        for mark, host in (("decode1", "t_decoded"), ("denoised", "t_denoised")):
-            if host in c:
-                self.sw.wait(c.get(mark))  # after the call, so free; anchors the clocks if none met yet
-                device = self.sw.host_time(c.get(mark))
-                return max(c[host], device) if device is not None else c[host]
+        for mark, host in ((c.decode1, c.t_decoded), (c.denoised, c.t_denoised)):
+            if host is not None:
+                self.sw.wait(mark)  # after the call, so free; anchors the clocks if none met yet
+                device = self.sw.host_time(mark)
+                return max(host, device) if device is not None else host
         return None
 
     @property
     def record(self) -> RunRecord | None:
         """The latest call's record, closing it if the call has finished."""
-        if self.meter is not None and self._call.get("finished"):
+        if self.meter is not None and self._call.finished:
             self._close_call()
         return self.records[-1] if self.records else None
 
     def to_csv(self, path: str | Path) -> Path:
         Path(path).write_text(to_csv_text(self.rows, STEP_COLUMNS))
         return Path(path)
-
-    def _meta(self, run_id: str | None = None) -> dict[str, Any]:
-        m, c = self.model, self._call
-        return dict(run_id=run_id or self.run_id, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), model=m.name,
-                    synthetic=m.synthetic, model_note=m.note, family=m.family, device=m.device.type,
-                    dtype=str(m.dtype).removeprefix("torch."), prompt="(your script)", steps=c.get("steps", 0),
-                    width=c.get("width", 0), height=c.get("height", 0), seed=-1,
-                    **self.controls.get().__dict__)
 
     # -- what the embedded server may ask ------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -308,6 +318,6 @@ class Watch(PipelineCallback):
             self._unet_hook.remove()
             self._unet_hook = None
         self.tap.remove()
-        if self.sink:
-            self.sink.close()
+        if self._close_events is not None:
+            self._close_events()
 

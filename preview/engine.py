@@ -17,11 +17,12 @@ from .meter import StepMeter
 from .previewer import Previewer
 from .models import Model
 from .records import PREVIEW_STAGES, RunRecord, StepRow, on_path_ms
-from .settings import RunSettings
+from .run import Asked, RunMeta
+from .settings import PreviewSettings, RunSettings
 from .stopwatch import Clock, Stopwatch
 from .targets import X0Tap
 
-__all__ = ["Controls", "Frame", "Previewer", "Run", "StepMeter", "final_image", "final_u8", "generate",
+__all__ = ["Controls", "Frame", "Phases", "Previewer", "Run", "StepMeter", "final_image", "final_u8", "generate",
            "on_path_ms", "preview_size", "run_record", "save_image", "to_uint8_hwc"]
 
 
@@ -42,21 +43,59 @@ def _env(model: Model) -> dict[str, Any]:
                 torch=torch.__version__, diffusers=diffusers.__version__)
 
 
-def run_record(model: Model, run_id: str, rows: list[StepRow], *, wall_ms: float, phases: dict[str, Any],
-               drain_ms: float = 0.0, cuda: bool | None = None, **fields: Any) -> RunRecord:
-    """A run's record: stage totals from its rows, and other_ms = wall time minus everything measured on the
-    denoising path (phases, denoise, the preview stages that ran on it, the final drain)."""
+@dataclass(frozen=True)
+class Phases:
+    """A run's time outside its steps, ms: from the request's start to its end (wall), and the phases on the
+    denoising path around the steps (drain: previews in flight holding the main stream after the last step)."""
+    wall_ms: float
+    text_encode_ms: float = 0.0
+    final_decode_ms: float = 0.0
+    final_encode_ms: float = 0.0
+    write_ms: float = 0.0
+    drain_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Direct:
+    """The preview columns of a call without the step callback (the bench's direct call)."""
+    decoder: str = "direct"
+    every: int = 0
+    preview_max: int = 0
+    encoder: str = ""
+    quality: int = 0
+    mode: str = "direct"
+    budget: float = 0.0
+    target: str = ""
+
+
+def run_record(model: Model, run_id: str, rows: list[StepRow], asked: Asked | RunMeta, phases: Phases, *,
+               status: str, preview: PreviewSettings | None, encoder: str | None = None, first_run: bool = False,
+               inflight_peak: int = 0, compiled: bool = False, compile_ms: float = 0.0,
+               cuda: bool | None = None) -> RunRecord:
+    """A run's record from what it was asked, its preview settings at the start (None: a direct call), its
+    phases and its rows: stage totals from the rows, and other_ms = wall time minus everything measured on the
+    denoising path (phases, denoise, the preview stages that ran on it, the final drain). encoder: the one
+    that really ran, when it is not the one asked for."""
     totals: dict[str, Any] = {k: sum(getattr(r, k) for r in rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
     cuda = model.device.type == "cuda" if cuda is None else cuda  # the stopwatch's device (tests: a fake one)
     for r in rows:  # rows from the meter carry it already; the same definition either way
         r.on_path_ms = on_path_ms(r, cuda)
     on_path = sum(r.on_path_ms for r in rows)
-    other = wall_ms - totals["denoise_ms"] - on_path - sum(phases.values()) - drain_ms
-    fields.setdefault("vae_copy_mb", decoders.copy_mb(model.pipe))
-    return RunRecord(run_id=run_id, **_env(model), load_s=model.load_s, wall_s=wall_ms / 1e3, **totals, **phases,
-                     drain_ms=drain_ms, on_path_ms=on_path, other_ms=other, previews=sum(r.preview for r in rows),
+    ph = phases
+    outside = ph.text_encode_ms + ph.final_decode_ms + ph.final_encode_ms + ph.write_ms
+    other = ph.wall_ms - totals["denoise_ms"] - on_path - outside - ph.drain_ms
+    p = preview or _Direct()
+    return RunRecord(run_id=run_id, **_env(model), load_s=model.load_s, wall_s=ph.wall_ms / 1e3, **totals,
+                     text_encode_ms=ph.text_encode_ms, final_decode_ms=ph.final_decode_ms,
+                     final_encode_ms=ph.final_encode_ms, write_ms=ph.write_ms, drain_ms=ph.drain_ms,
+                     on_path_ms=on_path, other_ms=other, previews=sum(r.preview for r in rows),
                      skipped=sum(r.skipped for r in rows), bytes=sum(r.bytes for r in rows), offload=model.offload,
-                     channels_last=int(model.channels_last), **fields)
+                     channels_last=int(model.channels_last), steps=asked.steps, width=asked.width,
+                     height=asked.height, seed=asked.seed, guidance=asked.guidance, decoder=p.decoder,
+                     every=p.every, encoder=encoder or p.encoder, quality=p.quality, preview_max=p.preview_max,
+                     mode=p.mode, budget=p.budget, target=p.target, status=status, first_run=int(first_run),
+                     inflight_peak=inflight_peak, compile=int(compiled), compile_ms=compile_ms,
+                     vae_copy_mb=decoders.copy_mb(model.pipe))
 
 
 def cpu_schedule(scheduler: Any, steps: int) -> list[float]:
@@ -192,15 +231,11 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             tap.remove()
         meter.drain()
 
-    phases = dict(text_encode_ms=sw.ms(mark0, mark_te),
-                  final_decode_ms=sw.ms(dec0, dec1) + (t_dec1 - t_copy) * 1e3,
-                  final_encode_ms=(t_enc1 - t_dec1) * 1e3, write_ms=(t_end - t_enc1) * 1e3)
-    record = run_record(model, run_id, meter.rows, wall_ms=(t_end - t_start) * 1e3, phases=phases,
-                        drain_ms=sw.ms(loop_end, dec0), cuda=sw.cuda, steps=settings.steps, width=settings.width,
-                        height=settings.height, seed=settings.seed, decoder=start_settings.decoder,
-                        every=start_settings.every, encoder=start_encoder, quality=start_settings.quality,
-                        preview_max=start_settings.preview_max, mode=start_settings.mode,
-                        budget=start_settings.budget, target=start_settings.target, status=status,
-                        first_run=int(first_run), inflight_peak=peak, guidance=settings.guidance,
-                        compile=int(prev.compile), compile_ms=compile_ms)
+    phases = Phases(wall_ms=(t_end - t_start) * 1e3, text_encode_ms=sw.ms(mark0, mark_te),
+                    final_decode_ms=sw.ms(dec0, dec1) + (t_dec1 - t_copy) * 1e3,
+                    final_encode_ms=(t_enc1 - t_dec1) * 1e3, write_ms=(t_end - t_enc1) * 1e3,
+                    drain_ms=sw.ms(loop_end, dec0))
+    record = run_record(model, run_id, meter.rows, settings, phases, status=status, preview=start_settings,
+                        encoder=start_encoder, first_run=first_run, inflight_peak=peak, compiled=prev.compile,
+                        compile_ms=compile_ms, cuda=sw.cuda)
     return Run(record, meter.rows, image)

@@ -9,9 +9,9 @@ import logging
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, TypeVar, get_args
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -21,13 +21,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
-from previewlab.preview.decoders import DECODERS
 from previewlab.preview.encoders import ENCODERS
 from previewlab.preview.engine import Frame
 from previewlab.preview.models import Model
 from previewlab.preview.records import StepRow
-from previewlab.preview.settings import Mode, PreviewSettings, RunSettings, SettingsError
-from previewlab.preview.targets import Target
+from previewlab.preview.run import RunEnd, RunMeta
+from previewlab.preview.settings import PreviewSettings, RunSettings, SettingsError
 
 from . import protocol
 from .guard import Guard
@@ -38,7 +37,7 @@ from .limits import (BAD_BURST, BAD_PER_S, DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_
 from .metrics import Metrics
 from .session import serve_client
 from .store import RUN_ID, Damaged, Store
-from .worker import Busy, Listener, Worker
+from .worker import Busy, Worker
 from .writes import OrderedWrites
 
 log = logging.getLogger("previewlab.server")
@@ -53,8 +52,9 @@ RUNS_PAGE, RUNS_PAGE_MAX = 50, 500  # runs per /runs answer: by default, and at 
 LIMIT = re.compile(r"^[0-9]{1,4}$")
 
 
-class Server(Listener):
-    """Holds the model's worker, the watchers and the data folder; the Listener side runs on the loop."""
+class Server:
+    """Holds the model's worker, the watchers and the data folder. It is the RunEvents (preview.run) of the
+    runs it shows, called on the event loop."""
 
     def __init__(self, model: Model, data_dir: Path, *, max_side: int = 1024, send_timeout_s: float = 10.0,
                  inflight: int = 2, compile_decoder: bool = False, max_clients: int = 32,
@@ -90,7 +90,7 @@ class Server(Listener):
         self.worker: Any = None  # a Worker, or the source of a user's own runs (preview.watch with serve=True)
         self.source = source
         self.seq = 0
-        self.current: dict[str, Any] | None = None
+        self.current: RunMeta | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self.writes.attach(loop)
@@ -100,19 +100,19 @@ class Server(Listener):
         self.worker = Worker(self.model, self.store, loop, self, inflight=self.inflight,
                              compile_decoder=self.compile_decoder)
 
-    # -- Listener: called on the loop by the worker --------------------------------------------------------
+    # -- RunEvents: called on the loop by the worker (or by the embedded server's hop from a watch) ----------
     # A run's messages (run, step, error, done) go through self.writes, so clients hear of them in order, each
     # after what it describes is on disk. Frames and ack replies go straight out: a frame may reach the page
     # before its step's row (the page keys both by step), never before its run's `run` message (see announce).
-    def run_started(self, meta: dict[str, Any]) -> None:
+    def started(self, meta: RunMeta) -> None:
         self.current = meta
         self.metrics.run_started()
         self.writes.submit(None, then=lambda: self.announce(meta))
 
-    def announce(self, meta: dict[str, Any]) -> None:
-        self.announced = meta["run_id"]
-        self.hub.text({"type": "run", **meta})
-        held = self._held.pop(meta["run_id"], None)
+    def announce(self, meta: RunMeta) -> None:
+        self.announced = meta.run_id
+        self.hub.text(protocol.run(meta))
+        held = self._held.pop(meta.run_id, None)
         if held is not None:
             self.frame(held)
 
@@ -120,7 +120,7 @@ class Server(Listener):
         if len(row.event) > MAX_EVENT_CHARS:  # one cell must never outgrow what the CSV reader takes back
             row = replace(row, event=clip(row.event, MAX_EVENT_CHARS))
         self.metrics.step(row)
-        message = {"type": "step", **asdict(row)}
+        message = protocol.step(row)
         self.writes.submit(functools.partial(self.store.step, row), then=lambda: self.hub.text(message))
 
     def frame(self, f: Frame) -> None:
@@ -128,36 +128,35 @@ class Server(Listener):
             self._held[f.run_id] = f  # only the newest: previews are latest-wins everywhere
             return
         self.seq += 1
-        header = dict(run_id=f.run_id, step=f.step, seq=self.seq, decoder=f.decoder, format=f.format,
-                      width=f.width, height=f.height, sent_at_ms=round(time.time() * 1e3, 3))
-        self.hub.frame(Packed(f.run_id, f.step, self.seq, protocol.pack_frame(header, f.data)))
+        blob = protocol.frame(f, self.seq, sent_at_ms=round(time.time() * 1e3, 3))
+        self.hub.frame(Packed(f.run_id, f.step, self.seq, blob))
 
     def error(self, run_id: str, message: str) -> None:
-        text = {"type": "error", "run_id": run_id, "message": clip(message)}
+        text = protocol.error(message, run_id)
         self.writes.submit(None, then=lambda: self.hub.text(text))
 
-    def run_ended(self, meta: dict[str, Any]) -> None:
+    def ended(self, end: RunEnd) -> None:
         """The run's end reaches every client whatever the disk does: each write is best effort."""
         self.current = None
-        rid = meta["run_id"]
+        rid = end.meta.run_id
 
         try:  # on the loop, before the next run's start can reset the device's memory figures
-            side_logs: Callable[[], None] | None = self.metrics.run_ended(meta)
+            side_logs: Callable[[], None] | None = self.metrics.run_ended(end)
         except Exception:
             side_logs = None
             log.exception("run %s: metrics failed; the run's end is delivered anyway", rid)
 
-        recorded = meta
+        recorded = end
 
         def write() -> None:
             nonlocal recorded
-            recorded = self.store.finish(meta)  # `failed` if the disk lost some of its rows
+            recorded = self.store.finish(end)  # `failed` if the disk lost some of its rows
             self.store.close_run(rid)
             if side_logs is not None:
                 side_logs()
 
         def then() -> None:
-            self.hub.text({"type": "done", **recorded})
+            self.hub.text(protocol.done(recorded))
             self.disk().submit(self.store.prune, self.store.open_runs())  # retention, off the loop
 
         self.writes.submit(write, then)
@@ -212,12 +211,12 @@ class Server(Listener):
                 raise protocol.ProtocolError(f"ack: seq {msg.seq} was never sent to this client "
                                              "(or was acknowledged already)")
             rtt = (self.hub.clock() - sent.t0) * 1e3
-            fields = dict(send_ms=round(sent.send_ms, 3), ack_rtt_ms=round(rtt, 3),
-                          client_decode_ms=msg.client_decode_ms, client_paint_ms=msg.client_paint_ms)
-            self.writes.submit(functools.partial(self.store.delivery, sent.run_id, step=sent.step, seq=msg.seq,
-                                                 client=c.cid, kind="ack", **fields))
-            self.hub.text({"type": "delivery", "run_id": sent.run_id, "step": sent.step, "seq": msg.seq, **fields},
-                          only=c)
+            d = protocol.Delivery(sent.run_id, sent.step, msg.seq, send_ms=round(sent.send_ms, 3),
+                                  ack_rtt_ms=round(rtt, 3), client_decode_ms=msg.client_decode_ms,
+                                  client_paint_ms=msg.client_paint_ms)
+            self.writes.submit(functools.partial(self.store.delivery, d.run_id, step=d.step, seq=d.seq,
+                                                 client=c.cid, kind="ack", **d.timings()))
+            self.hub.text(protocol.delivery(d), only=c)
 
     async def graceful(self) -> None:
         """SIGTERM / Ctrl-C: stop the run, let the worker write its last rows, close clients with 1001."""
@@ -233,18 +232,9 @@ class Server(Listener):
             await asyncio.sleep(0.1)
         await self.hub.close_all(1001, "server shutting down")
 
-    def hello(self) -> dict[str, Any]:
-        m = self.model
-        return {"type": "hello", "model": m.name, "synthetic": m.synthetic, "note": m.note, "family": m.family,
-                "device": m.device.type, "dtype": str(m.dtype).removeprefix("torch."),
-                "defaults": {**{k: getattr(self.defaults, k)
-                                for k in ("prompt", "steps", "width", "height", "seed", "guidance")},
-                             **asdict(self.defaults.preview)},
-                "max_side": self.defaults.max_side, "max_pixel_steps": self.max_pixel_steps,
-                "taesd": m.taesd is not None, "running": self.current,
-                # the page's choices come from the registries, so a new decoder or encoder needs no page edit
-                "choices": {"decoder": list(DECODERS), "encoder": list(self.encoders), "mode": list(get_args(Mode)),
-                            "target": list(get_args(Target))}}
+    def hello(self) -> protocol.Outbound:
+        return protocol.hello(self.model, self.defaults, max_pixel_steps=self.max_pixel_steps,
+                              encoders=self.encoders, running=self.current)
 
 
 def page_args(query: Any) -> tuple[int, str | None, str | None]:

@@ -1,5 +1,5 @@
 """The live page for a user's own pipeline: serve(watch) runs the server in a thread and attaches itself to the
-watch as its sink (preview.callback.Sink): the core never imports the server.
+watch as its RunEvents (preview.run): the core never imports the server.
 
 The user's code owns the pipeline and its loop; this side only shows what the watch measures. Start is
 refused (generations come from the script); set changes the watch's live controls; stop interrupts the
@@ -15,6 +15,7 @@ from typing import Any
 
 from previewlab.preview.frames import Frame
 from previewlab.preview.records import StepRow
+from previewlab.preview.run import RunEnd, RunMeta
 
 from .app import Server, build_app
 from .worker import Busy
@@ -30,7 +31,7 @@ class WatchSource:
     def state(self) -> str:
         return "running" if self.watch.running else "idle"
 
-    def start(self, settings: Any) -> dict[str, Any]:
+    def start(self, settings: Any) -> RunMeta:
         raise Busy("this page watches a script's own pipeline: start generations from the script")
 
     def set(self, changes: dict[str, Any]) -> None:
@@ -47,7 +48,8 @@ class WatchSource:
 
 
 class Embedded:
-    """The watch's sink: thread-safe doors from the denoising thread into the server's event loop; none waits."""
+    """The watch's RunEvents, called on the denoising thread: each hands its event to the server's loop, none
+    waits. The server is the RunEvents on the loop."""
 
     def __init__(self, server: Server, uv: Any, thread: threading.Thread, loop: asyncio.AbstractEventLoop,
                  url: str) -> None:
@@ -56,10 +58,10 @@ class Embedded:
     def _call(self, fn: Any, *args: Any) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
 
-    def started(self, meta: dict[str, Any]) -> None:
+    def started(self, meta: RunMeta) -> None:
         def begin() -> None:
             self.server.store.begin(meta)
-            self.server.run_started(meta)
+            self.server.started(meta)
         self._call(begin)
 
     def row(self, row: StepRow) -> None:
@@ -68,16 +70,15 @@ class Embedded:
     def frame(self, frame: Frame) -> None:
         self._call(self.server.frame, frame)
 
-    def error(self, message: str) -> None:
-        self._call(self.server.error, "", message)
+    def error(self, run_id: str, message: str) -> None:
+        self._call(self.server.error, run_id, message)
 
-    def ended(self, meta: dict[str, Any]) -> None:
-        self._call(self.server.run_ended, meta)
+    def ended(self, end: RunEnd) -> None:
+        self._call(self.server.ended, end)
 
     def close(self) -> None:
         self.uv.should_exit = True
         self.thread.join(30)
-
 
 
 def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: str | Path = Path("runs")) -> Embedded:
@@ -109,5 +110,5 @@ def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: st
     url = f"http://{host}:{port}/"
     print(f"previewlab: watching {watch.model.name}; open {url}", flush=True)
     embedded = Embedded(server, uv, t, holder["loop"], url)
-    watch.attach(embedded)
+    watch.attach(embedded, close=embedded.close)
     return embedded

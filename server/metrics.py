@@ -13,12 +13,14 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from dataclasses import asdict
+from typing import Callable
 
 import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from previewlab.preview.records import PREVIEW_STAGES, StepRow
+from previewlab.preview.run import RunEnd
 
 log = logging.getLogger("previewlab.server")
 SECONDS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
@@ -70,23 +72,22 @@ class Metrics:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
 
-    def run_ended(self, meta: dict[str, Any]) -> Callable[[], None]:
+    def run_ended(self, end: RunEnd) -> Callable[[], None]:
         """Record a run's end now (histogram, device memory: before the next run can start and reset them) and
         return the disk half, the side-log appends, for the caller to run off the event loop."""
-        totals = meta.get("totals") or {}
+        m, p = end.meta, end.meta.preview
+        totals = asdict(end.totals) if end.totals is not None else {}
         wall = float(totals.get("wall_s", 0.0))
-        self.generation.labels(meta.get("decoder", ""), meta.get("status", "")).observe(wall)
+        self.generation.labels(p.decoder, end.status).observe(wall)
         after = self.memory()
         for k, v in after.items():
             self.device_memory.labels(k).set(v)
         entry = {
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run_id": meta["run_id"],
-            "prompt": str(meta.get("prompt", ""))[:100], "seed": meta.get("seed"), "steps": meta.get("steps"),
-            "width": meta.get("width"), "height": meta.get("height"), "model": meta.get("model"),
-            "synthetic": meta.get("synthetic"), "status": meta.get("status"), "guidance": meta.get("guidance"),
-            "decoder": meta.get("decoder"), "every": meta.get("every"), "mode": meta.get("mode"),
-            "budget": meta.get("budget"), "encoder": meta.get("encoder"), "quality": meta.get("quality"),
-            "preview_max": meta.get("preview_max"), "wall_s": wall,
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run_id": m.run_id, "prompt": m.prompt[:100],
+            "seed": m.seed, "steps": m.steps, "width": m.width, "height": m.height, "model": m.model,
+            "synthetic": m.synthetic, "status": end.status, "guidance": m.guidance, "decoder": p.decoder,
+            "every": p.every, "mode": p.mode, "budget": p.budget, "encoder": p.encoder, "quality": p.quality,
+            "preview_max": p.preview_max, "wall_s": wall,
             "totals_ms": {k: v for k, v in totals.items() if k.endswith("_ms")},
             "device_memory": {"before": self._mem_before or None, "after": after or None,
                               "peak": after.get("peak") if after else None},

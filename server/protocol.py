@@ -7,22 +7,36 @@ Browser -> server (text, JSON objects with a "type"):
   set    {decoder, every, preview_max, encoder, quality, mode, budget}  (at least one)
   stop   {}
   ack    {seq, client_decode_ms, client_paint_ms}
-Server -> browser: text {"type": "hello" | "run" | "step" | "delivery" | "done" | "error", ...};
-binary previews: 4-byte big-endian header length N, N bytes of UTF-8 JSON header, then the image bytes.
+Server -> browser (text, each built by the function of its name below):
+  hello     the model, the run defaults and limits, the choices this server offers, the run going on (or null)
+  run       a run's meta (preview.run.RunMeta): it started
+  step      one step's row (preview.records.StepRow), once it is on disk
+  delivery  one preview's trip to this client: send time, ack round trip, the browser's decode and paint (ms)
+  done      a run's end (preview.run.RunEnd): its meta, status, totals or error
+  error     one line: a message refused (to its sender), or a run's preview failure (run_id: to everyone)
+Binary previews: 4-byte big-endian header length N, N bytes of UTF-8 JSON header, then the image bytes.
 """
 from __future__ import annotations
 
 import json
 import math
 import struct
-from dataclasses import dataclass
-from typing import Any, Union
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Union
 
+from previewlab.preview.names import DECODER_NAMES, MODES, TARGETS
+from previewlab.preview.records import StepRow
+from previewlab.preview.run import RunEnd, RunMeta, dtype_name
 from previewlab.preview.settings import PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings, RunSettings, SettingsError
 
 from .limits import clip, short, work_error
 
+if TYPE_CHECKING:
+    from previewlab.preview.frames import Frame
+    from previewlab.preview.models import Model
+
 MAX_MESSAGE_BYTES = 64 * 1024
+Outbound = dict[str, Any]  # a text message to the browser, for the hub to serialise
 
 
 class ProtocolError(ValueError):
@@ -171,6 +185,65 @@ def _no_extra(kind: str, msg: dict[str, Any], allowed: tuple[str, ...]) -> None:
     if extra:
         names = ", ".join(allowed) if allowed else "no fields"
         raise ProtocolError(f"{kind}: unknown field {short(extra[0])}; allowed are {names}")
+
+
+# -- server -> browser ---------------------------------------------------------------------------------------
+def hello(model: Model, defaults: RunSettings, *, max_pixel_steps: int, encoders: tuple[str, ...],
+          running: RunMeta | None) -> Outbound:
+    """encoders: the ones this server can run (the registry's, less nvjpeg without CUDA)."""
+    return {"type": "hello", "model": model.name, "synthetic": model.synthetic, "note": model.note,
+            "family": model.family, "device": model.device.type, "dtype": dtype_name(model.dtype),
+            "defaults": {**{k: getattr(defaults, k) for k in RUN_FIELDS}, **asdict(defaults.preview)},
+            "max_side": defaults.max_side, "max_pixel_steps": max_pixel_steps, "taesd": model.taesd is not None,
+            "running": running.to_json() if running else None,
+            # the page's choices come from the registries, so a new decoder or encoder needs no page edit
+            "choices": {"decoder": list(DECODER_NAMES), "encoder": list(encoders), "mode": list(MODES),
+                        "target": list(TARGETS)}}
+
+
+def run(meta: RunMeta) -> Outbound:
+    return {"type": "run", **meta.to_json()}
+
+
+def step(row: StepRow) -> Outbound:
+    return {"type": "step", **asdict(row)}
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One preview's trip to one client, from the browser's ack, ms; its deliveries.csv row and its message."""
+    run_id: str
+    step: int
+    seq: int
+    send_ms: float           # the socket write, on the server
+    ack_rtt_ms: float        # from the send's start to the ack
+    client_decode_ms: float  # the browser's, as it reports them
+    client_paint_ms: float
+
+    def timings(self) -> dict[str, float]:
+        return {"send_ms": self.send_ms, "ack_rtt_ms": self.ack_rtt_ms, "client_decode_ms": self.client_decode_ms,
+                "client_paint_ms": self.client_paint_ms}
+
+
+def delivery(d: Delivery) -> Outbound:
+    return {"type": "delivery", **asdict(d)}
+
+
+def done(end: RunEnd) -> Outbound:
+    return {"type": "done", **end.to_json()}
+
+
+def error(message: str, run_id: str | None = None) -> Outbound:
+    """One line. A run's error names its run; a refused message's goes to its sender alone and names none."""
+    named = {} if run_id is None else {"run_id": run_id}
+    return {"type": "error", **named, "message": clip(message)}
+
+
+def frame(f: Frame, seq: int, sent_at_ms: float) -> bytes:
+    """A preview as one binary message; sent_at_ms: the server's wall clock, for the page's latency."""
+    header = dict(run_id=f.run_id, step=f.step, seq=seq, decoder=f.decoder, format=f.format, width=f.width,
+                  height=f.height, sent_at_ms=sent_at_ms)
+    return pack_frame(header, f.data)
 
 
 def pack_frame(header: dict[str, Any], data: bytes) -> bytes:

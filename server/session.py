@@ -62,7 +62,7 @@ async def serve_client(server: Server, ws: WebSocket) -> None:
                     log.warning("client %d: too many bad messages; closing", c.cid)
                     await hub.kill(c, 1008, "too many bad messages")
                     break
-                hub.text({"type": "error", "message": why}, only=c)
+                hub.text(protocol.error(why), only=c)
     except WebSocketDisconnect:
         pass
     except asyncio.CancelledError:

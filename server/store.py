@@ -33,11 +33,13 @@ import re
 import shutil
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
 from previewlab.preview.csv_writer import CsvAppender, as_csv_row
 from previewlab.preview.records import STEP_COLUMNS, StepRow
+from previewlab.preview.run import RunEnd, RunMeta
 
 from .limits import DEFAULT_KEEP_RUNS
 
@@ -232,17 +234,17 @@ class Store:
             self._last_id = rid
             return rid
 
-    def begin(self, meta: dict[str, Any]) -> None:
+    def begin(self, meta: RunMeta) -> None:
         """Make the run's folder whole (meta.json saying running, both CSVs with their headers) under a
         temporary name, then rename it: a listing never sees a half-made run. Raises OSError when it cannot be
         made, and then leaves nothing behind: no folder, no open file, nothing retention would count."""
-        rid = meta["run_id"]
+        rid = meta.run_id
         self.retry_pending()
         tmp, final = self.root / f"{TMP_PREFIX}{rid}", self.root / rid
         opened: list[CsvAppender] = []
         try:
             tmp.mkdir()
-            _write_json(tmp / "meta.json", {**meta, "status": "running"})
+            _write_json(tmp / "meta.json", {**meta.to_json(), "status": "running"})
             for name, columns in (("steps.csv", STEP_COLUMNS), ("deliveries.csv", DELIVERY_COLUMNS)):
                 CsvAppender(tmp / name, columns, fsync=False).close()
             os.rename(tmp, final)
@@ -284,18 +286,18 @@ class Store:
             self._lost.setdefault(rid, f"could not write {name}: {e.strerror or e}")
             self._warn_once(f"write {rid}/{name}", f"could not write {rid}/{name}: {e}; the run will end failed")
 
-    def finish(self, meta: dict[str, Any]) -> dict[str, Any]:
-        """Record the run's end; returns the meta recorded. A run that lost rows to the disk ends `failed`,
-        saying so. When meta.json cannot be written, the end is kept here, listed as it is, and written again
-        at the next run's start or end (retry_pending)."""
-        rid = meta["run_id"]
+    def finish(self, end: RunEnd) -> RunEnd:
+        """Record the run's end; returns the end recorded. A run that lost rows to the disk ends `failed`,
+        saying so (its totals kept). When meta.json cannot be written, the end is kept here, listed as it is,
+        and written again at the next run's start or end (retry_pending)."""
+        rid = end.meta.run_id
         lost = self._lost.pop(rid, None)
-        if lost is not None and meta.get("status") != "failed":
-            meta = {**meta, "status": "failed", "error": f"{lost}; rows after that are missing"}
+        if lost is not None and end.status != "failed":
+            end = replace(end, status="failed", error=f"{lost}; rows after that are missing")
         with self._lock:
-            self._pending[rid] = meta
+            self._pending[rid] = end.to_json()
         self.retry_pending()
-        return meta
+        return end
 
     def retry_pending(self) -> None:
         with self._lock:

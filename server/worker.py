@@ -1,21 +1,20 @@
 """The one worker that owns the model: one generation at a time on its own thread.
 
-States: idle -> running -> (stopping ->) idle; a second start while running is refused. The worker thread
-hands rows, frames and errors to the event loop with call_soon_threadsafe and never waits for it.
+States: idle -> running -> (stopping ->) idle; a second start while running is refused. The worker tells its
+RunEvents (the server) of each run on the event loop: `started` from start(), the rest from the model's thread,
+handed over with call_soon_threadsafe; that thread never waits for the loop.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Literal
 
-from previewlab.preview.engine import Controls, Frame, Previewer, generate
+from previewlab.preview.engine import Controls, Previewer, generate
 from previewlab.preview.models import Model
-from previewlab.preview.records import StepRow
+from previewlab.preview.run import RunEnd, RunEvents, RunMeta
 from previewlab.preview.settings import RunSettings
 
 from .store import Store
@@ -28,20 +27,10 @@ class Busy(RuntimeError):
     pass
 
 
-class Listener:
-    """What the worker tells the server; every method runs on the event loop."""
-
-    def run_started(self, meta: dict[str, Any]) -> None: ...
-    def row(self, row: StepRow) -> None: ...
-    def frame(self, frame: Frame) -> None: ...
-    def error(self, run_id: str, message: str) -> None: ...
-    def run_ended(self, meta: dict[str, Any]) -> None: ...
-
-
 class Worker:
-    def __init__(self, model: Model, store: Store, loop: asyncio.AbstractEventLoop, listener: Listener, *,
+    def __init__(self, model: Model, store: Store, loop: asyncio.AbstractEventLoop, events: RunEvents, *,
                  inflight: int = 2, compile_decoder: bool = False) -> None:
-        self.model, self.store, self.loop, self.listener = model, store, loop, listener
+        self.model, self.store, self.loop, self.events = model, store, loop, events
         self.previewer = Previewer(model, compile_decoder)  # decoders are built once and kept across runs
         self.inflight = inflight
         self.state: State = "idle"
@@ -50,23 +39,18 @@ class Worker:
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="previewlab-model")
         self._first = True
-        self.future: Any = None
+        self.future: Future[None] | None = None  # the run in progress, or the last one
 
-    def start(self, settings: RunSettings) -> dict[str, Any]:
+    def start(self, settings: RunSettings) -> RunMeta:
+        """Raises Busy while a run goes on, OSError when the run's folder cannot be made (nothing started)."""
         if self.state != "idle":
             raise Busy(f"a generation is already running ({self.run_id}); stop it or wait for it to finish")
-        rid = self.store.new_id()
-        m = self.model
-        meta = dict(run_id=rid, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), model=m.name,
-                    synthetic=m.synthetic, model_note=m.note, family=m.family, device=m.device.type,
-                    dtype=str(m.dtype).removeprefix("torch."), prompt=settings.prompt, steps=settings.steps,
-                    width=settings.width, height=settings.height, seed=settings.seed, guidance=settings.guidance,
-                    **asdict(settings.preview))
+        meta = RunMeta.of(self.model, self.store.new_id(), settings)
         self.store.begin(meta)
-        self.state, self.run_id = "running", rid
+        self.state, self.run_id = "running", meta.run_id
         self.controls = Controls(settings.preview)
         self._stop.clear()
-        self.listener.run_started(meta)
+        self.events.started(meta)
         self.future = self._pool.submit(self._run, settings, meta)
         return meta
 
@@ -85,29 +69,29 @@ class Worker:
     def _call(self, fn: Callable[..., None], *args: Any) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
 
-    def _run(self, settings: RunSettings, meta: dict[str, Any]) -> None:
-        rid = meta["run_id"]
+    def _run(self, settings: RunSettings, meta: RunMeta) -> None:
+        rid, events = meta.run_id, self.events
         assert self.controls is not None
         try:
             run = generate(self.model, settings, run_id=rid, controls=self.controls,
-                           on_row=lambda r: self._call(self.listener.row, r),
-                           on_frame=lambda f: self._call(self.listener.frame, f),
-                           on_error=lambda msg: self._call(self.listener.error, rid, msg),
+                           on_row=lambda r: self._call(events.row, r),
+                           on_frame=lambda f: self._call(events.frame, f),
+                           on_error=lambda msg: self._call(events.error, rid, msg),
                            should_stop=self._stop.is_set, image_path=self.store.final_image_path(rid),
                            first_run=self._first, inflight=self.inflight, previewer=self.previewer)
             self._first = False
-            end = {**meta, "status": run.record.status, "totals": asdict(run.record)}
+            end = RunEnd.of(meta, run.record)
         except OSError as e:  # the disk (the final image): one line, not a traceback
             log.warning("run %s failed: %s", rid, e)
-            end = {**meta, "status": "failed", "error": f"{type(e).__name__}: {str(e)[:200]}"}
+            end = RunEnd.failed(meta, e)
         except Exception as e:
             log.exception("run %s failed", rid)
-            end = {**meta, "status": "failed", "error": f"{type(e).__name__}: {str(e)[:200]}"}
+            end = RunEnd.failed(meta, e)
         self._call(self._ended, end)
 
-    def _ended(self, meta: dict[str, Any]) -> None:
+    def _ended(self, end: RunEnd) -> None:
         self.state, self.run_id, self.controls = "idle", None, None
-        self.listener.run_ended(meta)
+        self.events.ended(end)
 
     def shutdown(self) -> None:
         self._stop.set()

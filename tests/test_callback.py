@@ -91,7 +91,7 @@ def test_runs_beside_a_users_own_callback(pipe):
 def test_serve_shows_the_users_run_over_ws(pipe, tmp_path):
     w = preview_watch(pipe, decoder="latent2rgb")
     page = serve(w, port=0, data_dir=tmp_path)
-    assert w.sink is page
+    assert w.events is page
     url = page.url.replace("http", "ws") + "ws"
 
     async def watch_it():

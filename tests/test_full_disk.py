@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterator
 import pytest
 from starlette.testclient import TestClient
 
+from previewlab.preview.run import RunEnd, RunMeta
+from previewlab.preview.settings import PreviewSettings
 from previewlab.server import store as store_module
 from previewlab.server.store import Store
 from tests.conftest import SAME_ORIGIN, make_run, recv_until
@@ -85,8 +87,10 @@ class FullDisk:
             raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def meta_of(rid: str) -> dict[str, Any]:
-    return {"run_id": rid, "status": "running", "steps": 2}
+def meta_of(rid: str) -> RunMeta:
+    return RunMeta(run_id=rid, started_at="2026-11-30T12:00:00+0000", model="m", synthetic=True, model_note="",
+                   family="sd15", device="cpu", dtype="float32", prompt="p", steps=2, width=64, height=64, seed=0,
+                   guidance=7.5, preview=PreviewSettings())
 
 
 def open_fds() -> int:
@@ -117,7 +121,7 @@ def test_a_start_that_fails_at_any_write_leaves_nothing_and_no_good_run_is_lost(
         # the next start, once there is space, is kept, and so are the newest two good runs
         rid = store.new_id()
         store.begin(meta_of(rid))
-        store.finish({**meta_of(rid), "status": "done"})
+        store.finish(RunEnd(meta_of(rid), "done"))
         store.close_run(rid)
         assert store.prune() == [GOOD[0]] and store.ids() == GOOD[1:] + [rid]
 
@@ -153,9 +157,9 @@ def test_a_run_that_loses_rows_ends_failed_on_disk_too_once_its_end_can_be_writt
         store.step(StepRow(run_id=rid, step=1, timestep=999.0))
         m.setattr(store_module, "_write_json", lambda path, meta: (_ for _ in ()).throw(
             OSError(errno.ENOSPC, "No space left on device")))
-        ended = store.finish({**meta_of(rid), "status": "done"})
+        ended = store.finish(RunEnd(meta_of(rid), "done"))
         store.close_run(rid)
-    assert ended["status"] == "failed" and "steps.csv" in ended["error"] and "No space left" in ended["error"]
+    assert ended.status == "failed" and ended.error and "steps.csv" in ended.error and "No space left" in ended.error
     assert json.loads((tmp_path / rid / "meta.json").read_text())["status"] == "running"  # not written yet
     assert store.runs()[0]["status"] == "failed"  # listed as it ended
     nxt = store.new_id()
@@ -174,7 +178,7 @@ def test_ids_sort_by_creation_when_the_clock_goes_back(tmp_path, monkeypatch):
     first = store.new_id()
     assert first == "21000101-000000-000"  # the next second, after sequence 999
     store.begin(meta_of(first))
-    store.finish({**meta_of(first), "status": "done"})
+    store.finish(RunEnd(meta_of(first), "done"))
     store.close_run(first)
     assert store.prune() == [future[0]]
     assert [r["run_id"] for r in store.runs(after=future[1])] == [first]

@@ -387,12 +387,26 @@ def test_side_logs_are_bounded_by_the_runs_kept(tmp_path):
     """Item 9: generations.jsonl and wall-seconds.txt grew without bound outside --keep-runs."""
     import torch
 
+    from dataclasses import fields
+    from typing import Any
+
+    from previewlab.preview.records import RunRecord
+    from previewlab.preview.run import RunEnd, RunMeta
+    from previewlab.preview.settings import PreviewSettings
     from previewlab.server.metrics import Metrics
 
     (tmp_path / "generations.jsonl").write_text("".join(f'{{"old": {i}}}\n' for i in range(50)))
     m = Metrics(tmp_path, torch.device("cpu"), keep=5)
+    def end(i: int) -> RunEnd:
+        meta = RunMeta(run_id=f"r{i}", started_at="", model="m", synthetic=True, model_note="", family="sd15",
+                       device="cpu", dtype="float32", prompt="p", steps=2, width=64, height=64, seed=0,
+                       guidance=7.5, preview=PreviewSettings())
+        zeros: dict[str, Any] = {f.name: 0 for f in fields(RunRecord)}
+        totals = RunRecord(**{**zeros, "run_id": f"r{i}", "wall_s": float(i)})
+        return RunEnd(meta, "done", totals)
+
     for i in range(23):
-        m.run_ended({"run_id": f"r{i}", "status": "done", "totals": {"wall_s": i}})()
+        m.run_ended(end(i))()
         assert len((tmp_path / "generations.jsonl").read_text().splitlines()) <= 10
         assert len((tmp_path / "wall-seconds.txt").read_text().splitlines()) <= 10
     gens = [json.loads(x) for x in (tmp_path / "generations.jsonl").read_text().splitlines()]

@@ -1,0 +1,115 @@
+"""A run's life as one contract: what it is (RunMeta), how it ended (RunEnd), and the events between (RunEvents).
+
+The engine's runs (through the server's worker) and a watch's runs (a user's own pipeline call) make the same
+records and tell the same events, so the server's store, metrics and page read one shape. No torch here: the
+wire protocol builds its messages from these records without loading the model stack.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from .records import RunRecord, StepRow
+from .settings import PreviewSettings, RunSettings
+
+if TYPE_CHECKING:
+    from .frames import Frame
+    from .models import Model
+
+Status = Literal["done", "stopped", "failed"]
+
+
+@dataclass(frozen=True)
+class ScriptCall:
+    """What a user's own pipeline call asked for, as far as a watch sees it: no prompt (the script holds it),
+    no seed, no guidance scale; the size from the latents, the preview settings at its first step."""
+    steps: int
+    width: int
+    height: int
+    preview: PreviewSettings
+    prompt: str = "(your script)"
+    seed: int = -1
+    guidance: float | None = None
+
+
+Asked = RunSettings | ScriptCall  # what a run was asked to do: the server's settings, or a script's call
+
+
+def dtype_name(dtype: Any) -> str:
+    """torch.float16 -> "float16"."""
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """A run's identity and what it was asked: its `run` message and its meta.json. None is left out of
+    to_json (a script's guidance scale: unknown)."""
+    run_id: str
+    started_at: str   # local time, ISO 8601 with its offset
+    model: str
+    synthetic: bool
+    model_note: str
+    family: str
+    device: str       # cpu | cuda | mps
+    dtype: str
+    prompt: str
+    steps: int
+    width: int        # pixels
+    height: int
+    seed: int         # -1: a script's own call
+    guidance: float | None
+    preview: PreviewSettings  # at the start of the run; live changes show in the rows
+
+    @classmethod
+    def of(cls, model: Model, run_id: str, asked: Asked) -> RunMeta:
+        """The one constructor: the model's description, and what the run was asked."""
+        return cls(run_id=run_id, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), model=model.name,
+                   synthetic=model.synthetic, model_note=model.note, family=model.family,
+                   device=model.device.type, dtype=dtype_name(model.dtype), prompt=asked.prompt, steps=asked.steps,
+                   width=asked.width, height=asked.height, seed=asked.seed, guidance=asked.guidance,
+                   preview=asked.preview)
+
+    def to_json(self) -> dict[str, Any]:
+        """Flat, as on the wire and on disk: the run's fields, then the preview settings'."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "preview"}
+        out.update(asdict(self.preview))
+        return {k: v for k, v in out.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended: its record (totals) when it finished, its one-line error when it failed. A run that
+    lost rows to the disk keeps its totals and fails with the error saying so."""
+    meta: RunMeta
+    status: Status
+    totals: RunRecord | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, meta: RunMeta, record: RunRecord) -> RunEnd:
+        return cls(meta, "stopped" if record.status == "stopped" else "done", record)
+
+    @classmethod
+    def failed(cls, meta: RunMeta, e: BaseException) -> RunEnd:
+        return cls(meta, "failed", error=f"{type(e).__name__}: {str(e)[:200]}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The run's meta, then status, totals and error (each only when the run has one)."""
+        out: dict[str, Any] = {**self.meta.to_json(), "status": self.status}
+        if self.totals is not None:
+            out["totals"] = asdict(self.totals)
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+class RunEvents(Protocol):
+    """What a run tells whoever shows it, in this order: started, then rows, frames and errors as they come,
+    then ended. Which thread calls them is the implementation's to say; none may wait."""
+
+    def started(self, meta: RunMeta) -> None: ...
+    def row(self, row: StepRow) -> None: ...
+    def frame(self, frame: Frame) -> None: ...
+    def error(self, run_id: str, message: str) -> None: ...
+    def ended(self, end: RunEnd) -> None: ...

@@ -1,0 +1,90 @@
+"""A run's life (preview/run.py): the server's runs and a watch's make the same records, and the wire and the
+disk keep the keys the page and older runs' folders read."""
+from __future__ import annotations
+
+import json
+
+import torch
+from starlette.testclient import TestClient
+
+from previewlab import watch as preview_watch
+from previewlab.preview.frames import Frame
+from previewlab.preview.models import synthetic_pipeline
+from previewlab.preview.records import RUN_COLUMNS, StepRow
+from previewlab.preview.run import RunEnd, RunEvents, RunMeta
+from tests.conftest import SAME_ORIGIN, recv_until
+
+# the keys of a run's `run` message as the page (web/app.js) and meta.json have always had them, in order
+META_KEYS = ["run_id", "started_at", "model", "synthetic", "model_note", "family", "device", "dtype", "prompt",
+             "steps", "width", "height", "seed", "guidance", "decoder", "every", "preview_max", "encoder", "quality",
+             "mode", "budget", "target"]
+
+
+def test_a_server_runs_messages_and_meta_json_keep_their_keys(make_app, tmp_path):
+    srv, app = make_app(tmp_path / "runs")
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        recv_until(ws, "hello")
+        ws.send_text(json.dumps({"type": "start", "steps": 2, "seed": 5, "every": 2}))
+        run = recv_until(ws, "run")
+        done = recv_until(ws, "done")
+        ws.send_text(json.dumps({"type": "start", "steps": 500}))
+        again = recv_until(ws, "run")
+        with client.websocket_connect("/ws", headers=SAME_ORIGIN) as late:  # joins while a run goes on
+            hello = recv_until(late, "hello")
+        ws.send_text(json.dumps({"type": "stop"}))
+        assert recv_until(ws, "done")["status"] == "stopped"
+    assert list(run) == ["type", *META_KEYS] and run["seed"] == 5 and run["every"] == 2
+    assert list(done) == ["type", *META_KEYS, "status", "totals"] and done["status"] == "done"
+    assert {k: done[k] for k in META_KEYS} == {k: run[k] for k in META_KEYS}  # the end carries the start's meta
+    assert list(done["totals"]) == list(RUN_COLUMNS) and done["totals"]["seed"] == 5
+    on_disk = json.loads((tmp_path / "runs" / run["run_id"] / "meta.json").read_text())
+    assert on_disk == {k: v for k, v in done.items() if k != "type"}
+    assert hello["running"] == {k: again[k] for k in META_KEYS}
+
+
+class Recorder:
+    """A RunEvents that keeps what it was told, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    def started(self, meta: RunMeta) -> None:
+        self.events.append(("started", meta))
+
+    def row(self, row: StepRow) -> None:
+        self.events.append(("row", row.step))
+
+    def frame(self, frame: Frame) -> None:
+        self.events.append(("frame", frame.step))
+
+    def error(self, run_id: str, message: str) -> None:
+        self.events.append(("error", run_id))
+
+    def ended(self, end: RunEnd) -> None:
+        self.events.append(("ended", end))
+
+
+def test_a_watch_tells_the_same_events_with_one_meta_from_start_to_end():
+    """Before, a watch's end rebuilt its meta after the call's marks were cleared: its `done` and its
+    meta.json said steps 0, width 0 and height 0."""
+    pipe = synthetic_pipeline("synthetic:tiny")
+    w = preview_watch(pipe, decoder="latent2rgb", every=2)
+    rec = Recorder()
+    events: RunEvents = rec
+    w.attach(events)
+    pipe("a cat", num_inference_steps=4, height=64, width=64, output_type="latent",
+         generator=torch.Generator().manual_seed(3), callback_on_step_end=w,
+         callback_on_step_end_tensor_inputs=w.tensor_inputs)
+    record = w.finish()
+    w.remove()
+    kinds = [k for k, _ in rec.events]
+    assert kinds[0] == "started" and kinds[-1] == "ended" and "error" not in kinds
+    assert [s for k, s in rec.events if k == "row"] == [1, 2, 3, 4]
+    assert [s for k, s in rec.events if k == "frame"] == [2, 4]
+    meta, end = rec.events[0][1], rec.events[-1][1]
+    assert isinstance(meta, RunMeta) and isinstance(end, RunEnd)
+    assert end.meta is meta and end.totals is record and end.status == "done"
+    assert (meta.steps, meta.width, meta.height, meta.seed, meta.prompt) == (4, 64, 64, -1, "(your script)")
+    # a script's guidance scale is unknown: the key is left out, as it always was
+    assert list(meta.to_json()) == [k for k in META_KEYS if k != "guidance"]
+    assert list(end.to_json()) == [*meta.to_json(), "status", "totals"]
