@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from previewlab.bench.report import read
-from previewlab.bench.summary import percentile
+from previewlab.bench.summary import percentile, steady
 
 FIGURES = ("overhead_pct", "wall_s", "denoise_ms", "decode_ms", "encode_ms", "bytes")
 
 
 def per_config(runs: list[dict[str, str]], figure: str) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
-    for r in runs:
-        if r["role"] == "warmup" or r["first_run"] == "1" or r.get(figure, "") in ("", None):
+    for r in steady(runs):
+        if r.get(figure, "") in ("", None):
             continue
         out.setdefault(r["config"], []).append(float(r[figure]))
     return out

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from previewlab.bench.summary import summarize
+from previewlab.bench.summary import steady, summarize
 
 PREVIEW_PARTS = ("decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "browser_ms")
 
@@ -46,7 +46,7 @@ def parse_config(name: str) -> tuple[str, str, str]:
 def figures(runs: list[dict[str, str]], steps: list[dict[str, str]]) -> dict[str, Any]:
     """The numbers behind every plot, straight from the CSVs (tests check them against the files)."""
     summary = summarize(runs, steps)
-    steady = {r["run_id"] for r in runs if r["role"] not in ("warmup",) and r["first_run"] != "1"}
+    steady_ids = {r["run_id"] for r in steady(runs)}
     config_of = {r["run_id"]: r["config"] for r in runs}
     overhead: dict[str, list[tuple[int, float]]] = {}
     for s in summary:
@@ -59,7 +59,7 @@ def figures(runs: list[dict[str, str]], steps: list[dict[str, str]]) -> dict[str
     per_step: dict[str, dict[int, list[float]]] = {}
     frame_bytes: dict[str, list[int]] = {}
     for s in steps:
-        if s["run_id"] not in steady:
+        if s["run_id"] not in steady_ids:
             continue
         cfg = config_of.get(s["run_id"], "?")
         step_ms = float(s["denoise_ms"]) + float(s.get("on_path_ms") or 0)  # the core's own figure

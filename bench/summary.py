@@ -19,18 +19,24 @@ def percentile(xs: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def steady(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs statistics are taken over: neither warm-up rounds nor the first run after the model loaded
+    (both kept in runs.csv). `first_run` is 0/1, or "0"/"1" as read back from the CSV."""
+    return [r for r in runs if r["role"] != "warmup" and not int(r["first_run"])]
+
+
 def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One dict per configuration: runs, median wall, per-stage median and p95 over the steps that made a
     preview (denoise over all steps), and the median overhead against the median baseline with its IQR.
     Warm-up runs and the first run after load are left out."""
-    runs = [r for r in runs if r["role"] != "warmup" and not int(r["first_run"])]
-    steady = {r["run_id"] for r in runs}
+    runs = steady(runs)
+    steady_ids = {r["run_id"] for r in runs}
     by_cfg: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         by_cfg.setdefault(r["config"], []).append(r)
     step_rows: dict[str, list[dict[str, Any]]] = {}
     for s in steps:
-        if s["run_id"] in steady:
+        if s["run_id"] in steady_ids:
             step_rows.setdefault(s["config"], []).append(s)
     out = []
     for cfg, rs in by_cfg.items():
