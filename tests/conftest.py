@@ -70,11 +70,9 @@ def live_server(app, host: str = "127.0.0.1", sndbuf: int | None = None, port: i
                                            **config))
     t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     t.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not t.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
+    wait_until(lambda: server.started or not t.is_alive(), 30, "uvicorn to start")
+    if not server.started:
+        raise RuntimeError("uvicorn did not start")
     try:
         yield f"{host}:{port}"
     finally:

@@ -3,7 +3,7 @@ tests do): one-frame slots that keep only the newest frame, drops counted, text 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, MutableMapping
+from typing import Any, Callable, MutableMapping
 
 from starlette.websockets import WebSocket
 
@@ -11,20 +11,34 @@ from previewlab.server.hub import Hub, Packed
 
 
 class Transport:
-    """The ASGI side of one socket: what the server sent, and a gate that holds every send while closed."""
+    """The ASGI side of one socket: what the server sent, and a gate that holds every send while closed.
+    `held` is set once a send waits at the closed gate; `grew` whenever a message was sent."""
 
     def __init__(self) -> None:
         self.sent: list[MutableMapping[str, Any]] = []
         self.gate = asyncio.Event()
         self.gate.set()
+        self.held = asyncio.Event()
+        self.grew = asyncio.Event()
 
     async def receive(self) -> MutableMapping[str, Any]:
         return {"type": "websocket.connect"}
 
     async def send(self, message: MutableMapping[str, Any]) -> None:
         if message["type"] == "websocket.send":
+            if not self.gate.is_set():
+                self.held.set()
             await self.gate.wait()
         self.sent.append(message)
+        self.grew.set()
+
+    async def until(self, ready: Callable[[list[MutableMapping[str, Any]]], bool], timeout_s: float = 10) -> None:
+        """Wait until what was sent satisfies `ready`: woken by each send, never by a guessed sleep."""
+        async def wait() -> None:
+            while not ready(self.sent):
+                self.grew.clear()
+                await self.grew.wait()
+        await asyncio.wait_for(wait(), timeout_s)
 
 
 async def connected(t: Transport) -> WebSocket:
@@ -42,15 +56,13 @@ def test_a_blocked_client_keeps_only_the_newest_frame_and_counts_the_rest():
         c = hub.add(await connected(t))
         t.gate.clear()                       # the peer stops reading
         hub.text({"type": "step", "step": 1})
-        await asyncio.sleep(0)               # the sender is now blocked inside that send
+        await asyncio.wait_for(t.held.wait(), 10)  # the sender is now blocked inside that send
         for seq in range(1, 6):
             hub.frame(Packed("r", seq, seq, bytes([seq]) * 10))
         hub.text({"type": "step", "step": 2})
         t.gate.set()
-        for _ in range(50):
-            await asyncio.sleep(0.01)
-            if sum(m.get("bytes") is not None for m in t.sent) >= 1 and len(t.sent) >= 4:
-                break
+        # the accept, both texts and one frame
+        await t.until(lambda sent: sum(m.get("bytes") is not None for m in sent) >= 1 and len(sent) >= 4)
         await hub.remove(c)
         return t.sent, c.frames_dropped, dropped
 

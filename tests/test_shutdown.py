@@ -13,17 +13,17 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
 import websockets
 
 from previewlab.server.cli import allowed_hosts, page_url
 from previewlab.server.guard import Guard, split_host
-from previewlab.server.http11 import connection_limits
-from tests.conftest import GOOD, live_server, make_run
+from previewlab.server.http11 import SHUTDOWN_GRACE_S, connection_limits
+from tests.conftest import GOOD, live_server, make_run, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,6 +47,7 @@ def handshake_then_reset(host: str, port: int, source: str = "127.0.0.1") -> boo
     return buf.startswith(b"HTTP/1.1 101")
 
 
+@pytest.mark.slow
 def test_resets_after_the_handshake_leave_no_task_behind(make_app):
     """Each reset peer used to leave its endpoint waiting forever on a sender whose cancellation was lost."""
     srv, app = make_app()
@@ -60,12 +61,12 @@ def test_resets_after_the_handshake_leave_no_task_behind(make_app):
             names = [getattr(t.get_coro(), "__qualname__", "") for t in asyncio.all_tasks()]
             return [n for n in names if "_sender" in n or "run_asgi" in n]
 
-        deadline = time.monotonic() + 5
-        while (left := asyncio.run_coroutine_threadsafe(leftovers(), loop).result(5)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert left == [] and srv.hub.clients == {}
+        wait_until(lambda: not asyncio.run_coroutine_threadsafe(leftovers(), loop).result(5), 5,
+                   "the reset peers' tasks to end")
+        assert srv.hub.clients == {}
 
 
+@pytest.mark.slow
 def test_sigterm_after_200_resets_exits_within_seconds_and_a_corrupt_folder_starts(tmp_path):
     """`previewlab serve` over a data folder with a damaged run (item 3: it starts, names the file, lists the
     rest), then 200 handshakes reset at once (from 4 loopback addresses, 50 each: under the per-address
@@ -78,58 +79,62 @@ def test_sigterm_after_200_resets_exits_within_seconds_and_a_corrupt_folder_star
     p = subprocess.Popen([sys.executable, "-m", "previewlab", "serve", "--model", "synthetic:tiny", "--port", str(port),
                           "--data-dir", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
+    def get(path: str) -> bytes | None:
+        assert p.poll() is None, "the server exited"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
+                return bytes(r.read())
+        except OSError:
+            return None
+
+    def clients() -> float | None:
+        text = get("/metrics")
+        lines = [x for x in (text or b"").decode().splitlines() if x.startswith("previewlab_connected_clients ")]
+        return float(lines[0].split()[1]) if lines else None
+
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/runs", timeout=1) as r:
-                    runs = json.loads(r.read())
-                break
-            except OSError:
-                assert p.poll() is None and time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.1)
+        wait_until(lambda: get("/runs") is not None, 120, "the server to start")
+        runs = json.loads(get("/runs") or b"")
         assert {r["run_id"]: r["status"] for r in runs} == {GOOD: "done", "20261130-120000-002": "damaged"}
         sources = [f"127.0.0.{i}" for i in range(2, 6)]
         accepted = sum(handshake_then_reset("127.0.0.1", port, src) for src in sources for _ in range(50))
         assert accepted == 200
-        time.sleep(0.3)
-        t0 = time.monotonic()
+        wait_until(lambda: clients() == 0, 30, "the server to let go of the reset peers")
         p.send_signal(signal.SIGTERM)
-        rc = p.wait(20)
-        took = time.monotonic() - t0
+        # uvicorn ends every task SHUTDOWN_GRACE_S into shutdown; a process still there 2 s later hangs
+        rc = p.wait(SHUTDOWN_GRACE_S + 2)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
     out = p.stdout.read() if p.stdout else ""
     assert rc in (0, -signal.SIGTERM)
-    assert took < 5, f"shutdown took {took:.1f} s"
     assert "20261130-120000-002/meta.json" in out and "Traceback" not in out
 
 
+@pytest.mark.slow
 def test_half_sent_requests_are_closed_and_whole_ones_still_served(make_app):
     """Item 12: uvicorn's keep-alive timer is disarmed by the first byte, so a request head sent a byte at a
     time (or never finished) held its connection forever. Here the head has a deadline (0.5 s in this test)."""
     srv, app = make_app(hosts=("127.0.0.1",))
     with live_server(app, **connection_limits(srv.max_clients, head_timeout_s=0.5)) as addr:
         host, port = addr.rsplit(":", 1)
-        t0 = time.monotonic()
         with socket.create_connection((host, int(port))) as slow:
             slow.sendall(b"GET /runs HTTP/1.1\r\nHost: 127")
-            closed_after = None
-            for _ in range(40):  # a byte every 0.1 s: each one used to disarm uvicorn's only timer
+            closed = False
+            for _ in range(40):  # a byte every 0.1 s for 4 s, 8 deadlines: each byte used to disarm the only timer
                 try:
                     slow.sendall(b"x")
                     slow.settimeout(0.1)
                     if slow.recv(1) == b"":
-                        closed_after = time.monotonic() - t0
+                        closed = True
                         break
                 except socket.timeout:
                     continue
                 except OSError:
-                    closed_after = time.monotonic() - t0
+                    closed = True
                     break
-        assert closed_after is not None and closed_after < 2.0
+        assert closed, "a head still trickling in was never closed"
         with socket.create_connection((host, int(port))) as idle:  # connected, sends nothing at all
             idle.settimeout(3)
             assert idle.recv(1) == b""
@@ -140,7 +145,11 @@ def test_half_sent_requests_are_closed_and_whole_ones_still_served(make_app):
         async def ws_stays() -> str:
             async with websockets.connect(f"ws://{addr}/ws") as ws:
                 await ws.recv()
-                await asyncio.sleep(1.0)  # twice the head deadline
+                # a head opened after the WebSocket, closed at its deadline: a deadline has passed for both
+                reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(b"GET /runs HTTP/1.1\r\nHost: 127")
+                assert await asyncio.wait_for(reader.read(), 10) == b""
+                writer.close()
                 await ws.send('{"type": "stop"}')
                 return json.loads(await ws.recv())["message"]
 
@@ -162,6 +171,7 @@ def test_a_wildcard_bind_prints_a_url_its_own_guard_accepts():
         assert ("--allow-host" in note) == (host in ("0.0.0.0", "::") and not extra)
 
 
+@pytest.mark.slow
 def test_a_huge_head_gets_400_and_a_slow_body_is_closed(make_app):
     """The head is capped at 16 KiB; a body sent slowly after its response was made holds nothing either."""
     srv, app = make_app(hosts=("127.0.0.1",))
@@ -174,16 +184,18 @@ def test_a_huge_head_gets_400_and_a_slow_body_is_closed(make_app):
         with socket.create_connection((host, int(port))) as slow:
             slow.sendall(b"POST /runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n")
             slow.settimeout(0.1)
-            t0, answer = time.monotonic(), b""
-            while time.monotonic() - t0 < 5:
+            answer, closed = b"", False
+            for _ in range(50):  # a byte every 0.1 s for 5 s, 10 deadlines, of the 100,000 the head announced
                 try:
                     slow.sendall(b"x")
                     chunk = slow.recv(4096)
                 except socket.timeout:
                     continue
                 except OSError:
+                    closed = True
                     break
                 if not chunk:
+                    closed = True
                     break
                 answer += chunk
-            assert answer.startswith(b"HTTP/1.1 405") and time.monotonic() - t0 < 2.5
+            assert answer.startswith(b"HTTP/1.1 405") and closed
