@@ -77,6 +77,8 @@ def test_a_blocked_client_keeps_only_the_newest_frame_and_counts_the_rest():
 def test_a_frame_waits_for_its_runs_announcement_and_no_other_run_loses_its_own(make_app):
     """Frames go straight out, but never before their run's `run` message; one held per run, the newest."""
     from previewlab.preview.frames import Frame
+    from previewlab.preview.run import RunMeta
+    from previewlab.preview.settings import RunSettings
 
     srv, _ = make_app()
     sent: list[tuple[str, int]] = []
@@ -89,9 +91,9 @@ def test_a_frame_waits_for_its_runs_announcement_and_no_other_run_loses_its_own(
     srv.frame(frame("A", 2))   # replaces A's step 1: previews are latest-wins
     srv.frame(frame("B", 1))   # B started before A was announced (a slow disk)
     assert sent == []
-    srv.announce({"run_id": "A"})
+    srv.announce(RunMeta.of(srv.model, "A", RunSettings()))
     assert sent == [("A", 2)]
-    srv.announce({"run_id": "B"})  # A's announcement left B's frame held
+    srv.announce(RunMeta.of(srv.model, "B", RunSettings()))  # A's announcement left B's frame held
     assert sent == [("A", 2), ("B", 1)]
     srv.frame(frame("B", 2))
     assert sent[-1] == ("B", 2)
