@@ -5,9 +5,12 @@ import csv
 import io
 import time
 
+import pytest
 from playwright.sync_api import sync_playwright
 
 from tests.conftest import live_server
+
+pytestmark = pytest.mark.slow
 
 CHROMIUM = "/usr/bin/chromium"
 

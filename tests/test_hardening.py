@@ -21,6 +21,7 @@ from previewlab.server.limits import work_error
 from tests.conftest import GOOD, SAME_ORIGIN, live_server, make_run, recv_until
 
 
+@pytest.mark.slow
 def test_set_flood_is_rate_limited_and_every_export_stays_readable(make_app):
     """Issue 11, item 1: thousands of valid `set` messages within a step. The sender is closed with 1008 after
     its budget; the step's event cell, the frames other watchers get and both CSV exports stay small."""
@@ -98,6 +99,7 @@ def test_a_corrupt_data_folder_starts_lists_the_rest_and_exports_the_rest(make_a
         assert sum(f"{rid}/meta.json" in r.getMessage() for r in caplog.records) == 1, rid
 
 
+@pytest.mark.slow
 def test_failed_side_logs_never_lose_done(make_app, tmp_path, caplog, monkeypatch):
     """Item 2: generations.jsonl and wall-seconds.txt cannot be written (here: directories in their place),
     and neither can the run's meta.json at the end. `done` still reaches the client, hello no longer shows
@@ -246,6 +248,7 @@ def test_guidance_is_recorded_everywhere(make_app, tmp_path):
     assert json.loads((data / "generations.jsonl").read_text().splitlines()[-1])["guidance"] == 1.0
 
 
+@pytest.mark.slow
 def test_row_writes_leave_the_loop_and_a_step_is_told_only_once_written(make_app):
     """Issue 12, I/O at the edges: a row append held up on disk does not hold the loop (/metrics answers), and
     the step's message goes out after its row is in steps.csv."""
@@ -284,6 +287,7 @@ def test_row_writes_leave_the_loop_and_a_step_is_told_only_once_written(make_app
     assert ok and written in ([1, 2], [2, 2])
 
 
+@pytest.mark.slow
 def test_disk_reads_never_block_the_event_loop(make_app):
     """Item 8: a listing held up on disk runs off the loop; /metrics answers while it is still held."""
     srv, app = make_app()

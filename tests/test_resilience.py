@@ -25,6 +25,8 @@ import websockets
 from previewlab.preview import models
 from tests.conftest import live_server, raw_ws, wait_until
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

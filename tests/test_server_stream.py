@@ -7,10 +7,13 @@ import io
 import json
 import urllib.request
 
+import pytest
 import websockets
 
 from previewlab.server.protocol import unpack_frame
 from tests.conftest import live_server
+
+pytestmark = pytest.mark.slow
 
 
 async def watch(url: str, start: dict | None, switch_at: int | None = None, ack: bool = True,

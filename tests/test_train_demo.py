@@ -101,6 +101,7 @@ def quick(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_quick_training_lowers_every_loss(quick):
     from previewlab.bench.demo.train import Report
 
@@ -113,6 +114,7 @@ def test_quick_training_lowers_every_loss(quick):
     assert report.megabytes <= 25 and report.scaling_factor > 0
 
 
+@pytest.mark.slow
 def test_quick_model_loads_and_generates(quick):
     from diffusers import StableDiffusionPipeline
     from safetensors import safe_open
@@ -128,6 +130,7 @@ def test_quick_model_loads_and_generates(quick):
     assert pipe.vae.config.scaling_factor != 0.18215
 
 
+@pytest.mark.slow
 def test_quick_preview_decoders_load(quick):
     from previewlab.preview.models import load_taesd
 
@@ -140,12 +143,14 @@ def test_quick_preview_decoders_load(quick):
     assert np.array(l2r["factors"]).shape == (4, 3) and len(l2r["bias"]) == 3
 
 
+@pytest.mark.slow
 def test_fp16_weights_barely_move_pixels(quick):
     report = json.loads((quick / "training.json").read_text())
     assert set(report["fp16_levels"]) == {"vae", "taesd"}
     assert max(report["fp16_levels"].values()) < 1.0  # mean 8-bit levels
 
 
+@pytest.mark.slow
 def test_check_runs_on_the_quick_model(quick, tmp_path):
     from previewlab.bench.demo.check import check
 
@@ -154,6 +159,7 @@ def test_check_runs_on_the_quick_model(quick, tmp_path):
     assert Image.open(tmp_path / "grid.png").size == (1280, 640)
 
 
+@pytest.mark.slow
 def test_training_is_seeded_and_reproducible(tmp_path):
     """The same seed trains the same model (loss curves, weights, factors, bit for bit); another seed does not.
     A micro plan of a few steps per part, so the whole pipeline of parts runs three times in seconds."""

@@ -28,6 +28,8 @@ from previewlab.server.protocol import unpack_frame
 from previewlab.server.ws_limits import BoundedWebSocket
 from tests.conftest import live_server, raw_ws, wait_until
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 KiB, MiB = 1024, 1024 * 1024
 PING, PONG, TEXT, CONT, CLOSE = 0x9, 0xA, 0x1, 0x0, 0x8
