@@ -16,7 +16,7 @@ import torch
 
 from . import decoders, encoders
 from .autopilot import Autopilot
-from .controls import Controls
+from .controls import Change, Controls
 from .frames import Frame, to_uint8_chw, to_uint8_hwc
 from .models import Model
 from .overlap import Overlap
@@ -79,85 +79,101 @@ class StepMeter:
         self.last = mark if mark is not None else self.sw.mark()
         self.rng.begin("denoise")
 
-    def _ready(self, m: _Marks) -> bool:
-        if self.sw.cuda and m.row.mode == "overlap" and (m.end is None or not self.sw.ready(m.end)):
+    def __call__(self, p: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
+        """The pipeline's callback after step i (0-based): schedule the step, preview it when due, hand over the
+        rows whose times are known. Its first mark is where the step's denoising ended, its last where the next
+        step's begins: everything between them is on the denoising path."""
+        cb = self.sw.mark()
+        self.rng.end("denoise")
+        s = self.controls.get()
+        row = self._scheduled_row(i, s)
+        marks = _Marks(row, self.last, cb, touched=self.in_flight)
+        if self._due(row):
+            self._preview(p, row, marks, s, kw)
+        # the next step is touched when a preview may still be running beside it
+        self.in_flight = s.mode == "overlap" and (marks.touched and row.preview == 1 or
+                                                  (self.overlap is not None and self.overlap.flight.count > 0))
+        self.pending.append(marks)
+        self.emit(False)
+        if self.should_stop and self.should_stop():
+            p._interrupt = True
+        self.rng.begin("denoise")
+        self.last = marks.end = self.sw.mark()
+        return kw
+
+    # ---- scheduling: which decoder, what interval, whether this step gets a preview ------------------------------
+
+    def _scheduled_row(self, i: int, s: PreviewSettings) -> StepRow:
+        """Step i's row as scheduled: its decoder and interval (the autopilot's while a budget is set), and the
+        event text of what changed since the last step (a live control, the autopilot's note)."""
+        change = self.controls.take()
+        decoder, every, event = s.decoder, s.every, change.text
+        pilot = self._pilot(s, change)
+        if pilot is not None:
+            every = pilot.decide()
+            if pilot.decoder != s.decoder:
+                self.controls.set(decoder=pilot.decoder, note=False)  # the autopilot's own note says why
+                decoder = pilot.decoder
+            if pilot.note:
+                event = _also(event, pilot.note)
+        ts = self.timesteps[i] if i < len(self.timesteps) else -1.0
+        return StepRow(self.run_id, i + 1, ts, decoder=decoder, every=every, encoder="", quality=s.quality,
+                       width=self.width, height=self.height, mode=s.mode, event=event)
+
+    def _pilot(self, s: PreviewSettings, change: Change) -> Autopilot | None:
+        """The autopilot for these settings: made at the first step with a budget, made anew on a live budget or
+        decoder change (it keeps the run's books), dropped when the budget or the previews are off."""
+        if not (s.budget > 0 and s.decoder != "none"):
+            self.pilot = None
+            return None
+        old = self.pilot
+        if old is None or old.budget_pct != s.budget or "decoder" in change.fields:
+            pilot = self.pilot = Autopilot(s.budget, self.steps, s.decoder, has_taesd=self.model.taesd is not None,
+                                           prior_ms=self.prev.cost_ms.get(s.decoder))
+            if old is not None:  # a live change keeps the run's books
+                pilot.keep_books(old)
+            return pilot
+        return old
+
+    def _due(self, row: StepRow) -> bool:
+        """This step gets a preview: the autopilot says so, or without one the fixed interval does."""
+        self.since += 1
+        due = should_preview(row.step, row.every) if self.pilot is None else self.pilot.due(self.since)
+        if row.decoder == "none" or not due:
             return False
-        return (m.future is None or m.future.done()) and self.sw.ready(m.copied or m.res1 or m.cb)
+        self.since = 0
+        return True
 
-    def emit(self, force: bool) -> None:
-        sw, pilot = self.sw, self.pilot
-        while self.pending and (force or self._ready(self.pending[0])):
-            m = self.pending.pop(0)
-            if m.future is not None:
-                m.future.result()  # errors inside were already turned into an event on the row
-            m.row.denoise_ms = sw.ms(m.start, m.cb)
-            if m.dec0 is not None and m.row.preview:
-                m.row.decode_ms, m.row.resize_ms = sw.ms(m.dec0, m.dec1), sw.ms(m.dec1, m.res1)
-                if m.copied is not None:
-                    m.row.transfer_ms = sw.ms(m.res1, m.copied)
-            if sw.cuda and m.row.mode == "overlap":  # the callback's own span of the main stream: no stage holds it
-                m.row.on_path_ms = sw.ms(m.cb, m.end)
-            m.row.on_path_ms = on_path_ms(m.row, sw.cuda)
-            if pilot is not None:  # the autopilot holds the wall cost of steps, previews' or not, to its budget
-                books = pilot.books
-                books.observe(m.row.denoise_ms + m.row.on_path_ms, m.touched)
-                if books.measured and books.cost_ms is not None:
-                    self.prev.cost_ms[pilot.decoder] = books.cost_ms  # a prior for later runs
-            self.rows.append(m.row)
-            if self.on_row:
-                self.on_row(m.row)
+    # ---- preview dispatch ----------------------------------------------------------------------------------------
 
-    def finish_previews(self) -> int:
-        """Wait for the previews in flight (overlap); returns the most that were in flight at once."""
-        if self.overlap is None:
-            return 0
-        self.overlap.drain()
-        peak, self.overlap = self.overlap.flight.peak, None
-        return peak
-
-    def drain(self) -> None:
-        """Wait for previews in flight, then hand over every row left."""
-        self.finish_previews()
-        self.rng.end_all()
-        self.emit(True)
-
-    def _failed(self, row: StepRow, s: PreviewSettings, e: BaseException) -> None:
-        """A preview must never end the run: report, fall back to a cheaper decoder, record it on the row."""
-        fallback = decoders.DECODERS[decoders.check_name(s.decoder)].fallback
-        detail = str(e).splitlines()[0][:160] if str(e) else ""
-        msg = f"preview with decoder {s.decoder} failed at step {row.step} ({type(e).__name__}: {detail}); " \
-              f"continuing with {fallback}"
-        traceback.print_exc(limit=2)
-        self.controls.set(decoder=fallback, note=False)
-        if self.pilot is not None:
-            self.pilot.switch_decoder(fallback, prior_ms=self.prev.cost_ms.get(fallback))
-        row.event = (row.event + "; " if row.event else "") + msg
-        row.preview = 0
-        if self.on_error:
-            self.on_error(msg)
-
-    def _finish(self, row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: Any, sync_ms: float) -> None:
-        """Encode and hand off: in the callback (sync) or on the encode thread (overlap). arr is a host uint8
-        uint8 (h, w, 3) array, or for an on-device encoder the uint8 (3, h, w) tensor still on the device (only
-        the bytes cross): it is encoded and its bytes copied under the device's one JPEG stream."""
-        dev = self.sw.dev
-        on_stream = dev.use(jpeg_stream(dev)) if enc.on_device and dev is not None else contextlib.nullcontext()
-        with on_stream:
-            t0 = self.clock()
-            out = enc.encode(arr, s.quality)
-            t1 = self.clock()
-            if enc.on_device:
-                data = out.cpu().numpy().tobytes()
-                row.transfer_ms = (self.clock() - t1) * 1e3
+    def _preview(self, p: Any, row: StepRow, marks: _Marks, s: PreviewSettings, kw: dict[str, Any]) -> None:
+        """Make this step's preview with row.decoder: in the callback (sync) or handed to the encode thread
+        (overlap). Any failure on the way becomes the row's event and a cheaper decoder, never the run's end."""
+        decoder = row.decoder
+        ps = s if decoder == s.decoder else s.changed(decoder=decoder)
+        try:
+            prev = self.prev
+            if prev.compile and decoder not in prev.compile_ms:  # a live switch: compile now, say so
+                c = prev.warm(decoder, self.height, self.width)
+                row.event = _also(row.event, _compiled(decoder, c))
+            decode = prev.decoder(decoder)
+            assert decode is not None
+            enc = prev.encoder(s.encoder)
+            shown, row.target = choose(s.target, self.tap, kw["latents"])
+            if s.target == "x0" and row.target != "x0" and not self._x0_told:
+                self._x0_told = True
+                row.event = _also(row.event, _no_x0(p))
+            if s.mode == "sync":
+                self._preview_sync(row, marks, shown, ps, decode, enc)
             else:
-                data = out
-        row.encode_ms, row.sync_ms = (t1 - t0) * 1e3, sync_ms
-        row.preview, row.bytes, row.encoder = 1, len(data), enc.name
-        h_axis = 1 if enc.on_device else 0
-        row.preview_height, row.preview_width = int(arr.shape[h_axis]), int(arr.shape[h_axis + 1])
-        if self.on_frame:
-            self.on_frame(Frame(self.run_id, row.step, row.decoder, enc.format, row.preview_width,
-                                row.preview_height, data))
+                self._preview_overlap(row, marks, shown, ps, decode, enc)
+        except Exception as e:
+            self._failed(row, ps, e)
+            marks.dec0 = None
+        if not row.skipped:  # preview work ran (made, or failed on the way)
+            marks.touched = True
+            if self.pilot is not None:
+                self.pilot.preview_started()
 
     def _preview_sync(self, row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
                       decode: decoders.Decode, enc: encoders.Encoder) -> None:
@@ -206,71 +222,98 @@ class StepMeter:
                                            done, marks, on_device=enc.on_device)
         self.rng.end("decode")
 
-    def __call__(self, p: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
-        cb = self.sw.mark()
-        self.rng.end("denoise")
-        step = i + 1
-        controls = self.controls
-        s = controls.get()
-        decoder, every = s.decoder, s.every
-        change = controls.take()
-        event = change.text
-        if s.budget > 0 and s.decoder != "none":
-            pilot = self.pilot
-            if pilot is None or pilot.budget_pct != s.budget or "decoder" in change.fields:
-                old = pilot
-                pilot = self.pilot = Autopilot(s.budget, self.steps, s.decoder, has_taesd=self.model.taesd is not None,
-                                               prior_ms=self.prev.cost_ms.get(s.decoder))
-                if old is not None:  # a live change keeps the run's books
-                    pilot.keep_books(old)
-            every = pilot.decide()
-            if pilot.decoder != s.decoder:
-                controls.set(decoder=pilot.decoder, note=False)  # the autopilot's own note says why
-                decoder = pilot.decoder
-            if pilot.note:
-                event = (event + "; " if event else "") + pilot.note
-        else:
-            self.pilot = None
-        ts = self.timesteps[i] if i < len(self.timesteps) else -1.0
-        row = StepRow(self.run_id, step, ts, decoder=decoder, every=every, encoder="", quality=s.quality,
-                      width=self.width, height=self.height, mode=s.mode, event=event)
-        marks = _Marks(row, self.last, cb, touched=self.in_flight)
-        self.since += 1
-        due = should_preview(step, every) if self.pilot is None else self.pilot.due(self.since)
-        if decoder != "none" and due:
-            self.since = 0
-            ps = s if decoder == s.decoder else s.changed(decoder=decoder)
-            try:
-                prev = self.prev
-                if prev.compile and decoder not in prev.compile_ms:  # a live switch: compile now, say so
-                    c = prev.warm(decoder, self.height, self.width)
-                    row.event = (row.event + "; " if row.event else "") + f"compiled {decoder} in {c:.0f} ms"
-                decode = prev.decoder(decoder)
-                assert decode is not None
-                enc = prev.encoder(s.encoder)
-                shown, row.target = choose(s.target, self.tap, kw["latents"])
-                if s.target == "x0" and row.target != "x0" and not self._x0_told:
-                    self._x0_told = True
-                    row.event = (row.event + "; " if row.event else "") + \
-                        f"x0 is not available with {type(p.scheduler).__name__}: previews show the latents"
-                if s.mode == "sync":
-                    self._preview_sync(row, marks, shown, ps, decode, enc)
-                else:
-                    self._preview_overlap(row, marks, shown, ps, decode, enc)
-            except Exception as e:
-                self._failed(row, ps, e)
-                marks.dec0 = None
-            if not row.skipped:  # preview work ran (made, or failed on the way)
-                marks.touched = True
-                if self.pilot is not None:
-                    self.pilot.preview_started()
-        # the next step is touched when a preview may still be running beside it
-        self.in_flight = s.mode == "overlap" and (marks.touched and row.preview == 1 or
-                                                  (self.overlap is not None and self.overlap.flight.count > 0))
-        self.pending.append(marks)
-        self.emit(False)
-        if self.should_stop and self.should_stop():
-            p._interrupt = True
-        self.rng.begin("denoise")
-        self.last = marks.end = self.sw.mark()
-        return kw
+    def _finish(self, row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: Any, sync_ms: float) -> None:
+        """Encode and hand off: in the callback (sync) or on the encode thread (overlap). arr is a host uint8
+        uint8 (h, w, 3) array, or for an on-device encoder the uint8 (3, h, w) tensor still on the device (only
+        the bytes cross): it is encoded and its bytes copied under the device's one JPEG stream."""
+        dev = self.sw.dev
+        on_stream = dev.use(jpeg_stream(dev)) if enc.on_device and dev is not None else contextlib.nullcontext()
+        with on_stream:
+            t0 = self.clock()
+            out = enc.encode(arr, s.quality)
+            t1 = self.clock()
+            if enc.on_device:
+                data = out.cpu().numpy().tobytes()
+                row.transfer_ms = (self.clock() - t1) * 1e3
+            else:
+                data = out
+        row.encode_ms, row.sync_ms = (t1 - t0) * 1e3, sync_ms
+        row.preview, row.bytes, row.encoder = 1, len(data), enc.name
+        h_axis = 1 if enc.on_device else 0
+        row.preview_height, row.preview_width = int(arr.shape[h_axis]), int(arr.shape[h_axis + 1])
+        if self.on_frame:
+            self.on_frame(Frame(self.run_id, row.step, row.decoder, enc.format, row.preview_width,
+                                row.preview_height, data))
+
+    def _failed(self, row: StepRow, s: PreviewSettings, e: BaseException) -> None:
+        """A preview must never end the run: report, fall back to a cheaper decoder, record it on the row."""
+        fallback = decoders.DECODERS[decoders.check_name(s.decoder)].fallback
+        detail = str(e).splitlines()[0][:160] if str(e) else ""
+        msg = f"preview with decoder {s.decoder} failed at step {row.step} ({type(e).__name__}: {detail}); " \
+              f"continuing with {fallback}"
+        traceback.print_exc(limit=2)
+        self.controls.set(decoder=fallback, note=False)
+        if self.pilot is not None:
+            self.pilot.switch_decoder(fallback, prior_ms=self.prev.cost_ms.get(fallback))
+        row.event = _also(row.event, msg)
+        row.preview = 0
+        if self.on_error:
+            self.on_error(msg)
+
+    # ---- rows: handed over in step order once the device has passed their marks ----------------------------------
+
+    def _ready(self, m: _Marks) -> bool:
+        if self.sw.cuda and m.row.mode == "overlap" and (m.end is None or not self.sw.ready(m.end)):
+            return False
+        return (m.future is None or m.future.done()) and self.sw.ready(m.copied or m.res1 or m.cb)
+
+    def emit(self, force: bool) -> None:
+        sw, pilot = self.sw, self.pilot
+        while self.pending and (force or self._ready(self.pending[0])):
+            m = self.pending.pop(0)
+            if m.future is not None:
+                m.future.result()  # errors inside were already turned into an event on the row
+            m.row.denoise_ms = sw.ms(m.start, m.cb)
+            if m.dec0 is not None and m.row.preview:
+                m.row.decode_ms, m.row.resize_ms = sw.ms(m.dec0, m.dec1), sw.ms(m.dec1, m.res1)
+                if m.copied is not None:
+                    m.row.transfer_ms = sw.ms(m.res1, m.copied)
+            if sw.cuda and m.row.mode == "overlap":  # the callback's own span of the main stream: no stage holds it
+                m.row.on_path_ms = sw.ms(m.cb, m.end)
+            m.row.on_path_ms = on_path_ms(m.row, sw.cuda)
+            if pilot is not None:  # the autopilot holds the wall cost of steps, previews' or not, to its budget
+                books = pilot.books
+                books.observe(m.row.denoise_ms + m.row.on_path_ms, m.touched)
+                if books.measured and books.cost_ms is not None:
+                    self.prev.cost_ms[pilot.decoder] = books.cost_ms  # a prior for later runs
+            self.rows.append(m.row)
+            if self.on_row:
+                self.on_row(m.row)
+
+    def finish_previews(self) -> int:
+        """Wait for the previews in flight (overlap); returns the most that were in flight at once."""
+        if self.overlap is None:
+            return 0
+        self.overlap.drain()
+        peak, self.overlap = self.overlap.flight.peak, None
+        return peak
+
+    def drain(self) -> None:
+        """Wait for previews in flight, then hand over every row left."""
+        self.finish_previews()
+        self.rng.end_all()
+        self.emit(True)
+
+# ---- event texts: what a row's event column says, every note of its step joined by "; " --------------------------
+
+def _also(event: str, text: str) -> str:
+    """The event column with one more note."""
+    return event + "; " + text if event else text
+
+
+def _compiled(decoder: str, ms: float) -> str:
+    return f"compiled {decoder} in {ms:.0f} ms"
+
+
+def _no_x0(p: Any) -> str:
+    return f"x0 is not available with {type(p.scheduler).__name__}: previews show the latents"
