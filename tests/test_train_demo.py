@@ -126,7 +126,8 @@ def test_quick_model_loads_and_generates(quick):
     pipe.set_progress_bar_config(disable=True)
     out = pipe("a red circle on the left, on a white background", num_inference_steps=2, output_type="np",
                generator=torch.Generator().manual_seed(0)).images
-    assert out.shape == (1, 128, 128, 3) and np.isfinite(out).all()
+    side = demo_parts.QUICK.size  # the pipeline's default size is the trained one (sample_size)
+    assert out.shape == (1, side, side, 3) and np.isfinite(out).all()
     assert pipe.vae.config.scaling_factor != 0.18215
 
 
@@ -156,7 +157,8 @@ def test_check_runs_on_the_quick_model(quick, tmp_path):
 
     figs, verdicts = check(quick, steps=2, grid=tmp_path / "grid.png")
     assert len(verdicts) == 50 and set(figs) == {"color", "position", "shape"}
-    assert Image.open(tmp_path / "grid.png").size == (1280, 640)
+    side = demo_parts.QUICK.size
+    assert Image.open(tmp_path / "grid.png").size == (10 * side, 5 * side)  # 50 images, 10 to a row
 
 
 @pytest.mark.slow
@@ -167,7 +169,7 @@ def test_training_is_seeded_and_reproducible(tmp_path):
 
     from previewlab.bench.demo.train import train
 
-    micro = demo_parts.Plan(scenes=64, vae_steps=4, vae_batch=2, unet_steps=4, unet_batch=4, taesd_steps=2,
+    micro = demo_parts.Plan(size=64, scenes=64, vae_steps=4, vae_batch=2, unet_steps=4, unet_batch=4, taesd_steps=2,
                             taesd_batch=2, warmup=1)
     a, b, c = (train(micro, tmp_path / name, seed=seed) for name, seed in (("a", 0), ("b", 0), ("c", 1)))
     assert a.losses == b.losses and a.losses != c.losses
