@@ -29,3 +29,20 @@ def test_the_wheel_serves_the_page_from_any_folder(tmp_path):
                          cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == [str(site / "previewlab" / "server" / "app.py"), str(site / "previewlab" / "web")]
+
+
+def test_one_console_command_lists_and_runs_its_subcommands():
+    """Issue 20, item 2: `previewlab --help` lists every subcommand; each keeps its own flags; a wrong name is
+    one line that names the commands there are."""
+    from tests.conftest import previewlab
+
+    listing = previewlab("--help", timeout=60)
+    assert listing.returncode == 0
+    names = [line.split()[0] for line in listing.stdout.splitlines() if line.startswith("  ")]
+    assert names == ["serve", "bench", "report", "compare", "load", "gpu-check", "train-demo"]
+    serve = previewlab("serve", "--help", timeout=60)
+    assert serve.returncode == 0 and serve.stdout.startswith("usage: previewlab serve") and "--keep-runs" in serve.stdout
+    wrong = previewlab("sever", timeout=60)
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert wrong.stderr == ("previewlab: unknown command 'sever'; the commands are serve, bench, report, compare, "
+                            "load, gpu-check, train-demo\n")
