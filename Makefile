@@ -23,7 +23,7 @@ $(TEST_STAMP): $(RUN_STAMP)
 	touch $@
 
 typecheck: $(TEST_STAMP)
-	$(PY) -m mypy --explicit-package-bases previewlab tests
+	$(PY) -m mypy --explicit-package-bases previewlab tests examples docs
 
 test: $(TEST_STAMP) typecheck
 	$(PY) -m pytest -q tests

@@ -25,6 +25,7 @@ watch.save(image, "own_script.png")
 watch.to_csv("own_script.csv")
 
 rec = watch.record
+assert rec is not None  # the call has finished: its record is closed
 print(f"wall {rec.wall_s:.2f} s = text {rec.text_encode_ms:.0f} ms + denoise {rec.denoise_ms:.0f} ms + previews "
       f"{rec.preview_ms:.1f} ms ({rec.previews} frames, {rec.bytes} bytes) + final decode {rec.final_decode_ms:.0f} ms "
       f"+ PNG {rec.final_encode_ms:.0f} ms + write {rec.write_ms:.1f} ms + other {rec.other_ms:.0f} ms")
