@@ -8,7 +8,7 @@ import importlib.resources
 import logging
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, TypeVar
@@ -35,9 +35,9 @@ from .hub import Client, Hub, Packed
 from .limits import (BAD_BURST, BAD_PER_S, DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS, MAX_EVENT_CHARS, SET_BURST,
                      SET_PER_S, WS_BURST, WS_PER_S, clip)
 from .metrics import Metrics
-from .session import serve_client
+from .session import SessionLimits, serve_client
 from .store import RUN_ID, Damaged, Store
-from .worker import Busy, Worker
+from .worker import Busy, RunOwner, Worker
 from .writes import OrderedWrites
 
 log = logging.getLogger("previewlab.server")
@@ -52,25 +52,46 @@ RUNS_PAGE, RUNS_PAGE_MAX = 50, 500  # runs per /runs answer: by default, and at 
 LIMIT = re.compile(r"^[0-9]{1,4}$")
 
 
+class DiskReads:
+    """Reading runs from disk never runs on the event loop. One thread: 16 listings at once queue behind each
+    other instead of taking turns with the loop for the interpreter lock."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="previewlab-disk")
+        return self._pool.submit(fn, *args)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.wrap_future(self.submit(fn, *args))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
 class Server:
-    """Holds the model's worker, the watchers and the data folder. It is the RunEvents (preview.run) of the
-    runs it shows, called on the event loop."""
+    """The RunEvents (preview.run) of the runs it shows, called on the event loop, and the handler of each
+    watcher's messages. Its parts: the run's owner (worker: a RunOwner), the watchers (hub), what each
+    session is held to (limits), the data folder (store; writes, in order, off the loop; disk, its reads)."""
 
     def __init__(self, model: Model, data_dir: Path, *, max_side: int = 1024, send_timeout_s: float = 10.0,
                  inflight: int = 2, compile_decoder: bool = False, max_clients: int = 32,
                  hosts: tuple[str, ...] = (), token: str | None = None, bad_burst: int = BAD_BURST,
-                 bad_per_s: float = BAD_PER_S, source: Any = None, ws_burst: int = WS_BURST,
+                 bad_per_s: float = BAD_PER_S, source: RunOwner | None = None, ws_burst: int = WS_BURST,
                  ws_per_s: float = WS_PER_S, set_burst: int = SET_BURST, set_per_s: float = SET_PER_S,
                  max_pixel_steps: int = DEFAULT_MAX_PIXEL_STEPS, keep_runs: int = DEFAULT_KEEP_RUNS) -> None:
         self.model = model
-        self.max_clients, self.hosts, self.token = max_clients, hosts, token
-        self.bad_burst, self.bad_per_s = bad_burst, bad_per_s
-        self.set_burst, self.set_per_s = set_burst, set_per_s
+        self.limits = SessionLimits(max_clients, bad_burst, bad_per_s, set_burst, set_per_s)
+        self.hosts, self.token = hosts, token
         self.ws_burst, self.ws_per_s = ws_burst, ws_per_s
         self.max_pixel_steps = max_pixel_steps
         self.inflight, self.compile_decoder = inflight, compile_decoder
         self.store = Store(data_dir, keep_runs=keep_runs)  # never raises for a damaged run: it names it
-        self._disk: ThreadPoolExecutor | None = None
+        self.disk = DiskReads()
         self.writes = OrderedWrites()  # rows, deliveries and a run's end: written off the loop, then announced
         self.announced: str | None = None  # the run whose `run` message has gone out; its frames may follow
         self._held: dict[str, Frame] = {}  # per run: its newest frame from before its `run` message went out
@@ -87,7 +108,7 @@ class Server:
         # what this server can run: `hello` offers these, and a start or set naming another is refused
         self.encoders = tuple(e for e in ENCODERS if e != "nvjpeg" or model.device.type == "cuda")
         self.metrics = Metrics(data_dir, model.device, keep=keep_runs)
-        self.worker: Any = None  # a Worker, or the source of a user's own runs (preview.watch with serve=True)
+        self.worker: RunOwner | None = None  # a Worker, or a script's watch (preview.watch with serve=True)
         self.source = source
         self.seq = 0
         self.current: RunMeta | None = None
@@ -157,24 +178,13 @@ class Server:
 
         def then() -> None:
             self.hub.text(protocol.done(recorded))
-            self.disk().submit(self.store.prune, self.store.open_runs())  # retention, off the loop
+            self.disk.submit(self.store.prune, self.store.open_runs())  # retention, off the loop
 
         self.writes.submit(write, then)
 
-    def disk(self) -> ThreadPoolExecutor:
-        """Reading runs from disk never runs on the event loop. One thread: 16 listings at once queue behind
-        each other instead of taking turns with the loop for the interpreter lock."""
-        if self._disk is None:
-            self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="previewlab-disk")
-        return self._disk
-
-    async def on_disk(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.disk(), functools.partial(fn, *args))
-
-    def close_disk(self) -> None:
-        if self._disk is not None:
-            self._disk.shutdown(wait=False, cancel_futures=True)
-            self._disk = None
+    @property
+    def max_clients(self) -> int:
+        return self.limits.max_clients
 
     def _sent(self, c: Client, p: Packed) -> None:
         self.metrics.sent(len(p.blob))
@@ -221,10 +231,7 @@ class Server:
     async def graceful(self) -> None:
         """SIGTERM / Ctrl-C: stop the run, let the worker write its last rows, close clients with 1001."""
         if self.worker is not None and self.worker.stop():
-            for _ in range(600):  # the stopped run still makes its final image; wait up to 60 s
-                if self.worker.state == "idle":
-                    break
-                await asyncio.sleep(0.1)
+            await self.worker.ended(60.0)  # the stopped run still makes its final image
         await self.writes.drain()  # the last rows and the run's end are written and queued to every client
         for _ in range(30):  # and sent, for up to 3 s, before the close frame
             if not any(c.texts for c in self.hub.clients.values()):
@@ -261,7 +268,7 @@ def build_app(server: Server) -> ASGIApp:
             limit, before, after = page_args(request.query_params)
         except ValueError as e:
             return PlainTextResponse(str(e), status_code=400)
-        return JSONResponse(await server.on_disk(server.store.runs, limit, before, after))
+        return JSONResponse(await server.disk.run(server.store.runs, limit, before, after))
 
     async def run_csv(request: Request) -> Response:
         rid = request.path_params["rid"]
@@ -269,7 +276,7 @@ def build_app(server: Server) -> ASGIApp:
         def read() -> str | None:
             return server.store.csv([rid], skip_damaged=False) if server.store.known(rid) else None
         try:
-            text = await server.on_disk(read)
+            text = await server.disk.run(read)
         except Damaged as e:
             return PlainTextResponse(f"run {rid} is damaged: {e}; the other runs export normally\n",
                                      status_code=500)
@@ -284,7 +291,7 @@ def build_app(server: Server) -> ASGIApp:
 
     async def all_csv(request: Request) -> Response:
         """Every run the data folder holds, oldest first; a damaged run is left out (and logged once)."""
-        text = await server.on_disk(lambda: server.store.csv(server.store.ids()))
+        text = await server.disk.run(lambda: server.store.csv(server.store.ids()))
         return PlainTextResponse(text, media_type="text/csv",
                                  headers={"Content-Disposition": 'attachment; filename="previewlab-runs.csv"'})
 
@@ -300,7 +307,7 @@ def build_app(server: Server) -> ASGIApp:
             await asyncio.get_running_loop().run_in_executor(None, server.worker.shutdown)
         await server.writes.drain()
         server.writes.close()
-        server.close_disk()
+        server.disk.close()
 
     app = Starlette(routes=[
         Route("/", index),

@@ -17,6 +17,8 @@ from previewlab.preview.frames import Frame
 from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunMeta
 
+from previewlab.preview.settings import RunSettings
+
 from .app import Server, build_app
 from .worker import Busy
 
@@ -31,7 +33,7 @@ class WatchSource:
     def state(self) -> str:
         return "running" if self.watch.running else "idle"
 
-    def start(self, settings: Any) -> RunMeta:
+    def start(self, settings: RunSettings) -> RunMeta:
         raise Busy("this page watches a script's own pipeline: start generations from the script")
 
     def set(self, changes: dict[str, Any]) -> None:
@@ -42,6 +44,9 @@ class WatchSource:
             return False
         self.watch.request_stop()
         return True
+
+    async def ended(self, timeout_s: float) -> bool:
+        return not self.watch.running  # the script's call is the script's: the server does not wait for it
 
     def shutdown(self) -> None:
         pass

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from . import protocol
-from .limits import RateLimit, clip
+from .limits import BAD_BURST, BAD_PER_S, SET_BURST, SET_PER_S, RateLimit, clip
 
 if TYPE_CHECKING:
     from .app import Server
@@ -22,17 +23,28 @@ if TYPE_CHECKING:
 log = logging.getLogger("previewlab.server")
 
 
+@dataclass(frozen=True)
+class SessionLimits:
+    """What each watcher's socket is held to: how many may watch at once, and its two buckets (burst, then a
+    rate per second): bad messages, and `set`s."""
+    max_clients: int = 32
+    bad_burst: int = BAD_BURST
+    bad_per_s: float = BAD_PER_S
+    set_burst: int = SET_BURST
+    set_per_s: float = SET_PER_S
+
+
 async def serve_client(server: Server, ws: WebSocket) -> None:
-    hub = server.hub
-    if len(hub.clients) >= server.max_clients:
-        log.warning("refused a watcher: %d connected, the cap is %d", len(hub.clients), server.max_clients)
+    hub, limits = server.hub, server.limits
+    if len(hub.clients) >= limits.max_clients:
+        log.warning("refused a watcher: %d connected, the cap is %d", len(hub.clients), limits.max_clients)
         await ws.close(1013)  # before accept: the handshake is refused with 403
         return
     await ws.accept()
     c = hub.add(ws)
     c.owner = asyncio.current_task()
-    bad = RateLimit(server.bad_burst, server.bad_per_s)
-    sets = RateLimit(server.set_burst, server.set_per_s)
+    bad = RateLimit(limits.bad_burst, limits.bad_per_s)
+    sets = RateLimit(limits.set_burst, limits.set_per_s)
     try:
         hub.text(server.hello(), only=c)
         while True:
@@ -52,7 +64,7 @@ async def serve_client(server: Server, ws: WebSocket) -> None:
                                      encoders=server.encoders)
                 if isinstance(msg, protocol.Set) and not sets.allow():
                     raise protocol.ProtocolError(
-                        f"set: more than {server.set_burst} at once or {server.set_per_s:g} a second; "
+                        f"set: more than {limits.set_burst} at once or {limits.set_per_s:g} a second; "
                         "this change was not applied")
                 server.handle(c, msg)
             except (protocol.ProtocolError, RecursionError) as e:

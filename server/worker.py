@@ -10,7 +10,7 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Protocol
 
 from previewlab.preview.engine import Controls, Previewer, generate
 from previewlab.preview.models import Model
@@ -25,6 +25,19 @@ State = Literal["idle", "running", "stopping"]
 
 class Busy(RuntimeError):
     pass
+
+
+class RunOwner(Protocol):
+    """What the server's message handler and its shutdown ask of whoever runs the generations: the Worker, or
+    a watch's script (server.embedded.WatchSource). Called on the event loop."""
+
+    @property
+    def state(self) -> str: ...
+    def start(self, settings: RunSettings) -> RunMeta: ...  # raises Busy, OSError
+    def set(self, changes: dict[str, Any]) -> None: ...     # raises Busy, SettingsError
+    def stop(self) -> bool: ...                             # False: nothing was running
+    async def ended(self, timeout_s: float) -> bool: ...    # the run in progress has ended (False: still going)
+    def shutdown(self) -> None: ...                         # blocks: call it off the loop
 
 
 class Worker:
@@ -92,6 +105,18 @@ class Worker:
     def _ended(self, end: RunEnd) -> None:
         self.state, self.run_id, self.controls = "idle", None, None
         self.events.ended(end)
+
+    async def ended(self, timeout_s: float) -> bool:
+        """Wait for the run in progress to end and its `ended` to have been told, up to timeout_s seconds."""
+        if self.future is None:
+            return True
+        try:  # the run's last act queues _ended on the loop, before its future completes: that runs first
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self.future)), timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        except Exception:
+            pass  # _run records every failure itself; one that escapes it still ends the run
+        return self.state == "idle"
 
     def shutdown(self) -> None:
         self._stop.set()
