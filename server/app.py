@@ -9,7 +9,7 @@ import logging
 import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, TypeVar
 
@@ -29,11 +29,10 @@ from previewlab.preview.run import RunEnd, RunMeta
 from previewlab.preview.settings import PreviewSettings, RunSettings, SettingsError
 
 from . import protocol
-from .guard import Guard
+from .guard import Access, Guard
 from .headers import SecurityHeaders
 from .hub import Client, Hub, Packed
-from .limits import (BAD_BURST, BAD_PER_S, DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS, MAX_EVENT_CHARS, SET_BURST,
-                     SET_PER_S, WS_BURST, WS_PER_S, clip)
+from .limits import DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS, MAX_EVENT_CHARS, clip
 from .metrics import Metrics
 from .session import SessionLimits, serve_client
 from .store import RUN_ID, Damaged, Store
@@ -73,33 +72,39 @@ class DiskReads:
             self._pool = None
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """What a start may ask (the largest side, pixels times steps), and how the worker runs it (previews in
+    flight, a compiled decoder)."""
+    max_side: int = 1024
+    max_pixel_steps: int = DEFAULT_MAX_PIXEL_STEPS
+    inflight: int = 2
+    compile_decoder: bool = False
+
+
 class Server:
     """The RunEvents (preview.run) of the runs it shows, called on the event loop, and the handler of each
     watcher's messages. Its parts: the run's owner (worker: a RunOwner), the watchers (hub), what each
     session is held to (limits), the data folder (store; writes, in order, off the loop; disk, its reads)."""
 
-    def __init__(self, model: Model, data_dir: Path, *, max_side: int = 1024, send_timeout_s: float = 10.0,
-                 inflight: int = 2, compile_decoder: bool = False, max_clients: int = 32,
-                 hosts: tuple[str, ...] = (), token: str | None = None, bad_burst: int = BAD_BURST,
-                 bad_per_s: float = BAD_PER_S, source: RunOwner | None = None, ws_burst: int = WS_BURST,
-                 ws_per_s: float = WS_PER_S, set_burst: int = SET_BURST, set_per_s: float = SET_PER_S,
-                 max_pixel_steps: int = DEFAULT_MAX_PIXEL_STEPS, keep_runs: int = DEFAULT_KEEP_RUNS) -> None:
+    def __init__(self, model: Model, data_dir: Path, *, access: Access = Access(),
+                 limits: SessionLimits = SessionLimits(), runs: RunOptions = RunOptions(),
+                 keep_runs: int = DEFAULT_KEEP_RUNS, source: RunOwner | None = None) -> None:
+        """access: who may drive it (the guard's); limits: what each watcher is held to; runs: what a start may
+        ask and how the worker runs it; keep_runs: the data folder's retention; source: a script's watch, which
+        owns the runs instead of a worker."""
         self.model = model
-        self.limits = SessionLimits(max_clients, bad_burst, bad_per_s, set_burst, set_per_s)
-        self.hosts, self.token = hosts, token
-        self.ws_burst, self.ws_per_s = ws_burst, ws_per_s
-        self.max_pixel_steps = max_pixel_steps
-        self.inflight, self.compile_decoder = inflight, compile_decoder
+        self.access, self.limits, self.runs = access, limits, runs
         self.store = Store(data_dir, keep_runs=keep_runs)  # never raises for a damaged run: it names it
         self.disk = DiskReads()
         self.writes = OrderedWrites()  # rows, deliveries and a run's end: written off the loop, then announced
         self.announced: str | None = None  # the run whose `run` message has gone out; its frames may follow
         self._held: dict[str, Frame] = {}  # per run: its newest frame from before its `run` message went out
-        self.hub = Hub(send_timeout_s)
+        self.hub = Hub(limits.send_timeout_s)
         self.hub.on_drop = self._dropped
         self.hub.on_sent = self._sent
-        side = min(model.default_size, max_side)
-        self.defaults = RunSettings(steps=20, width=side, height=side, max_side=max_side,
+        side = min(model.default_size, runs.max_side)
+        self.defaults = RunSettings(steps=20, width=side, height=side, max_side=runs.max_side,
                                     preview=PreviewSettings(decoder="latent2rgb" if model.taesd is None else "taesd"))
         if model.prompt:  # a prompt the model knows (the demo model's): the page starts with it
             self.defaults = replace(self.defaults, prompt=model.prompt)
@@ -118,8 +123,8 @@ class Server:
         if self.source is not None:
             self.worker = self.source
             return
-        self.worker = Worker(self.model, self.store, loop, self, inflight=self.inflight,
-                             compile_decoder=self.compile_decoder)
+        self.worker = Worker(self.model, self.store, loop, self, inflight=self.runs.inflight,
+                             compile_decoder=self.runs.compile_decoder)
 
     # -- RunEvents: called on the loop by the worker (or by the embedded server's hop from a watch) ----------
     # A run's messages (run, step, error, done) go through self.writes, so clients hear of them in order, each
@@ -240,7 +245,7 @@ class Server:
         await self.hub.close_all(1001, "server shutting down")
 
     def hello(self) -> protocol.Outbound:
-        return protocol.hello(self.model, self.defaults, max_pixel_steps=self.max_pixel_steps,
+        return protocol.hello(self.model, self.defaults, max_pixel_steps=self.runs.max_pixel_steps,
                               encoders=self.encoders, running=self.current)
 
 
@@ -318,5 +323,6 @@ def build_app(server: Server) -> ASGIApp:
         WebSocketRoute("/ws", ws_endpoint),
         Mount("/static", StaticFiles(directory=WEB), name="static"),
     ], lifespan=lifespan)
-    guarded = Guard(app, hosts=server.hosts, token=server.token, ws_burst=server.ws_burst, ws_per_s=server.ws_per_s)
+    a = server.access
+    guarded = Guard(app, hosts=a.hosts, token=a.token, ws_burst=a.ws_burst, ws_per_s=a.ws_per_s)
     return SecurityHeaders(guarded)

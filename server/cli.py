@@ -111,14 +111,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import uvicorn
 
-    from .app import Server, build_app
+    from .app import RunOptions, Server, build_app
+    from .guard import Access
     from .http11 import SHUTDOWN_ABORT_S, abort_all, uvicorn_config
+    from .session import SessionLimits
 
     try:
-        server = Server(model, args.data_dir, max_side=args.max_side, send_timeout_s=args.send_timeout,
-                        inflight=args.inflight, compile_decoder=args.compile == "decoder",
-                        max_clients=args.max_clients, hosts=allowed_hosts(args.host, args.allow_host), token=token,
-                        max_pixel_steps=args.max_pixel_steps, keep_runs=args.keep_runs)
+        server = Server(model, args.data_dir, access=Access(hosts=allowed_hosts(args.host, args.allow_host), token=token),
+                        limits=SessionLimits(max_clients=args.max_clients, send_timeout_s=args.send_timeout),
+                        runs=RunOptions(max_side=args.max_side, max_pixel_steps=args.max_pixel_steps,
+                                        inflight=args.inflight, compile_decoder=args.compile == "decoder"),
+                        keep_runs=args.keep_runs)
     except OSError as e:  # the folder itself cannot be made or listed; a damaged run inside never lands here
         print(f"server: --data-dir {args.data_dir}: {e}", file=sys.stderr)
         return 2

@@ -11,13 +11,14 @@ import hmac
 import ipaddress
 import logging
 import time
+from dataclasses import dataclass
 from http.cookies import SimpleCookie
 from typing import Any, Iterable
 from urllib.parse import parse_qs, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .limits import RateLimit, short
+from .limits import WS_BURST, WS_PER_S, RateLimit, short
 
 log = logging.getLogger("previewlab.server")
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -60,9 +61,19 @@ def is_loopback(addr: str | None) -> bool:
         return addr == "localhost"
 
 
+@dataclass(frozen=True)
+class Access:
+    """Who may drive the server: the Host names it answers (loopback names always), the page's token when it
+    listens beyond loopback, and the WebSocket handshakes one address may open at once and per second."""
+    hosts: tuple[str, ...] = ()
+    token: str | None = None
+    ws_burst: int = WS_BURST
+    ws_per_s: float = WS_PER_S
+
+
 class Guard:
     def __init__(self, app: ASGIApp, *, hosts: Iterable[str], token: str | None = None,
-                 ws_burst: int = 64, ws_per_s: float = 20.0, clock: Any = time.monotonic) -> None:
+                 ws_burst: int = WS_BURST, ws_per_s: float = WS_PER_S, clock: Any = time.monotonic) -> None:
         """ws_burst, ws_per_s: WebSocket handshakes one address may open at once and per second after that; a
         page reloading in a loop is refused before accept instead of costing the model's process a full
         handshake each time."""

@@ -25,9 +25,10 @@ log = logging.getLogger("previewlab.server")
 
 @dataclass(frozen=True)
 class SessionLimits:
-    """What each watcher's socket is held to: how many may watch at once, and its two buckets (burst, then a
-    rate per second): bad messages, and `set`s."""
+    """What each watcher's socket is held to: how many may watch at once, how long one send may take before
+    the watcher is dropped, and its two buckets (burst, then a rate per second): bad messages, and `set`s."""
     max_clients: int = 32
+    send_timeout_s: float = 10.0
     bad_burst: int = BAD_BURST
     bad_per_s: float = BAD_PER_S
     set_burst: int = SET_BURST
@@ -60,7 +61,7 @@ async def serve_client(server: Server, ws: WebSocket) -> None:
             try:
                 if text is None:
                     raise protocol.ProtocolError("binary frames are not accepted; send JSON text")
-                msg = protocol.parse(text, defaults=server.defaults, max_pixel_steps=server.max_pixel_steps,
+                msg = protocol.parse(text, defaults=server.defaults, max_pixel_steps=server.runs.max_pixel_steps,
                                      encoders=server.encoders)
                 if isinstance(msg, protocol.Set) and not sets.allow():
                     raise protocol.ProtocolError(

@@ -84,10 +84,11 @@ def live_server(app, host: str = "127.0.0.1", sndbuf: int | None = None, port: i
 @pytest.fixture
 def make_app(tiny, tmp_path):
     from previewlab.server.app import Server, build_app
+    from previewlab.server.guard import Access
 
-    def make(data_dir: Path | None = None, model=None, **kw):
-        kw.setdefault("hosts", ("testserver",))  # Starlette's TestClient sends Host: testserver
-        srv = Server(model or tiny, data_dir or tmp_path / "runs", **kw)
+    def make(data_dir: Path | None = None, model=None, *, access: Access = Access(hosts=("testserver",)), **kw):
+        """access: Starlette's TestClient sends Host: testserver; kw: the Server's other typed parts."""
+        srv = Server(model or tiny, data_dir or tmp_path / "runs", access=access, **kw)
         return srv, build_app(srv)
 
     return make

@@ -8,7 +8,8 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from previewlab.server.limits import RateLimit
-from previewlab.server.guard import split_host
+from previewlab.server.guard import Access, split_host
+from previewlab.server.session import SessionLimits
 from tests.conftest import SAME_ORIGIN
 
 
@@ -48,7 +49,7 @@ def test_websocket_origin_must_be_same_origin(make_app):
 
 
 def test_token_is_required_when_set(make_app):
-    srv, app = make_app(token="s3cret-token")
+    srv, app = make_app(access=Access(hosts=("testserver",), token="s3cret-token"))
     with TestClient(app) as client:
         assert client.get("/").status_code == 403
         assert client.get("/?token=wrong").status_code == 403
@@ -68,7 +69,7 @@ def test_token_is_required_when_set(make_app):
 
 
 def test_watcher_cap_refuses_before_accept(make_app):
-    srv, app = make_app(max_clients=2)
+    srv, app = make_app(limits=SessionLimits(max_clients=2))
     with TestClient(app) as client:
         with client.websocket_connect("/ws", headers=SAME_ORIGIN) as a, \
                 client.websocket_connect("/ws", headers=SAME_ORIGIN) as b:
@@ -82,7 +83,7 @@ def test_watcher_cap_refuses_before_accept(make_app):
 
 
 def test_garbage_is_rate_limited_then_closed_1008(make_app):
-    srv, app = make_app(bad_burst=5, bad_per_s=0.001)
+    srv, app = make_app(limits=SessionLimits(bad_burst=5, bad_per_s=0.001))
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
         ws.receive_text()
         errors = 0
@@ -106,7 +107,7 @@ def test_rate_limit_refills_with_time():
 
 
 def test_handshake_flood_from_one_address_is_refused_before_accept(make_app):
-    srv, app = make_app(ws_burst=3, ws_per_s=0.001)
+    srv, app = make_app(access=Access(hosts=("testserver",), ws_burst=3, ws_per_s=0.001))
     with TestClient(app) as client:
         for _ in range(3):
             with client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
@@ -120,7 +121,7 @@ def test_handshake_flood_from_one_address_is_refused_before_accept(make_app):
 def test_cross_origin_handshakes_do_not_use_up_the_pages_budget(make_app):
     """Issue 11, item 6: another site's page opening handshakes from the user's browser (same address) was
     refused, but counted, so the user's own page then got 403 too."""
-    srv, app = make_app(ws_burst=3, ws_per_s=0.001)
+    srv, app = make_app(access=Access(hosts=("testserver",), ws_burst=3, ws_per_s=0.001))
     with TestClient(app) as client:
         for _ in range(50):
             with pytest.raises(WebSocketDisconnect):
@@ -133,7 +134,7 @@ def test_cross_origin_handshakes_do_not_use_up_the_pages_budget(make_app):
 
 def test_non_ascii_token_is_refused_403_not_500(make_app):
     """Item 9: hmac.compare_digest raised TypeError on a non-ASCII str: a 500 and a traceback."""
-    srv, app = make_app(token="s3cret-token")
+    srv, app = make_app(access=Access(hosts=("testserver",), token="s3cret-token"))
     with TestClient(app, raise_server_exceptions=False) as client:
         assert client.get("/?token=%C3%A9t%C3%A9").status_code == 403
         assert client.get("/runs", headers=[(b"cookie", "previewlab_token=\u00e9t\u00e9".encode())]).status_code == 403
@@ -152,7 +153,7 @@ def test_token_flag_must_be_url_and_cookie_safe(capsys):
 
 def test_every_http_answer_forbids_framing_and_sniffing(make_app):
     """Item 13: the page, static files, JSON, CSV, errors and the Guard's own refusals."""
-    srv, app = make_app(token="tok")
+    srv, app = make_app(access=Access(hosts=("testserver",), token="tok"))
     with TestClient(app) as client:
         answers = [client.get("/?token=tok"), client.get("/static/app.js"), client.get("/runs"),
                    client.get("/runs.csv"), client.get("/metrics"), client.get("/nope"),

@@ -18,6 +18,8 @@ from starlette.websockets import WebSocketDisconnect
 from previewlab.preview.settings import RunSettings, SettingsError
 from previewlab.server import store as store_module
 from previewlab.server.limits import work_error
+from previewlab.server.app import RunOptions
+from previewlab.server.session import SessionLimits
 from tests.conftest import GOOD, SAME_ORIGIN, live_server, make_run, recv_until
 
 
@@ -161,7 +163,7 @@ def test_deeply_nested_json_is_one_bad_message(make_app, caplog, text, needle):
 def test_acks_for_unknown_seq_count_as_bad_messages(make_app):
     """Item 9: acks that match nothing (20,000 in the issue) were answered one by one; now the 1008 limit ends
     them after the bad-message burst."""
-    srv, app = make_app(bad_burst=5, bad_per_s=0.001)
+    srv, app = make_app(limits=SessionLimits(bad_burst=5, bad_per_s=0.001))
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
         ws.receive_text()
         errors = 0
@@ -194,7 +196,7 @@ def test_work_limit_refuses_with_the_limit_and_its_flag(make_app):
     assert msg and "1,048,576,000" in msg and "67,108,864" in msg and "--max-pixel-steps" in msg
     assert "at most 64 steps fit" in msg
     assert work_error(10**9, 8, 8, 0) is None  # 0: no limit
-    srv, app = make_app(max_pixel_steps=64 * 64 * 10)
+    srv, app = make_app(runs=RunOptions(max_pixel_steps=64 * 64 * 10))
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
         assert json.loads(ws.receive_text())["max_pixel_steps"] == 40960
         ws.send_text(json.dumps({"type": "start", "steps": 11}))

@@ -23,6 +23,7 @@ import torch
 import websockets
 
 from previewlab.preview import models
+from previewlab.server.session import SessionLimits
 from tests.conftest import live_server, raw_ws, wait_until
 
 pytestmark = pytest.mark.slow
@@ -45,7 +46,7 @@ async def drive(url: str, start: dict) -> tuple[int, dict]:
 
 
 def test_stuck_reader_is_dropped_and_costs_nothing(make_app):
-    srv, app = make_app(send_timeout_s=1.0)
+    srv, app = make_app(limits=SessionLimits(send_timeout_s=1.0))
     with live_server(app, sndbuf=16 * 1024) as addr:
         stuck = raw_ws(addr, rcvbuf=4096)
         wait_until(lambda: len(srv.hub.clients) == 1, what="the stuck client to register")

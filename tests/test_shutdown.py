@@ -21,7 +21,7 @@ import pytest
 import websockets
 
 from previewlab.server.cli import allowed_hosts, page_url
-from previewlab.server.guard import Guard, split_host
+from previewlab.server.guard import Access, Guard, split_host
 from previewlab.server.http11 import SHUTDOWN_GRACE_S, connection_limits
 from tests.conftest import GOOD, live_server, make_run, wait_until
 
@@ -116,7 +116,7 @@ def test_sigterm_after_200_resets_exits_within_seconds_and_a_corrupt_folder_star
 def test_half_sent_requests_are_closed_and_whole_ones_still_served(make_app):
     """Item 12: uvicorn's keep-alive timer is disarmed by the first byte, so a request head sent a byte at a
     time (or never finished) held its connection forever. Here the head has a deadline (0.5 s in this test)."""
-    srv, app = make_app(hosts=("127.0.0.1",))
+    srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
     with live_server(app, **connection_limits(srv.max_clients, head_timeout_s=0.5)) as addr:
         host, port = addr.rsplit(":", 1)
         with socket.create_connection((host, int(port))) as slow:
@@ -174,7 +174,7 @@ def test_a_wildcard_bind_prints_a_url_its_own_guard_accepts():
 @pytest.mark.slow
 def test_a_huge_head_gets_400_and_a_slow_body_is_closed(make_app):
     """The head is capped at 16 KiB; a body sent slowly after its response was made holds nothing either."""
-    srv, app = make_app(hosts=("127.0.0.1",))
+    srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
     with live_server(app, **connection_limits(srv.max_clients, head_timeout_s=0.5)) as addr:
         host, port = addr.rsplit(":", 1)
         with socket.create_connection((host, int(port))) as big:

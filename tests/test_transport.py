@@ -26,6 +26,7 @@ from previewlab.server.http11 import BoundedH11, connection_limits
 from previewlab.server.limits import FRAME_BURST, MAX_FRAGMENTS, MAX_REQUESTS_PER_CONNECTION
 from previewlab.server.protocol import unpack_frame
 from previewlab.server.ws_limits import BoundedWebSocket
+from previewlab.server.guard import Access
 from tests.conftest import live_server, raw_ws, wait_until
 
 pytestmark = pytest.mark.slow
@@ -209,7 +210,7 @@ def test_peers_that_pipeline_and_never_read_are_aborted_at_the_response_deadline
     """A pipelined response waiting on a peer that does not read never ended, so no deadline was armed again:
     about a hundred such peers made every request answer 503. Now a response has a deadline (0.5 s here) and
     the connection is aborted at it. With 4 slots, 3 stuck peers and the request that checks fill them."""
-    srv, app = make_app(hosts=("127.0.0.1",))
+    srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
     opened: dict[int, Recorded] = {}  # by the peer's port
 
     class Recorded(BoundedH11):
@@ -243,7 +244,7 @@ def test_one_connection_is_answered_a_bounded_number_of_requests(make_app):
     """Small answers complete into the kernel's buffers, so the response deadline never fires: 30 peers that
     pipelined 2,000 `GET /` each and never read kept both cores busy for as long as they liked. Now a
     connection is closed after MAX_REQUESTS_PER_CONNECTION answers, and what was queued beyond is dropped."""
-    srv, app = make_app(hosts=("127.0.0.1",))
+    srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
     with live_server(app, **connection_limits(srv.max_clients)) as addr:
         host, port = addr.rsplit(":", 1)
         with socket.create_connection((host, int(port))) as s:
@@ -260,7 +261,7 @@ def test_a_peer_that_floods_after_its_close_is_reset(make_app):
     """Closed by the server (here for 21 bad messages), a peer used to have the whole close timeout (10 s) to
     flood pings at full speed: 1,050,000 frames were handled, both cores busy. Now the frame budget still holds
     after the close, and the connection is reset once it is spent."""
-    srv, app = make_app(hosts=("127.0.0.1",))
+    srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
     after_close: list[int] = [0]
 
     class Counted(BoundedWebSocket):
@@ -290,7 +291,7 @@ def test_a_peer_that_floods_after_its_close_is_reset(make_app):
 def test_a_whole_head_over_16_kib_gets_400_and_one_under_it_is_served(make_app):
     """h11_max_incomplete_event_size bounds only a head that has not arrived whole: a 60 KiB head sent in one
     packet was answered. Now the whole request line and headers are capped at 16 KiB."""
-    srv, app = make_app(hosts=("127.0.0.1",))
+    srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
     with live_server(app, **connection_limits(srv.max_clients)) as addr:
         host, port = addr.rsplit(":", 1)
         for head_bytes, expect in ((60 * KiB, b"HTTP/1.1 400"), (15 * KiB, b"HTTP/1.1 200")):
