@@ -16,7 +16,7 @@ T = TypeVar("T")
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, status 2, no usage dump
-        self.exit(2, f"bench: {message}\n")
+        self.exit(2, f"previewlab bench: {message}\n")
 
 
 def listof(kind: Callable[[str], T], allowed: Sequence[str] | None = None) -> Callable[[str], tuple[T, ...]]:
@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise DecoderError("decoder taesd needs TAESD weights: pass --taesd PATH (taesd_decoder.pth from "
                                    "github.com/madebyollin/taesd, or a diffusers AutoencoderTiny folder)")
         except (ModelError, SettingsError, DecoderError) as e:
-            print(f"bench: {e}", file=sys.stderr)
+            print(f"previewlab bench: {e}", file=sys.stderr)
             return 2
         plan = Plan(settings, args.decoders, args.every, args.repeats, args.warmup, args.direct, args.modes,
                     args.budget, args.inflight, comp == "decoder", args.target if len(args.target) > 1 else ())
@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             runs += run_sweep(model, plan, args.out, progress=bar, label=label)
         except CsvSchemaError as e:
-            print(f"bench: --out {args.out}: {e}", file=sys.stderr)
+            print(f"previewlab bench: --out {args.out}: {e}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             print(f"\nbench: interrupted; finished runs are in {args.out}/runs.csv", file=sys.stderr)

@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (ra, _), (rb, _) = read(args.a), read(args.b)
     rows = compare(per_config(ra, args.figure), per_config(rb, args.figure))
     if not rows:
-        print("bench compare: the two sweeps share no configuration", file=sys.stderr)
+        print("previewlab compare: the two sweeps share no configuration", file=sys.stderr)
         return 2
     print(f"{args.figure}: A={args.a}  B={args.b}")
     print(f"{'config':<30}{'A median':>12}{'B median':>12}{'B/A':>8}  beyond spread  verdict")

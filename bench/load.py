@@ -37,10 +37,10 @@ def start_server(*flags: str) -> tuple[subprocess.Popen[bytes], int]:
             return proc, port
         except OSError:
             if proc.poll() is not None:
-                raise SystemExit(f"bench load: the server exited with status {proc.returncode}")
+                raise SystemExit(f"previewlab load: the server exited with status {proc.returncode}")
             time.sleep(0.2)
     proc.kill()
-    raise SystemExit("bench load: the server did not answer within 120 s")
+    raise SystemExit("previewlab load: the server did not answer within 120 s")
 
 
 def rss_kib(pid: int, field: str = "VmRSS") -> int:
@@ -113,7 +113,7 @@ async def one_run(port: int, pid: int, crowd: int, args: argparse.Namespace) -> 
         except websockets.InvalidStatus:
             await asyncio.sleep(0.1)
     else:
-        raise SystemExit("bench load: the driving client could not connect (handshakes refused for 10 s)")
+        raise SystemExit("previewlab load: the driving client could not connect (handshakes refused for 10 s)")
     async with ws:
         await ws.recv()
         rss0 = rss_kib(pid)
@@ -135,7 +135,7 @@ async def one_run(port: int, pid: int, crowd: int, args: argparse.Namespace) -> 
     if stuck:
         stuck.close()
     if done is None:
-        raise SystemExit(f"bench load: run did not finish within {args.timeout} s")
+        raise SystemExit(f"previewlab load: run did not finish within {args.timeout} s")
     rid = done["run_id"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/runs/{rid}.csv") as f:
         rows = list(csv.DictReader(io.StringIO(f.read().decode())))

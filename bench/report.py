@@ -22,7 +22,7 @@ def read(folder: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     def load(name: str) -> list[dict[str, str]]:
         p = folder / name
         if not p.is_file():
-            raise SystemExit(f"bench report: {p} not found; give a folder written by previewlab bench --out")
+            raise SystemExit(f"previewlab report: {p} not found; give a folder written by previewlab bench --out")
         with open(p, newline="") as f:
             return [r for r in csv.DictReader(f) if None not in r.values()]
     return load("runs.csv"), load("steps.csv")
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     runs, steps = read(args.dir)
     if not runs:
-        print(f"bench report: {args.dir}/runs.csv has no runs", file=sys.stderr)
+        print(f"previewlab report: {args.dir}/runs.csv has no runs", file=sys.stderr)
         return 2
     title = caption(runs)
     fig = figures(runs, steps)

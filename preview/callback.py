@@ -1,7 +1,8 @@
 """A drop-in diffusers step-end callback: measure, watch and export the previews of your own pipeline call.
 
-    from previewlab.preview import watch as preview_watch
-    watch = preview_watch(pipe, decoder="taesd", every=2, taesd="path/to/taesd")   # or serve=True
+    from previewlab import serve, watch as preview_watch
+    watch = preview_watch(pipe, decoder="taesd", every=2, taesd="path/to/taesd")
+    serve(watch)                                       # optional: the live page
     image = pipe(prompt, callback_on_step_end=watch,
                  callback_on_step_end_tensor_inputs=watch.tensor_inputs).images[0]
     watch.rows; watch.to_csv("costs.csv")
@@ -118,7 +119,7 @@ class Watch(PipelineCallback):
         self._n = 0
         self._hooks: list[Any] = []
         self._unet_hook: Any = None
-        # attach(): the live page (server.embedded.serve(watch) attaches itself)
+        # attach(): the live page (previewlab.serve(watch) attaches itself)
         self.events: RunEvents | None = None
         self._close_events: Callable[[], None] | None = None
         self._hook()
@@ -277,7 +278,7 @@ class Watch(PipelineCallback):
         meta = c.meta
         status = "done" if len(meter.rows) >= meta.steps else "stopped"
         rec = run_record(self.model, meter.run_id, meter.rows, meta, phases, status=status,
-                         preview=self.controls.get(), inflight_peak=peak, cuda=sw.cuda)
+                         preview=meta.preview, inflight_peak=peak, cuda=sw.cuda)
         self.records.append(rec)
         if self.events:
             self.events.ended(RunEnd.of(meta, rec))

@@ -16,8 +16,7 @@ import torch
 from torch import nn
 
 from .names import DECODER_NAMES, DecoderName, check
-from .models.families import constant
-from .models.latent_formats import LATENT_RGB, latent2rgb
+from .models.latent_formats import latent2rgb
 from .models import Model
 
 Decode = Callable[[torch.Tensor, int, int], torch.Tensor]  # (callback latents, height px, width px) -> image

@@ -83,7 +83,7 @@ class RunOptions:
 
 
 class Server:
-    """The RunEvents (preview.run) of the runs it shows, called on the event loop, and the handler of each
+    """The RunEvents (preview/run.py) of the runs it shows, called on the event loop, and the handler of each
     watcher's messages. Its parts: the run's owner (worker: a RunOwner), the watchers (hub), what each
     session is held to (limits), the data folder (store; writes, in order, off the loop; disk, its reads)."""
 
@@ -113,7 +113,7 @@ class Server:
         # what this server can run: `hello` offers these, and a start or set naming another is refused
         self.encoders = tuple(e for e in ENCODERS if e != "nvjpeg" or model.device.type == "cuda")
         self.metrics = Metrics(data_dir, model.device, keep=keep_runs)
-        self.worker: RunOwner | None = None  # a Worker, or a script's watch (preview.watch with serve=True)
+        self.worker: RunOwner | None = None  # a Worker, or a script's watch (embedded.WatchSource, via previewlab.serve)
         self.source = source
         self.seq = 0
         self.current: RunMeta | None = None

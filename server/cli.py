@@ -13,7 +13,7 @@ from .limits import DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"server: {message}\n")
+        self.exit(2, f"previewlab serve: {message}\n")
 
 
 def parser() -> Parser:
@@ -82,7 +82,7 @@ def page_url(host: str, port: int, token: str | None, extra: Sequence[str]) -> t
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.max_pixel_steps < 0 or args.keep_runs < 0:
-        print("server: --max-pixel-steps and --keep-runs take 0 (no limit) or a positive number", file=sys.stderr)
+        print("previewlab serve: --max-pixel-steps and --keep-runs take 0 (no limit) or a positive number", file=sys.stderr)
         return 2
     import secrets
 
@@ -91,12 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     token = None
     if not is_loopback(args.host):
         if not args.allow_remote:
-            print(f"server: --host {args.host} is beyond loopback: anyone who can reach it could drive the model; "
+            print(f"previewlab serve: --host {args.host} is beyond loopback: anyone who can reach it could drive the model; "
                   "add --allow-remote to do it anyway (a token is then required)", file=sys.stderr)
             return 2
         token = args.token or secrets.token_urlsafe(18)
         if not TOKEN.match(token):  # it travels in a URL and a cookie: only characters both keep as they are
-            print("server: --token: 8 to 256 letters, digits and - _ . ~", file=sys.stderr)
+            print("previewlab serve: --token: 8 to 256 letters, digits and - _ . ~", file=sys.stderr)
             return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from previewlab.preview.models import ModelError, load
@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = load(args.model, taesd=args.taesd, device=args.device, dtype=args.dtype, seed=args.seed,
                      offload=args.offload, channels_last=args.channels_last, variant=args.variant, config=args.config)
     except ModelError as e:
-        print(f"server: {e}", file=sys.stderr)
+        print(f"previewlab serve: {e}", file=sys.stderr)
         return 2
     import socket
 
@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         inflight=args.inflight, compile_decoder=args.compile == "decoder"),
                         keep_runs=args.keep_runs)
     except OSError as e:  # the folder itself cannot be made or listed; a damaged run inside never lands here
-        print(f"server: --data-dir {args.data_dir}: {e}", file=sys.stderr)
+        print(f"previewlab serve: --data-dir {args.data_dir}: {e}", file=sys.stderr)
         return 2
     app = build_app(server)
     label = (" (SYNTHETIC model: random weights, real costs, noise pictures)" if model.synthetic

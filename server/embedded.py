@@ -1,5 +1,5 @@
 """The live page for a user's own pipeline: serve(watch) runs the server in a thread and attaches itself to the
-watch as its RunEvents (preview.run): the core never imports the server.
+watch as its RunEvents (preview/run.py): the core never imports the server.
 
 The user's code owns the pipeline and its loop; this side only shows what the watch measures. Start is
 refused (generations come from the script); set changes the watch's live controls; stop interrupts the

@@ -77,7 +77,7 @@ class Metrics:
         return the disk half, the side-log appends, for the caller to run off the event loop."""
         m, p = end.meta, end.meta.preview
         totals = asdict(end.totals) if end.totals is not None else {}
-        wall = float(totals.get("wall_s", 0.0))
+        wall = end.totals.wall_s if end.totals is not None else 0.0
         self.generation.labels(p.decoder, end.status).observe(wall)
         after = self.memory()
         for k, v in after.items():

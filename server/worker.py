@@ -29,7 +29,7 @@ class Busy(RuntimeError):
 
 class RunOwner(Protocol):
     """What the server's message handler and its shutdown ask of whoever runs the generations: the Worker, or
-    a watch's script (server.embedded.WatchSource). Called on the event loop."""
+    a watch's script (server/embedded.py's WatchSource). Called on the event loop."""
 
     @property
     def state(self) -> str: ...

@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     if setup.device == "cuda" and not torch.cuda.is_available():
-        log(f"gpu_check: torch {torch.__version__} sees no CUDA device; --dry-run runs on the CPU")
+        log(f"previewlab gpu-check: torch {torch.__version__} sees no CUDA device; --dry-run runs on the CPU")
         return 2
     if setup.threads:
         torch.set_num_threads(setup.threads)
@@ -260,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # the table above stands without the reference; say why it is missing
         ref = f"reference: not run ({type(e).__name__}: {e})"
     encoders = sorted({r.record.encoder for ps in pairs.values() for p in ps for r in p if r.record.encoder})
-    took = (f"gpu_check: {time.perf_counter() - t0:.0f} s (model {model.load_s:.0f} s, runs {t_measured - t0 - model.load_s:.0f} s, "
+    took = (f"previewlab gpu-check: {time.perf_counter() - t0:.0f} s (model {model.load_s:.0f} s, runs {t_measured - t0 - model.load_s:.0f} s, "
             f"reference {time.perf_counter() - t_measured:.0f} s); JPEG encoders that ran: {', '.join(encoders)}")
     summary = "\n".join([info, f"{'SYNTHETIC (random weights) ' if model.synthetic else ''}{setup.model} {setup.dtype} "
                          f"{setup.size}x{setup.size} {setup.steps} steps, {len(pairs['taesd/overlap'])} repeats", text, ref, took])

@@ -1,6 +1,6 @@
 """python -m previewlab.bench.gpu.wheelsite FOLDER: the wheels in FOLDER that this interpreter can use, one path a line.
 
-.whl/ holds what the GPU machine lacks, for its CPython 3.12 (bench/gpu_wheels.sh). A binary wheel for another
+.whl/ holds what the GPU machine lacks, for its CPython 3.12 (bench/gpu/gpu_wheels.sh). A binary wheel for another
 interpreter cannot install, and one pinned to another version of an installed package (torchvision pins its
 torch) would break at import: both are left out, each with its reason on stderr, so a dry run elsewhere still
 installs the rest. Standard library only: it runs before anything is installed.

@@ -7,6 +7,7 @@ pictures are real, its costs a small model's, and `Model.note` says so everywher
 """
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 import time
@@ -25,7 +26,7 @@ from .presets import PRESETS, build_preset, clip_tokenizer
 # transformers warns at import that torchvision is missing; nothing here uses image processors
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-DEMO_DIR = Path(__file__).with_name("demo_model")
+DEMO_DIR = Path(str(importlib.resources.files(__name__) / "demo_model"))  # package data, in a wheel too
 DEMO_NOTE = ("demo model trained on drawn scenes: real pictures from a small model; its costs are a small model's "
              "(use synthetic:sd15 for SD1.5's)")
 DEMO_SIZE = 128  # what it was trained at

@@ -9,6 +9,7 @@ files load with `config` naming a local diffusers folder (or a repo id in the lo
 from __future__ import annotations
 
 import gzip
+import importlib.resources
 import json
 import logging
 import shutil
@@ -22,7 +23,7 @@ from .families import Family, FamilyError, latent_space
 from .loading import LoadError
 
 log = logging.getLogger("previewlab.models")
-CONFIGS = Path(__file__).with_name("single_file_configs")
+CONFIGS = Path(str(importlib.resources.files(__package__ or __name__) / "single_file_configs"))  # package data
 SUFFIXES = (".safetensors", ".ckpt", ".sft")
 # diffusers' name for what a checkpoint holds -> (pipeline class, the configs shipped for it; None: needs config)
 KINDS: dict[str, tuple[str, str | None]] = {
