@@ -218,17 +218,23 @@ def test_a_damaged_mark_goes_once_the_folder_is_whole(tmp_path):
     assert listed["status"] == "done" and "damaged" not in listed and store.damaged == {}
 
 
+def three_good_runs(ws) -> list[str]:
+    """After the hello: three finished runs, the ones a full disk must never delete; their ids, oldest first."""
+    ws.receive_text()
+    good = []
+    for _ in range(3):
+        ws.send_text(json.dumps({"type": "start", "steps": 2, "decoder": "latent2rgb"}))
+        good.append(recv_until(ws, "done")["run_id"])
+    return good
+
+
 def test_a_start_the_disk_refuses_is_one_line_and_keeps_the_good_runs(make_app, tmp_path, monkeypatch):
     """The server's side of the real-disk test below, with the disk failing at the start's first write, so it
     runs wherever a tmpfs cannot be mounted."""
     data = tmp_path / "runs"
     srv, app = make_app(data_dir=data, keep_runs=3)
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
-        ws.receive_text()
-        good = []
-        for _ in range(3):
-            ws.send_text(json.dumps({"type": "start", "steps": 2, "decoder": "latent2rgb"}))
-            good.append(recv_until(ws, "done")["run_id"])
+        good = three_good_runs(ws)
         with monkeypatch.context() as m:
             FullDisk(m, fail_at=1)
             ws.send_text(json.dumps({"type": "start", "steps": 2}))
@@ -274,11 +280,7 @@ def test_a_really_full_disk_refuses_the_start_and_keeps_the_good_runs(make_app, 
     data = small_disk / "runs"
     srv, app = make_app(data_dir=data, keep_runs=3)
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
-        ws.receive_text()
-        good = []
-        for _ in range(3):
-            ws.send_text(json.dumps({"type": "start", "steps": 2, "decoder": "latent2rgb"}))
-            good.append(recv_until(ws, "done")["run_id"])
+        good = three_good_runs(ws)
         filler = fill(small_disk)
         ws.send_text(json.dumps({"type": "start", "steps": 2}))
         refused = recv_until(ws, "error")["message"]
