@@ -24,14 +24,15 @@ import numpy as np
 import torch
 from diffusers.callbacks import PipelineCallback
 
-from .decoders import DecoderError, DecoderName
+from .decoders import DecoderError, DecoderName, taesd_refusal
 from .encoders import EncoderName
 from .engine import Controls, Phases, Previewer, StepMeter, cpu_schedule, run_record, save_image
-from .models.families import Family, latent_space
-from .models import Model, denoiser, load_taesd
+from .models.families import Family, latent_space, vae_of
+from .models import Model, default_size, denoiser, load_taesd
 from .csv_writer import to_csv_text
 from .records import STEP_COLUMNS, RunRecord, StepRow
 from .run import RunEnd, RunEvents, RunMeta, ScriptCall
+from .names import BatchPreview
 from .settings import Mode, PreviewSettings
 from .stopwatch import Clock, Device, Stopwatch
 from .targets import Target, X0Tap
@@ -39,18 +40,19 @@ from .targets import Target, X0Tap
 
 def model_of(pipe: Any, taesd: str | None) -> Model:
     """Describe a user's pipeline as the engine's Model, without touching its modules. Raises FamilyError for
-    a pipeline previewlab cannot preview, ModelError for a TAE of another family."""
-    family: Family = latent_space(pipe).family
+    a pipeline previewlab cannot preview, ModelError for a TAE of another family or width."""
+    space = latent_space(pipe)
+    family: Family | None = space.family
     device = torch.device(pipe._execution_device)
     dtype = denoiser(pipe).dtype
     tiny: Any = None
     kind: Literal["diffusers", "madebyollin", "none"] = "none"
     if taesd is not None:
-        tiny, kind = load_taesd(taesd, family)
+        tiny, kind = load_taesd(taesd, family, space)
         tiny.to(device, dtype).eval().requires_grad_(False)  # the decoder the user asked for, ours to place
     offload = "model" if getattr(pipe, "_offload_gpu_id", None) is not None else "none"
     return Model(name=type(pipe).__name__, pipe=pipe, family=family, synthetic=False, taesd=tiny, taesd_kind=kind,
-                 device=device, dtype=dtype, default_size=512 if family == "sd15" else 1024, load_s=0.0,
+                 device=device, dtype=dtype, default_size=default_size(pipe, family), load_s=0.0,
                  offload=offload)
 
 
@@ -92,8 +94,9 @@ class Watch(PipelineCallback):
 
     def __init__(self, pipe: Any, *, decoder: DecoderName = "latent2rgb", every: int = 1, taesd: str | None = None,
                  mode: Mode = "overlap", encoder: EncoderName = "turbojpeg", quality: int = 80, preview_max: int = 0,
-                 budget: float = 0.0, target: Target = "auto", inflight: int = 2, clock: Clock = time.perf_counter,
-                 device: Device | None = None, size: tuple[int, int] | None = None) -> None:
+                 budget: float = 0.0, target: Target = "auto", batch_preview: BatchPreview = "grid", inflight: int = 2,
+                 clock: Clock = time.perf_counter, device: Device | None = None,
+                 size: tuple[int, int] | None = None) -> None:
         """size: (height, width) of the images, for FLUX pipelines at a non-square size (their packed latents
         do not say it). clock and device are for tests: a fake host clock and a fake asynchronous device."""
         super().__init__()
@@ -101,10 +104,9 @@ class Watch(PipelineCallback):
         self.model = model_of(pipe, taesd)
         self.controls = Controls(PreviewSettings(decoder=decoder, every=every, mode=mode, encoder=encoder,
                                                  quality=quality, preview_max=preview_max, budget=budget,
-                                                 target=target))
+                                                 target=target, batch_preview=batch_preview))
         if decoder == "taesd" and self.model.taesd is None:
-            raise DecoderError("decoder taesd needs TAESD weights: pass taesd=PATH (taesd_decoder.pth from "
-                               "github.com/madebyollin/taesd, or a diffusers AutoencoderTiny folder)")
+            raise DecoderError(taesd_refusal(self.model).replace("--taesd PATH", "taesd=PATH"))
         self.previewer = Previewer(self.model)
         self.inflight, self.size = inflight, size
         self.tap = X0Tap(pipe.scheduler)
@@ -141,7 +143,7 @@ class Watch(PipelineCallback):
             if te is not None:
                 self._hooks.append(te.register_forward_pre_hook(lambda *a: self._text_start()))
                 self._hooks.append(te.register_forward_hook(lambda *a: self._text_end()))
-        dec = self.pipe.vae.decoder
+        dec = vae_of(self.pipe).decoder
         self._hooks.append(dec.register_forward_pre_hook(lambda *a: self._decode_start()))
         self._hooks.append(dec.register_forward_hook(lambda *a: self._decode_end()))
         self._arm()
@@ -196,7 +198,7 @@ class Watch(PipelineCallback):
             out = self.meter(pipeline, step_index, timestep, callback_kwargs)
         finally:
             self._previewing = False
-        if step_index + 1 >= getattr(pipeline, "num_timesteps", 10**9) or pipeline._interrupt:
+        if step_index + 1 >= getattr(pipeline, "num_timesteps", 10**9) or getattr(pipeline, "_interrupt", False):
             self._end_denoise()
         return out
 
@@ -210,10 +212,11 @@ class Watch(PipelineCallback):
         h, w = image_size(self.model, latents, self.size)
         self._rows = []
         events, rid = self.events, self.run_id
-        meta = RunMeta.of(self.model, rid, ScriptCall(steps=steps, width=w, height=h, preview=self.controls.get()))
+        meta = RunMeta.of(self.model, rid, ScriptCall(steps=steps, width=w, height=h, preview=self.controls.get(),
+                                                      batch=int(latents.shape[0])))
         on_error = (lambda message: events.error(rid, message)) if events else None
         self.meter = StepMeter(self.model, self.controls, rid, width=w, height=h, steps=steps,
-                               timesteps=timesteps, previewer=self.previewer, inflight=self.inflight,
+                               timesteps=timesteps, previewer=self.previewer, inflight=self.inflight, task="script",
                                on_row=self._row, on_frame=events.frame if events else None, on_error=on_error,
                                should_stop=self._stop.is_set, clock=self.clock, sw=self.sw, tap=self.tap)
         c = self._call

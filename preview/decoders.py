@@ -2,7 +2,7 @@
 
 A decoder is built once per model (its constants then) and called as decode(latents, height, width): the
 latents as the callback hands them (packed for FLUX), the image size in pixels (FLUX needs it to unpack).
-Each family's latent space (families.py) says how the latents reach the TAE, latent2rgb and the VAE.
+Each pipeline's latent space (families.py) says how the latents reach the TAE, latent2rgb and the VAE.
 A registry, not reflection: a user's decoder name is looked up in DECODERS, and a miss lists the valid names.
 """
 from __future__ import annotations
@@ -16,10 +16,14 @@ import torch
 from torch import nn
 
 from .names import DECODER_NAMES, DecoderName, check
-from .models.latent_formats import latent2rgb
+from .models import fit
+from .models.families import CHANNELS, Family, vae_of
+from .models.latent_formats import LATENT_RGB, latent2rgb
 from .models import Model
 
 Decode = Callable[[torch.Tensor, int, int], torch.Tensor]  # (callback latents, height px, width px) -> image
+Note = Callable[[str], None]  # what a decoder has to say on the row of the preview it is making (a fit)
+TAE_NAMES: dict[Family, str] = {"sd15": "taesd", "sdxl": "taesdxl", "sd3": "taesd3", "flux1": "taef1", "flux2": "taef2"}
 
 
 class DecoderError(ValueError):
@@ -51,13 +55,13 @@ _FP32: weakref.WeakKeyDictionary[Any, _Fp32Decoder] = weakref.WeakKeyDictionary(
 def needs_fp32(model: Model) -> bool:
     """SDXL's float16 VAE overflows: its pipeline decodes in float32 (force_upcast). SD1.5's never does, and
     the SD3 and FLUX VAEs run in the pipeline's dtype."""
-    vae = model.pipe.vae
+    vae = vae_of(model.pipe)
     return model.family == "sdxl" and vae.dtype == torch.float16 and bool(getattr(vae.config, "force_upcast", False))
 
 
 def fp32_decoder(pipe: Any) -> _Fp32Decoder:
     """The float32 decoder copy for this pipeline's VAE, made once and shared by previews and final decodes."""
-    vae = pipe.vae
+    vae = vae_of(pipe)
     if vae not in _FP32:
         _FP32[vae] = _Fp32Decoder(vae)
     return _FP32[vae]
@@ -65,40 +69,52 @@ def fp32_decoder(pipe: Any) -> _Fp32Decoder:
 
 def copy_mb(pipe: Any) -> float:
     """Memory held by previewlab's float32 decoder copy of this pipeline's VAE (0 when none was made)."""
-    dec = _FP32.get(pipe.vae)
+    dec = _FP32.get(vae_of(pipe))
     return dec.bytes / 2**20 if dec is not None else 0.0
 
 
 def vae_decoder(model: Model) -> Decode:
     """The pipeline's own VAE, fed exactly what its final decode feeds it: callback latents -> (B, 3, H, W) in
     [-1, 1]. Constants and the float32 copy (when needed) are made here, once, never per call."""
-    vae = model.pipe.vae
+    vae = vae_of(model.pipe)
+    space = model.space
     fp32 = needs_fp32(model)
     dtype = torch.float32 if fp32 else vae.dtype
-    to_vae = model.space.vae_input(model.pipe, model.device, dtype)
+    to_vae = space.vae_input(model.pipe, model.device, dtype)
     dec = fp32_decoder(model.pipe) if fp32 else None
+    extra = {"force_not_quantize": True} if space.quantized else {}  # Kandinsky's MoVQ, as its pipelines call it
 
     def decode(latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
         z = to_vae(latents.to(dtype), height, width)
         if dec is not None:
             return dec(z)
-        return vae.decode(z.to(vae.dtype), return_dict=False)[0]
+        image = vae.decode(z.to(vae.dtype), return_dict=False, **extra)[0]
+        return image[:, :, 0] if space.frames else image  # a Wan-style VAE: the image is frame 0
 
     return decode
 
 
-def _vae(model: Model) -> Decode:
+def _vae(model: Model, note: Note) -> Decode:
     decode = vae_decoder(model)
     return lambda latents, h, w: ((decode(latents, h, w) + 1) / 2).clamp(0, 1)
 
 
-def _taesd(model: Model) -> Decode:
+def taesd_refusal(model: Model) -> str:
+    """Why decoder taesd cannot run for this model, in one line that names its latent space and what would fit."""
+    space = model.space
+    if space.family is not None:
+        return (f"decoder taesd needs TAE weights for {space.family}: pass --taesd PATH "
+                f"({TAE_NAMES[space.family]}_decoder.pth from github.com/madebyollin/taesd, or a diffusers "
+                "AutoencoderTiny folder)")
+    fits = ", ".join(f"{n} ({CHANNELS[f]})" for f, n in TAE_NAMES.items())
+    return (f"decoder taesd: no TAE fits latent space {space.describe()}; a TAE must take its {space.channels} "
+            f"latent channels (madebyollin's take: {fits}); use latent2rgb or vae")
+
+
+def _taesd(model: Model, note: Note) -> Decode:
     tiny: Any = model.taesd
     if tiny is None:
-        names = {"sd15": "taesd", "sdxl": "taesdxl", "sd3": "taesd3", "flux1": "taef1", "flux2": "taef2"}
-        raise DecoderError(f"decoder taesd needs TAE weights for {model.family}: pass --taesd PATH "
-                           f"({names[model.family]}_decoder.pth from github.com/madebyollin/taesd, or a diffusers "
-                           "AutoencoderTiny folder)")
+        raise DecoderError(taesd_refusal(model))
     to_tae = model.space.tae_input(model.pipe, model.device, model.dtype)
     if model.taesd_kind == "madebyollin":
         return lambda latents, h, w: tiny(to_tae(latents, h, w).to(model.dtype)).clamp(0, 1)
@@ -107,16 +123,37 @@ def _taesd(model: Model) -> Decode:
                                   / 2).clamp(0, 1)
 
 
-def _latent2rgb(model: Model) -> Decode:
-    to_tae = model.space.tae_input(model.pipe, model.device, model.dtype)
-    rgb = latent2rgb(model.family, model.device, model.dtype, model.latent_rgb)
-    return lambda latents, h, w: rgb(to_tae(latents, h, w))
+def _latent2rgb(model: Model, note: Note) -> Decode:
+    """A known family's factors (or the model's own), else factors fitted at the first preview (fit.py): that
+    preview's decode_ms holds the fit, and its row's event says so."""
+    space = model.space
+    to_tae = space.tae_input(model.pipe, model.device, model.dtype)
+    known = model.latent_rgb or (LATENT_RGB[space.family] if space.family is not None else None)
+    if known is not None:
+        rgb = latent2rgb(known, model.device, model.dtype)
+        return lambda latents, h, w: rgb(to_tae(latents, h, w))
+    vae, full = vae_of(model.pipe), vae_decoder(model)
+    fitted: list[Callable[[torch.Tensor], torch.Tensor]] = []
+
+    def decode(latents: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        z = to_tae(latents, h, w)
+        if not fitted:
+            made = fit.cached(vae)
+            if made is None:
+                made = fit.fit(vae, z[:1], lambda: full(latents[:1], h, w))
+                note(made.note(space.name))
+            else:
+                note(f"latent2rgb factors for {space.name} fitted earlier in this process (R² {made.r2:.3f})")
+            fitted.append(latent2rgb(made.factors, model.device, model.dtype))
+        return fitted[0](z)
+
+    return decode
 
 
 @dataclass(frozen=True)
 class Spec:
     """One decoder: how to build it, and where to go when it costs too much or fails."""
-    build: Callable[[Model], Decode] | None  # None: no previews
+    build: Callable[[Model, Note], Decode] | None  # None: no previews
     cheaper: DecoderName | None  # the autopilot's next step down when even the widest interval cannot fit
     fallback: DecoderName        # after a failed preview: the safest decoder that still shows something
     needs_taesd: bool = False    # only with TAESD weights
@@ -145,7 +182,8 @@ def cheaper(name: str, has_taesd: bool) -> DecoderName | None:
     return nxt
 
 
-def build(name: str, model: Model) -> Decode | None:
-    """The decode function for a decoder name, or None for `none`. Raises DecoderError."""
+def build(name: str, model: Model, note: Note = lambda text: None) -> Decode | None:
+    """The decode function for a decoder name, or None for `none`. note: where the decoder's word on a
+    preview goes (the row's event). Raises DecoderError."""
     factory = DECODERS[check_name(name)].build
-    return None if factory is None else factory(model)
+    return None if factory is None else factory(model, note)

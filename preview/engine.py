@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -12,7 +13,7 @@ import torch
 
 from . import decoders
 from .controls import Controls
-from .frames import Frame, preview_size, to_uint8_hwc
+from .frames import Frame, grid, preview_size, to_uint8_hwc
 from .meter import StepMeter
 from .previewer import Previewer
 from .models import Model
@@ -22,8 +23,8 @@ from .settings import PreviewSettings, RunSettings
 from .stopwatch import Clock, Stopwatch
 from .targets import X0Tap
 
-__all__ = ["Controls", "Frame", "Phases", "Previewer", "Run", "StepMeter", "final_image", "final_u8", "generate",
-           "on_path_ms", "preview_size", "run_record", "save_image", "to_uint8_hwc"]
+__all__ = ["Controls", "Frame", "Phases", "Previewer", "Run", "StepMeter", "TaskError", "final_image", "final_u8",
+           "generate", "img2img_pipe", "on_path_ms", "preview_size", "run_record", "save_image", "to_uint8_hwc"]
 
 
 @dataclass
@@ -38,7 +39,8 @@ def _env(model: Model) -> dict[str, Any]:
 
     dev = model.device
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    return dict(model=model.name, synthetic=int(model.synthetic), model_note=model.note, device=dev.type, device_name=name,
+    return dict(model=model.name, synthetic=int(model.synthetic), model_note=model.note, family=model.space.name,
+                space=model.space.describe(), device=dev.type, device_name=name,
                 dtype=str(model.dtype).removeprefix("torch."), threads=torch.get_num_threads(),
                 torch=torch.__version__, diffusers=diffusers.__version__)
 
@@ -95,7 +97,9 @@ def run_record(model: Model, run_id: str, rows: list[StepRow], asked: Asked | Ru
                      every=p.every, encoder=encoder or p.encoder, quality=p.quality, preview_max=p.preview_max,
                      mode=p.mode, budget=p.budget, target=p.target, status=status, first_run=int(first_run),
                      inflight_peak=inflight_peak, compile=int(compiled), compile_ms=compile_ms,
-                     vae_copy_mb=decoders.copy_mb(model.pipe))
+                     vae_copy_mb=decoders.copy_mb(model.pipe), task=asked.task,
+                     strength=asked.strength if asked.task == "img2img" else None,
+                     batch=rows[0].batch if rows else asked.batch, steps_run=len(rows))
 
 
 def cpu_schedule(scheduler: Any, steps: int) -> list[float]:
@@ -109,37 +113,92 @@ def cpu_schedule(scheduler: Any, steps: int) -> list[float]:
         return []
 
 
-def encode_prompt(model: Model, prompt: str, guidance: float) -> dict[str, Any]:
-    """The pipeline's own text encoding, as keyword arguments for its __call__ (each family's signature)."""
-    pipe, cfg, dev = model.pipe, guidance > 1.0, model.device
-    if model.family == "sdxl":
-        pe, npe, ppe, nppe = pipe.encode_prompt(prompt=prompt, device=dev, num_images_per_prompt=1,
-                                                do_classifier_free_guidance=cfg)
-        return dict(prompt_embeds=pe, negative_prompt_embeds=npe, pooled_prompt_embeds=ppe,
-                    negative_pooled_prompt_embeds=nppe)
-    if model.family == "sd3":
-        pe, npe, ppe, nppe = pipe.encode_prompt(prompt=prompt, prompt_2=None, prompt_3=None, device=dev,
-                                                num_images_per_prompt=1, do_classifier_free_guidance=cfg)
-        return dict(prompt_embeds=pe, negative_prompt_embeds=npe, pooled_prompt_embeds=ppe,
-                    negative_pooled_prompt_embeds=nppe)
-    if model.family == "flux1" and hasattr(pipe, "text_encoder_2"):  # FluxPipeline: guidance is distilled
-        pe, ppe, _ = pipe.encode_prompt(prompt=prompt, prompt_2=None, device=dev, num_images_per_prompt=1)
-        return dict(prompt_embeds=pe, pooled_prompt_embeds=ppe)
-    if model.family == "flux2":
-        pe, _ = pipe.encode_prompt(prompt=prompt, device=dev, num_images_per_prompt=1)
-        return dict(prompt_embeds=pe)
-    if model.family == "sd15":
-        pe, npe = pipe.encode_prompt(prompt, dev, 1, cfg)
-        return dict(prompt_embeds=pe, negative_prompt_embeds=npe)
-    return dict(prompt=prompt)  # Z-Image, HiDream: their own encoding runs inside the call (in step 1's time)
+def _sd15(pipe: Any, prompt: str, dev: Any, cfg: bool) -> dict[str, Any]:
+    pe, npe = pipe.encode_prompt(prompt, dev, 1, cfg)
+    return dict(prompt_embeds=pe, negative_prompt_embeds=npe)
+
+
+def _sdxl(pipe: Any, prompt: str, dev: Any, cfg: bool) -> dict[str, Any]:
+    pe, npe, ppe, nppe = pipe.encode_prompt(prompt=prompt, device=dev, num_images_per_prompt=1,
+                                            do_classifier_free_guidance=cfg)
+    return dict(prompt_embeds=pe, negative_prompt_embeds=npe, pooled_prompt_embeds=ppe,
+                negative_pooled_prompt_embeds=nppe)
+
+
+def _sd3(pipe: Any, prompt: str, dev: Any, cfg: bool) -> dict[str, Any]:
+    pe, npe, ppe, nppe = pipe.encode_prompt(prompt=prompt, prompt_2=None, prompt_3=None, device=dev,
+                                            num_images_per_prompt=1, do_classifier_free_guidance=cfg)
+    return dict(prompt_embeds=pe, negative_prompt_embeds=npe, pooled_prompt_embeds=ppe,
+                negative_pooled_prompt_embeds=nppe)
+
+
+def _flux1(pipe: Any, prompt: str, dev: Any, cfg: bool) -> dict[str, Any]:
+    pe, ppe, _ = pipe.encode_prompt(prompt=prompt, prompt_2=None, device=dev, num_images_per_prompt=1)
+    return dict(prompt_embeds=pe, pooled_prompt_embeds=ppe)  # FLUX.1's guidance is distilled: no negative
+
+
+def _flux2(pipe: Any, prompt: str, dev: Any, cfg: bool) -> dict[str, Any]:
+    pe, _ = pipe.encode_prompt(prompt=prompt, device=dev, num_images_per_prompt=1)
+    return dict(prompt_embeds=pe)
+
+
+# The text encodings previewlab runs ahead of the call, so they are timed apart from step 1: chosen by the
+# leading parameters of the pipeline's own encode_prompt (its img2img, inpaint and ControlNet variants share
+# them). Any other pipeline encodes its prompt inside the call, in step 1's time.
+_ENCODES: tuple[tuple[tuple[str, ...], Callable[[Any, str, Any, bool], dict[str, Any]]], ...] = (
+    (("prompt", "prompt_2", "prompt_3", "device", "num_images_per_prompt", "do_classifier_free_guidance"), _sd3),
+    (("prompt", "prompt_2", "device", "num_images_per_prompt", "do_classifier_free_guidance"), _sdxl),
+    (("prompt", "prompt_2", "device", "num_images_per_prompt", "prompt_embeds", "pooled_prompt_embeds"), _flux1),
+    (("prompt", "device", "num_images_per_prompt", "do_classifier_free_guidance"), _sd15),
+    (("prompt", "device", "num_images_per_prompt", "prompt_embeds"), _flux2),
+)
+
+
+def encode_prompt(model: Model, prompt: str, guidance: float, pipe: Any = None) -> dict[str, Any]:
+    """The pipeline's own text encoding, as keyword arguments for its __call__, when its encode_prompt is one
+    of the known signatures; else the prompt itself (the call encodes it)."""
+    import inspect
+
+    pipe = pipe if pipe is not None else model.pipe
+    own = getattr(pipe, "encode_prompt", None)
+    if own is not None and model.family is not None:
+        params = tuple(inspect.signature(own).parameters)
+        for lead, encode in _ENCODES:
+            if params[:len(lead)] == lead:
+                return encode(pipe, prompt, model.device, guidance > 1.0)
+    return dict(prompt=prompt)
 
 
 def final_u8(model: Model, latents: torch.Tensor, height: int, width: int,
              decode: decoders.Decode | None = None) -> torch.Tensor:
-    """Latents -> uint8 (H, W, 3) on the device with the pipeline's VAE, as its own final decode does.
-    decode: a built decoders.vae_decoder (its constants made before the run), else one is built now."""
-    img = (decode or decoders.vae_decoder(model))(latents[:1], height, width)[0]
+    """Latents -> uint8 (H, W, 3) on the device with the pipeline's VAE, as its own final decode does; a batch
+    decodes every image and becomes one grid image. decode: a built decoders.vae_decoder (its constants made
+    before the run), else one is built now."""
+    img = grid((decode or decoders.vae_decoder(model))(latents, height, width))
     return to_uint8_hwc(((img.float() + 1) / 2).clamp(0, 1))
+
+
+_IMG2IMG: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+class TaskError(ValueError):
+    """A task the loaded model cannot run (img2img without an image-to-image pipeline); one line."""
+
+
+def img2img_pipe(model: Model) -> Any:
+    """The image-to-image pipeline of the loaded one, made once: AutoPipelineForImage2Image.from_pipe shares
+    every loaded component (no weights are loaded or copied). Raises TaskError."""
+    if model.pipe not in _IMG2IMG:
+        from diffusers import AutoPipelineForImage2Image
+
+        try:
+            pipe = AutoPipelineForImage2Image.from_pipe(model.pipe)
+        except Exception as e:  # diffusers raises ValueError or KeyError for a class with no img2img twin
+            raise TaskError(f"init: {type(model.pipe).__name__} has no image-to-image pipeline in diffusers "
+                            f"({type(e).__name__}); use text-to-image (init null)") from None
+        pipe.set_progress_bar_config(disable=True)
+        _IMG2IMG[model.pipe] = pipe
+    return _IMG2IMG[model.pipe]
 
 
 def final_image(model: Model, latents: torch.Tensor, height: int, width: int) -> np.ndarray:
@@ -163,15 +222,22 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
              on_error: Callable[[str], None] | None = None, should_stop: Callable[[], bool] | None = None,
              image_path: Path | None = None, first_run: bool = False, inflight: int = 2, ranges: bool = False,
              compile_decoder: bool = False, previewer: Previewer | None = None,
-             clock: Clock = time.perf_counter, stopwatch: Stopwatch | None = None) -> Run:
+             clock: Clock = time.perf_counter, stopwatch: Stopwatch | None = None, init_image: Any = None) -> Run:
     """Run one generation and measure it. Rows reach on_row in step order as soon as their times are known.
+
+    settings.batch images per prompt (the final image is their grid); settings.init with init_image (a PIL
+    image, the past run's final image): image-to-image at settings.strength through the model's img2img
+    pipeline (img2img_pipe), which runs fewer steps than asked below strength 1.
 
     Phases mean the same in every mode. On CUDA they are spans of the main stream's timeline (events), so a
     host wait for work still queued is never counted again: drain_ms is how long previews in flight held the
     main stream after the last step, final_decode_ms the VAE decode and the uint8 conversion on the device
     plus the host copy of the image (started once the device has passed the decode)."""
     controls = controls or Controls(settings.preview)
-    pipe = model.pipe
+    img2img = settings.init is not None
+    if img2img and init_image is None:
+        raise TaskError(f"init={settings.init}: img2img needs that run's final image")
+    pipe = img2img_pipe(model) if img2img else model.pipe
     prev = previewer or Previewer(model, compile_decoder)
     start_settings = controls.get()
     compile_ms = prev.warm(start_settings.decoder, settings.height, settings.width)
@@ -183,7 +249,8 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
     meter = StepMeter(model, controls, run_id, width=settings.width, height=settings.height, steps=settings.steps,
                       timesteps=timesteps, previewer=prev, on_row=on_row,
                       on_frame=on_frame, on_error=on_error, should_stop=should_stop, inflight=inflight,
-                      ranges=ranges, clock=clock, sw=stopwatch or Stopwatch(model.device, clock), tap=tap)
+                      ranges=ranges, clock=clock, sw=stopwatch or Stopwatch(model.device, clock), tap=tap,
+                      task=settings.task, strength=settings.strength if img2img else None)
     sw, rng = meter.sw, meter.rng
     status = "done"  # a failure raises; the caller records it
 
@@ -193,16 +260,19 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
         sw.anchor(mark0, t_start)  # the device is idle here: the previous run ended with a copy to the host
         try:
             rng.begin("text_encode")
-            embeds = encode_prompt(model, settings.prompt, settings.guidance)
+            embeds = encode_prompt(model, settings.prompt, settings.guidance, pipe)
             rng.end("text_encode")
             mark_te = sw.mark()
             gen = torch.Generator("cpu").manual_seed(settings.seed)  # rebuilt for every run
             meter.begin(mark_te)
             tap.install()
+            task: dict[str, Any] = dict(image=init_image, strength=settings.strength) if img2img else {}
+            if settings.batch > 1:
+                task["num_images_per_prompt"] = settings.batch
             latents = pipe(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
                            guidance_scale=settings.guidance, generator=gen, output_type="latent",
                            callback_on_step_end=meter, callback_on_step_end_tensor_inputs=["latents"],
-                           **embeds).images
+                           **task, **embeds).images
             rng.end("denoise")
             loop_end = sw.mark()
             peak = meter.finish_previews()  # previews in flight finish before the final decode uses the VAE
@@ -222,7 +292,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             if image_path is not None:
                 image_path.write_bytes(png)
             t_end = clock()
-            if len(meter.rows) + len(meter.pending) < settings.steps:
+            if len(meter.rows) + len(meter.pending) < meter.steps:  # the steps the pipeline runs
                 status = "stopped"
         except BaseException:
             meter.drain()  # every completed step still reaches on_row

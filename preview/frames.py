@@ -1,6 +1,8 @@
-"""Frames: a preview image made ready to send, and the device-side conversion that produces its pixels."""
+"""Frames: a preview image made ready to send, and the device-side work that produces its pixels (a batch's
+grid, the downscale, the uint8 conversion)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +28,19 @@ def preview_size(width: int, height: int, preview_max: int) -> tuple[int, int]:
         return width, height
     s = preview_max / long
     return max(1, round(width * s)), max(1, round(height * s))
+
+
+def grid(images: torch.Tensor) -> torch.Tensor:
+    """(B, 3, H, W) -> one (3, rows * H, cols * W) image: a batch side by side, ceil(sqrt(B)) columns, row by row,
+    empty cells black. A batch of one is its image. On the images' device, no host read."""
+    b, c, h, w = images.shape
+    if b == 1:
+        return images[0]
+    cols = math.ceil(math.sqrt(b))
+    rows = math.ceil(b / cols)
+    if rows * cols > b:
+        images = torch.cat([images, images.new_zeros(rows * cols - b, c, h, w)])
+    return images.reshape(rows, cols, c, h, w).permute(2, 0, 3, 1, 4).reshape(c, rows * h, cols * w)
 
 
 def _to_uint8(image: torch.Tensor, preview_max: int) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch
 from . import decoders, encoders
 from .autopilot import Autopilot
 from .controls import Change, Controls
-from .frames import Frame, to_uint8_chw, to_uint8_hwc
+from .frames import Frame, grid, to_uint8_chw, to_uint8_hwc
 from .models import Model
 from .overlap import Overlap
 from .previewer import Previewer
@@ -56,8 +56,12 @@ class StepMeter:
                  on_row: Callable[[StepRow], None] | None = None, on_frame: Callable[[Frame], None] | None = None,
                  on_error: Callable[[str], None] | None = None, should_stop: Callable[[], bool] | None = None,
                  inflight: int = 2, ranges: bool = False, clock: Clock = time.perf_counter,
-                 sw: Stopwatch | None = None, tap: X0Tap | None = None) -> None:
+                 sw: Stopwatch | None = None, tap: X0Tap | None = None, task: str = "txt2img",
+                 strength: float | None = None) -> None:
         self.model, self.controls, self.run_id = model, controls, run_id
+        self.task, self.strength = task, strength
+        self.batch = 1          # images in the call: read from the first step's latents
+        self._first = True
         self.width, self.height, self.steps, self.timesteps = width, height, steps, timesteps or []
         self.prev = previewer or Previewer(model)
         self.on_row, self.on_frame, self.on_error, self.should_stop = on_row, on_frame, on_error, should_stop
@@ -85,6 +89,8 @@ class StepMeter:
         step's begins: everything between them is on the denoising path."""
         cb = self.sw.mark()
         self.rng.end("denoise")
+        if self._first:
+            self._read_call(p, kw)
         s = self.controls.get()
         row = self._scheduled_row(i, s)
         marks = _Marks(row, self.last, cb, touched=self.in_flight)
@@ -100,6 +106,18 @@ class StepMeter:
         self.rng.begin("denoise")
         self.last = marks.end = self.sw.mark()
         return kw
+
+    def _read_call(self, p: Any, kw: dict[str, Any]) -> None:
+        """At the first step: the batch (from the latents' shape, no device read) and the steps the pipeline
+        really runs (img2img below strength 1 runs fewer than asked), which the autopilot plans for."""
+        self._first = False
+        latents = kw.get("latents")
+        if isinstance(latents, torch.Tensor) and latents.dim() >= 3:
+            self.batch = int(latents.shape[0])
+        n = getattr(p, "_num_timesteps", None)
+        if isinstance(n, int) and 0 < n < self.steps:
+            self.steps = n
+            self.timesteps = self.timesteps[-n:]  # the schedule's tail: img2img starts part-way down
 
     # ---- scheduling: which decoder, what interval, whether this step gets a preview ------------------------------
 
@@ -118,7 +136,8 @@ class StepMeter:
                 event = _also(event, pilot.note)
         ts = self.timesteps[i] if i < len(self.timesteps) else -1.0
         return StepRow(self.run_id, i + 1, ts, decoder=decoder, every=every, encoder="", quality=s.quality,
-                       width=self.width, height=self.height, mode=s.mode, event=event)
+                       width=self.width, height=self.height, mode=s.mode, event=event, batch=self.batch,
+                       task=self.task, strength=self.strength)
 
     def _pilot(self, s: PreviewSettings, change: Change) -> Autopilot | None:
         """The autopilot for these settings: made at the first step with a budget, made anew on a live budget or
@@ -163,10 +182,16 @@ class StepMeter:
             if s.target == "x0" and row.target != "x0" and not self._x0_told:
                 self._x0_told = True
                 row.event = _also(row.event, _no_x0(p))
-            if s.mode == "sync":
-                self._preview_sync(row, marks, shown, ps, decode, enc)
-            else:
-                self._preview_overlap(row, marks, shown, ps, decode, enc)
+            if s.batch_preview == "first":  # a grid decodes the whole batch: the cost of showing it all
+                shown = shown[:1]
+            try:
+                if s.mode == "sync":
+                    self._preview_sync(row, marks, shown, ps, decode, enc)
+                else:
+                    self._preview_overlap(row, marks, shown, ps, decode, enc)
+            finally:
+                for note in prev.take_notes():  # a fit of latent2rgb factors, made inside this decode
+                    row.event = _also(row.event, note)
         except Exception as e:
             self._failed(row, ps, e)
             marks.dec0 = None
@@ -180,7 +205,7 @@ class StepMeter:
         sw, rng, clock = self.sw, self.rng, self.clock
         rng.begin("decode")
         marks.dec0 = sw.mark()
-        image = decode(latents[:1], self.height, self.width)[0]
+        image = grid(decode(latents, self.height, self.width))
         marks.dec1 = sw.mark()
         rng.end("decode")
         rng.begin("resize")
@@ -218,7 +243,7 @@ class StepMeter:
         row.preview = 1  # made, or being made; a failure on the encode thread resets it, so set it first
         self.rng.begin("decode")
         h, w, to_u8 = self.height, self.width, to_uint8_chw if enc.on_device else to_uint8_hwc
-        marks.future = self.overlap.submit(latents, lambda z: decode(z, h, w), lambda img: to_u8(img, s.preview_max),
+        marks.future = self.overlap.submit(latents, lambda z: grid(decode(z, h, w)), lambda img: to_u8(img, s.preview_max),
                                            done, marks, on_device=enc.on_device)
         self.rng.end("decode")
 

@@ -62,7 +62,8 @@ class Overlap:
     def submit(self, latents: torch.Tensor, decode: Callable[[torch.Tensor], torch.Tensor],
                to_u8: Callable[[torch.Tensor], torch.Tensor], finish: Callable[[np.ndarray, float], None],
                marks: Any, on_device: bool = False) -> Future[None]:
-        """Start one preview; finish(host uint8 array, sync_ms) runs on the encode thread.
+        """Start one preview; finish(host uint8 array, sync_ms) runs on the encode thread. latents: what the
+        preview decodes (one image's, or a batch's for a grid); decode gives the one image (3, H, W) to show.
         sync_ms is the part of the encode thread's wait for the copy that no event times (see Stopwatch.wait).
         on_device (CUDA, an encoder like nvjpeg): no pixel copy; the encode thread gets the device tensor once
         the resize has passed, and finish encodes it on the encoder's own stream."""
@@ -73,7 +74,7 @@ class Overlap:
                 host, copied = self._device_part(latents, decode, to_u8, marks, on_device)
             else:
                 marks.dec0 = self.sw.mark()
-                image = decode(latents[:1])[0]
+                image = decode(latents)
                 marks.dec1 = self.sw.mark()
                 host = to_u8(image).numpy()
                 marks.res1 = self.sw.mark()
@@ -88,13 +89,13 @@ class Overlap:
                      on_device: bool) -> tuple[torch.Tensor, Any]:
         dev, stream = self.dev, self.stream
         assert dev is not None
-        lat = latents[:1].clone()  # on the main stream, ordered before the next step can touch `latents`
+        lat = latents.clone()  # on the main stream, ordered before the next step can touch `latents`
         ready = dev.event()
         with dev.use(stream):
             dev.after(stream, ready)
             dev.keep(lat, stream)  # the allocator must not hand lat's memory to the main stream early
             marks.dec0 = self.sw.mark()
-            image = decode(lat)[0]
+            image = decode(lat)
             marks.dec1 = self.sw.mark()
             u8 = to_u8(image)
             marks.res1 = self.sw.mark()

@@ -18,14 +18,20 @@ class Previewer:
         self._enc: dict[str, encoders.Encoder] = {}
         self.compile_ms: dict[str, float] = {}
         self.cost_ms: dict[str, float] = {}  # the autopilot's latest cost per preview, by decoder
+        self._notes: list[str] = []  # what decoders said while making a preview (a fit), for its row's event
 
     def decoder(self, name: str) -> decoders.Decode | None:
         if name not in self._dec:
-            fn = decoders.build(name, self.model)
+            fn = decoders.build(name, self.model, self._notes.append)
             if fn is not None and self.compile:
                 fn = torch.compile(fn, dynamic=False)
             self._dec[name] = fn
         return self._dec[name]
+
+    def take_notes(self) -> list[str]:
+        """The decoders' notes since the last call (on the thread that ran the decode)."""
+        notes, self._notes[:] = list(self._notes), []
+        return notes
 
     def warm(self, name: str, height: int, width: int) -> float:
         """Compile a decoder ahead of the run (torch.compile compiles on first call); returns the compile ms,

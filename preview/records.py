@@ -63,6 +63,9 @@ class StepRow:
     event: str = ""            # what changed at this step: a live control, a fallback after an error
     on_path_ms: float = 0.0    # the preview time that ran on the denoising path (on_path_ms below): it adds to wall
     target: str = ""           # what the preview showed: x0 (the predicted clean image) or latents
+    batch: int = 1             # images in the call; a grid preview decodes them all, `first` only one
+    task: str = "txt2img"      # txt2img | img2img | script (a watch: the user's own call)
+    strength: float | None = None  # img2img: the strength asked (fewer steps run below 1)
     send_ms: float | None = None
     ack_rtt_ms: float | None = None
     client_decode_ms: float | None = None
@@ -141,6 +144,12 @@ class RunRecord:
     compile_ms: float     # compiling the starting decoder, before the run's clock starts (not in wall_s)
     vae_copy_mb: float = 0.0  # previewlab's own float32 copy of an SDXL float16 VAE's decoder (never cast in place)
     guidance: float | None = None  # classifier-free guidance scale of the run (None: the user's own call)
+    family: str = ""      # the latent space's known family, or "unnamed"
+    space: str = ""       # the latent space as read from the VAE (families.LatentSpace.describe)
+    task: str = "txt2img"  # txt2img | img2img | script
+    strength: float | None = None
+    batch: int = 1        # images per call
+    steps_run: int = 0    # steps the denoising ran: fewer than `steps` for img2img below strength 1, or stopped
 
     @property
     def preview_ms(self) -> float:

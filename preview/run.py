@@ -31,6 +31,9 @@ class ScriptCall:
     prompt: str = "(your script)"
     seed: int = -1
     guidance: float | None = None
+    batch: int = 1            # from the latents
+    task: str = "script"
+    strength: float | None = None
 
 
 Asked = RunSettings | ScriptCall  # what a run was asked to do: the server's settings, or a script's call
@@ -50,7 +53,8 @@ class RunMeta:
     model: str
     synthetic: bool
     model_note: str
-    family: str
+    family: str       # the latent space's known family, or "unnamed"
+    space: str        # the latent space as read from the VAE (families.LatentSpace.describe)
     device: str       # cpu | cuda | mps
     dtype: str
     prompt: str
@@ -60,15 +64,20 @@ class RunMeta:
     seed: int         # -1: a script's own call
     guidance: float | None
     preview: PreviewSettings  # at the start of the run; live changes show in the rows
+    batch: int = 1
+    task: str = "txt2img"     # txt2img | img2img | script
+    init: str | None = None   # img2img: the run whose final image was the input
+    strength: float | None = None
 
     @classmethod
     def of(cls, model: Model, run_id: str, asked: Asked) -> RunMeta:
         """The one constructor: the model's description, and what the run was asked."""
         return cls(run_id=run_id, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), model=model.name,
-                   synthetic=model.synthetic, model_note=model.note, family=model.family,
-                   device=model.device.type, dtype=dtype_name(model.dtype), prompt=asked.prompt, steps=asked.steps,
-                   width=asked.width, height=asked.height, seed=asked.seed, guidance=asked.guidance,
-                   preview=asked.preview)
+                   synthetic=model.synthetic, model_note=model.note, family=model.space.name,
+                   space=model.space.describe(), device=model.device.type, dtype=dtype_name(model.dtype),
+                   prompt=asked.prompt, steps=asked.steps, width=asked.width, height=asked.height, seed=asked.seed,
+                   guidance=asked.guidance, preview=asked.preview, batch=asked.batch, task=asked.task,
+                   init=getattr(asked, "init", None), strength=asked.strength if asked.task == "img2img" else None)
 
     def to_json(self) -> dict[str, Any]:
         """Flat, as on the wire and on disk: the run's fields, then the preview settings'."""

@@ -4,13 +4,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .names import DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, DecoderName, EncoderName, Mode, Target, check
+from .names import (BATCH_PREVIEWS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, BatchPreview, DecoderName,
+                    EncoderName, Mode, Target, check)
 
 MAX_STEPS = 1000
 MAX_EVERY = 10_000
 MAX_PROMPT = 2000  # characters
 MIN_SIDE, MAX_SIDE = 64, 2048  # pixels; MAX_SIDE is the default cap, a server may lower it
 MAX_GUIDANCE = 30.0  # classifier-free guidance scale; <= 1 turns CFG off (one UNet pass per step, not two)
+MAX_BATCH = 8  # images per run; the server counts them in its work limit
+RUN_ID_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_")
 
 
 class SettingsError(ValueError):
@@ -28,10 +31,12 @@ class PreviewSettings:
     mode: Mode = "overlap"    # sync: all preview work inside the step callback; overlap: off the denoising path
     budget: float = 0.0      # percent; > 0 lets the autopilot choose the interval (every = "auto")
     target: Target = "auto"  # x0: the model's predicted clean image; latents: the noisy ones; auto: x0 if it can
+    batch_preview: BatchPreview = "grid"  # a batch: every image in one grid frame (decoded all), or the first
 
     def __post_init__(self) -> None:
         check("mode", self.mode, MODES, SettingsError)
         check("target", self.target, TARGETS, SettingsError)
+        check("batch_preview", self.batch_preview, BATCH_PREVIEWS, SettingsError)
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)) or not 0 <= self.budget <= 1000:
             raise SettingsError(f"budget={self.budget!r}: must be a number of percent from 0 (off) to 1000")
         check("decoder", self.decoder, DECODER_NAMES, SettingsError)
@@ -56,7 +61,13 @@ class RunSettings:
     guidance: float = 7.5
     preview: PreviewSettings = field(default_factory=PreviewSettings)
     max_side: int = MAX_SIDE
+    batch: int = 1                # images per prompt
+    init: str | None = None       # img2img: the id of a past run whose final image is the input; None: txt2img
+    strength: float = 0.75        # img2img: how much of the input is noised away, (0, 1]; fewer steps run below 1
 
+    @property
+    def task(self) -> str:
+        return "txt2img" if self.init is None else "img2img"
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str) or len(self.prompt) > MAX_PROMPT:
             raise SettingsError(f"prompt: a string of at most {MAX_PROMPT} characters is allowed")
@@ -72,6 +83,15 @@ class RunSettings:
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= MAX_GUIDANCE:
             raise SettingsError(f"guidance={g!r}: must be a number from 0 to {MAX_GUIDANCE:g} "
                                 "(<= 1 turns classifier-free guidance off)")
+        _int("batch", self.batch, 1, MAX_BATCH)
+        if self.init is not None and (not isinstance(self.init, str) or not 0 < len(self.init) <= 64
+                                      or not set(self.init) <= RUN_ID_CHARS):
+            raise SettingsError(f"init={self.init!r}: must be the id of a past run (letters, digits, - and _), "
+                                "or null for text-to-image")
+        st = self.strength
+        if isinstance(st, bool) or not isinstance(st, (int, float)) or not 0 < st <= 1:
+            raise SettingsError(f"strength={st!r}: must be a number above 0 and at most 1 "
+                                "(how much of the input image is noised away)")
 
 
 PREVIEW_FIELDS = tuple(f.name for f in fields(PreviewSettings))

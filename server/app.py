@@ -36,7 +36,7 @@ from .limits import DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS, MAX_EVENT_CHARS,
 from .metrics import Metrics
 from .session import SessionLimits, serve_client
 from .store import RUN_ID, Damaged, Store
-from .worker import Busy, RunOwner, Worker
+from .worker import Busy, RunOwner, TaskError, Worker
 from .writes import OrderedWrites
 
 log = logging.getLogger("previewlab.server")
@@ -207,7 +207,7 @@ class Server:
         if isinstance(msg, protocol.Start):
             try:
                 self.worker.start(msg.settings)
-            except Busy as e:
+            except (Busy, TaskError) as e:
                 raise protocol.ProtocolError(str(e)) from None
             except OSError as e:  # the run's folder could not be written: the run did not start
                 log.warning("could not start a run: %s", e)

@@ -46,15 +46,19 @@ class RateLimit:
         return self.tokens + (self.clock() - self.t) * self.per_s >= self.burst
 
 
-def work_error(steps: int, width: int, height: int, max_pixel_steps: int) -> str | None:
-    """None when the run fits the limit, else the one line a person needs to make it fit."""
-    work = steps * width * height
+def work_error(steps: int, width: int, height: int, max_pixel_steps: int, batch: int = 1) -> str | None:
+    """None when the run fits the limit, else the one line a person needs to make it fit. A batch of images
+    costs its size times one image's work."""
+    work = steps * width * height * batch
     if max_pixel_steps <= 0 or work <= max_pixel_steps:
         return None
-    fit = max_pixel_steps // (width * height)
-    hint = f"at {width}x{height} at most {fit} steps fit" if fit else f"no step at {width}x{height} fits"
-    return (f"steps x width x height = {steps} x {width} x {height} = {work:,} pixel-steps, over this server's "
-            f"limit of {max_pixel_steps:,} (--max-pixel-steps); {hint}")
+    fit = max_pixel_steps // (width * height * batch)
+    at = f"{width}x{height}" + (f" x {batch} images" if batch > 1 else "")
+    hint = f"at {at} at most {fit} steps fit" if fit else f"no step at {at} fits"
+    what = "steps x width x height" + (" x batch" if batch > 1 else "")
+    shown = f"{steps} x {width} x {height}" + (f" x {batch}" if batch > 1 else "")
+    return (f"{what} = {shown} = {work:,} pixel-steps, over this server's limit of {max_pixel_steps:,} "
+            f"(--max-pixel-steps); {hint}")
 
 
 def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:

@@ -1,10 +1,11 @@
 """The WebSocket protocol: one validator turns a text frame into a typed message or a ProtocolError.
 
 Browser -> server (text, JSON objects with a "type"):
-  start  {prompt, steps, width, height, seed, guidance, decoder, every, preview_max, encoder, quality, mode,
-          budget}
-         (all optional; every may be "auto": the autopilot picks the interval to fit budget, in percent)
-  set    {decoder, every, preview_max, encoder, quality, mode, budget}  (at least one)
+  start  {prompt, steps, width, height, seed, guidance, batch, init, strength, decoder, every, preview_max,
+          encoder, quality, mode, budget, target, batch_preview}
+         (all optional; every may be "auto": the autopilot picks the interval to fit budget, in percent;
+          init: a past run's id, whose final image is the input of an img2img run at strength)
+  set    {decoder, every, preview_max, encoder, quality, mode, budget, target, batch_preview}  (at least one)
   stop   {}
   ack    {seq, client_decode_ms, client_paint_ms}
 Server -> browser (text, each built by the function of its name below):
@@ -24,10 +25,11 @@ import struct
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-from previewlab.preview.names import DECODER_NAMES, MODES, TARGETS
+from previewlab.preview.names import BATCH_PREVIEWS, DECODER_NAMES, MODES, TARGETS
 from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunMeta, dtype_name
-from previewlab.preview.settings import PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings, RunSettings, SettingsError
+from previewlab.preview.settings import (MAX_BATCH, PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings, RunSettings,
+                                        SettingsError)
 
 from .limits import clip, short, work_error
 
@@ -150,7 +152,7 @@ def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int, encoders: tu
                                max_side=defaults.max_side)
     except SettingsError as e:
         raise ProtocolError(clip(str(e))) from None
-    too_much = work_error(settings.steps, settings.width, settings.height, max_pixel_steps)
+    too_much = work_error(settings.steps, settings.width, settings.height, max_pixel_steps, settings.batch)
     if too_much:
         raise ProtocolError(too_much)
     return Start(settings)
@@ -192,13 +194,14 @@ def hello(model: Model, defaults: RunSettings, *, max_pixel_steps: int, encoders
           running: RunMeta | None) -> Outbound:
     """encoders: the ones this server can run (the registry's, less nvjpeg without CUDA)."""
     return {"type": "hello", "model": model.name, "synthetic": model.synthetic, "note": model.note,
-            "family": model.family, "device": model.device.type, "dtype": dtype_name(model.dtype),
+            "family": model.space.name, "space": model.space.describe(), "device": model.device.type,
+            "dtype": dtype_name(model.dtype), "max_batch": MAX_BATCH,
             "defaults": {**{k: getattr(defaults, k) for k in RUN_FIELDS}, **asdict(defaults.preview)},
             "max_side": defaults.max_side, "max_pixel_steps": max_pixel_steps, "taesd": model.taesd is not None,
             "running": running.to_json() if running else None,
             # the page's choices come from the registries, so a new decoder or encoder needs no page edit
             "choices": {"decoder": list(DECODER_NAMES), "encoder": list(encoders), "mode": list(MODES),
-                        "target": list(TARGETS)}}
+                        "target": list(TARGETS), "batch_preview": list(BATCH_PREVIEWS)}}
 
 
 def run(meta: RunMeta) -> Outbound:

@@ -12,7 +12,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Literal, Protocol
 
-from previewlab.preview.engine import Controls, Previewer, generate
+from previewlab.preview.engine import Controls, Previewer, TaskError, generate, img2img_pipe
 from previewlab.preview.models import Model
 from previewlab.preview.run import RunEnd, RunEvents, RunMeta
 from previewlab.preview.settings import RunSettings
@@ -55,9 +55,16 @@ class Worker:
         self.future: Future[None] | None = None  # the run in progress, or the last one
 
     def start(self, settings: RunSettings) -> RunMeta:
-        """Raises Busy while a run goes on, OSError when the run's folder cannot be made (nothing started)."""
+        """Raises Busy while a run goes on, TaskError for an img2img start this server cannot run (no such past
+        run, or no img2img pipeline for the model), OSError when the run's folder cannot be made (nothing
+        started)."""
         if self.state != "idle":
             raise Busy(f"a generation is already running ({self.run_id}); stop it or wait for it to finish")
+        if settings.init is not None:
+            if not (self.store.known(settings.init) and self.store.final_image_path(settings.init).is_file()):
+                raise TaskError(f"init={settings.init}: no past run with that id has a final image; pick one from "
+                                "the run list")
+            img2img_pipe(self.model)  # made once, sharing the loaded components; refuses a model without one
         meta = RunMeta.of(self.model, self.store.new_id(), settings)
         self.store.begin(meta)
         self.state, self.run_id = "running", meta.run_id
@@ -86,7 +93,8 @@ class Worker:
         rid, events = meta.run_id, self.events
         assert self.controls is not None
         try:
-            run = generate(self.model, settings, run_id=rid, controls=self.controls,
+            init = self._init_image(settings.init) if settings.init is not None else None
+            run = generate(self.model, settings, run_id=rid, controls=self.controls, init_image=init,
                            on_row=lambda r: self._call(events.row, r),
                            on_frame=lambda f: self._call(events.frame, f),
                            on_error=lambda msg: self._call(events.error, rid, msg),
@@ -101,6 +109,13 @@ class Worker:
             log.exception("run %s failed", rid)
             end = RunEnd.failed(meta, e)
         self._call(self._ended, end)
+
+    def _init_image(self, rid: str) -> Any:
+        """A past run's final image, read on the model's thread: the input of an img2img run."""
+        from PIL import Image
+
+        with Image.open(self.store.final_image_path(rid)) as im:
+            return im.convert("RGB")
 
     def _ended(self, end: RunEnd) -> None:
         self.state, self.run_id, self.controls = "idle", None, None

@@ -89,7 +89,7 @@ class FullDisk:
 
 def meta_of(rid: str) -> RunMeta:
     return RunMeta(run_id=rid, started_at="2026-11-30T12:00:00+0000", model="m", synthetic=True, model_note="",
-                   family="sd15", device="cpu", dtype="float32", prompt="p", steps=2, width=64, height=64, seed=0,
+                   family="sd15", space="sd15: ...", device="cpu", dtype="float32", prompt="p", steps=2, width=64, height=64, seed=0,
                    guidance=7.5, preview=PreviewSettings())
 
 

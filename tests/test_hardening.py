@@ -405,7 +405,7 @@ def test_side_logs_are_bounded_by_the_runs_kept(tmp_path):
     m = Metrics(tmp_path, torch.device("cpu"), keep=5)
     def end(i: int) -> RunEnd:
         meta = RunMeta(run_id=f"r{i}", started_at="", model="m", synthetic=True, model_note="", family="sd15",
-                       device="cpu", dtype="float32", prompt="p", steps=2, width=64, height=64, seed=0,
+                       space="sd15: ...", device="cpu", dtype="float32", prompt="p", steps=2, width=64, height=64, seed=0,
                        guidance=7.5, preview=PreviewSettings())
         zeros: dict[str, Any] = {f.name: 0 for f in fields(RunRecord)}
         totals = RunRecord(**{**zeros, "run_id": f"r{i}", "wall_s": float(i)})

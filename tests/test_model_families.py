@@ -112,6 +112,7 @@ def tae_file(m: Model, folder: Path) -> str:
     if m.taesd_kind == "diffusers":
         m.taesd.save_pretrained(folder / "tae")  # type: ignore[operator]
         return str(folder / "tae")
+    assert m.family is not None
     name = {"sd3": "taesd3", "flux1": "taef1", "flux2": "taef2"}[m.family]
     path = folder / f"{name}_decoder.safetensors"
     save_file({k: v.contiguous() for k, v in m.taesd.state_dict().items()}, str(path))

@@ -7,6 +7,7 @@ import json
 
 from starlette.testclient import TestClient
 
+from previewlab.server.app import RunOptions
 from tests.conftest import SAME_ORIGIN, recv_until
 
 
@@ -18,7 +19,10 @@ def test_hello_start_refuse_stop_and_csv(make_app):
         # the page's options come from the registries (a CPU server does not offer nvjpeg)
         assert hello["choices"] == {"decoder": ["none", "latent2rgb", "taesd", "vae"],
                                     "encoder": ["turbojpeg", "pillow", "webp", "png"],
-                                    "mode": ["sync", "overlap"], "target": ["auto", "x0", "latents"]}
+                                    "mode": ["sync", "overlap"], "target": ["auto", "x0", "latents"],
+                                    "batch_preview": ["grid", "first"]}
+        assert hello["family"] == "sd15" and hello["space"].startswith("sd15: 4 channels at 1/2, spatial")
+        assert hello["max_batch"] == 8
         assert hello["defaults"]["target"] == "auto"
         ws.send_text(json.dumps({"type": "set", "decoder": "vae"}))
         assert "no generation is running" in recv_until(ws, "error")["message"]
@@ -51,6 +55,44 @@ def test_hello_start_refuse_stop_and_csv(make_app):
         assert rows[0]["decoder"] == "latent2rgb" and rows[-1]["decoder"] == "taesd"
         assert [int(r["step"]) for r in rows] == list(range(1, len(rows) + 1))
         assert client.get("/runs.csv").text.count("\n") == len(rows) + 1
+
+
+def test_img2img_from_a_past_run_and_a_batch_through_the_server(make_app, tmp_path):
+    from PIL import Image
+
+    srv, app = make_app(tmp_path / "runs")
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        recv_until(ws, "hello")
+        ws.send_text(json.dumps({"type": "start", "steps": 2, "batch": 3, "decoder": "latent2rgb",
+                                 "batch_preview": "grid"}))
+        first = recv_until(ws, "run")
+        done = recv_until(ws, "done")
+        assert (first["batch"], first["task"], done["status"]) == (3, "txt2img", "done")
+        assert done["totals"]["batch"] == 3 and done["totals"]["steps_run"] == 2
+        grid = Image.open(tmp_path / "runs" / first["run_id"] / "final.png")
+        assert grid.size == (128, 128)  # 3 images of 64 px in a 2 x 2 grid
+        # a past run's final image as the input: 8 steps at strength 0.5 run 4, and the overhead counts those
+        for bad, why in (({"init": "20990101-000000-000"}, "no past run with that id has a final image"),
+                         ({"init": "../etc"}, "must be the id of a past run"),
+                         ({"init": first["run_id"], "strength": 0}, "strength=0: must be a number above 0")):
+            ws.send_text(json.dumps({"type": "start", "steps": 8, **bad}))
+            assert why in recv_until(ws, "error")["message"]
+        ws.send_text(json.dumps({"type": "start", "steps": 8, "init": first["run_id"], "strength": 0.5,
+                                 "decoder": "vae"}))
+        again = recv_until(ws, "run")
+        end = recv_until(ws, "done")
+        assert (again["task"], again["init"], again["strength"]) == ("img2img", first["run_id"], 0.5)
+        assert end["status"] == "done" and end["totals"]["steps"] == 8 and end["totals"]["steps_run"] == 4
+        assert end["totals"]["task"] == "img2img" and end["totals"]["previews"] == 4
+        rows = list(csv.DictReader(io.StringIO(client.get(f"/runs/{again['run_id']}.csv").text)))
+        assert [(r["step"], r["task"], r["strength"], r["batch"]) for r in rows] == \
+            [(str(i), "img2img", "0.500", "1") for i in range(1, 5)]
+        # the work limit counts every image of a batch
+        limited, limited_app = make_app(tmp_path / "limited", runs=RunOptions(max_pixel_steps=64 * 64 * 10))
+    with TestClient(limited_app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        recv_until(ws, "hello")
+        ws.send_text(json.dumps({"type": "start", "steps": 4, "batch": 3}))
+        assert "x batch = 4 x 64 x 64 x 3" in recv_until(ws, "error")["message"]
 
 
 def test_unknown_and_hostile_run_ids_are_404(make_app):

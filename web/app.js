@@ -3,15 +3,17 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const LIVE = ["decoder", "every", "preview_max", "encoder", "quality", "mode", "budget", "target"];
-const RUN_FIELDS = ["prompt", "steps", "width", "height", "seed", "guidance"];
-const NUMERIC = new Set(["steps", "width", "height", "seed", "guidance", "every", "preview_max", "quality", "budget"]);
+const LIVE = ["decoder", "every", "preview_max", "encoder", "quality", "mode", "budget", "target", "batch_preview"];
+const RUN_FIELDS = ["prompt", "steps", "width", "height", "seed", "guidance", "batch", "strength"];
+const NUMERIC = new Set(["steps", "width", "height", "seed", "guidance", "every", "preview_max", "quality", "budget",
+                         "batch", "strength"]);
 const PAGE = 50;         // runs per /runs request (the server's default page)
 const STAGES = ["denoise_ms", "decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "render_ms"];
 const DRAW = STAGES.map((_, i) => STAGES.length - 1 - i);  // series order: the top of the stack first
 const COLORS = ["#8da0cb", "#e78ac3", "#fc8d62", "#ffd92f", "#a6d854", "#66c2a5", "#b3b3b3", "#e5c494"];
 
 let ws = null;
+let init = null;         // img2img: the past run whose final image is the next start's input (null: text to image)
 let run = null;          // the run this tab is watching: its settings, rows by step, figures
 let chart = null;
 let chartDirty = false;
@@ -77,6 +79,8 @@ function onText(msg) {
       }
       for (const [k, v] of Object.entries(msg.defaults)) if ($(k) && !$(k).dataset.touched && k !== "budget") $(k).value = v;
       $("width").max = $("height").max = msg.max_side;
+      $("batch").max = msg.max_batch;
+      $("model").title = msg.space;  // the latent space as the server read it from the VAE
       if (msg.running) beginRun(msg.running);
       else if (!$("stop").disabled) {  // the run this tab watched ended while it was away (a server restart)
         $("f-status").textContent = `${run ? run.meta.run_id + " " : ""}ended while disconnected`;
@@ -307,7 +311,9 @@ function renderRuns() {
     const every = m.budget > 0 ? `auto ${m.budget}%` : m.every;
     const status = m.damaged && m.status !== "damaged" ? `${m.status} (damaged)` : m.status;
     const size = m.width === undefined ? "" : `${m.width}x${m.height}`;
-    const cells = [m.run_id, status, m.decoder, every, m.mode, m.steps, size, m.guidance,
+    const task = (m.task === "img2img" ? `img2img ${m.strength} from ${m.init}` : (m.task || "txt2img")) +
+                 (m.batch > 1 ? ` ×${m.batch}` : "");
+    const cells = [m.run_id, status, m.decoder, every, m.mode, task, m.steps, size, m.guidance,
                    f ? f.wall_s.toFixed(2) : "", f ? f.denoise_per_step.toFixed(1) : "",
                    f ? f.preview_on_path.toFixed(0) : "", f ? f.overhead_pct.toFixed(1) : "",
                    f ? f.previews : "", f ? f.kb_per_frame.toFixed(1) : ""];
@@ -327,16 +333,35 @@ function renderRuns() {
       td.appendChild(a);
     }
     tr.appendChild(td);
+    const use = document.createElement("td");
+    if ((m.status === "done" || m.status === "stopped") && !m.damaged) {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = "use as input";
+      b.className = "use-input";
+      b.addEventListener("click", () => setInit(m.run_id));
+      use.appendChild(b);
+    }
+    tr.appendChild(use);
     body.appendChild(tr);
   }
+}
+
+// img2img: a past run's final image is the input; the server reads it by id (no upload, no path from here)
+function setInit(id) {
+  init = id;
+  $("init-label").textContent = id ? `the final image of run ${id} (image to image)` : "none (text to image)";
+  $("clear-init").hidden = !id;
 }
 
 $("start-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const msg = { type: "start", ...previewFields(LIVE) };
   for (const k of RUN_FIELDS) msg[k] = value(k);
+  msg.init = init;
   send(msg);
 });
+$("clear-init").addEventListener("click", () => setInit(null));
 $("stop").addEventListener("click", () => send({ type: "stop" }));
 for (const k of LIVE) {
   $(k).addEventListener("change", () => {

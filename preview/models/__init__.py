@@ -11,7 +11,7 @@ import importlib.resources
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,8 +44,8 @@ class ModelError(ValueError):
 @dataclass
 class Model:
     name: str                # the --model value as given
-    pipe: Any                # a diffusers StableDiffusion(XL)Pipeline
-    family: Family
+    pipe: Any                # any diffusers pipeline with a step callback and a VAE (families.latent_space)
+    family: Family | None    # a known family, None for an unnamed latent space
     synthetic: bool
     taesd: nn.Module | None  # None when no TAESD weights were given for a real model
     taesd_kind: Literal["diffusers", "madebyollin", "none"]
@@ -59,6 +59,7 @@ class Model:
     latent_rgb: Factors | None = None  # the model's own latent2rgb factors; None: its family's
     prompt: str = ""                   # a prompt the model knows, for the page's default; "": the settings' one
     guidance: float | None = None      # the guidance scale it works best at, for the page's default
+    _space: tuple[Any, LatentSpace] | None = field(default=None, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -69,17 +70,37 @@ class Model:
 
     @property
     def vae_scale_factor(self) -> int:
-        return int(self.pipe.vae_scale_factor)
+        return self.space.factor
 
     @property
     def space(self) -> LatentSpace:
-        """The family's latent space: how the callback's latents reach the TAE, latent2rgb and the VAE."""
-        return latent_space(self.pipe)
+        """The pipeline's latent space: how the callback's latents reach the TAE, latent2rgb and the VAE."""
+        if self._space is None or self._space[0] is not self.pipe:
+            self._space = (self.pipe, latent_space(self.pipe))
+        return self._space[1]
 
 
 def denoiser(pipe: Any) -> Any:
-    """The model that runs every step: the UNet (SD1.5, SDXL) or the transformer (SD3, FLUX)."""
-    return getattr(pipe, "unet", None) or pipe.transformer
+    """The model that runs every step: the UNet (SD1.5, SDXL, Kandinsky) or the transformer (SD3, FLUX, ...)."""
+    return getattr(pipe, "unet", None) or getattr(pipe, "transformer", None) or pipe.transformer_2
+
+
+def tae_channels(tae: Any) -> int | None:
+    """The latent channels a TAE decoder takes: madebyollin's (its first conv after the clamp) or a diffusers
+    AutoencoderTiny's config."""
+    cfg = getattr(tae, "config", None)
+    if cfg is not None and getattr(cfg, "latent_channels", None) is not None:
+        return int(cfg.latent_channels)
+    first = next((m for m in tae.modules() if isinstance(m, nn.Conv2d)), None)
+    return int(first.in_channels) if first is not None else None
+
+
+def check_tae(tae: Any, space: LatentSpace, path: str) -> None:
+    """A TAE that does not take this latent space's channels is refused before any run, in one line."""
+    got = tae_channels(tae)
+    if got is not None and got != space.channels:
+        raise ModelError(f"--taesd {path}: a TAE for {got} latent channels, but the model's latent space is "
+                         f"{space.describe()}; a TAE must take {space.channels} channels")
 
 
 def choose_device(name: str) -> torch.device:
@@ -187,16 +208,20 @@ def synthetic_pipeline(name: str = "synthetic:tiny", seed: int = 0) -> Any:
     return pipe
 
 
-def load_taesd(path: str, family: Family | None = None) -> tuple[nn.Module, Literal["diffusers", "madebyollin"]]:
-    """A TAE decoder for `family` (see loading.load_taesd). Raises ModelError."""
+def load_taesd(path: str, family: Family | None = None, space: LatentSpace | None = None
+               ) -> tuple[nn.Module, Literal["diffusers", "madebyollin"]]:
+    """A TAE decoder for `family` (see loading.load_taesd), refused when it does not take `space`'s channels.
+    Raises ModelError."""
     try:
         module, kind = loading.load_taesd(path, family)
     except loading.LoadError as e:
         raise ModelError(str(e)) from None
+    if space is not None:
+        check_tae(module, space, path)
     return module, "diffusers" if kind == "diffusers" else "madebyollin"
 
 
-def _demo(dtype: torch.dtype) -> tuple[Any, Family, nn.Module, Factors]:
+def _demo(dtype: torch.dtype) -> tuple[Any, Family | None, nn.Module, Factors]:
     """The shipped demo model through the ordinary local-folder path, its TAESD and its own latent2rgb factors."""
     missing = [n for n in ("model_index.json", "taesd_decoder.safetensors", "latent2rgb.json")
                if not (DEMO_DIR / n).is_file()]
@@ -211,7 +236,7 @@ def _demo(dtype: torch.dtype) -> tuple[Any, Family, nn.Module, Factors]:
     return pipe, family, tiny, (rows, (float(b[0]), float(b[1]), float(b[2])))
 
 
-def _load_local(name: str, dtype: torch.dtype, variant: str | None, config: str | None) -> tuple[Any, Family]:
+def _load_local(name: str, dtype: torch.dtype, variant: str | None, config: str | None) -> tuple[Any, Family | None]:
     try:
         if single_file.is_single_file(name):
             return single_file.load_single_file(name, dtype, config)
@@ -224,6 +249,19 @@ def _load_local(name: str, dtype: torch.dtype, variant: str | None, config: str 
 
 
 OFFLOADS = ("none", "model", "sequential")
+
+
+def default_size(pipe: Any, family: Family | None) -> int:
+    """The pipeline's own default image side in px: its UNet's sample size for SD 1.x/2.x and SDXL (512, 768,
+    1024), its default_sample_size where it has one, else 1024 for the newer families and 512 otherwise."""
+    vsf = latent_space(pipe).factor
+    unet = getattr(pipe, "unet", None)
+    if unet is not None and getattr(unet.config, "sample_size", None):
+        return int(unet.config.sample_size) * vsf
+    own = getattr(pipe, "default_sample_size", None)
+    if isinstance(own, int) and own > 0:
+        return own * vsf
+    return 1024 if family in ("sdxl", "sd3", "flux1", "flux2") else 512
 
 
 def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: str = "float32",
@@ -248,6 +286,7 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
     t0 = time.perf_counter()
     tiny: nn.Module | None
     kind: Literal["diffusers", "madebyollin", "none"]
+    family: Family | None
     note, own_rgb = "", None
     if name == "demo":
         pipe, family, tiny, own_rgb = _demo(tdtype)
@@ -262,11 +301,9 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
     else:
         pipe, family = _load_local(name, tdtype, variant, config)
         tiny, kind, synthetic = None, "none", False
-        size = 1024 if family in ("sdxl", "sd3", "flux1", "flux2") else 512
-        if family in ("sd15", "sdxl"):  # the UNet's own size: 512 for SD 1.x, 768 for SD 2.x at 768, 1024 for SDXL
-            size = int(getattr(pipe.unet.config, "sample_size", 0) or size // 8) * int(pipe.vae_scale_factor)
+        size = default_size(pipe, family)
     if taesd is not None:
-        tiny, kind = load_taesd(taesd, family)
+        tiny, kind = load_taesd(taesd, family, latent_space(pipe))
     if tdtype != torch.float32:
         pipe.to(dtype=tdtype)
     if channels_last:

@@ -1,43 +1,69 @@
-"""Model families and their latent spaces: what the step callback's latents are, and how they become what a
-TAE, latent2rgb or the pipeline's own VAE takes.
+"""Latent spaces: what the step callback's latents are, and how they become what a TAE, latent2rgb or the
+pipeline's own VAE takes.
 
-A family is read from the pipeline's class and its VAE's config, never from a folder name. Three views of
-the same step's latents:
+A latent space is read from the pipeline's VAE (its class and config: channels, scaling_factor, shift_factor,
+latents_mean / latents_std, batch-norm statistics), the pipeline's spatial compression (vae_scale_factor) and
+how its step callback hands the latents over, never from a list of pipeline classes. So img2img, inpaint,
+ControlNet, PAG and edit variants read the same as their family's txt2img pipeline, and a VAE of an unusual
+width is an unnamed latent space, previewed with fitted latent2rgb factors (fit.py) rather than refused.
 
-- callback: what callback_on_step_end gets. SD1.5, SDXL, SD3, Z-Image, HiDream: (B, C, h, w). FLUX.1
-  (FluxPipeline): packed 2x2 patches, (B, h/2 * w/2, 4 * 16). FLUX.2: patchified and normalised by the VAE's
-  batch-norm statistics, (B, h/2 * w/2, 4 * 32).
+Three views of the same step's latents:
+
+- callback: what callback_on_step_end gets. spatial: (B, C, h, w) (SD1.5, SDXL, SD3, Z-Image, HiDream, Sana,
+  Lumina 2, ...). packed: 2x2 patches as a sequence, (B, h/2 * w/2, 4C), unpacked by the pipeline class's own
+  static `_unpack_latents(latents, height, width, vae_scale_factor)` (FLUX.1 and its Fill, Kontext and
+  ControlNet variants, Chroma, Qwen-Image, whose unpacking gives (B, C, 1, h, w) for its Wan-style VAE).
+  flux2: patchified and normalised by the VAE's batch-norm statistics, (B, h/2 * w/2, 4 * 32).
 - tae: the model's own latents, unpacked to (B, C, h, w), in [-3, 3] or so. madebyollin's TAEs and ComfyUI's
   latent2rgb factors take these. ComfyUI (latent_preview.py) hands both the sampler's x0, which is in model
   space; used as a VAE, a TAE decodes decoder((x - vae_shift) * vae_scale) with the family's shift and scale
   (nodes.py, VAELoader.load_taesd: taesd3 1.5305/0.0609, taef1 0.3611/0.1159), model space again. ComfyUI's
   FLUX.2 VAE applies the batch norm itself (comfy/sd.py, batch_norm_latent), so its latents are the
   normalised ones, and its TAEF2 decoder (comfy/taesd/taesd.py, DecoderFlux2) only unpatchifies them.
-  madebyollin's taef1 diffusers config has scaling_factor 1 and shift_factor 0, so FluxPipeline hands it the
-  model-space latents too.
-- vae: what the pipeline's final decode hands vae.decode, unscaled exactly as it does it (sources below).
+- vae: what the pipeline's final decode hands vae.decode, unscaled exactly as it does it (UNSCALES).
 
-h and w are the image size over 8 (the VAE's factor); all shapes assume the pipeline's own rounding of height
-and width to multiples of 16 (8 for SD1.5 and SDXL).
+h and w are the image size over the VAE's factor; all shapes assume the pipeline's own rounding of height and
+width (to multiples of 2 * factor for packed latents).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import inspect
+from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 import torch
 
+# Known families: a name, ComfyUI's latent2rgb factors and madebyollin's TAE. Any other space is unnamed.
 Family = Literal["sd15", "sdxl", "sd3", "flux1", "flux2"]
 FAMILIES: tuple[Family, ...] = ("sd15", "sdxl", "sd3", "flux1", "flux2")
-Packing = Literal["spatial", "flux1", "flux2"]
-# (callback latents, image height px, image width px) -> latents (B, C, h, w)
+CHANNELS: dict[Family, int] = {"sd15": 4, "sdxl": 4, "sd3": 16, "flux1": 16, "flux2": 32}
+Packing = Literal["spatial", "packed", "flux2"]
+Unscale = Literal["scale", "scale_shift", "mean_std", "inv_std", "batch_norm", "none"]
+# What each pipeline's final decode does with the last latents (diffusers 0.42.1), as the README names it:
+UNSCALES: dict[Unscale, str] = {
+    # StableDiffusion*, Kolors, Sana, AuraFlow, HunyuanDiT, CogView: a VAE without a shift_factor
+    "scale": "latents / scaling_factor",
+    # SD3, FLUX.1, Chroma, Lumina 2, Z-Image, HiDream: a VAE with a shift_factor
+    "scale_shift": "latents / scaling_factor + shift_factor",
+    # SDXL pipelines with a VAE that publishes latents_mean / latents_std (Playground v2.5)
+    "mean_std": "latents * latents_std / scaling_factor + latents_mean",
+    # Qwen-Image (Wan 2.1's VAE, no scaling_factor): latents_std = 1 / std, then latents / latents_std + mean
+    "inv_std": "latents / (1 / latents_std) + latents_mean",
+    # FLUX.2 (AutoencoderKLFlux2)
+    "batch_norm": "latents * sqrt(bn.running_var + batch_norm_eps) + bn.running_mean, then unpatchify",
+    # Kandinsky's MoVQ: decoded as they are, with force_not_quantize=True
+    "none": "latents as they are",
+}
+# (callback latents, image height px, image width px) -> latents
 Convert = Callable[[torch.Tensor, int, int], torch.Tensor]
+Unpack = Callable[[torch.Tensor, int, int, int], torch.Tensor]  # the pipeline's _unpack_latents
 
 SDXL_SCALE = 0.13025  # the scale taesdxl was distilled on: SDXL's VAE config, scaling_factor
+SD15_SCALE = 0.18215
 
 
 class FamilyError(ValueError):
-    """A pipeline or VAE that previewlab cannot preview; one line a person can act on."""
+    """A pipeline that previewlab cannot preview; one line a person can act on."""
 
 
 def constant(values: Any, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -61,144 +87,241 @@ def unpatchify(z: torch.Tensor) -> torch.Tensor:
     return z.reshape(b, c // 4, 2, 2, h, w).permute(0, 1, 4, 2, 5, 3).reshape(b, c // 4, h * 2, w * 2)
 
 
+def _flux2_unpack(z: torch.Tensor, height: int, width: int, vae_scale_factor: int) -> torch.Tensor:
+    """Flux2Pipeline._unpack_latents_with_ids: its latent ids are (0, row, column, 0) in row-major order
+    (_prepare_latent_ids, a cartesian product), so the scatter is a reshape: (B, N, 4C) -> (B, 4C, h/2, w/2)."""
+    b, _, c = z.shape
+    f2 = vae_scale_factor * 2
+    return z.reshape(b, int(height) // f2, int(width) // f2, c).permute(0, 3, 1, 2)
+
+
 @dataclass(frozen=True)
 class LatentSpace:
-    """One family's latent space.
+    """One pipeline's latent space, as read from its VAE and its step callback.
 
-    channels: latent channels as the VAE and the TAE see them (4, 16 or 32); factor: image pixels per latent
-    pixel in that space (8); packing: how the callback hands the latents over (see the module docstring).
+    family: a known family's name, or None (unnamed: described by what was read). channels: latent channels as
+    the VAE sees them; factor: image pixels per latent pixel (the pipeline's vae_scale_factor); packing: how
+    the callback hands the latents over; unscale: what the final decode does to them (UNSCALES); frames: the
+    VAE takes (B, C, T, h, w) and the image is frame 0; quantized: a VQ model, decoded unquantized; unpack:
+    the pipeline class's own _unpack_latents (packed latents).
     """
-    family: Family
+    family: Family | None
     channels: int
     factor: int
     packing: Packing
+    unscale: Unscale
+    vae: str
+    frames: bool = False
+    quantized: bool = False
+    pipeline: str = ""
+    unpack: Unpack | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.family or "unnamed"
+
+    def describe(self) -> str:
+        """One line: "flux1: 16 channels at 1/8, packed 2x2 (FluxPipeline._unpack_latents), decoded as
+        latents / scaling_factor + shift_factor by AutoencoderKL"."""
+        how = {"spatial": "spatial (B, C, h, w)", "flux2": "packed 2x2 and batch-normalised (FLUX.2)",
+               "packed": f"packed 2x2 ({self.pipeline}._unpack_latents)"}[self.packing]
+        frame = ", frame 0 of (B, C, T, h, w)" if self.frames else ""
+        return (f"{self.name}: {self.channels} channels at 1/{self.factor}, {how}{frame}, decoded as "
+                f"{UNSCALES[self.unscale]} by {self.vae}")
 
     def callback_shape(self, height: int, width: int, batch: int = 1) -> tuple[int, ...]:
         """The shape of the callback's latents for an image of height x width pixels."""
         h, w = height // self.factor, width // self.factor
-        if self.packing == "flux1":
-            return (batch, (h // 2) * (w // 2), 4 * self.channels)
-        if self.packing == "flux2":
+        if self.packing != "spatial":
             return (batch, (h // 2) * (w // 2), 4 * self.channels)
         return (batch, self.channels, h, w)
 
     def _unpack(self, vae_scale_factor: int) -> Convert:
-        """Callback latents -> (B, C', h', w') in model space, before any unscaling: FLUX.1's 16 channels at
-        1/8, FLUX.2's 128 normalised channels at 1/16, the others as they come."""
-        f2 = vae_scale_factor * 2
-        if self.packing == "flux1":
-            # FluxPipeline._unpack_latents (diffusers 0.42.1, pipelines/flux/pipeline_flux.py)
-            def unpack(z: torch.Tensor, height: int, width: int) -> torch.Tensor:
-                b, _, c = z.shape
-                h, w = 2 * (int(height) // f2), 2 * (int(width) // f2)
-                z = z.view(b, h // 2, w // 2, c // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
-                return z.reshape(b, c // 4, h, w)
-            return unpack
+        """Callback latents -> (B, C', h', w') in model space, before any unscaling: FLUX.2's 128 normalised
+        channels at 1/16, the others' own channels at 1/factor."""
         if self.packing == "flux2":
-            # Flux2Pipeline._unpack_latents_with_ids: its latent ids are (0, row, column, 0) in row-major order
-            # (_prepare_latent_ids, a cartesian product), so the scatter is a reshape.
-            def unpack2(z: torch.Tensor, height: int, width: int) -> torch.Tensor:
-                b, _, c = z.shape
-                return z.reshape(b, int(height) // f2, int(width) // f2, c).permute(0, 3, 1, 2)
-            return unpack2
-        return lambda z, height, width: z
+            return lambda z, height, width: _flux2_unpack(z, height, width, vae_scale_factor)
+        unpack = self.unpack
+        if self.packing == "packed" and unpack is not None:
+            own = unpack
+            if self.frames:  # Qwen-Image: (B, C, 1, h, w)
+                return lambda z, height, width: own(z, height, width, vae_scale_factor)[:, :, 0]
+            return lambda z, height, width: own(z, height, width, vae_scale_factor)
+        what = f"{self.pipeline}: " if self.pipeline else ""
+
+        def spatial(z: torch.Tensor, height: int, width: int) -> torch.Tensor:
+            if z.dim() != 4:  # a shape check, no device read
+                raise FamilyError(f"{what}its step callback hands latents of shape {tuple(z.shape)}, not "
+                                  "(B, C, h, w), and the pipeline has no _unpack_latents(latents, height, width, "
+                                  "vae_scale_factor) to unpack them")
+            return z
+        return spatial
 
     def tae_input(self, pipe: Any, device: torch.device, dtype: torch.dtype) -> Convert:
         """Callback latents -> (B, channels, h, w) in the model's space: what madebyollin's TAE decoders and the
         latent2rgb factors take. Constants are built here, once; the closure only reshapes and does arithmetic."""
-        unpack = self._unpack(int(pipe.vae_scale_factor))
-        if self.family == "flux2":
+        unpack = self._unpack(vae_scale_factor(pipe))
+        if self.packing == "flux2":
             return lambda z, height, width: unpatchify(unpack(z, height, width))
-        if self.family == "sdxl" and _latents_stats(pipe.vae.config) is not None:
+        if self.family == "sdxl" and self.unscale == "mean_std":
             # a VAE with published latent statistics (Playground v2.5): taesdxl knows SDXL's plain scale only
             to_vae = self.vae_input(pipe, device, dtype)
             return lambda z, height, width: to_vae(z, height, width) * SDXL_SCALE
         return unpack
 
     def vae_input(self, pipe: Any, device: torch.device, dtype: torch.dtype) -> Convert:
-        """Callback latents -> exactly what the pipeline's final decode hands vae.decode, (B, channels, h, w).
+        """Callback latents -> exactly what the pipeline's final decode hands vae.decode: (B, channels, h, w),
+        or (B, channels, 1, h, w) for a VAE that takes frames.
 
         dtype: the latents' dtype (the transformer's or UNet's); the arithmetic runs in it, as in the pipeline.
-        Sources (diffusers 0.42.1): StableDiffusionPipeline `latents / scaling_factor`; StableDiffusionXLPipeline
-        `latents * latents_std / scaling_factor + latents_mean` when the VAE publishes them, else
-        `/ scaling_factor`; StableDiffusion3Pipeline, FluxPipeline, ZImagePipeline, HiDreamImagePipeline
-        `latents / scaling_factor + shift_factor`; Flux2Pipeline `latents * sqrt(bn.running_var + batch_norm_eps)
-        + bn.running_mean`, then unpatchify. ZImagePipeline alone casts to the VAE's dtype before unscaling: for
-        it, pass the VAE's dtype and cast the latents to it first.
+        ZImagePipeline, CogView4 and AuraFlow cast to the VAE's dtype before unscaling: for them, pass the
+        VAE's dtype and cast the latents to it first (decoders.vae_decoder does).
         """
-        vae = pipe.vae
+        vae = vae_of(pipe)
         cfg = vae.config
-        unpack = self._unpack(int(pipe.vae_scale_factor))
-        scale = float(getattr(cfg, "scaling_factor", 1.0) or 1.0)
-        if self.family == "flux2":
+        unpack = self._unpack(vae_scale_factor(pipe))
+        to5 = (lambda z: z.unsqueeze(2)) if self.frames else (lambda z: z)
+        scale = float(getattr(cfg, "scaling_factor", None) or 1.0)
+        if self.unscale == "batch_norm":
             bn = vae.bn
             mean = constant(bn.running_mean.view(1, -1, 1, 1), device, dtype)
             # as the pipeline: sqrt in the buffers' own dtype, then cast
             std = constant(torch.sqrt(bn.running_var.view(1, -1, 1, 1) + cfg.batch_norm_eps), device, dtype)
             return lambda z, height, width: unpatchify(unpack(z, height, width) * std + mean)
-        if self.family in ("sd3", "flux1"):
-            shift = float(getattr(cfg, "shift_factor", 0.0) or 0.0)
-            return lambda z, height, width: unpack(z, height, width) / scale + shift
-        stats = _latents_stats(cfg) if self.family == "sdxl" else None
-        if stats is not None:
-            m = constant(stats[0], device, dtype).view(1, -1, 1, 1)
-            s = constant(stats[1], device, dtype).view(1, -1, 1, 1)
-            return lambda z, height, width: z * s / scale + m
-        return lambda z, height, width: z / scale
+        if self.unscale == "scale_shift":
+            shift = float(cfg.shift_factor)
+            return lambda z, height, width: to5(unpack(z, height, width) / scale + shift)
+        if self.unscale in ("mean_std", "inv_std"):
+            m = constant(list(cfg.latents_mean), device, dtype).view(1, -1, 1, 1)
+            if self.unscale == "inv_std":  # Qwen-Image: 1.0 / tensor(std) in float32, then cast, then divide
+                inv = constant(1.0 / torch.tensor(list(cfg.latents_std)), device, dtype).view(1, -1, 1, 1)
+                return lambda z, height, width: to5(unpack(z, height, width) / inv + m)
+            s = constant(list(cfg.latents_std), device, dtype).view(1, -1, 1, 1)
+            return lambda z, height, width: to5(unpack(z, height, width) * s / scale + m)
+        if self.unscale == "none":
+            return lambda z, height, width: to5(unpack(z, height, width))
+        return lambda z, height, width: to5(unpack(z, height, width) / scale)
 
 
-def _latents_stats(cfg: Any) -> tuple[list[float], list[float]] | None:
-    mean, std = getattr(cfg, "latents_mean", None), getattr(cfg, "latents_std", None)
-    return (list(mean), list(std)) if mean is not None and std is not None else None
+def vae_of(pipe: Any) -> Any:
+    """The pipeline's image decoder: its `vae`, or Kandinsky's `movq`; None when it has neither."""
+    return getattr(pipe, "vae", None) or getattr(pipe, "movq", None)
 
 
-SPACES: dict[Family, LatentSpace] = {
-    "sd15": LatentSpace("sd15", 4, 8, "spatial"),
-    "sdxl": LatentSpace("sdxl", 4, 8, "spatial"),
-    "sd3": LatentSpace("sd3", 16, 8, "spatial"),
-    "flux1": LatentSpace("flux1", 16, 8, "flux1"),
-    "flux2": LatentSpace("flux2", 32, 8, "flux2"),
-}
+def vae_scale_factor(pipe: Any) -> int:
+    """Image pixels per latent pixel: the pipeline's own vae_scale_factor (movq_scale_factor for Kandinsky),
+    else 2 per VAE stage after the first."""
+    for name in ("vae_scale_factor", "movq_scale_factor"):
+        value = getattr(pipe, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    widths = getattr(vae_of(pipe).config, "block_out_channels", None) or (0,)
+    return 2 ** (len(widths) - 1)
 
 
-def _pipelines() -> list[tuple[type, LatentSpace]]:
-    """Pipeline classes in the order they are tried (isinstance, so subclasses count)."""
-    import diffusers as d
+def _unpack_of(cls: type) -> tuple[Unpack | None, str | None]:
+    """The class's own static _unpack_latents when it takes (latents, height, width, vae_scale_factor);
+    (None, its signature) when it has one previewlab cannot call; (None, None) when it has none."""
+    own = inspect.getattr_static(cls, "_unpack_latents", None)
+    if own is None:
+        return None, None
+    fn = own.__func__ if isinstance(own, staticmethod) else None
+    params = list(inspect.signature(fn).parameters) if fn is not None else []
+    if params == ["latents", "height", "width", "vae_scale_factor"]:
+        return fn, None
+    shown = ", ".join(params) if fn is not None else "self, ..."
+    return None, f"_unpack_latents({shown})"
 
-    flux1_spatial = replace(SPACES["flux1"], packing="spatial")  # FLUX.1's VAE, latents not packed
-    return [(d.StableDiffusionXLPipeline, SPACES["sdxl"]), (d.StableDiffusionPipeline, SPACES["sd15"]),
-            (d.StableDiffusion3Pipeline, SPACES["sd3"]), (d.FluxPipeline, SPACES["flux1"]),
-            (d.ZImagePipeline, flux1_spatial), (d.HiDreamImagePipeline, flux1_spatial),
-            (d.Flux2Pipeline, SPACES["flux2"]), (d.Flux2KleinPipeline, SPACES["flux2"])]
+
+def refusal(pipe: Any) -> str | None:
+    """Why previewlab cannot preview this pipeline, in one line; None when it can."""
+    cls = type(pipe)
+    name = cls.__name__
+    call = getattr(cls, "__call__", None)
+    params = inspect.signature(call).parameters if callable(call) and cls is not object else {}
+    if "callback_on_step_end" not in params:
+        return (f"{name} has no step callback: diffusers gives its __call__ no callback_on_step_end, so no "
+                "preview can be taken from it")
+    inputs = list(getattr(pipe, "_callback_tensor_inputs", None) or [])
+    if "latents" not in inputs:
+        return (f"{name}'s step callback does not hand over latents (it offers {', '.join(inputs) or 'nothing'}), "
+                "so there is nothing to preview")
+    vae = vae_of(pipe)
+    audio_cfg = {"sample_rate", "sampling_rate", "audio_channels"} & set(getattr(getattr(vae, "config", None), "keys",
+                                                                                  lambda: ())())
+    if getattr(pipe, "vocoder", None) is not None or audio_cfg:
+        what = "it has a vocoder" if getattr(pipe, "vocoder", None) is not None else f"its VAE has {min(audio_cfg)}"
+        return f"{name} makes audio ({what}): previewlab previews images, and audio has none to show"
+    if vae is None:
+        return f"{name} has no VAE (no vae or movq component): previews and the final decode need one"
+    if getattr(pipe, "video_processor", None) is not None:
+        return (f"{name} makes video (latents (B, C, T, h, w) for a 3D VAE): previewlab previews image "
+                "pipelines; its video families are not read yet")
+    _, odd = _unpack_of(cls)
+    if odd is not None:
+        return (f"{name} packs its latents and unpacks them with {odd}, which needs more than the image size: "
+                "previewlab cannot unpack them")
+    return None
 
 
-SUPPORTED = ("StableDiffusionPipeline (sd15, SD 1.x/2.x), StableDiffusionXLPipeline (sdxl), "
-             "StableDiffusion3Pipeline (sd3), FluxPipeline, ZImagePipeline, HiDreamImagePipeline (flux1), "
-             "Flux2Pipeline, Flux2KleinPipeline (flux2)")
+def _unscale(vae: Any, cfg: Any) -> Unscale:
+    if getattr(vae, "bn", None) is not None:
+        return "batch_norm"
+    if type(vae).__name__ == "VQModel":
+        return "none"
+    if getattr(cfg, "latents_mean", None) is not None and getattr(cfg, "latents_std", None) is not None:
+        return "mean_std" if getattr(cfg, "scaling_factor", None) is not None else "inv_std"
+    if getattr(cfg, "shift_factor", None) is not None:
+        return "scale_shift"
+    return "scale" if getattr(cfg, "scaling_factor", None) is not None else "none"
+
+
+def _family(pipe: Any, vae: Any, channels: int, packing: Packing, unscale: Unscale) -> Family | None:
+    """A known family when the VAE is one of theirs: its class, channels and way of unscaling, with the
+    pipeline's scaling constants or its denoiser as the tie-breaker between two families of one VAE shape."""
+    cfg = vae.config
+    if packing == "flux2":
+        return "flux2" if channels == CHANNELS["flux2"] else None
+    if type(vae).__name__ != "AutoencoderKL":
+        return None
+    scale = float(getattr(cfg, "scaling_factor", 0.0) or 0.0)
+    if channels == 4 and unscale == "scale" or channels == 4 and unscale == "mean_std":
+        unet = getattr(pipe, "unet", None)
+        text_time = getattr(getattr(unet, "config", None), "addition_embed_type", None) == "text_time"
+        return "sdxl" if text_time or unscale == "mean_std" or abs(scale - SDXL_SCALE) < 1e-6 else "sd15"
+    if channels == 16 and unscale == "scale_shift":
+        shift = float(cfg.shift_factor)
+        if packing == "packed" or abs(shift - 0.1159) < 1e-6:
+            return "flux1"
+        transformer = type(getattr(pipe, "transformer", None)).__name__
+        return "sd3" if abs(shift - 0.0609) < 1e-6 or transformer.startswith("SD3") else "flux1"
+    return None
 
 
 def latent_space(pipe: Any) -> LatentSpace:
-    """The latent space of a diffusers pipeline, from its class and its VAE. Raises FamilyError."""
-    name = type(pipe).__name__
-    space = next((s for cls, s in _pipelines() if isinstance(pipe, cls)), None)
-    if space is None:
-        raise FamilyError(f"{name} is not a pipeline previewlab can preview; supported are {SUPPORTED}")
-    vae = getattr(pipe, "vae", None)
-    if vae is None:
-        raise FamilyError(f"{name} has no VAE; previews and the final decode need one")
-    channels = int(getattr(vae.config, "latent_channels", 0) or 0)
-    if channels != space.channels:
-        raise FamilyError(f"{name} with a {channels}-channel {type(vae).__name__}: family {space.family} "
-                          f"needs a {space.channels}-channel VAE")
-    has_bn = getattr(vae, "bn", None) is not None
-    if has_bn != (space.family == "flux2"):
-        what = "has a batch-norm layer" if has_bn else "has no batch-norm layer (AutoencoderKLFlux2 has one)"
-        raise FamilyError(f"{name}: its {type(vae).__name__} {what}, which family {space.family} does not fit")
-    return space
+    """The latent space of a diffusers pipeline, read from its VAE and its step callback. Raises FamilyError
+    (refusal) for a pipeline that gives nothing to preview."""
+    why = refusal(pipe)
+    if why is not None:
+        raise FamilyError(why)
+    vae = vae_of(pipe)
+    cfg = vae.config
+    channels = int(getattr(cfg, "latent_channels", 0) or getattr(cfg, "z_dim", 0) or 0)
+    if channels <= 0:
+        raise FamilyError(f"{type(pipe).__name__}: its {type(vae).__name__} config names no latent_channels or "
+                          "z_dim, so its latents cannot be read")
+    unpack, _ = _unpack_of(type(pipe))
+    unscale = _unscale(vae, cfg)
+    packing: Packing = "flux2" if unscale == "batch_norm" else "packed" if unpack is not None else "spatial"
+    frames = getattr(cfg, "temperal_downsample", None) is not None  # the Wan-style VAEs take (B, C, T, h, w)
+    return LatentSpace(family=_family(pipe, vae, channels, packing, unscale), channels=channels,
+                       factor=vae_scale_factor(pipe), packing=packing, unscale=unscale, vae=type(vae).__name__,
+                       frames=frames, quantized=type(vae).__name__ == "VQModel", pipeline=type(pipe).__name__,
+                       unpack=unpack)
 
 
-def detect_family(pipe: Any) -> Family:
-    """sd15, sdxl, sd3, flux1 or flux2, from the pipeline's class and VAE. Raises FamilyError."""
+def detect_family(pipe: Any) -> Family | None:
+    """The known family of a pipeline's latent space, None for an unnamed one. Raises FamilyError."""
     return latent_space(pipe).family
 
 

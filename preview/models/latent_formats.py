@@ -1,4 +1,5 @@
-"""Latent-to-RGB factors per family: the cheapest preview, one matrix per latent pixel.
+"""Latent-to-RGB factors per known family: the cheapest preview, one matrix per latent pixel (fit.py fits them
+for a latent space with none known).
 
 rgb = latent . F + bias, latent channels as rows, columns R, G, B; the result is an image in about [-1, 1]
 (map it with (rgb + 1) / 2 and clamp to [0, 1]). The latents are the diffusion model's own, unpacked to
@@ -56,17 +57,16 @@ LATENT_RGB: dict[Family, Factors] = {
 }
 
 
-def latent2rgb(family: Family, device: torch.device, dtype: torch.dtype,
-               own: Factors | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+def latent2rgb(factors: Factors, device: torch.device, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
     """Latents (B, C, h, w) in the model's space (families.LatentSpace.tae_input) -> RGB (B, 3, h, w) in [0, 1],
-    at latent resolution. `own`: a model's own fitted factors (the demo model's) instead of its family's. The
-    factors go to the device once, here."""
-    f, b = own or LATENT_RGB[family]
-    factors = constant(f, device, dtype)
+    at latent resolution. factors: a family's (LATENT_RGB), a model's own (the demo's) or fitted ones (fit.py).
+    The factors go to the device once, here."""
+    f, b = factors
+    weights = constant(f, device, dtype)
     bias = constant(b, device, dtype).view(1, 3, 1, 1)
 
     def decode(latents: torch.Tensor) -> torch.Tensor:
-        rgb = torch.einsum("bchw,cr->brhw", latents.to(dtype), factors) + bias
+        rgb = torch.einsum("bchw,cr->brhw", latents.to(dtype), weights) + bias
         return ((rgb + 1) / 2).clamp(0, 1)
 
     return decode

@@ -57,8 +57,9 @@ def _found(folder: Path) -> str:
     return "; ".join(f"{k}/: {', '.join(v[:3])}" for k, v in files.items()) or "no weight files at all"
 
 
-def local_pipeline(name: str, dtype: torch.dtype, variant: str | None = None) -> tuple[Any, Family]:
-    """A diffusers folder or a repo id in the local cache -> (pipeline on the CPU, family). Raises LoadError."""
+def local_pipeline(name: str, dtype: torch.dtype, variant: str | None = None) -> tuple[Any, Family | None]:
+    """A diffusers folder or a repo id in the local cache -> (pipeline on the CPU, its known family or None).
+    The class comes from the folder's model_index.json (DiffusionPipeline). Raises LoadError."""
     from diffusers import DiffusionPipeline
 
     p = Path(name)

@@ -120,7 +120,7 @@ def kind_of(path: Path) -> str:
         raise LoadError(f"--model {path}: not a readable checkpoint ({detail})") from None
 
 
-def load_single_file(name: str, dtype: torch.dtype, config: str | None = None) -> tuple[Any, Family]:
+def load_single_file(name: str, dtype: torch.dtype, config: str | None = None) -> tuple[Any, Family | None]:
     """A single-file checkpoint -> (pipeline on the CPU, family). Raises LoadError with one line."""
     path = Path(name)
     if not path.is_file():

@@ -1,0 +1,186 @@
+"""watch() on the pipelines users run: img2img, inpaint, ControlNet, FLUX Fill and Kontext, Qwen-Image, Sana,
+Lumina 2, Chroma and VAEs of unusual widths (tests/tiny_pipes.py), each read from its VAE, not from its class.
+
+For each: decoders none, latent2rgb (a family's factors, or fitted ones) and vae give preview rows; the final image
+is bit-identical to a plain call's; the vae decoder fed the last latents gives exactly the pipeline's own image.
+Then a batch of 3 as one grid frame or its first image.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from previewlab import watch as preview_watch
+from previewlab.preview import decoders
+from previewlab.preview.frames import Frame
+from previewlab.preview.models import fit
+from previewlab.preview.models.families import latent_space
+from tests.tiny_pipes import Tiny, build
+
+# name -> the latent space each must be read as: (family, channels, factor, packing, unscale)
+SPACES: dict[str, tuple[str | None, int, int, str, str]] = {
+    "sd15_img2img": ("sd15", 4, 8, "spatial", "scale"),
+    "sd15_inpaint": ("sd15", 4, 8, "spatial", "scale"),
+    "sd15_controlnet": ("sd15", 4, 8, "spatial", "scale"),
+    "sdxl_img2img": ("sdxl", 4, 8, "spatial", "scale"),
+    "sdxl_controlnet": ("sdxl", 4, 8, "spatial", "scale"),
+    "sd3_img2img": ("sd3", 16, 8, "spatial", "scale_shift"),
+    "sd3_4ch": (None, 4, 2, "spatial", "scale_shift"),      # SD3 with a 4-channel VAE: unnamed, fitted factors
+    "flux_img2img": ("flux1", 16, 8, "packed", "scale_shift"),
+    "flux_fill": ("flux1", 16, 8, "packed", "scale_shift"),
+    "flux_kontext": ("flux1", 16, 8, "packed", "scale_shift"),
+    "flux_1ch": (None, 1, 2, "packed", "scale_shift"),      # FLUX with a 1-channel VAE: unnamed
+    "chroma": ("flux1", 16, 8, "packed", "scale_shift"),
+    "lumina2": ("flux1", 16, 8, "spatial", "scale_shift"),  # Lumina 2 decodes with FLUX.1's VAE
+    "sana": (None, 8, 4, "spatial", "scale"),               # AutoencoderDC: unnamed, fitted factors
+    "qwenimage": (None, 16, 8, "packed", "inv_std"),        # Wan 2.1's VAE, frame 0 of (B, C, T, h, w)
+}
+NAMES = list(SPACES)
+
+
+@pytest.fixture(scope="module")
+def tinies() -> dict[str, Tiny]:
+    return {}
+
+
+def tiny_of(tinies: dict[str, Tiny], name: str) -> Tiny:
+    if name not in tinies:
+        tinies[name] = build(name)
+    return tinies[name]
+
+
+def call(t: Tiny, cb: Any = None, **extra: Any) -> Any:
+    kw = {**t.kwargs(), **extra}
+    if cb is not None:
+        kw.update(callback_on_step_end=cb, callback_on_step_end_tensor_inputs=cb.tensor_inputs)
+    with torch.inference_mode():
+        return t.pipe(**kw).images
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_latent_space_is_read_from_the_vae(tinies, name):
+    space = latent_space(tiny_of(tinies, name).pipe)
+    assert (space.family, space.channels, space.factor, space.packing, space.unscale) == SPACES[name]
+    assert "\n" not in space.describe() and space.describe().startswith(space.name + ": ")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_none_latent2rgb_and_vae_preview_without_changing_the_image(tinies, name):
+    t = tiny_of(tinies, name)
+    plain = call(t)
+    fitted = SPACES[name][0] is None
+    for decoder in ("none", "latent2rgb", "vae"):
+        w = preview_watch(t.pipe, decoder=decoder, mode="sync", size=(t.height, t.width))
+        frames: list[Frame] = []
+        w.attach(_Frames(frames))
+        try:
+            out = call(t, w)
+            rows = w.rows
+        finally:
+            w.remove()
+        assert np.array_equal(out, plain), f"{name} {decoder}: the watched call changed the image"
+        assert [r.step for r in rows] == [1, 2]
+        if decoder == "none":
+            assert all(r.preview == 0 for r in rows) and not frames
+            continue
+        assert [r.preview for r in rows] == [1, 1] and len(frames) == 2
+        side = t.width // SPACES[name][2] if decoder == "latent2rgb" else t.width
+        assert all(f.width == side and f.data[:2] == b"\xff\xd8" for f in frames)
+        events = [r.event for r in rows]
+        if decoder == "latent2rgb" and fitted:  # once per VAE per process: this run fitted them
+            assert events[0].startswith("latent2rgb factors fitted for unnamed from this preview's VAE decode in ")
+            assert "R² " in events[0] and events[1] == ""
+        else:
+            assert events == ["", ""], f"{name} {decoder}: a preview failed: {events}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_vae_decoder_feeds_the_vae_what_the_pipelines_own_decode_does(tinies, name):
+    t = tiny_of(tinies, name)
+    plain = call(t)
+    latents = call(t, output_type="latent")  # the last step's latents, as the callback sees them
+    w = preview_watch(t.pipe, decoder="vae", size=(t.height, t.width))
+    try:
+        with torch.inference_mode():
+            raw = decoders.vae_decoder(w.model)(latents, t.height, t.width)  # [-1, 1], as vae.decode returns
+        ours = t.pipe.image_processor.postprocess(raw, output_type="np")
+    finally:
+        w.remove()
+    assert ours.shape == plain.shape and np.array_equal(ours, plain)
+
+
+def test_the_fit_recovers_known_factors():
+    """Latents made from a known linear map, each latent pixel an 8x8 block of the image: the fit finds it."""
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(1, 6, 12, 10, generator=g)
+    factors = torch.randn(6, 3, generator=g) * 0.2
+    bias = torch.tensor([0.1, -0.2, 0.05])
+    image = (torch.einsum("bchw,cr->brhw", z, factors) + bias.view(1, 3, 1, 1)).repeat_interleave(8, 2)
+    image = image.repeat_interleave(8, 3)
+    (got, got_bias), r2 = fit.solve(z, image)
+    assert torch.allclose(torch.tensor(got), factors, atol=1e-3) and torch.allclose(torch.tensor(got_bias), bias, atol=1e-3)
+    assert r2 > 0.9999
+    # a picture that has nothing to do with the latents is explained by nothing: R² near 0
+    _, r2_noise = fit.solve(z, torch.randn(1, 3, 96, 80, generator=g))
+    assert r2_noise < 0.2
+
+
+@pytest.mark.parametrize("name", ["sd3_4ch", "sana"])
+def test_factors_are_fitted_once_per_vae_from_its_own_decode(name):
+    t = build(name)  # a fresh VAE: nothing fitted for it yet
+    latents = call(t, output_type="latent")
+    w = preview_watch(t.pipe, decoder="latent2rgb", size=(t.height, t.width))
+    notes: list[str] = []
+    try:
+        assert fit.cached(t.pipe.vae) is None
+        with torch.inference_mode():
+            first, second = (decoders.build("latent2rgb", w.model, notes.append) for _ in range(2))
+            assert first is not None and second is not None
+            rgb = first(latents, t.height, t.width)
+            made = fit.cached(t.pipe.vae)
+            assert made is not None and len(made.factors[0]) == SPACES[name][1] and notes == [made.note("unnamed")]
+            again = second(latents, t.height, t.width)
+    finally:
+        w.remove()
+    factor = SPACES[name][2]
+    assert rgb.shape == (1, 3, t.height // factor, t.width // factor) and torch.equal(rgb, again)
+    assert notes[1] == f"latent2rgb factors for unnamed fitted earlier in this process (R² {made.r2:.3f})"
+
+
+def test_a_batch_of_three_previews_as_one_grid_or_its_first_image(tinies):
+    t = tiny_of(tinies, "sdxl_batch")
+    plain = call(t)
+    assert plain.shape[0] == 3
+    for how, cells in (("grid", 2), ("first", 1)):  # 3 images: a 2 x 2 grid, the fourth cell black
+        for decoder, side in (("latent2rgb", 8), ("vae", 64)):
+            w = preview_watch(t.pipe, decoder=decoder, mode="sync", size=(t.height, t.width), batch_preview=how)
+            frames: list[Frame] = []
+            w.attach(_Frames(frames))
+            try:
+                out = call(t, w)
+                rows = w.rows
+            finally:
+                w.remove()
+            assert np.array_equal(out, plain)
+            assert [r.batch for r in rows] == [3, 3] and [r.preview for r in rows] == [1, 1]
+            assert all((f.width, f.height) == (cells * side, cells * side) for f in frames), (how, decoder)
+            assert all((r.preview_width, r.preview_height) == (cells * side, cells * side) for r in rows)
+    assert w.record is not None and w.record.batch == 3
+
+
+class _Frames:
+    """A RunEvents that keeps the frames."""
+
+    def __init__(self, frames: list[Frame]) -> None:
+        self.frames = frames
+
+    def started(self, meta: Any) -> None: ...
+    def row(self, row: Any) -> None: ...
+    def error(self, run_id: str, message: str) -> None: ...
+    def ended(self, end: Any) -> None: ...
+
+    def frame(self, frame: Frame) -> None:
+        self.frames.append(frame)
