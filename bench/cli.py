@@ -9,7 +9,8 @@ from typing import Callable, NoReturn, Sequence, TypeVar
 
 from previewlab.preview.models import SYNTHETIC
 from previewlab.preview.names import DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, N, check
-from previewlab.preview.settings import MAX_EVERY, MAX_SIDE, MAX_STEPS, MIN_SIDE, PreviewSettings, RunSettings, SettingsError
+from previewlab.preview.settings import (MAX_BATCH, MAX_EVERY, MAX_SIDE, MAX_STEPS, MIN_SIDE, PreviewSettings, RunSettings,
+                                        SettingsError)
 
 T = TypeVar("T")
 
@@ -85,6 +86,13 @@ def side(text: str) -> int:
     return n
 
 
+def batch_value(text: str) -> int:
+    n = _integer(text)
+    if not 1 <= n <= MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"{n}: batch must be from 1 to {MAX_BATCH} images")
+    return n
+
+
 def seed_value(text: str) -> int:
     n = _integer(text)
     if not 0 <= n < 2**63:
@@ -113,6 +121,7 @@ def parser() -> Parser:
     p.add_argument("--width", type=side, default=None, help="image width in pixels (default: the model's)")
     p.add_argument("--height", type=side, default=None, help="image height in pixels (default: the model's)")
     p.add_argument("--seed", type=seed_value, default=0, help="seed of the latents and of synthetic weights")
+    p.add_argument("--batch", type=batch_value, default=1, help=f"images per prompt, 1..{MAX_BATCH} (previews: a grid)")
     p.add_argument("--prompt", default=RunSettings.prompt)
     p.add_argument("--repeats", type=repeats_value, default=3, help="measured pairs per configuration")
     p.add_argument("--warmup", type=warmup_value, default=1, help="warm-up rounds (kept in runs.csv, out of statistics)")
@@ -151,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from previewlab.bench.summary import mode_ratios, summarize, table
     from previewlab.bench.sweep import Plan, run_sweep, traced_run
     from previewlab.preview.csv_writer import CsvSchemaError
-    from previewlab.preview.decoders import DecoderError
+    from previewlab.preview.decoders import DecoderError, taesd_refusal
     from previewlab.preview.models import ModelError, load
 
     variants = list(itertools.product(args.dtype, args.offload, args.compile, args.channels_last))
@@ -167,10 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                          offload=offload, channels_last=(cl == "on"), variant=args.variant,
                          config=args.config)
             settings = RunSettings(prompt=args.prompt, steps=args.steps, width=args.width or model.default_size,
-                                   height=args.height or model.default_size, seed=args.seed, preview=preview)
+                                   height=args.height or model.default_size, seed=args.seed, preview=preview,
+                                   batch=args.batch)
             if "taesd" in args.decoders and model.taesd is None:
-                raise DecoderError("decoder taesd needs TAESD weights: pass --taesd PATH (taesd_decoder.pth from "
-                                   "github.com/madebyollin/taesd, or a diffusers AutoencoderTiny folder)")
+                raise DecoderError(taesd_refusal(model))
         except (ModelError, SettingsError, DecoderError) as e:
             print(f"previewlab bench: {e}", file=sys.stderr)
             return 2
@@ -178,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.budget, args.inflight, comp == "decoder", args.target if len(args.target) > 1 else ())
         total = len(list(plan.schedule()))
         synth = "synthetic " if model.synthetic else ""
-        print(f"{label}{synth}model {model.name} ({model.family}) on {model.device} {dtype}, loaded in "
+        print(f"{label}{synth}model {model.name} ({model.space.describe()}) on {model.device} {dtype}, loaded in "
               f"{model.load_s:.1f} s; {total} runs of {settings.steps} steps at {settings.width}x{settings.height} "
               f"-> {args.out}", file=sys.stderr)
         bar = progress_bar(total)

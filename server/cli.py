@@ -131,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     url, note = page_url(args.host, args.port, token, args.allow_host)
     if token:
         print(f"WARNING: listening on {args.host}, beyond loopback; the page needs the token in its URL", flush=True)
-    print(f"previewlab: {model.name}{label} on {model.device}; open {url}", flush=True)
+    print(f"previewlab: {model.name}{label} on {model.device}; open {url}; latent space {model.space.describe()}",
+          flush=True)
     if note:
         print(note, flush=True)
 

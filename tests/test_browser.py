@@ -83,6 +83,19 @@ def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path):
         heads = page.locator("#runs th").all_text_contents()
         first = page.locator("#runs tbody tr").first.locator("td").all_text_contents()
         assert first[heads.index("guidance")] == "7.5"
+        # "use as input" on the newest run: an img2img run of a batch of 2 from its final image
+        source = first[heads.index("run")]
+        page.locator("#runs tbody tr").first.locator("button.use-input").click()
+        assert source in (page.text_content("#init-label") or "")
+        page.fill("#batch", "2")
+        page.fill("#strength", "0.5")
+        page.select_option("#batch_preview", "grid")
+        page.click("#start")
+        wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 3", 120)
+        newest = page.locator("#runs tbody tr").first.locator("td").all_text_contents()
+        assert newest[heads.index("task")] == f"img2img 0.5 from {source} ×2"
+        assert newest[heads.index("status")] == "done" and newest[heads.index("previews")] == "2"  # 4 steps at 0.5
+        wait_js(page, "document.getElementById('preview').width === 128")  # two 64 px images side by side
         # the page load and its first hello at most; before, every finished run fetched the whole list again
         assert len(listings) <= 2 and all("limit=" in u for u in listings), listings
         assert console_errors == []

@@ -60,6 +60,18 @@ def call(t: Tiny, cb: Any = None, **extra: Any) -> Any:
         return t.pipe(**kw).images
 
 
+def watched(t: Tiny, **settings: Any) -> tuple[Any, list[Any], list[Frame], Any]:
+    """One sync-mode watched call: (output, rows, frames, record)."""
+    w = preview_watch(t.pipe, mode="sync", size=(t.height, t.width), **settings)
+    frames: list[Frame] = []
+    w.attach(_Frames(frames))
+    try:
+        out = call(t, w)
+        return out, w.rows, frames, w.record
+    finally:
+        w.remove()
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_the_latent_space_is_read_from_the_vae(tinies, name):
     space = latent_space(tiny_of(tinies, name).pipe)
@@ -73,14 +85,7 @@ def test_none_latent2rgb_and_vae_preview_without_changing_the_image(tinies, name
     plain = call(t)
     fitted = SPACES[name][0] is None
     for decoder in ("none", "latent2rgb", "vae"):
-        w = preview_watch(t.pipe, decoder=decoder, mode="sync", size=(t.height, t.width))
-        frames: list[Frame] = []
-        w.attach(_Frames(frames))
-        try:
-            out = call(t, w)
-            rows = w.rows
-        finally:
-            w.remove()
+        out, rows, frames, _ = watched(t, decoder=decoder)
         assert np.array_equal(out, plain), f"{name} {decoder}: the watched call changed the image"
         assert [r.step for r in rows] == [1, 2]
         if decoder == "none":
@@ -156,19 +161,12 @@ def test_a_batch_of_three_previews_as_one_grid_or_its_first_image(tinies):
     assert plain.shape[0] == 3
     for how, cells in (("grid", 2), ("first", 1)):  # 3 images: a 2 x 2 grid, the fourth cell black
         for decoder, side in (("latent2rgb", 8), ("vae", 64)):
-            w = preview_watch(t.pipe, decoder=decoder, mode="sync", size=(t.height, t.width), batch_preview=how)
-            frames: list[Frame] = []
-            w.attach(_Frames(frames))
-            try:
-                out = call(t, w)
-                rows = w.rows
-            finally:
-                w.remove()
+            out, rows, frames, record = watched(t, decoder=decoder, batch_preview=how)
             assert np.array_equal(out, plain)
             assert [r.batch for r in rows] == [3, 3] and [r.preview for r in rows] == [1, 1]
             assert all((f.width, f.height) == (cells * side, cells * side) for f in frames), (how, decoder)
             assert all((r.preview_width, r.preview_height) == (cells * side, cells * side) for r in rows)
-    assert w.record is not None and w.record.batch == 3
+            assert record is not None and record.batch == 3
 
 
 class _Frames:
@@ -184,3 +182,42 @@ class _Frames:
 
     def frame(self, frame: Frame) -> None:
         self.frames.append(frame)
+
+
+def test_taesd_is_refused_before_the_run_where_no_tae_fits(tinies, tmp_path):
+    from previewlab.preview.decoders import DecoderError
+    from previewlab.preview.models import ModelError
+    from previewlab.preview.models.taesd import Decoder
+
+    t = tiny_of(tinies, "flux_1ch")
+    with pytest.raises(DecoderError) as e:
+        preview_watch(t.pipe, decoder="taesd")
+    assert str(e.value).startswith("decoder taesd: no TAE fits latent space unnamed: 1 channels at 1/2, packed 2x2 "
+                                   "(FluxPipeline._unpack_latents)")
+    assert "a TAE must take its 1 latent channels" in str(e.value) and "\n" not in str(e.value)
+    torch.save(Decoder(4).state_dict(), tmp_path / "taesd_decoder.pth")  # a real TAESD layout, 4 channels
+    with pytest.raises(ModelError) as m:
+        preview_watch(t.pipe, taesd=str(tmp_path / "taesd_decoder.pth"))
+    assert f"--taesd {tmp_path / 'taesd_decoder.pth'}: a TAE for 4 latent channels, but the model's latent space is " \
+           "unnamed: 1 channels" in str(m.value)
+
+
+@pytest.mark.parametrize("name", ["flux_1ch", "lumina2"])
+def test_a_local_folder_of_any_pipeline_loads_and_runs_in_the_engine(tinies, tmp_path, name):
+    """DiffusionPipeline.from_pretrained(local_files_only=True) on a saved folder: the class comes from its
+    model_index.json, and the run records the latent space it read."""
+    from previewlab.preview.engine import generate
+    from previewlab.preview.models import load
+    from previewlab.preview.settings import PreviewSettings, RunSettings
+
+    t = tiny_of(tinies, name)
+    t.pipe.save_pretrained(tmp_path / name)
+    model = load(str(tmp_path / name), device="cpu")
+    assert type(model.pipe).__name__ == type(t.pipe).__name__ and model.family == SPACES[name][0]
+    size = 64  # the server's smallest side
+    run = generate(model, RunSettings(steps=2, width=size, height=size, guidance=1.0,
+                                      preview=PreviewSettings(decoder="latent2rgb", mode="sync")), run_id="f")
+    assert run.record.status == "done" and run.record.previews == 2 and run.image is not None
+    assert run.record.family == (SPACES[name][0] or "unnamed") and run.record.space == model.space.describe()
+    fitted = [r.event for r in run.rows if r.event.startswith("latent2rgb factors fitted")]
+    assert len(fitted) == (1 if SPACES[name][0] is None else 0)

@@ -229,7 +229,7 @@ function onPath(r) {
 function figuresOf(m) {
   const t = m.totals;
   if (!t) return null;
-  const steps = Math.max(1, t.steps);
+  const steps = Math.max(1, t.steps_run || t.steps);  // the steps that ran: fewer for img2img, or a stopped run
   const onPathMs = onPath(t);
   return { wall_s: t.wall_s, denoise_per_step: t.denoise_ms / steps, preview_on_path: onPathMs,
            overhead_pct: t.denoise_ms ? 100 * onPathMs / t.denoise_ms : 0, previews: t.previews,

@@ -247,10 +247,10 @@ def refusal(pipe: Any) -> str | None:
         return (f"{name}'s step callback does not hand over latents (it offers {', '.join(inputs) or 'nothing'}), "
                 "so there is nothing to preview")
     vae = vae_of(pipe)
-    audio_cfg = {"sample_rate", "sampling_rate", "audio_channels"} & set(getattr(getattr(vae, "config", None), "keys",
-                                                                                  lambda: ())())
-    if getattr(pipe, "vocoder", None) is not None or audio_cfg:
-        what = "it has a vocoder" if getattr(pipe, "vocoder", None) is not None else f"its VAE has {min(audio_cfg)}"
+    cfg = getattr(vae, "config", None) or {}
+    sound = [k for k in ("audio_channels", "sample_rate", "sampling_rate") if k in cfg]
+    if getattr(pipe, "vocoder", None) is not None or sound:
+        what = "it has a vocoder" if getattr(pipe, "vocoder", None) is not None else f"its VAE has {sound[0]}"
         return f"{name} makes audio ({what}): previewlab previews images, and audio has none to show"
     if vae is None:
         return f"{name} has no VAE (no vae or movq component): previews and the final decode need one"
