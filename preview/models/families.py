@@ -27,7 +27,9 @@ width (to multiples of 2 * factor for packed latents).
 """
 from __future__ import annotations
 
+import functools
 import inspect
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -147,14 +149,20 @@ class LatentSpace:
             if self.frames:  # Qwen-Image: (B, C, 1, h, w)
                 return lambda z, height, width: own(z, height, width, vae_scale_factor)[:, :, 0]
             return lambda z, height, width: own(z, height, width, vae_scale_factor)
-        what = f"{self.pipeline}: " if self.pipeline else ""
+        what, c = (f"{self.pipeline}: " if self.pipeline else ""), self.channels
 
         def spatial(z: torch.Tensor, height: int, width: int) -> torch.Tensor:
-            if z.dim() != 4:  # a shape check, no device read
-                raise FamilyError(f"{what}its step callback hands latents of shape {tuple(z.shape)}, not "
-                                  "(B, C, h, w), and the pipeline has no _unpack_latents(latents, height, width, "
-                                  "vae_scale_factor) to unpack them")
-            return z
+            if z.dim() == 4:  # shape checks only, no device read
+                return z
+            if z.dim() == 5 and z.shape[1] == 1 and z.shape[-1] >= c:
+                # one frame, channels last, conditioning channels after the latent ones: Kandinsky 5's image
+                # pipelines hand (B, 1, h, w, C'), and keep [..., :C] for the decode
+                return z[:, 0, :, :, :c].permute(0, 3, 1, 2)
+            if z.dim() == 5 and z.shape[2] == 1 and z.shape[1] == c:  # one frame of (B, C, T, h, w)
+                return z[:, :, 0]
+            raise FamilyError(f"{what}its step callback hands latents of shape {tuple(z.shape)}, not (B, C, h, w), "
+                              "and the pipeline has no _unpack_latents(latents, height, width, vae_scale_factor) "
+                              "to unpack them")
         return spatial
 
     def tae_input(self, pipe: Any, device: torch.device, dtype: torch.dtype) -> Convert:
@@ -264,16 +272,50 @@ def refusal(pipe: Any) -> str | None:
     return None
 
 
-def _unscale(vae: Any, cfg: Any) -> Unscale:
+@functools.lru_cache(maxsize=None)
+def _source(cls: type) -> str:
+    """The source of the modules that define a pipeline class and its bases ("" where none is readable)."""
+    parts = []
+    for base in cls.__mro__:
+        module = sys.modules.get(base.__module__)
+        if module is None or not base.__module__.startswith("diffusers.pipelines."):
+            continue
+        try:
+            parts.append(inspect.getsource(module))
+        except (OSError, TypeError):
+            continue
+    return "\n".join(parts)
+
+
+def _applies(cls: type, name: str) -> bool:
+    """Whether the pipeline's own code can read the VAE's config value `name`. A VAE may publish a shift or
+    statistics that a pipeline never applies (Kandinsky 5 decodes FLUX.1's VAE with / scaling_factor alone): a
+    pipeline whose modules never name the value cannot be applying it. Unreadable source: assume it does."""
+    text = _source(cls)
+    return not text or name in text
+
+
+def _unscale(pipe: Any, vae: Any, cfg: Any) -> Unscale:
+    cls = type(pipe)
     if getattr(vae, "bn", None) is not None:
         return "batch_norm"
     if type(vae).__name__ == "VQModel":
         return "none"
-    if getattr(cfg, "latents_mean", None) is not None and getattr(cfg, "latents_std", None) is not None:
+    if (getattr(cfg, "latents_mean", None) is not None and getattr(cfg, "latents_std", None) is not None
+            and _applies(cls, "latents_mean")):
         return "mean_std" if getattr(cfg, "scaling_factor", None) is not None else "inv_std"
-    if getattr(cfg, "shift_factor", None) is not None:
+    if getattr(cfg, "shift_factor", None) is not None and _applies(cls, "shift_factor"):
         return "scale_shift"
     return "scale" if getattr(cfg, "scaling_factor", None) is not None else "none"
+
+
+def _factor(pipe: Any, vae: Any, packing: Packing) -> int:
+    """Image pixels per latent pixel once unpacked. A packing pipeline may fold its 2x2 patches into its own
+    vae_scale_factor (Bria's is 16 over a VAE of factor 8): an AutoencoderKL's own stages say the real one."""
+    widths = getattr(vae.config, "block_out_channels", None)
+    if packing == "packed" and type(vae).__name__ == "AutoencoderKL" and widths:
+        return 2 ** (len(widths) - 1)
+    return vae_scale_factor(pipe)
 
 
 def _family(pipe: Any, vae: Any, channels: int, packing: Packing, unscale: Unscale) -> Family | None:
@@ -311,11 +353,11 @@ def latent_space(pipe: Any) -> LatentSpace:
         raise FamilyError(f"{type(pipe).__name__}: its {type(vae).__name__} config names no latent_channels or "
                           "z_dim, so its latents cannot be read")
     unpack, _ = _unpack_of(type(pipe))
-    unscale = _unscale(vae, cfg)
+    unscale = _unscale(pipe, vae, cfg)
     packing: Packing = "flux2" if unscale == "batch_norm" else "packed" if unpack is not None else "spatial"
     frames = getattr(cfg, "temperal_downsample", None) is not None  # the Wan-style VAEs take (B, C, T, h, w)
     return LatentSpace(family=_family(pipe, vae, channels, packing, unscale), channels=channels,
-                       factor=vae_scale_factor(pipe), packing=packing, unscale=unscale, vae=type(vae).__name__,
+                       factor=_factor(pipe, vae, packing), packing=packing, unscale=unscale, vae=type(vae).__name__,
                        frames=frames, quantized=type(vae).__name__ == "VQModel", pipeline=type(pipe).__name__,
                        unpack=unpack)
 
