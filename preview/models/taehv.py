@@ -1,0 +1,167 @@
+"""TAEHV: madebyollin's tiny video autoencoder (github.com/madebyollin/taehv, MIT), its decoder written here.
+
+Latents NTCHW (frames before channels, no latent scale or shift: a pipeline's latents_mean / latents_std must be
+undone first) -> frames NTCHW in [0, 1]. The decoder is three stages of memory blocks, each seeing the current
+frame and the previous one at its own depth (zeros before the first), then a spatial upsample and a temporal
+grow, which turns each frame into `stride` frames by a 1x1 convolution. The first t_upscale - 1 output frames are
+the causal warm-up and are trimmed, so T latent frames give T * t_upscale - (t_upscale - 1) frames: Wan's and
+HunyuanVideo's 4x temporal compression of a 4k + 1 clip. CogVideoX's files (taecvx) keep every frame of an
+even-length input, as the reference does.
+
+Cheaper previews: `time_upscale` and `space_upscale` switch the growing and the upsampling off per stage; a
+switched-off grow keeps the last of its `stride` outputs (the weights' last-timestep rows), as the reference
+patches them. The weights are madebyollin's files unchanged (`.pth` or `.safetensors`), whose keys are
+`decoder.N.*`; the variant (latent channels, patch size, which stages grow in time) is read from the keys' shapes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .taesd import TaeError, read_state
+
+WIDTHS = (256, 128, 64, 64)  # decoder features per stage, then the last conv's input
+# madebyollin's published files, by name: what each decodes (the keys say the same; the name adds the CogVideoX
+# trim rule)
+VARIANTS = {"taehv": "hunyuanvideo", "taew2_1": "wan21", "taew2_2": "wan22", "taecvx": "cogvideox",
+            "taeltx": "ltxv", "taehv1_5": "hunyuanvideo15"}
+
+
+def conv(n_in: int, n_out: int, **kwargs: object) -> nn.Conv2d:
+    return nn.Conv2d(n_in, n_out, 3, padding=1, **kwargs)  # type: ignore[arg-type]
+
+
+class Clamp(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x / 3) * 3  # soft clamp of the latents to (-3, 3)
+
+
+class MemBlock(nn.Module):
+    """A residual block that also sees the previous frame at this depth: (x, past) -> features."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(conv(n_in * 2, n_out), nn.ReLU(inplace=True), conv(n_out, n_out),
+                                  nn.ReLU(inplace=True), conv(n_out, n_out))
+        self.skip = nn.Conv2d(n_in, n_out, 1, bias=False) if n_in != n_out else nn.Identity()
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor, past: torch.Tensor) -> torch.Tensor:
+        return self.act(self.conv(torch.cat([x, past], 1)) + self.skip(x))
+
+
+class TGrow(nn.Module):
+    """Each frame's features -> `stride` frames' (N*T, C, H, W) -> (N*T*stride, C, H, W), by a 1x1 conv."""
+
+    def __init__(self, n_f: int, stride: int) -> None:
+        super().__init__()
+        self.stride = stride
+        self.conv = nn.Conv2d(n_f, n_f * stride, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, c, h, w = x.shape
+        return self.conv(x).reshape(-1, c, h, w)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a weight file decodes: latent channels, the pixel-shuffle patch, the temporal stride each stage's
+    grow was trained with, and whether it keeps the warm-up frames of an even-length input (CogVideoX)."""
+    channels: int
+    patch: int
+    strides: tuple[int, int, int]
+    cogvideox: bool = False
+
+
+def layout_of(state: Mapping[str, torch.Tensor], name: str = "") -> Layout:
+    """The layout from a decoder state dict's keys and shapes (keys `decoder.N.*` or `N.*`). Raises TaeError."""
+    def weight(i: int, rest: str) -> torch.Tensor | None:
+        return state.get(f"decoder.{i}.{rest}", state.get(f"{i}.{rest}"))
+
+    first, last = weight(1, "weight"), weight(22, "weight")
+    grows = [weight(i, "conv.weight") for i in (7, 13, 19)]
+    if first is None or last is None or any(g is None for g in grows) or int(first.shape[0]) != WIDTHS[0]:
+        raise TaeError("not a madebyollin TAEHV decoder (no decoder.1 / decoder.22 convs or decoder.7/13/19 "
+                       "TGrow layers); expected taehv, taew2_1, taew2_2, taecvx or taeltx_2 .pth / .safetensors "
+                       "from github.com/madebyollin/taehv")
+    patch = int(round((int(last.shape[0]) / 3) ** 0.5))
+    strides = tuple(int(g.shape[0]) // n for g, n in zip(grows, WIDTHS[:3]))  # type: ignore[union-attr]
+    return Layout(int(first.shape[1]), patch, strides, cogvideox="taecvx" in name)  # type: ignore[arg-type]
+
+
+class TAEHV(nn.Module):
+    """The TAEHV decoder: latents (N, T, C, h, w) -> frames (N, T', 3, H, W) in [0, 1].
+
+    time_upscale / space_upscale: per stage, grow in time / upsample 2x in space (False: a cheaper preview with
+    fewer frames / pixels; the frame count then follows the stages left on)."""
+
+    def __init__(self, layout: Layout, time_upscale: tuple[bool, bool, bool] = (True, True, True),
+                 space_upscale: tuple[bool, bool, bool] = (True, True, True)) -> None:
+        super().__init__()
+        self.layout = layout
+        strides = [s if on else 1 for s, on in zip(layout.strides, time_upscale)]
+        n = WIDTHS
+        layers: list[nn.Module] = [Clamp(), conv(layout.channels, n[0]), nn.ReLU(inplace=True)]
+        for stage in range(3):
+            layers += [MemBlock(n[stage], n[stage]) for _ in range(3)]
+            layers += [nn.Upsample(scale_factor=2 if space_upscale[stage] else 1), TGrow(n[stage], strides[stage]),
+                       conv(n[stage], n[stage + 1], bias=False)]
+        layers += [nn.ReLU(inplace=True), conv(n[3], 3 * layout.patch ** 2)]
+        self.decoder = nn.Sequential(*layers)
+        self.t_upscale = 1
+        for s in strides:
+            self.t_upscale *= s
+        self.frames_to_trim = self.t_upscale - 1
+
+    def load(self, state: Mapping[str, torch.Tensor]) -> TAEHV:
+        """Load madebyollin's weights as published (the encoder's keys, if any, are left out). A grow that is
+        switched off keeps its last-timestep rows. Raises TaeError."""
+        own = self.state_dict()
+        picked = {}
+        for key, value in state.items():
+            local = key.removeprefix("decoder.") if key.startswith("decoder.") else key
+            if key.startswith("encoder.") or f"decoder.{local}" not in own:
+                continue
+            want = own[f"decoder.{local}"]
+            if value.shape != want.shape and local.endswith("conv.weight") and value.shape[0] > want.shape[0]:
+                value = value[-want.shape[0]:]  # TGrow with its stride switched off: the last timestep
+            picked[f"decoder.{local}"] = value
+        try:
+            self.load_state_dict(picked)
+        except RuntimeError as e:
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            raise TaeError(f"not a madebyollin TAEHV decoder state dict ({(lines[1] if len(lines) > 1 else lines[0])[:200]})") from None
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """latents (N, T, C, h, w) -> frames (N, T', 3, H, W) in [0, 1], all frames at once."""
+        n, t, c, h, w = x.shape
+        y = x.reshape(n * t, c, h, w)
+        for block in self.decoder:
+            if isinstance(block, MemBlock):
+                frames = y.reshape(n, -1, *y.shape[1:])
+                past = F.pad(frames, (0, 0, 0, 0, 0, 0, 1, 0))[:, :frames.shape[1]]  # the previous frame; zeros first
+                y = block(y, past.reshape(y.shape))
+            else:
+                y = block(y)
+        if self.layout.patch > 1:
+            y = F.pixel_shuffle(y, self.layout.patch)
+        y = y.clamp(0, 1).reshape(n, -1, *y.shape[1:])
+        if self.layout.cogvideox and t % 2 == 0:
+            return y
+        return y[:, self.frames_to_trim:]
+
+
+def load_taehv(source: str | Path | Mapping[str, torch.Tensor], *, time_upscale: tuple[bool, bool, bool] = (True, True, True),
+               space_upscale: tuple[bool, bool, bool] = (True, True, True)) -> TAEHV:
+    """A TAEHV decoder from madebyollin's weights (a path or a state dict), in eval mode on the CPU. The
+    stages' strides come from the keys; a file's name adds the CogVideoX trim rule. Raises TaeError."""
+    name = Path(source).name if isinstance(source, (str, Path)) else ""
+    state = read_state(source) if isinstance(source, (str, Path)) else dict(source)
+    module = TAEHV(layout_of(state, name), time_upscale, space_upscale).load(state)
+    return module.eval().requires_grad_(False)

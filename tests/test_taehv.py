@@ -1,0 +1,83 @@
+"""TAEHV, previewlab's own decoder of madebyollin's video TAE: the published layouts load from .pth and
+.safetensors, the variant comes from the keys, and the reference's published behaviour holds: warm-up frames
+trimmed at the start (4k + 1 frames out of k + 1 latent frames for Wan and HunyuanVideo), frames in [0, 1],
+the cheaper-preview switches. (Checked bit for bit against madebyollin/taehv's taehv.py at commit 115aaa7e on
+random weights of every layout, outside this suite: its code stays out of ours.)"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from previewlab.preview.models.taehv import TAEHV, Layout, layout_of, load_taehv
+from previewlab.preview.models.taesd import TaeError
+
+# name -> (latent channels, patch, strides per stage): madebyollin's published files
+PUBLISHED = {
+    "taew2_1": (16, 1, (1, 2, 2)),
+    "taehv": (16, 1, (1, 2, 2)),
+    "taew2_2": (48, 2, (1, 2, 2)),
+    "taecvx": (16, 1, (1, 2, 2)),
+    "taeltx_2": (128, 4, (2, 2, 2)),
+}
+
+
+def published_state(name: str) -> dict[str, torch.Tensor]:
+    """A state dict in the published files' layout (decoder.N.*, plus encoder keys this decoder leaves out),
+    random weights scaled so the frames spread over [0, 1] rather than sit at one value."""
+    channels, patch, strides = PUBLISHED[name]
+    torch.manual_seed(0)
+    model = TAEHV(Layout(channels, patch, strides))
+    state = {f"decoder.{k.removeprefix('decoder.')}": v * 1.7 for k, v in model.state_dict().items()}
+    state["encoder.0.weight"] = torch.zeros(64, 3 * patch ** 2, 3, 3)
+    return state
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_published_layouts_load_from_both_file_types_and_decode_alike(name, tmp_path):
+    from safetensors.torch import save_file
+
+    state = published_state(name)
+    torch.save(state, tmp_path / f"{name}.pth")
+    save_file(state, str(tmp_path / f"{name}.safetensors"))
+    channels, patch, strides = PUBLISHED[name]
+    a, b = load_taehv(tmp_path / f"{name}.pth"), load_taehv(tmp_path / f"{name}.safetensors")
+    assert layout_of(state, f"{name}.pth") == Layout(channels, patch, strides, cogvideox=name == "taecvx")
+    x = torch.randn(1, 3, channels, 2, 3)
+    with torch.inference_mode():
+        ya, yb = a(x), b(x)
+    assert torch.equal(ya, yb)
+    t_up = 1
+    for s in strides:
+        t_up *= s
+    assert ya.shape == (1, 3 * t_up - (t_up - 1), 3, 2 * 8 * patch, 3 * 8 * patch)
+    assert float(ya.min()) >= 0 and float(ya.max()) <= 1 and float(ya.std()) > 0.01
+
+
+def test_frames_are_trimmed_at_the_start_and_cogvideox_keeps_an_even_input():
+    wan = load_taehv(published_state("taew2_1"))
+    cvx = TAEHV(layout_of(published_state("taecvx"), "taecvx.pth")).load(published_state("taecvx"))
+    with torch.inference_mode():
+        counts = [wan(torch.randn(1, t, 16, 4, 4)).shape[1] for t in (1, 2, 3, 5)]
+        # the first latent frame is one frame: a causal decoder decodes it alone, and the same as in a clip
+        x = torch.randn(1, 3, 16, 4, 4)
+        assert torch.allclose(wan(x[:, :1])[:, 0], wan(x)[:, 0], atol=1e-5)  # up to the batched convs' rounding
+        even = cvx(torch.randn(1, 2, 16, 4, 4)).shape[1]
+    assert counts == [1, 5, 9, 17] and even == 8
+
+
+def test_the_switches_make_fewer_frames_and_pixels_from_the_same_weights():
+    state = published_state("taew2_1")
+    full = load_taehv(state)
+    cheap = load_taehv(state, time_upscale=(False, False, False), space_upscale=(True, True, False))
+    x = torch.randn(1, 3, 16, 4, 4)
+    with torch.inference_mode():
+        assert full(x).shape == (1, 9, 3, 32, 32)
+        assert cheap(x).shape == (1, 3, 3, 16, 16)  # one frame per latent frame, half the side
+
+
+def test_a_file_that_is_not_a_taehv_decoder_is_one_line(tmp_path):
+    from previewlab.preview.models.taesd import Decoder
+
+    with pytest.raises(TaeError) as e:
+        load_taehv({f"decoder.{k}": v for k, v in Decoder(16).state_dict().items()})
+    assert str(e.value).startswith("not a madebyollin TAEHV decoder") and "\n" not in str(e.value)
