@@ -63,7 +63,9 @@ def image_size(model: Model, latents: torch.Tensor, size: tuple[int, int] | None
     if size is not None:
         return size
     vsf = model.vae_scale_factor
-    if latents.dim() == 4:
+    if latents.dim() == 5 and latents.shape[1] == 1 and latents.shape[-1] >= model.space.channels:
+        return int(latents.shape[2]) * vsf, int(latents.shape[3]) * vsf  # one frame, channels last (Kandinsky 5)
+    if latents.dim() >= 4:  # (B, C, h, w), and clips: (B, C, T, h, w) or (B, T, C, h, w)
         return int(latents.shape[-2]) * vsf, int(latents.shape[-1]) * vsf
     side = int(round(math.sqrt(int(latents.shape[1])))) * 2 * vsf
     return side, side

@@ -115,6 +115,8 @@ class LatentSpace:
     vae: str
     frames: bool = False
     quantized: bool = False
+    video: bool = False          # the pipeline makes a clip: previews show its first latent frame
+    frames_first: bool = False   # video latents come (B, T, C, h, w) (CogVideoX), not (B, C, T, h, w)
     pipeline: str = ""
     unpack: Unpack | None = field(default=None, compare=False, repr=False)
 
@@ -127,7 +129,9 @@ class LatentSpace:
         latents / scaling_factor + shift_factor by AutoencoderKL"."""
         how = {"spatial": "spatial (B, C, h, w)", "flux2": "packed 2x2 and batch-normalised (FLUX.2)",
                "packed": f"packed 2x2 ({self.pipeline}._unpack_latents)"}[self.packing]
-        frame = ", frame 0 of (B, C, T, h, w)" if self.frames else ""
+        layout = "(B, T, C, h, w)" if self.frames_first else "(B, C, T, h, w)"
+        frame = (f", video {layout}: its first latent frame" if self.video else
+                 ", frame 0 of (B, C, T, h, w)" if self.frames else "")
         return (f"{self.name}: {self.channels} channels at 1/{self.factor}, {how}{frame}, decoded as "
                 f"{UNSCALES[self.unscale]} by {self.vae}")
 
@@ -149,11 +153,13 @@ class LatentSpace:
             if self.frames:  # Qwen-Image: (B, C, 1, h, w)
                 return lambda z, height, width: own(z, height, width, vae_scale_factor)[:, :, 0]
             return lambda z, height, width: own(z, height, width, vae_scale_factor)
-        what, c = (f"{self.pipeline}: " if self.pipeline else ""), self.channels
+        what, c, first = (f"{self.pipeline}: " if self.pipeline else ""), self.channels, self.frames_first
 
         def spatial(z: torch.Tensor, height: int, width: int) -> torch.Tensor:
             if z.dim() == 4:  # shape checks only, no device read
                 return z
+            if self.video and z.dim() == 5:  # a clip: its first latent frame, (B, C, h, w)
+                return z[:, 0] if first else z[:, :, 0]
             if z.dim() == 5 and z.shape[1] == 1 and z.shape[-1] >= c:
                 # one frame, channels last, conditioning channels after the latent ones: Kandinsky 5's image
                 # pipelines hand (B, 1, h, w, C'), and keep [..., :C] for the decode
@@ -262,9 +268,6 @@ def refusal(pipe: Any) -> str | None:
         return f"{name} makes audio ({what}): previewlab previews images, and audio has none to show"
     if vae is None:
         return f"{name} has no VAE (no vae or movq component): previews and the final decode need one"
-    if getattr(pipe, "video_processor", None) is not None:
-        return (f"{name} makes video (latents (B, C, T, h, w) for a 3D VAE): previewlab previews image "
-                "pipelines; its video families are not read yet")
     _, odd = _unpack_of(cls)
     if odd is not None:
         return (f"{name} packs its latents and unpacks them with {odd}, which needs more than the image size: "
@@ -293,6 +296,19 @@ def _applies(cls: type, name: str) -> bool:
     pipeline whose modules never name the value cannot be applying it. Unreadable source: assume it does."""
     text = _source(cls)
     return not text or name in text
+
+
+def _frames_first(cls: type) -> bool:
+    """Whether a video pipeline's latents are (B, T, C, h, w): the shape its own prepare_latents builds names the
+    frames before the channels (CogVideoX's `(batch_size, num_frames, num_channels_latents, ...)`)."""
+    try:
+        text = inspect.getsource(getattr(cls, "prepare_latents"))
+    except (AttributeError, OSError, TypeError):
+        return False
+    at = text.find("shape = (")
+    line = text[at:at + 300] if at >= 0 else ""  # the tuple's first lines name its axes in order
+    c, t = line.find("num_channels_latents"), line.find("frames")
+    return 0 <= t < c
 
 
 def _unscale(pipe: Any, vae: Any, cfg: Any) -> Unscale:
@@ -355,11 +371,13 @@ def latent_space(pipe: Any) -> LatentSpace:
     unpack, _ = _unpack_of(type(pipe))
     unscale = _unscale(pipe, vae, cfg)
     packing: Packing = "flux2" if unscale == "batch_norm" else "packed" if unpack is not None else "spatial"
-    frames = getattr(cfg, "temperal_downsample", None) is not None  # the Wan-style VAEs take (B, C, T, h, w)
+    # a VAE with 3-D convolutions takes (B, C, T, h, w) (Wan's, Qwen-Image's, HunyuanVideo's, CogVideoX's, ...)
+    frames = any(isinstance(m, torch.nn.Conv3d) for m in vae.modules())
+    video = getattr(pipe, "video_processor", None) is not None
     return LatentSpace(family=_family(pipe, vae, channels, packing, unscale), channels=channels,
                        factor=_factor(pipe, vae, packing), packing=packing, unscale=unscale, vae=type(vae).__name__,
                        frames=frames, quantized=type(vae).__name__ == "VQModel", pipeline=type(pipe).__name__,
-                       unpack=unpack)
+                       unpack=unpack, video=video, frames_first=video and _frames_first(type(pipe)))
 
 
 def detect_family(pipe: Any) -> Family | None:
