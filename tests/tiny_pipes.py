@@ -2,13 +2,17 @@
 weights, built from configs on the CPU, tokenizers built offline. Their pictures are noise; their latent shapes,
 packings, VAE statistics and decode paths are the real pipelines' own.
 
-Every VAE keeps a scaling factor other than 1 and, where its family has one, a shift other than 0 (Qwen-Image:
+Every VAE keeps a scaling factor other than 1 and, where its family has one, a shift other than 0 (Qwen-Image, Wan:
 a per-channel mean and std that are not 0 and 1), so that a preview that leaves out an unscale shows. Input
 images (img2img, inpaint, control, fill, Kontext, edit) are made from a seeded torch.rand at the call's size.
 Pictures are 64 px where the VAE downsamples 8x (an 8 x 8 latent; 32 px works too, a 4 x 4 one), 32 px for the
 VAEs of factor 2 and 4 (flux_1ch, sd3_4ch, sana). Every call but qwenimage_edit's takes well under a second on
 one thread; qwenimage_edit's takes about 5 s, nearly all of it the VAE encoding the reference image, which the
 pipeline resizes to about 1024 x 1024 px whatever its size.
+
+The video pipelines make 64 px clips of a few frames: wan 5 frames (2 latent frames, latents (B, C, T, h, w)),
+cogvideox 9 (3 latent frames, held frames first: (B, T, C, h, w)), animatediff 4 (SD1.5 latents per frame,
+(B, C, F, h, w)). Their output_type="np" frames are (B, F, H, W, 3).
 
     tiny = build("flux_fill")
     out = tiny.pipe(**tiny.kwargs(), callback_on_step_end=cb, callback_on_step_end_tensor_inputs=["latents"])
@@ -158,6 +162,13 @@ def _t5(d_model: int = 32) -> Any:
 
     return T5EncoderModel(T5Config(vocab_size=100, d_model=d_model, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
                                    relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1))
+
+
+def _umt5(d_model: int = 32) -> Any:  # Wan's text encoder is UMT5 (per-layer relative attention biases)
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    return UMT5EncoderModel(UMT5Config(vocab_size=100, d_model=d_model, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
+                                       relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1))
 
 
 def _gemma2(hidden: int = 16) -> Any:
@@ -517,6 +528,76 @@ def qwenimage_edit() -> Tiny:
                  true_cfg_scale=4.0)
 
 
+# ----------------------------------------------------------------------------------------------- video
+
+
+def wan() -> Tiny:
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+
+    # Wan 2.1's VAE at 1/32 of its width: 16 channels, 8x in space (three spatial downsamples) and 4x in time (two
+    # temporal ones); latents_mean / latents_std: the real model's per-channel statistics (the class defaults,
+    # written out). 5 frames are 1 + 4 * 1: 2 latent frames.
+    vae = AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                           temperal_downsample=[False, True, True],
+                           latents_mean=[-0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
+                                         0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921],
+                           latents_std=[2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+                                        3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.916])
+    # patches 1 x 2 x 2; head width 12 = RoPE axes (time, height, width) 4 + 4 + 4; text_dim: UMT5's width
+    transformer = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12,
+                                        in_channels=16, out_channels=16, text_dim=32, freq_dim=256, ffn_dim=32,
+                                        num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+                                        rope_max_seq_len=32)
+    # Wan 2.1's own scheduler: UniPC on flow sigmas, shifted
+    scheduler = UniPCMultistepScheduler(num_train_timesteps=1000, prediction_type="flow_prediction",
+                                        use_flow_sigmas=True, flow_shift=3.0, solver_order=2)
+    pipe = WanPipeline(tokenizer=t5_tokenizer(), text_encoder=_umt5(32), transformer=transformer, vae=vae,
+                       scheduler=scheduler)
+    return _tiny("wan", pipe, 64, 5.0, negative_prompt="blurry", num_frames=5)
+
+
+def cogvideox() -> Tiny:
+    from diffusers import (AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXPipeline,
+                           CogVideoXTransformer3DModel)
+
+    # CogVideoX-2b's VAE, narrow: 16 channels, four stages (8x in space), 4x in time, its scaling factor 1.15258426
+    # and no shift. 9 frames are 1 + 4 * 2: 3 latent frames, which the pipeline holds frames first (B, T, C, h, w).
+    vae = AutoencoderKLCogVideoX(in_channels=3, out_channels=3, down_block_types=("CogVideoXDownBlock3D",) * 4,
+                                 up_block_types=("CogVideoXUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8),
+                                 latent_channels=16, layers_per_block=1, norm_num_groups=2,
+                                 temporal_compression_ratio=4, scaling_factor=1.15258426)
+    # inner width 4 x 8 = 32 (3-D sin-cos position embeddings at the call's size: 8 x 8 latents, 9 frames);
+    # text_embed_dim: T5's width
+    transformer = CogVideoXTransformer3DModel(num_attention_heads=4, attention_head_dim=8, in_channels=16,
+                                              out_channels=16, time_embed_dim=16, text_embed_dim=32, num_layers=1,
+                                              sample_width=8, sample_height=8, sample_frames=9, patch_size=2,
+                                              temporal_compression_ratio=4, max_text_seq_length=226)
+    # CogVideoX-2b's own scheduler: DDIM, v-prediction, zero terminal SNR, trailing timesteps
+    scheduler = CogVideoXDDIMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
+                                       beta_schedule="scaled_linear", clip_sample=False, set_alpha_to_one=True,
+                                       prediction_type="v_prediction", rescale_betas_zero_snr=True,
+                                       snr_shift_scale=3.0, timestep_spacing="trailing")
+    pipe = CogVideoXPipeline(tokenizer=t5_tokenizer(), text_encoder=_t5(32), vae=vae, transformer=transformer,
+                             scheduler=scheduler)
+    return _tiny("cogvideox", pipe, 64, 6.0, negative_prompt="blurry", num_frames=9)
+
+
+def animatediff() -> Tiny:
+    from diffusers import AnimateDiffPipeline, DDIMScheduler, MotionAdapter
+
+    # The SD1.5 UNet and VAE with a motion adapter of the same block widths; the pipeline turns the UNet into a
+    # UNetMotionModel. Latents are (B, C, F, h, w); the VAE decodes the frames one by one as pictures.
+    adapter = MotionAdapter(block_out_channels=(32, 64), motion_layers_per_block=1, motion_norm_num_groups=8,
+                            motion_num_attention_heads=2, motion_max_seq_length=32)
+    # AnimateDiff's usual scheduler: DDIM on SD1.5's betas, linear
+    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="linear", clip_sample=False,
+                              steps_offset=1, timestep_spacing="linspace")
+    pipe = AnimateDiffPipeline(vae=_sd_vae(), text_encoder=_clip(32), tokenizer=clip_tokenizer(), unet=_sd_unet(),
+                               motion_adapter=adapter, scheduler=scheduler, feature_extractor=None,
+                               image_encoder=None)
+    return _tiny("animatediff", pipe, 64, 7.5, negative_prompt="blurry", num_frames=4)
+
+
 # ----------------------------------------------------------------------------------------------- registry
 
 
@@ -546,6 +627,7 @@ BUILDERS: dict[str, Callable[[], Tiny]] = {b.__name__: _seeded(b) for b in (
     sana, lumina2, chroma,
     flux_1ch, sd3_4ch,
     sdxl_batch,
+    wan, cogvideox, animatediff,
 )}
 
 
