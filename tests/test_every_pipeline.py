@@ -39,6 +39,12 @@ SPACES: dict[str, tuple[str | None, int, int, str, str]] = {
     "qwenimage": (None, 16, 8, "packed", "inv_std"),        # Wan 2.1's VAE, frame 0 of (B, C, T, h, w)
 }
 NAMES = list(SPACES)
+# clips: their previews show the first latent frame; (family, channels, factor, frames first, 3-D VAE)
+VIDEOS: dict[str, tuple[str | None, int, int, bool, bool]] = {
+    "wan": (None, 16, 8, False, True),          # AutoencoderKLWan: until the video families name it
+    "cogvideox": (None, 16, 8, True, True),     # (B, T, C, h, w), as CogVideoXPipeline.prepare_latents makes them
+    "animatediff": ("sd15", 4, 8, False, False),  # SD1.5's 2-D VAE, frame by frame
+}
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +63,8 @@ def call(t: Tiny, cb: Any = None, **extra: Any) -> Any:
     if cb is not None:
         kw.update(callback_on_step_end=cb, callback_on_step_end_tensor_inputs=cb.tensor_inputs)
     with torch.inference_mode():
-        return t.pipe(**kw).images
+        out = t.pipe(**kw)
+    return out.frames if hasattr(out, "frames") else out.images  # a clip: (B, T, H, W, 3)
 
 
 def watched(t: Tiny, **settings: Any) -> tuple[Any, list[Any], list[Frame], Any]:
@@ -221,3 +228,36 @@ def test_a_local_folder_of_any_pipeline_loads_and_runs_in_the_engine(tinies, tmp
     assert run.record.family == (SPACES[name][0] or "unnamed") and run.record.space == model.space.describe()
     fitted = [r.event for r in run.rows if r.event.startswith("latent2rgb factors fitted")]
     assert len(fitted) == (1 if SPACES[name][0] is None else 0)
+
+
+@pytest.mark.parametrize("name", VIDEOS)
+def test_a_clip_previews_its_first_latent_frame_without_changing_the_clip(tinies, name):
+    t = tiny_of(tinies, name)
+    space = latent_space(t.pipe)
+    assert space.video and (space.family, space.channels, space.factor, space.frames_first, space.frames) == VIDEOS[name]
+    plain = call(t)
+    for decoder in ("none", "latent2rgb", "vae"):
+        out, rows, frames, _ = watched(t, decoder=decoder)
+        assert np.array_equal(out, plain), f"{name} {decoder}: the watched call changed the clip"
+        assert [r.preview for r in rows] == ([0, 0] if decoder == "none" else [1, 1])
+        assert all(r.event == "" or r.event.startswith("latent2rgb factors fitted") for r in rows), rows[0].event
+        side = t.width // 8 if decoder == "latent2rgb" else t.width
+        assert all((f.width, f.height) == (side, side) for f in frames)
+    # the vae decoder on the last latents' first frame gives the clip's first frame, as the pipeline decodes it
+    # (a causal 3-D VAE decodes the first latent frame alone; AnimateDiff's 2-D VAE decodes frames one by one)
+    latents = call(t, output_type="latent")
+    w = preview_watch(t.pipe, decoder="vae")
+    try:
+        with torch.inference_mode():
+            image = decoders.build("vae", w.model)(latents, t.height, t.width)  # type: ignore[misc]
+    finally:
+        w.remove()
+    first = torch.from_numpy(plain[0, 0]).permute(2, 0, 1)
+    assert image.shape == (1, 3, t.height, t.width)
+    diff = (image[0] - first).abs()
+    if name == "cogvideox":
+        # CogVideoX's VAE lets the first frames see the next latent frame: the first latent frame alone is an
+        # approximation of the clip's first frame (README: what a first-frame preview of CogVideoX shows)
+        assert float(diff.mean()) < 0.02, float(diff.mean())
+    else:
+        assert float(diff.max()) < 1e-4, float(diff.max())

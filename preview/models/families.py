@@ -223,9 +223,10 @@ def vae_of(pipe: Any) -> Any:
 
 
 def vae_scale_factor(pipe: Any) -> int:
-    """Image pixels per latent pixel: the pipeline's own vae_scale_factor (movq_scale_factor for Kandinsky),
-    else 2 per VAE stage after the first."""
-    for name in ("vae_scale_factor", "movq_scale_factor"):
+    """Image pixels per latent pixel: the pipeline's own vae_scale_factor (vae_scale_factor_spatial for most video
+    pipelines, vae_spatial_scale_factor for Mochi, movq_scale_factor for Kandinsky), else 2 per VAE stage after
+    the first."""
+    for name in ("vae_scale_factor", "vae_scale_factor_spatial", "vae_spatial_scale_factor", "movq_scale_factor"):
         value = getattr(pipe, name, None)
         if isinstance(value, int) and value > 0:
             return value
