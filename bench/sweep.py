@@ -90,9 +90,10 @@ def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Pa
         t0 = clock()
         gen = torch.Generator("cpu").manual_seed(settings.seed)
         batch = {"num_images_per_prompt": settings.batch} if settings.batch > 1 else {}
-        latents = model.pipe(prompt=settings.prompt, num_inference_steps=settings.steps, width=settings.width,
-                             height=settings.height, guidance_scale=settings.guidance, generator=gen,
-                             output_type="latent", **batch).images
+        out = model.pipe(prompt=settings.prompt, num_inference_steps=settings.steps, width=settings.width,
+                         height=settings.height, guidance_scale=settings.guidance, generator=gen,
+                         output_type="latent", **batch)
+        latents = out.frames if model.space.video else out.images
         image = final_image(model, latents, settings.height, settings.width)
         png = save_image(image)
         if image_path is not None:

@@ -269,10 +269,10 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             task: dict[str, Any] = dict(image=init_image, strength=settings.strength) if img2img else {}
             if settings.batch > 1:
                 task["num_images_per_prompt"] = settings.batch
-            latents = pipe(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
-                           guidance_scale=settings.guidance, generator=gen, output_type="latent",
-                           callback_on_step_end=meter, callback_on_step_end_tensor_inputs=["latents"],
-                           **task, **embeds).images
+            out = pipe(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
+                       guidance_scale=settings.guidance, generator=gen, output_type="latent",
+                       callback_on_step_end=meter, callback_on_step_end_tensor_inputs=["latents"], **task, **embeds)
+            latents = out.frames if model.space.video else out.images  # a clip's final image: its first frame
             rng.end("denoise")
             loop_end = sw.mark()
             peak = meter.finish_previews()  # previews in flight finish before the final decode uses the VAE

@@ -261,3 +261,19 @@ def test_a_clip_previews_its_first_latent_frame_without_changing_the_clip(tinies
         assert float(diff.mean()) < 0.02, float(diff.mean())
     else:
         assert float(diff.max()) < 1e-4, float(diff.max())
+
+
+def test_a_video_pipeline_runs_in_the_engine_and_its_final_image_is_the_first_frame(tinies):
+    from previewlab.preview.callback import model_of
+    from previewlab.preview.engine import generate
+    from previewlab.preview.settings import PreviewSettings, RunSettings
+
+    t = tiny_of(tinies, "wan")
+    model = model_of(t.pipe, None)
+    run = generate(model, RunSettings(steps=2, width=64, height=64, guidance=1.0,
+                                      preview=PreviewSettings(decoder="vae", mode="sync")), run_id="w")
+    assert run.record.status == "done" and run.record.previews == 2 and run.image is not None
+    assert run.image.shape == (64, 64, 3) and run.record.family == "unnamed"
+    assert run.record.space.startswith("unnamed: 16 channels at 1/8, a clip (B, C, T, h, w), previewed by its first "
+                                       "latent frame, decoded as latents / (1 / latents_std) + latents_mean by "
+                                       "AutoencoderKLWan")

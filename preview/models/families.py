@@ -129,9 +129,9 @@ class LatentSpace:
         latents / scaling_factor + shift_factor by AutoencoderKL"."""
         how = {"spatial": "spatial (B, C, h, w)", "flux2": "packed 2x2 and batch-normalised (FLUX.2)",
                "packed": f"packed 2x2 ({self.pipeline}._unpack_latents)"}[self.packing]
-        layout = "(B, T, C, h, w)" if self.frames_first else "(B, C, T, h, w)"
-        frame = (f", video {layout}: its first latent frame" if self.video else
-                 ", frame 0 of (B, C, T, h, w)" if self.frames else "")
+        if self.video:
+            how = f"a clip {'(B, T, C, h, w)' if self.frames_first else '(B, C, T, h, w)'}, previewed by its first latent frame"
+        frame = ", frame 0 of (B, C, T, h, w)" if self.frames and not self.video else ""
         return (f"{self.name}: {self.channels} channels at 1/{self.factor}, {how}{frame}, decoded as "
                 f"{UNSCALES[self.unscale]} by {self.vae}")
 
