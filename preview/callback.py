@@ -27,7 +27,8 @@ from diffusers.callbacks import PipelineCallback
 from .decoders import DecoderError, DecoderName, taesd_refusal
 from .encoders import EncoderName
 from .engine import Controls, Phases, Previewer, StepMeter, cpu_schedule, run_record, save_image
-from .models.families import Family, latent_space, vae_of
+from .models.families import Family, vae_of
+from .models.reading import latent_space
 from .models import Model, default_size, denoiser, load_taesd
 from .csv_writer import to_csv_text
 from .records import STEP_COLUMNS, RunRecord, StepRow

@@ -17,7 +17,7 @@ from previewlab import watch as preview_watch
 from previewlab.preview import decoders
 from previewlab.preview.frames import Frame
 from previewlab.preview.models import fit
-from previewlab.preview.models.families import latent_space
+from previewlab.preview.models.reading import latent_space
 from tests.tiny_pipes import Tiny, build
 
 # name -> the latent space each must be read as: (family, channels, factor, packing, unscale)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from previewlab.preview.models.families import FamilyError, detect_family, latent_space, to_tae_space, to_vae_space
+from previewlab.preview.models.families import FamilyError
+from previewlab.preview.models.reading import detect_family, latent_space, to_tae_space, to_vae_space
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
 from previewlab.preview.models.presets import TINY, PresetError, build_preset, parameter_counts
 from previewlab.preview.models.taesd import Decoder, TaeError, load_tae

@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from . import loading, single_file
-from .families import Family, LatentSpace, latent_space
+from .families import Family, LatentSpace
+from .reading import latent_space
 from .latent_formats import Factors
 from .presets import PRESETS, build_preset, clip_tokenizer
 
@@ -44,7 +45,7 @@ class ModelError(ValueError):
 @dataclass
 class Model:
     name: str                # the --model value as given
-    pipe: Any                # any diffusers pipeline with a step callback and a VAE (families.latent_space)
+    pipe: Any                # any diffusers pipeline with a step callback and a VAE (reading.latent_space)
     family: Family | None    # a known family, None for an unnamed latent space
     synthetic: bool
     taesd: nn.Module | None  # None when no TAESD weights were given for a real model

@@ -1,19 +1,19 @@
 """Latent spaces: what the step callback's latents are, and how they become what a TAE, latent2rgb or the
-pipeline's own VAE takes.
+pipeline's own VAE takes. reading.py reads a pipeline's space from its VAE, its step callback and its own code,
+never from a list of pipeline classes; this module is the contract it fills in.
 
-A latent space is read from the pipeline's VAE (its class and config: channels, scaling_factor, shift_factor,
-latents_mean / latents_std, batch-norm statistics), the pipeline's spatial compression (vae_scale_factor) and
-how its step callback hands the latents over, never from a list of pipeline classes. So img2img, inpaint,
-ControlNet, PAG and edit variants read the same as their family's txt2img pipeline, and a VAE of an unusual
-width is an unnamed latent space, previewed with fitted latent2rgb factors (fit.py) rather than refused.
+So img2img, inpaint, ControlNet, PAG and edit variants read the same as their family's txt2img pipeline, and a
+VAE of an unusual width is an unnamed latent space, previewed with fitted latent2rgb factors (fit.py) rather
+than refused.
 
 Three views of the same step's latents:
 
 - callback: what callback_on_step_end gets. spatial: (B, C, h, w) (SD1.5, SDXL, SD3, Z-Image, HiDream, Sana,
   Lumina 2, ...). packed: 2x2 patches as a sequence, (B, h/2 * w/2, 4C), unpacked by the pipeline class's own
   static `_unpack_latents(latents, height, width, vae_scale_factor)` (FLUX.1 and its Fill, Kontext and
-  ControlNet variants, Chroma, Qwen-Image, whose unpacking gives (B, C, 1, h, w) for its Wan-style VAE).
-  flux2: patchified and normalised by the VAE's batch-norm statistics, (B, h/2 * w/2, 4 * 32).
+  ControlNet variants, Chroma, Bria, Qwen-Image, whose unpacking gives (B, C, 1, h, w) for its Wan-style VAE).
+  flux2: patchified and normalised by the VAE's batch-norm statistics, (B, h/2 * w/2, 4 * 32). A clip:
+  (B, C, T, h, w) or (B, T, C, h, w), previewed by its first latent frame.
 - tae: the model's own latents, unpacked to (B, C, h, w), in [-3, 3] or so. madebyollin's TAEs and ComfyUI's
   latent2rgb factors take these. ComfyUI (latent_preview.py) hands both the sampler's x0, which is in model
   space; used as a VAE, a TAE decodes decoder((x - vae_shift) * vae_scale) with the family's shift and scale
@@ -27,9 +27,6 @@ width (to multiples of 2 * factor for packed latents).
 """
 from __future__ import annotations
 
-import functools
-import inspect
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -232,167 +229,3 @@ def vae_scale_factor(pipe: Any) -> int:
             return value
     widths = getattr(vae_of(pipe).config, "block_out_channels", None) or (0,)
     return 2 ** (len(widths) - 1)
-
-
-def _unpack_of(cls: type) -> tuple[Unpack | None, str | None]:
-    """The class's own static _unpack_latents when it takes (latents, height, width, vae_scale_factor);
-    (None, its signature) when it has one previewlab cannot call; (None, None) when it has none."""
-    own = inspect.getattr_static(cls, "_unpack_latents", None)
-    if own is None:
-        return None, None
-    fn = own.__func__ if isinstance(own, staticmethod) else None
-    params = list(inspect.signature(fn).parameters) if fn is not None else []
-    if params == ["latents", "height", "width", "vae_scale_factor"]:
-        return fn, None
-    shown = ", ".join(params) if fn is not None else "self, ..."
-    return None, f"_unpack_latents({shown})"
-
-
-def refusal(pipe: Any) -> str | None:
-    """Why previewlab cannot preview this pipeline, in one line; None when it can."""
-    cls = type(pipe)
-    name = cls.__name__
-    call = getattr(cls, "__call__", None)
-    params = inspect.signature(call).parameters if callable(call) and cls is not object else {}
-    if "callback_on_step_end" not in params:
-        return (f"{name} has no step callback: diffusers gives its __call__ no callback_on_step_end, so no "
-                "preview can be taken from it")
-    inputs = list(getattr(pipe, "_callback_tensor_inputs", None) or [])
-    if "latents" not in inputs:
-        return (f"{name}'s step callback does not hand over latents (it offers {', '.join(inputs) or 'nothing'}), "
-                "so there is nothing to preview")
-    vae = vae_of(pipe)
-    cfg = getattr(vae, "config", None) or {}
-    sound = [k for k in ("audio_channels", "sample_rate", "sampling_rate") if k in cfg]
-    if getattr(pipe, "vocoder", None) is not None or sound:
-        what = "it has a vocoder" if getattr(pipe, "vocoder", None) is not None else f"its VAE has {sound[0]}"
-        return f"{name} makes audio ({what}): previewlab previews images, and audio has none to show"
-    if vae is None:
-        return f"{name} has no VAE (no vae or movq component): previews and the final decode need one"
-    _, odd = _unpack_of(cls)
-    if odd is not None:
-        return (f"{name} packs its latents and unpacks them with {odd}, which needs more than the image size: "
-                "previewlab cannot unpack them")
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def _source(cls: type) -> str:
-    """The source of the modules that define a pipeline class and its bases ("" where none is readable)."""
-    parts = []
-    for base in cls.__mro__:
-        module = sys.modules.get(base.__module__)
-        if module is None or not base.__module__.startswith("diffusers.pipelines."):
-            continue
-        try:
-            parts.append(inspect.getsource(module))
-        except (OSError, TypeError):
-            continue
-    return "\n".join(parts)
-
-
-def _applies(cls: type, name: str) -> bool:
-    """Whether the pipeline's own code can read the VAE's config value `name`. A VAE may publish a shift or
-    statistics that a pipeline never applies (Kandinsky 5 decodes FLUX.1's VAE with / scaling_factor alone): a
-    pipeline whose modules never name the value cannot be applying it. Unreadable source: assume it does."""
-    text = _source(cls)
-    return not text or name in text
-
-
-def _frames_first(cls: type) -> bool:
-    """Whether a video pipeline's latents are (B, T, C, h, w): the shape its own prepare_latents builds names the
-    frames before the channels (CogVideoX's `(batch_size, num_frames, num_channels_latents, ...)`)."""
-    try:
-        text = inspect.getsource(getattr(cls, "prepare_latents"))
-    except (AttributeError, OSError, TypeError):
-        return False
-    at = text.find("shape = (")
-    line = text[at:at + 300] if at >= 0 else ""  # the tuple's first lines name its axes in order
-    c, t = line.find("num_channels_latents"), line.find("frames")
-    return 0 <= t < c
-
-
-def _unscale(pipe: Any, vae: Any, cfg: Any) -> Unscale:
-    cls = type(pipe)
-    if getattr(vae, "bn", None) is not None:
-        return "batch_norm"
-    if type(vae).__name__ == "VQModel":
-        return "none"
-    if (getattr(cfg, "latents_mean", None) is not None and getattr(cfg, "latents_std", None) is not None
-            and _applies(cls, "latents_mean")):
-        return "mean_std" if getattr(cfg, "scaling_factor", None) is not None else "inv_std"
-    if getattr(cfg, "shift_factor", None) is not None and _applies(cls, "shift_factor"):
-        return "scale_shift"
-    return "scale" if getattr(cfg, "scaling_factor", None) is not None else "none"
-
-
-def _factor(pipe: Any, vae: Any, packing: Packing) -> int:
-    """Image pixels per latent pixel once unpacked. A packing pipeline may fold its 2x2 patches into its own
-    vae_scale_factor (Bria's is 16 over a VAE of factor 8): an AutoencoderKL's own stages say the real one."""
-    widths = getattr(vae.config, "block_out_channels", None)
-    if packing == "packed" and type(vae).__name__ == "AutoencoderKL" and widths:
-        return 2 ** (len(widths) - 1)
-    return vae_scale_factor(pipe)
-
-
-def _family(pipe: Any, vae: Any, channels: int, packing: Packing, unscale: Unscale) -> Family | None:
-    """A known family when the VAE is one of theirs: its class, channels and way of unscaling, with the
-    pipeline's scaling constants or its denoiser as the tie-breaker between two families of one VAE shape."""
-    cfg = vae.config
-    if packing == "flux2":
-        return "flux2" if channels == CHANNELS["flux2"] else None
-    if type(vae).__name__ != "AutoencoderKL":
-        return None
-    scale = float(getattr(cfg, "scaling_factor", 0.0) or 0.0)
-    if channels == 4 and unscale == "scale" or channels == 4 and unscale == "mean_std":
-        unet = getattr(pipe, "unet", None)
-        text_time = getattr(getattr(unet, "config", None), "addition_embed_type", None) == "text_time"
-        return "sdxl" if text_time or unscale == "mean_std" or abs(scale - SDXL_SCALE) < 1e-6 else "sd15"
-    if channels == 16 and unscale == "scale_shift":
-        shift = float(cfg.shift_factor)
-        if packing == "packed" or abs(shift - 0.1159) < 1e-6:
-            return "flux1"
-        transformer = type(getattr(pipe, "transformer", None)).__name__
-        return "sd3" if abs(shift - 0.0609) < 1e-6 or transformer.startswith("SD3") else "flux1"
-    return None
-
-
-def latent_space(pipe: Any) -> LatentSpace:
-    """The latent space of a diffusers pipeline, read from its VAE and its step callback. Raises FamilyError
-    (refusal) for a pipeline that gives nothing to preview."""
-    why = refusal(pipe)
-    if why is not None:
-        raise FamilyError(why)
-    vae = vae_of(pipe)
-    cfg = vae.config
-    channels = int(getattr(cfg, "latent_channels", 0) or getattr(cfg, "z_dim", 0) or 0)
-    if channels <= 0:
-        raise FamilyError(f"{type(pipe).__name__}: its {type(vae).__name__} config names no latent_channels or "
-                          "z_dim, so its latents cannot be read")
-    unpack, _ = _unpack_of(type(pipe))
-    unscale = _unscale(pipe, vae, cfg)
-    packing: Packing = "flux2" if unscale == "batch_norm" else "packed" if unpack is not None else "spatial"
-    # a VAE with 3-D convolutions takes (B, C, T, h, w) (Wan's, Qwen-Image's, HunyuanVideo's, CogVideoX's, ...)
-    frames = any(isinstance(m, torch.nn.Conv3d) for m in vae.modules())
-    video = getattr(pipe, "video_processor", None) is not None
-    return LatentSpace(family=_family(pipe, vae, channels, packing, unscale), channels=channels,
-                       factor=_factor(pipe, vae, packing), packing=packing, unscale=unscale, vae=type(vae).__name__,
-                       frames=frames, quantized=type(vae).__name__ == "VQModel", pipeline=type(pipe).__name__,
-                       unpack=unpack, video=video, frames_first=video and _frames_first(type(pipe)))
-
-
-def detect_family(pipe: Any) -> Family | None:
-    """The known family of a pipeline's latent space, None for an unnamed one. Raises FamilyError."""
-    return latent_space(pipe).family
-
-
-def to_vae_space(latents: torch.Tensor, pipe: Any, height: int, width: int) -> torch.Tensor:
-    """One conversion, callback latents -> vae.decode's input. Builds its constants: not for the step loop."""
-    space = latent_space(pipe)
-    return space.vae_input(pipe, latents.device, latents.dtype)(latents, height, width)
-
-
-def to_tae_space(latents: torch.Tensor, pipe: Any, height: int, width: int) -> torch.Tensor:
-    """One conversion, callback latents -> a TAE's (and latent2rgb's) input. Not for the step loop."""
-    space = latent_space(pipe)
-    return space.tae_input(pipe, latents.device, latents.dtype)(latents, height, width)

@@ -12,7 +12,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from .families import FAMILIES, Family, FamilyError, latent_space
+from .families import FAMILIES, Family, FamilyError
+from .reading import latent_space
 from .taesd import PREFIXES, TaeError, load_tae
 
 TaeKind = Literal["diffusers", "madebyollin", "none"]

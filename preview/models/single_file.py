@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from .families import Family, FamilyError, latent_space
+from .families import Family, FamilyError
+from .reading import latent_space
 from .loading import LoadError
 
 log = logging.getLogger("previewlab.models")
