@@ -19,6 +19,7 @@ from .names import DECODER_NAMES, DecoderName, check
 from .models import fit
 from .models.families import CHANNELS, Family, vae_of
 from .models.latent_formats import LATENT_RGB, latent2rgb
+from .models.taehv import FAMILY_FILES, TAEHV
 from .models import Model
 
 Decode = Callable[[torch.Tensor, int, int], torch.Tensor]  # (callback latents, height px, width px) -> image
@@ -102,10 +103,13 @@ def _vae(model: Model, note: Note) -> Decode:
 def taesd_refusal(model: Model) -> str:
     """Why decoder taesd cannot run for this model, in one line that names its latent space and what would fit."""
     space = model.space
-    if space.family is not None:
+    if space.family in TAE_NAMES:
         return (f"decoder taesd needs TAE weights for {space.family}: pass --taesd PATH "
                 f"({TAE_NAMES[space.family]}_decoder.pth from github.com/madebyollin/taesd, or a diffusers "
                 "AutoencoderTiny folder)")
+    if space.family in FAMILY_FILES:  # the video TAEs
+        return (f"decoder taesd needs TAE weights for {space.family}: pass --taesd PATH "
+                f"({FAMILY_FILES[space.family]}.pth from github.com/madebyollin/taehv)")
     fits = ", ".join(f"{n} ({CHANNELS[f]})" for f, n in TAE_NAMES.items())
     return (f"decoder taesd: no TAE fits latent space {space.describe()}; a TAE must take its {space.channels} "
             f"latent channels (madebyollin's take: {fits}); use latent2rgb or vae")
@@ -115,6 +119,16 @@ def _taesd(model: Model, note: Note) -> Decode:
     tiny: Any = model.taesd
     if tiny is None:
         raise DecoderError(taesd_refusal(model))
+    if isinstance(tiny, TAEHV):
+        # madebyollin/taehv's video TAEs take the VAE's own latents (latents_mean / std and the scale undone),
+        # frames before channels; one latent frame is one frame
+        to_vae = model.space.vae_input(model.pipe, model.device, model.dtype)
+
+        def clip(latents: torch.Tensor, h: int, w: int) -> torch.Tensor:
+            z = to_vae(latents, h, w)
+            z = z if z.dim() == 5 else z.unsqueeze(2)       # (B, C, 1, h, w)
+            return tiny(z.transpose(1, 2).to(model.dtype))[:, 0]  # (B, 1, C, h, w) -> the frame (B, 3, H, W)
+        return clip
     to_tae = model.space.tae_input(model.pipe, model.device, model.dtype)
     if model.taesd_kind == "madebyollin":
         return lambda latents, h, w: tiny(to_tae(latents, h, w).to(model.dtype)).clamp(0, 1)
@@ -128,7 +142,7 @@ def _latent2rgb(model: Model, note: Note) -> Decode:
     preview's decode_ms holds the fit, and its row's event says so."""
     space = model.space
     to_tae = space.tae_input(model.pipe, model.device, model.dtype)
-    known = model.latent_rgb or (LATENT_RGB[space.family] if space.family is not None else None)
+    known = model.latent_rgb or (LATENT_RGB.get(space.family) if space.family is not None else None)
     if known is not None:
         rgb = latent2rgb(known, model.device, model.dtype)
         return lambda latents, h, w: rgb(to_tae(latents, h, w))

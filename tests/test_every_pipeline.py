@@ -36,13 +36,13 @@ SPACES: dict[str, tuple[str | None, int, int, str, str]] = {
     "chroma": ("flux1", 16, 8, "packed", "scale_shift"),
     "lumina2": ("flux1", 16, 8, "spatial", "scale_shift"),  # Lumina 2 decodes with FLUX.1's VAE
     "sana": (None, 8, 4, "spatial", "scale"),               # AutoencoderDC: unnamed, fitted factors
-    "qwenimage": (None, 16, 8, "packed", "inv_std"),        # Wan 2.1's VAE, frame 0 of (B, C, T, h, w)
+    "qwenimage": ("wan21", 16, 8, "packed", "inv_std"),     # Wan 2.1's VAE, frame 0 of (B, C, T, h, w)
 }
 NAMES = list(SPACES)
 # clips: their previews show the first latent frame; (family, channels, factor, frames first, 3-D VAE)
 VIDEOS: dict[str, tuple[str | None, int, int, bool, bool]] = {
-    "wan": (None, 16, 8, False, True),          # AutoencoderKLWan: until the video families name it
-    "cogvideox": (None, 16, 8, True, True),     # (B, T, C, h, w), as CogVideoXPipeline.prepare_latents makes them
+    "wan": ("wan21", 16, 8, False, True),        # AutoencoderKLWan, ComfyUI's Wan21 factors
+    "cogvideox": ("cogvideox", 16, 8, True, True),  # (B, T, C, h, w), as its prepare_latents makes them; fitted
     "animatediff": ("sd15", 4, 8, False, False),  # SD1.5's 2-D VAE, frame by frame
 }
 
@@ -273,7 +273,41 @@ def test_a_video_pipeline_runs_in_the_engine_and_its_final_image_is_the_first_fr
     run = generate(model, RunSettings(steps=2, width=64, height=64, guidance=1.0,
                                       preview=PreviewSettings(decoder="vae", mode="sync")), run_id="w")
     assert run.record.status == "done" and run.record.previews == 2 and run.image is not None
-    assert run.image.shape == (64, 64, 3) and run.record.family == "unnamed"
-    assert run.record.space.startswith("unnamed: 16 channels at 1/8, a clip (B, C, T, h, w), previewed by its first "
+    assert run.image.shape == (64, 64, 3) and run.record.family == "wan21"
+    assert run.record.space.startswith("wan21: 16 channels at 1/8, a clip (B, C, T, h, w), previewed by its first "
                                        "latent frame, decoded as latents / (1 / latents_std) + latents_mean by "
                                        "AutoencoderKLWan")
+
+
+@pytest.mark.parametrize("name", ["wan", "qwenimage"])
+def test_the_video_tae_previews_wan_latents_from_a_published_layout(tinies, tmp_path, name):
+    """decoder taesd with madebyollin/taehv's taew2_1 layout (random weights): on Wan and on Qwen-Image, whose
+    VAE is Wan 2.1's. The TAE takes the VAE's own latents (the statistics undone), one latent frame, one frame."""
+    from previewlab.preview.models import ModelError
+    from previewlab.preview.models.taehv import TAEHV, Layout
+
+    t = tiny_of(tinies, name)
+    torch.manual_seed(0)
+    torch.save({f"decoder.{k.removeprefix('decoder.')}": v for k, v in TAEHV(Layout(16, 1, (1, 2, 2))).state_dict().items()},
+               tmp_path / "taew2_1.pth")
+    plain = call(t)
+    out, rows, frames, _ = watched(t, decoder="taesd", taesd=str(tmp_path / "taew2_1.pth"))
+    assert np.array_equal(out, plain) and [r.preview for r in rows] == [1, 1] and [r.event for r in rows] == ["", ""]
+    assert all((f.width, f.height) == (t.width, t.height) for f in frames)
+    latents = call(t, output_type="latent")
+    w = preview_watch(t.pipe, decoder="taesd", taesd=str(tmp_path / "taew2_1.pth"), size=(t.height, t.width))
+    try:
+        with torch.inference_mode():
+            shown = decoders.build("taesd", w.model)(latents, t.height, t.width)  # type: ignore[misc]
+            z = w.model.space.vae_input(t.pipe, torch.device("cpu"), torch.float32)(latents, t.height, t.width)
+            z = z if z.dim() == 5 else z.unsqueeze(2)
+            direct = w.model.taesd(z[:, :, :1].transpose(1, 2))[:, 0]  # type: ignore[misc]
+    finally:
+        w.remove()
+    assert shown.shape == (1, 3, t.height, t.width) and torch.equal(shown, direct)
+    # a TAE of another family or width is refused before the run
+    torch.save({f"decoder.{k.removeprefix('decoder.')}": v for k, v in TAEHV(Layout(48, 2, (1, 2, 2))).state_dict().items()},
+               tmp_path / "taew2_2.pth")
+    with pytest.raises(ModelError, match="a TAE for wan22, but the model is wan21; use the wan21 one "
+                                         r"\(taew2_1.pth from github.com/madebyollin/taehv\)"):
+        preview_watch(t.pipe, taesd=str(tmp_path / "taew2_2.pth"))

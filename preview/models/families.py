@@ -33,9 +33,17 @@ from typing import Any, Callable, Literal
 import torch
 
 # Known families: a name, ComfyUI's latent2rgb factors and madebyollin's TAE. Any other space is unnamed.
-Family = Literal["sd15", "sdxl", "sd3", "flux1", "flux2"]
-FAMILIES: tuple[Family, ...] = ("sd15", "sdxl", "sd3", "flux1", "flux2")
-CHANNELS: dict[Family, int] = {"sd15": 4, "sdxl": 4, "sd3": 16, "flux1": 16, "flux2": 32}
+Family = Literal["sd15", "sdxl", "sd3", "flux1", "flux2", "wan21", "wan22", "hunyuanvideo", "mochi", "cogvideox"]
+FAMILIES: tuple[Family, ...] = ("sd15", "sdxl", "sd3", "flux1", "flux2", "wan21", "wan22", "hunyuanvideo", "mochi",
+                                "cogvideox")
+CHANNELS: dict[Family, int] = {"sd15": 4, "sdxl": 4, "sd3": 16, "flux1": 16, "flux2": 32, "wan21": 16, "wan22": 48,
+                               "hunyuanvideo": 16, "mochi": 12, "cogvideox": 16}
+# The video families' VAEs (and Qwen-Image's, which is Wan 2.1's), by class and latent channels
+VIDEO_VAES: dict[tuple[str, int], Family] = {
+    ("AutoencoderKLWan", 16): "wan21", ("AutoencoderKLQwenImage", 16): "wan21", ("AutoencoderKLWan", 48): "wan22",
+    ("AutoencoderKLHunyuanVideo", 16): "hunyuanvideo", ("AutoencoderKLMochi", 12): "mochi",
+    ("AutoencoderKLCogVideoX", 16): "cogvideox",
+}
 Packing = Literal["spatial", "packed", "flux2"]
 Unscale = Literal["scale", "scale_shift", "mean_std", "inv_std", "batch_norm", "none"]
 # What each pipeline's final decode does with the last latents (diffusers 0.42.1), as the README names it:

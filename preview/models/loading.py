@@ -14,7 +14,8 @@ from torch import nn
 
 from .families import FAMILIES, Family, FamilyError
 from .reading import latent_space
-from .taesd import PREFIXES, TaeError, load_tae
+from .taehv import FAMILY_FILES, is_taehv, load_taehv
+from .taesd import PREFIXES, TaeError, load_tae, read_state
 
 TaeKind = Literal["diffusers", "madebyollin", "none"]
 WEIGHTS = (".safetensors", ".bin", ".ckpt", ".pth")
@@ -97,6 +98,17 @@ def _tae_families(name: str, candidates: tuple[str, ...]) -> tuple[str, ...]:
     return candidates
 
 
+def _taehv_families(name: str, channels: int) -> tuple[str, ...]:
+    """The families a TAEHV file can decode: by its channels, narrowed by madebyollin's file names."""
+    by_channels: dict[int, tuple[str, ...]] = {16: ("wan21", "hunyuanvideo", "cogvideox"), 48: ("wan22",)}
+    candidates = by_channels.get(channels, ())
+    base = name.lower()
+    for family, stem in FAMILY_FILES.items():
+        if stem in base and family in candidates:
+            return (family,)
+    return candidates
+
+
 def load_taesd(path: str, family: Family | None = None) -> tuple[nn.Module, TaeKind]:
     """A TAE decoder: madebyollin's .pth / .safetensors, a diffusers AutoencoderTiny folder, or a repo id in the
     local cache (madebyollin/taesd, taesdxl, taesd3, taef1). With `family`, a TAE of another family is refused,
@@ -104,9 +116,15 @@ def load_taesd(path: str, family: Family | None = None) -> tuple[nn.Module, TaeK
     p = Path(path)
     module: nn.Module
     kind: TaeKind
+    candidates: tuple[str, ...]
     if p.is_file():
         try:
-            module, candidates = load_tae(p)
+            state = read_state(p)
+            if is_taehv(state):  # madebyollin/taehv's video TAEs: previewlab's own decoder (taehv.py)
+                video = load_taehv(state, name=p.name)
+                module, candidates = video, _taehv_families(p.name, video.layout.channels)
+            else:
+                module, candidates = load_tae(state, name=p.name)
         except TaeError as e:
             raise LoadError(f"--taesd {path}: {e}") from None
         kind = "madebyollin"
@@ -133,13 +151,16 @@ def load_taesd(path: str, family: Family | None = None) -> tuple[nn.Module, TaeK
     candidates = _tae_families(path, tuple(candidates))
     if family is not None and family not in candidates:
         raise LoadError(f"--taesd {path}: a TAE for {' or '.join(candidates) or 'an unknown family'}, but the model "
-                        f"is {family}; use the {family} one ({_tae_name(family)} from github.com/madebyollin/taesd)")
+                        f"is {family}; use the {family} one ({_tae_name(family)})")
     return module, kind
 
 
 def _tae_name(family: str) -> str:
-    prefix = next(k for k, v in PREFIXES.items() if v == family)
-    return f"{prefix}decoder.pth"
+    """The TAE a family takes and where it is published."""
+    if family in FAMILY_FILES:
+        return f"{FAMILY_FILES[family]}.pth from github.com/madebyollin/taehv"
+    prefix = next((k for k, v in PREFIXES.items() if v == family), None)
+    return f"{prefix}decoder.pth from github.com/madebyollin/taesd" if prefix else "none is published"
 
 
 __all__ = ["FAMILIES", "LoadError", "load_taesd", "local_pipeline", "variant_of", "weight_files"]

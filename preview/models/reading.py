@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from .families import (CHANNELS, SDXL_SCALE, Family, FamilyError, LatentSpace, Packing, Unpack, Unscale, vae_of,
-                       vae_scale_factor)
+from .families import (CHANNELS, SDXL_SCALE, VIDEO_VAES, Family, FamilyError, LatentSpace, Packing, Unpack, Unscale,
+                       vae_of, vae_scale_factor)
 
 
 def _unpack_of(cls: type) -> tuple[Unpack | None, str | None]:
@@ -122,6 +122,8 @@ def _family(pipe: Any, vae: Any, channels: int, packing: Packing, unscale: Unsca
     cfg = vae.config
     if packing == "flux2":
         return "flux2" if channels == CHANNELS["flux2"] else None
+    if (type(vae).__name__, channels) in VIDEO_VAES:
+        return VIDEO_VAES[(type(vae).__name__, channels)]
     if type(vae).__name__ != "AutoencoderKL":
         return None
     scale = float(getattr(cfg, "scaling_factor", 0.0) or 0.0)

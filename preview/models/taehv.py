@@ -26,10 +26,8 @@ from torch import nn
 from .taesd import TaeError, read_state
 
 WIDTHS = (256, 128, 64, 64)  # decoder features per stage, then the last conv's input
-# madebyollin's published files, by name: what each decodes (the keys say the same; the name adds the CogVideoX
-# trim rule)
-VARIANTS = {"taehv": "hunyuanvideo", "taew2_1": "wan21", "taew2_2": "wan22", "taecvx": "cogvideox",
-            "taeltx": "ltxv", "taehv1_5": "hunyuanvideo15"}
+# madebyollin's published file per family (its name also carries the CogVideoX trim rule); Mochi has none
+FAMILY_FILES = {"wan21": "taew2_1", "wan22": "taew2_2", "hunyuanvideo": "taehv", "cogvideox": "taecvx"}
 
 
 def conv(n_in: int, n_out: int, **kwargs: object) -> nn.Conv2d:
@@ -157,11 +155,17 @@ class TAEHV(nn.Module):
         return y[:, self.frames_to_trim:]
 
 
+def is_taehv(state: Mapping[str, torch.Tensor]) -> bool:
+    """A state dict in TAEHV's layout (its decoder's TGrow layers), not TAESD's."""
+    return any(k in state for k in ("decoder.7.conv.weight", "7.conv.weight"))
+
+
 def load_taehv(source: str | Path | Mapping[str, torch.Tensor], *, time_upscale: tuple[bool, bool, bool] = (True, True, True),
-               space_upscale: tuple[bool, bool, bool] = (True, True, True)) -> TAEHV:
+               space_upscale: tuple[bool, bool, bool] = (True, True, True), name: str = "") -> TAEHV:
     """A TAEHV decoder from madebyollin's weights (a path or a state dict), in eval mode on the CPU. The
-    stages' strides come from the keys; a file's name adds the CogVideoX trim rule. Raises TaeError."""
-    name = Path(source).name if isinstance(source, (str, Path)) else ""
+    stages' strides come from the keys; the file's name (`name` for a state dict) adds the CogVideoX trim rule.
+    Raises TaeError."""
+    name = Path(source).name if isinstance(source, (str, Path)) else name
     state = read_state(source) if isinstance(source, (str, Path)) else dict(source)
     module = TAEHV(layout_of(state, name), time_upscale, space_upscale).load(state)
     return module.eval().requires_grad_(False)

@@ -126,14 +126,15 @@ def read_state(path: str | Path) -> dict[str, torch.Tensor]:
                        "TAE from github.com/madebyollin/taesd") from None
 
 
-def load_tae(source: str | Path | Mapping[str, torch.Tensor], part: Part = "decoder"
+def load_tae(source: str | Path | Mapping[str, torch.Tensor], part: Part = "decoder", name: str = ""
              ) -> tuple[nn.Sequential, tuple[str, ...]]:
     """Build and load a TAE decoder (or encoder) from madebyollin's weights, unchanged.
 
     source: a path (.pth / .safetensors) or a state dict. Latent channels (4, 16, 32) and the TAEF2 GroupNorm
     variant come from the keys and shapes. Returns (module in eval mode on the CPU, candidate families): one
     family for 32 channels (flux2); for 4 and 16 channels two, narrowed to one by a madebyollin file name prefix.
-    Raises TaeError for anything it does not recognise.
+    name: the file's name when `source` is a state dict read from one. Raises TaeError for anything it does not
+    recognise.
     """
     state = read_state(source) if isinstance(source, (str, Path)) else dict(source)
     if any(k.startswith(("encoder.layers.", "decoder.layers.")) for k in state):
@@ -147,11 +148,10 @@ def load_tae(source: str | Path | Mapping[str, torch.Tensor], part: Part = "deco
         detail = lines[1] if len(lines) > 1 else lines[0]
         raise TaeError(f"not a madebyollin TAE {part} state dict ({detail[:200]})") from None
     families = CANDIDATES[(channels, gn)]
-    if isinstance(source, (str, Path)):
-        name = Path(source).name
-        # longest prefix first: taesd_ must not claim taesdxl_ or taesd3_ files
-        for prefix in sorted(PREFIXES, key=len, reverse=True):
-            if name.startswith(prefix) and PREFIXES[prefix] in families:
-                families = (PREFIXES[prefix],)
-                break
+    name = Path(source).name if isinstance(source, (str, Path)) else name
+    # longest prefix first: taesd_ must not claim taesdxl_ or taesd3_ files
+    for prefix in sorted(PREFIXES, key=len, reverse=True):
+        if name.startswith(prefix) and PREFIXES[prefix] in families:
+            families = (PREFIXES[prefix],)
+            break
     return module.eval().requires_grad_(False), families
