@@ -64,7 +64,8 @@ def image_size(model: Model, latents: torch.Tensor, size: tuple[int, int] | None
     if size is not None:
         return size
     vsf = model.vae_scale_factor
-    if latents.dim() == 5 and latents.shape[1] == 1 and latents.shape[-1] >= model.space.channels:
+    if (latents.dim() == 5 and not model.space.video and latents.shape[1] == 1
+            and latents.shape[-1] >= model.space.channels):
         return int(latents.shape[2]) * vsf, int(latents.shape[3]) * vsf  # one frame, channels last (Kandinsky 5)
     if latents.dim() >= 4:  # (B, C, h, w), and clips: (B, C, T, h, w) or (B, T, C, h, w)
         return int(latents.shape[-2]) * vsf, int(latents.shape[-1]) * vsf
@@ -211,7 +212,11 @@ class Watch(PipelineCallback):
         self._n += 1
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{self._n % 1000:03d}"
         steps = int(getattr(pipeline, "num_timesteps", 0) or 0)
-        timesteps = cpu_schedule(pipeline.scheduler, steps)
+        # img2img and inpaint run the tail of the schedule the pipeline set (its length is host metadata)
+        set_ts = getattr(pipeline.scheduler, "timesteps", None)
+        order = max(1, int(getattr(pipeline.scheduler, "order", 1) or 1))  # Heun-like: two entries a step
+        total = len(set_ts) // order if set_ts is not None else steps
+        timesteps = cpu_schedule(pipeline.scheduler, max(total, steps))[-steps:] if steps else []
         h, w = image_size(self.model, latents, self.size)
         self._rows = []
         events, rid = self.events, self.run_id

@@ -119,22 +119,23 @@ def _taesd(model: Model, note: Note) -> Decode:
     tiny: Any = model.taesd
     if tiny is None:
         raise DecoderError(taesd_refusal(model))
-    if isinstance(tiny, TAEHV):
-        # madebyollin/taehv's video TAEs take the VAE's own latents (latents_mean / std and the scale undone),
-        # frames before channels; one latent frame is one frame
-        to_vae = model.space.vae_input(model.pipe, model.device, model.dtype)
-
-        def clip(latents: torch.Tensor, h: int, w: int) -> torch.Tensor:
-            z = to_vae(latents, h, w)
-            z = z if z.dim() == 5 else z.unsqueeze(2)       # (B, C, 1, h, w)
-            return tiny(z.transpose(1, 2).to(model.dtype))[:, 0]  # (B, 1, C, h, w) -> the frame (B, 3, H, W)
-        return clip
     to_tae = model.space.tae_input(model.pipe, model.device, model.dtype)
+    if isinstance(tiny, TAEHV):
+        # madebyollin/taehv's video TAEs decode the diffusion model's own latents, as madebyollin's image TAEs
+        # do (ComfyUI hands its TAEHV process_in(latents)), frames before channels; one latent frame, one frame
+        return lambda latents, h, w: tiny(to_tae(latents, h, w).unsqueeze(1).to(model.dtype))[:, 0]
     if model.taesd_kind == "madebyollin":
         return lambda latents, h, w: tiny(to_tae(latents, h, w).to(model.dtype)).clamp(0, 1)
     # diffusers' AutoencoderTiny takes the model's latents as they are and returns [-1, 1]
     return lambda latents, h, w: ((tiny.decode(to_tae(latents, h, w).to(model.dtype), return_dict=False)[0] + 1)
                                   / 2).clamp(0, 1)
+
+
+def has_factors(model: Model) -> bool:
+    """latent2rgb has factors for this model before any preview: its own, its family's, or a fit made earlier."""
+    family = model.space.family
+    known = family is not None and family in LATENT_RGB
+    return model.latent_rgb is not None or known or fit.cached(vae_of(model.pipe)) is not None
 
 
 def _latent2rgb(model: Model, note: Note) -> Decode:

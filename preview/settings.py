@@ -92,6 +92,9 @@ class RunSettings:
         if isinstance(st, bool) or not isinstance(st, (int, float)) or not 0 < st <= 1:
             raise SettingsError(f"strength={st!r}: must be a number above 0 and at most 1 "
                                 "(how much of the input image is noised away)")
+        if self.init is not None and int(self.steps * st) < 1:  # img2img runs int(steps x strength) steps
+            raise SettingsError(f"strength={st:g} with steps={self.steps} runs no step (img2img runs "
+                                f"int(steps x strength)); use strength at least {1 / self.steps:.3g} or more steps")
 
 
 PREVIEW_FIELDS = tuple(f.name for f in fields(PreviewSettings))

@@ -93,7 +93,8 @@ class Worker:
         rid, events = meta.run_id, self.events
         assert self.controls is not None
         try:
-            init = self._init_image(settings.init) if settings.init is not None else None
+            init = (self._init_image(settings.init, settings.width, settings.height) if settings.init is not None
+                    else None)
             run = generate(self.model, settings, run_id=rid, controls=self.controls, init_image=init,
                            on_row=lambda r: self._call(events.row, r),
                            on_frame=lambda f: self._call(events.frame, f),
@@ -110,12 +111,15 @@ class Worker:
             end = RunEnd.failed(meta, e)
         self._call(self._ended, end)
 
-    def _init_image(self, rid: str) -> Any:
-        """A past run's final image, read on the model's thread: the input of an img2img run."""
+    def _init_image(self, rid: str, width: int, height: int) -> Any:
+        """A past run's final image at the run's size, read on the model's thread: the input of an img2img run.
+        Resized here, because SD's and SDXL's img2img pipelines run at their input image's size (they take no
+        height or width): the run's size, its rows and the work limit would not agree otherwise."""
         from PIL import Image
 
         with Image.open(self.store.final_image_path(rid)) as im:
-            return im.convert("RGB")
+            rgb = im.convert("RGB")
+        return rgb if rgb.size == (width, height) else rgb.resize((width, height), Image.Resampling.LANCZOS)
 
     def _ended(self, end: RunEnd) -> None:
         self.state, self.run_id, self.controls = "idle", None, None

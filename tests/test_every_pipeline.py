@@ -68,8 +68,8 @@ def call(t: Tiny, cb: Any = None, **extra: Any) -> Any:
 
 
 def watched(t: Tiny, **settings: Any) -> tuple[Any, list[Any], list[Frame], Any]:
-    """One sync-mode watched call: (output, rows, frames, record)."""
-    w = preview_watch(t.pipe, mode="sync", size=(t.height, t.width), **settings)
+    """One watched call, sync mode unless asked: (output, rows, frames, record)."""
+    w = preview_watch(t.pipe, **{"mode": "sync", "size": (t.height, t.width), **settings})
     frames: list[Frame] = []
     w.attach(_Frames(frames))
     try:
@@ -166,9 +166,9 @@ def test_a_batch_of_three_previews_as_one_grid_or_its_first_image(tinies):
     t = tiny_of(tinies, "sdxl_batch")
     plain = call(t)
     assert plain.shape[0] == 3
-    for how, cells in (("grid", 2), ("first", 1)):  # 3 images: a 2 x 2 grid, the fourth cell black
-        for decoder, side in (("latent2rgb", 8), ("vae", 64)):
-            out, rows, frames, record = watched(t, decoder=decoder, batch_preview=how)
+    for how, cells, mode in (("grid", 2, "sync"), ("grid", 2, "overlap"), ("first", 1, "overlap")):
+        for decoder, side in (("latent2rgb", 8), ("vae", 64)):  # 3 images: a 2 x 2 grid, the fourth cell black
+            out, rows, frames, record = watched(t, decoder=decoder, batch_preview=how, mode=mode)
             assert np.array_equal(out, plain)
             assert [r.batch for r in rows] == [3, 3] and [r.preview for r in rows] == [1, 1]
             assert all((f.width, f.height) == (cells * side, cells * side) for f in frames), (how, decoder)
@@ -282,7 +282,7 @@ def test_a_video_pipeline_runs_in_the_engine_and_its_final_image_is_the_first_fr
 @pytest.mark.parametrize("name", ["wan", "qwenimage"])
 def test_the_video_tae_previews_wan_latents_from_a_published_layout(tinies, tmp_path, name):
     """decoder taesd with madebyollin/taehv's taew2_1 layout (random weights): on Wan and on Qwen-Image, whose
-    VAE is Wan 2.1's. The TAE takes the VAE's own latents (the statistics undone), one latent frame, one frame."""
+    VAE is Wan 2.1's. The TAE takes the model's own latents (as madebyollin's TAEs do), one latent frame, one frame."""
     from previewlab.preview.models import ModelError
     from previewlab.preview.models.taehv import TAEHV, Layout
 
@@ -299,9 +299,11 @@ def test_the_video_tae_previews_wan_latents_from_a_published_layout(tinies, tmp_
     try:
         with torch.inference_mode():
             shown = decoders.build("taesd", w.model)(latents, t.height, t.width)  # type: ignore[misc]
-            z = w.model.space.vae_input(t.pipe, torch.device("cpu"), torch.float32)(latents, t.height, t.width)
-            z = z if z.dim() == 5 else z.unsqueeze(2)
-            direct = w.model.taesd(z[:, :, :1].transpose(1, 2))[:, 0]  # type: ignore[misc]
+            # the model's own latents as the pipeline hands them: the clip's first latent frame, or Qwen-Image's
+            # packed sequence through its own _unpack_latents (B, C, 1, h, w); frames before channels for TAEHV
+            own = (latents[:, :, :1] if latents.dim() == 5 else
+                   type(t.pipe)._unpack_latents(latents, t.height, t.width, t.pipe.vae_scale_factor))
+            direct = w.model.taesd(own.transpose(1, 2))[:, 0]  # type: ignore[misc]
     finally:
         w.remove()
     assert shown.shape == (1, 3, t.height, t.width) and torch.equal(shown, direct)
@@ -311,3 +313,42 @@ def test_the_video_tae_previews_wan_latents_from_a_published_layout(tinies, tmp_
     with pytest.raises(ModelError, match="a TAE for wan22, but the model is wan21; use the wan21 one "
                                          r"\(taew2_1.pth from github.com/madebyollin/taehv\)"):
         preview_watch(t.pipe, taesd=str(tmp_path / "taew2_2.pth"))
+
+
+def test_a_grid_puts_each_image_in_its_own_cell_and_leaves_the_rest_black():
+    from previewlab.preview.frames import grid
+
+    images = torch.rand(3, 3, 4, 6, generator=torch.Generator().manual_seed(1))
+    g = grid(images)
+    assert g.shape == (3, 8, 12)
+    cells = [g[:, 0:4, 0:6], g[:, 0:4, 6:12], g[:, 4:8, 0:6], g[:, 4:8, 6:12]]
+    assert all(torch.equal(cells[i], images[i]) for i in range(3)) and not cells[3].any()
+    assert torch.equal(grid(images[:1]), images[0])
+
+
+def test_wan_style_unscaling_matches_the_pipeline_in_bfloat16():
+    """Qwen-Image casts latents_std to the latents' dtype, then takes 1 / std there: the same constants here."""
+    t = build("qwenimage")
+    t.pipe.to(dtype=torch.bfloat16)
+    plain = call(t)
+    latents = call(t, output_type="latent")
+    w = preview_watch(t.pipe, decoder="vae", size=(t.height, t.width))
+    try:
+        with torch.inference_mode():
+            raw = decoders.vae_decoder(w.model)(latents, t.height, t.width)
+        ours = t.pipe.image_processor.postprocess(raw, output_type="np")
+    finally:
+        w.remove()
+    assert np.array_equal(ours, plain)
+
+
+def test_a_compiled_latent2rgb_never_fits_its_factors_to_the_warm_up_zeros():
+    from previewlab.preview.previewer import Previewer
+
+    t = build("sd3_4ch")  # an unnamed space: its factors are fitted
+    w = preview_watch(t.pipe, decoder="latent2rgb", size=(t.height, t.width))
+    try:
+        prev = Previewer(w.model, compile=True)
+        assert prev.warm("latent2rgb", t.height, t.width) == 0.0 and fit.cached(t.pipe.vae) is None
+    finally:
+        w.remove()

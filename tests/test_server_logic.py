@@ -74,7 +74,8 @@ def test_img2img_from_a_past_run_and_a_batch_through_the_server(make_app, tmp_pa
         # a past run's final image as the input: 8 steps at strength 0.5 run 4, and the overhead counts those
         for bad, why in (({"init": "20990101-000000-000"}, "no past run with that id has a final image"),
                          ({"init": "../etc"}, "must be the id of a past run"),
-                         ({"init": first["run_id"], "strength": 0}, "strength=0: must be a number above 0")):
+                         ({"init": first["run_id"], "strength": 0}, "strength=0: must be a number above 0"),
+                         ({"init": first["run_id"], "strength": 0.1}, "strength=0.1 with steps=8 runs no step")):
             ws.send_text(json.dumps({"type": "start", "steps": 8, **bad}))
             assert why in recv_until(ws, "error")["message"]
         ws.send_text(json.dumps({"type": "start", "steps": 8, "init": first["run_id"], "strength": 0.5,
@@ -83,6 +84,8 @@ def test_img2img_from_a_past_run_and_a_batch_through_the_server(make_app, tmp_pa
         end = recv_until(ws, "done")
         assert (again["task"], again["init"], again["strength"]) == ("img2img", first["run_id"], 0.5)
         assert end["status"] == "done" and end["totals"]["steps"] == 8 and end["totals"]["steps_run"] == 4
+        # the input (the 128 px grid) is resized to the run's size: SD's img2img would run at its size otherwise
+        assert Image.open(tmp_path / "runs" / again["run_id"] / "final.png").size == (64, 64)
         assert end["totals"]["task"] == "img2img" and end["totals"]["previews"] == 4
         rows = list(csv.DictReader(io.StringIO(client.get(f"/runs/{again['run_id']}.csv").text)))
         assert [(r["step"], r["task"], r["strength"], r["batch"]) for r in rows] == \

@@ -2,7 +2,6 @@
 a picture, correlated between neighbouring pixels and between neighbouring frames, as noise is not."""
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import torch
@@ -12,16 +11,12 @@ from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
 DATA = Path(__file__).parent / "data" / "wan21" / "wan21_latents.pth"
 
 
-def projected(vae_latents: torch.Tensor) -> torch.Tensor:
-    """VAE latents (1, 16, T, h, w) -> wan21 latent2rgb frames (T, 3, h, w): normalised as the Wan pipelines
-    hand them to the callback (diffusers' AutoencoderKLWan defaults are Wan 2.1's statistics), then projected."""
-    from diffusers import AutoencoderKLWan
-
-    params = inspect.signature(AutoencoderKLWan.__init__).parameters
-    mean = torch.tensor(params["latents_mean"].default).view(1, 16, 1, 1, 1)
-    std = torch.tensor(params["latents_std"].default).view(1, 16, 1, 1, 1)
-    z = (vae_latents.float() - mean) / std
+def projected(latents: torch.Tensor) -> torch.Tensor:
+    """Latents (1, 16, T, h, w) -> wan21 latent2rgb frames (T, 3, h, w). They are the model's own (normalised)
+    latents, as a Wan pipeline's step callback hands them and as TAEHV takes them: ComfyUI's Wan21 factors apply
+    to them directly."""
     rgb = latent2rgb(LATENT_RGB["wan21"], torch.device("cpu"), torch.float32)
+    z = latents.float()
     return torch.stack([rgb(z[:, :, t]) for t in range(z.shape[2])], 1)[0]
 
 
@@ -40,8 +35,7 @@ def test_wan21_latent2rgb_of_real_latents_is_a_picture_and_noise_is_not():
     px, fr = correlations(frames)
     print(f"wan21 latent2rgb of real Wan 2.1 latents: neighbouring pixels r={px:.3f}, neighbouring frames r={fr:.3f}")
     assert px > 0.9 and fr > 0.95
-    # saturated nowhere much: a picture, not a clipped wash
-    assert float(((frames <= 0) | (frames >= 1)).float().mean()) < 0.05
-    noise = projected(torch.randn(real.shape, generator=torch.Generator().manual_seed(0)) * 2)
+    # latents of the same spread with no picture in them give none: no structure between pixels or frames
+    noise = projected(torch.randn(real.shape, generator=torch.Generator().manual_seed(0)) * float(real.float().std()))
     npx, nfr = correlations(noise)
     assert abs(npx) < 0.1 and abs(nfr) < 0.1

@@ -212,8 +212,8 @@ class LatentSpace:
             return lambda z, height, width: to5(unpack(z, height, width) / scale + shift)
         if self.unscale in ("mean_std", "inv_std"):
             m = constant(list(cfg.latents_mean), device, dtype).view(1, -1, 1, 1)
-            if self.unscale == "inv_std":  # Qwen-Image: 1.0 / tensor(std) in float32, then cast, then divide
-                inv = constant(1.0 / torch.tensor(list(cfg.latents_std)), device, dtype).view(1, -1, 1, 1)
+            if self.unscale == "inv_std":  # Wan, Qwen-Image: tensor(std) cast to the latents' dtype, 1.0 / it there
+                inv = 1.0 / constant(list(cfg.latents_std), device, dtype).view(1, -1, 1, 1)
                 return lambda z, height, width: to5(unpack(z, height, width) / inv + m)
             s = constant(list(cfg.latents_std), device, dtype).view(1, -1, 1, 1)
             return lambda z, height, width: to5(unpack(z, height, width) * s / scale + m)

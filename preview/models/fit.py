@@ -53,8 +53,8 @@ def solve(latents: torch.Tensor, image: torch.Tensor) -> tuple[Factors, float]:
     sol = torch.linalg.solve(gram + ridge * torch.eye(c + 1, device=z.device), x.T @ y)  # (C + 1, 3)
     residual = ((y - x @ sol) ** 2).sum()
     total = ((y - y.mean(dim=0)) ** 2).sum().clamp_min(1e-12)
-    r2 = float(1 - residual / total)
-    rows = sol.cpu().tolist()
+    both = torch.cat([sol.flatten(), (1 - residual / total).view(1)]).cpu().tolist()  # the one device read
+    r2, rows = both[-1], [both[3 * i:3 * i + 3] for i in range(c + 1)]
     factors = tuple((float(r[0]), float(r[1]), float(r[2])) for r in rows[:c])
     b = rows[c]
     return (factors, (float(b[0]), float(b[1]), float(b[2]))), r2

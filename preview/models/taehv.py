@@ -1,7 +1,7 @@
 """TAEHV: madebyollin's tiny video autoencoder (github.com/madebyollin/taehv, MIT), its decoder written here.
 
-Latents NTCHW (frames before channels, no latent scale or shift: a pipeline's latents_mean / latents_std must be
-undone first) -> frames NTCHW in [0, 1]. The decoder is three stages of memory blocks, each seeing the current
+Latents NTCHW (frames before channels; the diffusion model's own latents, as a pipeline's step callback hands
+them, with no scale or shift to undo) -> frames NTCHW in [0, 1]. The decoder is three stages of memory blocks, each seeing the current
 frame and the previous one at its own depth (zeros before the first), then a spatial upsample and a temporal
 grow, which turns each frame into `stride` frames by a 1x1 convolution. The first t_upscale - 1 output frames are
 the causal warm-up and are trimmed, so T latent frames give T * t_upscale - (t_upscale - 1) frames: Wan's and
