@@ -17,14 +17,16 @@ from torch import nn
 
 from .names import DECODER_NAMES, DecoderName, check
 from .models import fit
-from .models.families import CHANNELS, Family, vae_of
+from .models.families import CHANNELS, vae_of
 from .models.latent_formats import LATENT_RGB, latent2rgb
 from .models.taehv import FAMILY_FILES, TAEHV
+from .models.taesd import PREFIXES
 from .models import Model
 
 Decode = Callable[[torch.Tensor, int, int], torch.Tensor]  # (callback latents, height px, width px) -> image
 Note = Callable[[str], None]  # what a decoder has to say on the row of the preview it is making (a fit)
-TAE_NAMES: dict[Family, str] = {"sd15": "taesd", "sdxl": "taesdxl", "sd3": "taesd3", "flux1": "taef1", "flux2": "taef2"}
+# madebyollin/taesd's file stem per image family (taesd.PREFIXES, read the other way)
+TAE_NAMES: dict[str, str] = {family: prefix.rstrip("_") for prefix, family in PREFIXES.items()}
 
 
 class DecoderError(ValueError):
@@ -110,7 +112,7 @@ def taesd_refusal(model: Model) -> str:
     if space.family in FAMILY_FILES:  # the video TAEs
         return (f"decoder taesd needs TAE weights for {space.family}: pass --taesd PATH "
                 f"({FAMILY_FILES[space.family]}.pth from github.com/madebyollin/taehv)")
-    fits = ", ".join(f"{n} ({CHANNELS[f]})" for f, n in TAE_NAMES.items())
+    fits = ", ".join(f"{n} ({CHANNELS[f]})" for f, n in TAE_NAMES.items() if f in CHANNELS)
     return (f"decoder taesd: no TAE fits latent space {space.describe()}; a TAE must take its {space.channels} "
             f"latent channels (madebyollin's take: {fits}); use latent2rgb or vae")
 

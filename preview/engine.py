@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -157,8 +158,6 @@ _ENCODES: tuple[tuple[tuple[str, ...], Callable[[Any, str, Any, bool], dict[str,
 def encode_prompt(model: Model, prompt: str, guidance: float, pipe: Any = None) -> dict[str, Any]:
     """The pipeline's own text encoding, as keyword arguments for its __call__, when its encode_prompt is one
     of the known signatures; else the prompt itself (the call encodes it)."""
-    import inspect
-
     pipe = pipe if pipe is not None else model.pipe
     own = getattr(pipe, "encode_prompt", None)
     if own is not None and model.family is not None:
