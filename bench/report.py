@@ -72,7 +72,9 @@ def figures(runs: list[dict[str, str]], steps: list[dict[str, str]]) -> dict[str
         acc["send_ms"] += float(s.get("send_ms") or 0)
         acc["browser_ms"] += float(s.get("client_decode_ms") or 0) + float(s.get("client_paint_ms") or 0)
         acc["n"] += 1
-        frame_bytes.setdefault(f"{s['decoder']} {s['encoder']}", []).append(int(s["bytes"]))
+        frames = int(s.get("frames") or 1)  # a clip's preview: all its frames in one message
+        label = f"{s['decoder']} {s['encoder']}" + (f" ×{frames} frames" if frames > 1 else "")
+        frame_bytes.setdefault(label, []).append(int(s["bytes"]))
     stacked = {cfg: {k: v[k] / v["n"] for k in PREVIEW_PARTS} for cfg, v in parts.items() if v["n"]}
     medians = {cfg: {step: statistics.median(v) for step, v in sorted(d.items())} for cfg, d in per_step.items()}
     sizes = {k: statistics.median(v) for k, v in sorted(frame_bytes.items())}
@@ -130,8 +132,8 @@ def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
 
     f, ax = plt.subplots(figsize=(7, 3.5))
     ax.bar(list(fig["bytes"]), [v / 1024 for v in fig["bytes"].values()])
-    ax.set_ylabel("KiB per frame (median)")
-    ax.set_title("Bytes per frame by decoder and encoder")
+    ax.set_ylabel("KiB per preview (median)")
+    ax.set_title("Bytes per preview by decoder and encoder (a clip's: all its frames)")
     ax.tick_params(axis="x", labelsize=7, rotation=20)
     save(f, "bytes_per_frame.png")
     return paths

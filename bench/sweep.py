@@ -9,11 +9,13 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from previewlab.preview.engine import Phases, Previewer, Run, final_image, generate, run_record, save_image
+from previewlab.preview.engine import (Phases, Previewer, Run, clip_args, final_image, generate, run_record,
+                                      save_image)
 from previewlab.preview.models import Model
 from previewlab.preview.csv_writer import CsvAppender
 from previewlab.preview.records import RUN_COLUMNS, STEP_COLUMNS
 from previewlab.preview.decoders import DecoderName
+from previewlab.preview.names import FrameChoice
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
 from previewlab.preview.targets import Target
 
@@ -35,6 +37,7 @@ class Plan:
     inflight: int = 2
     compile: bool = False
     targets: tuple[Target, ...] = ()  # an axis of what previews show; () keeps the base settings' target
+    frames: tuple[FrameChoice, ...] = ()  # a clip's preview frames, an axis; () keeps the base settings' frames
 
     def configs(self) -> list[PreviewSettings]:
         base, out = self.settings.preview, []
@@ -44,10 +47,13 @@ class Plan:
             for e in self.every:
                 for m in self.modes:
                     for t in self.targets or (base.target,):
-                        if e == "auto":
-                            out.append(replace(base, decoder=d, every=1, budget=self.budget, mode=m, target=t))
-                        else:
-                            out.append(replace(base, decoder=d, every=int(e), budget=0.0, mode=m, target=t))
+                        for f in self.frames or (base.frames,):
+                            if e == "auto":
+                                out.append(replace(base, decoder=d, every=1, budget=self.budget, mode=m, target=t,
+                                                   frames=f))
+                            else:
+                                out.append(replace(base, decoder=d, every=int(e), budget=0.0, mode=m, target=t,
+                                                   frames=f))
         return out
 
     def schedule(self) -> Iterator[tuple[str, int, PreviewSettings | None]]:
@@ -69,14 +75,17 @@ class Plan:
                 yield "baseline", r, none
 
 
-def config_name(p: PreviewSettings | None) -> str:
+def config_name(p: PreviewSettings | None, clip: bool = False) -> str:
+    """A configuration's name in the CSVs and the summary: decoder/interval/mode, the target when not auto, and
+    for a clip (clip: a video model) the frames a preview shows."""
     if p is None:
         return "direct"
     if p.decoder == "none":
         return "none"
     every = f"auto{p.budget:g}%" if p.budget > 0 else f"every{p.every}"
     shown = "" if p.target == "auto" else f"/{p.target}"
-    return f"{p.decoder}/{every}/{p.mode}{shown}"
+    frames = f"/frames-{p.frames}" if clip else ""
+    return f"{p.decoder}/{every}/{p.mode}{shown}{frames}"
 
 
 def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Path | None,
@@ -92,7 +101,7 @@ def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Pa
         batch = {"num_images_per_prompt": settings.batch} if settings.batch > 1 else {}
         out = model.pipe(prompt=settings.prompt, num_inference_steps=settings.steps, width=settings.width,
                          height=settings.height, guidance_scale=settings.guidance, generator=gen,
-                         output_type="latent", **batch)
+                         output_type="latent", **batch, **clip_args(model, settings))
         latents = out.frames if model.space.video else out.images
         image = final_image(model, latents, settings.height, settings.width)
         png = save_image(image)
@@ -135,7 +144,7 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
             elif role in ("config", "direct") and baselines:
                 overhead = 100 * (wall / statistics.median(baselines) - 1)
                 pair = 100 * (wall / last_baseline - 1) if last_baseline else None
-            extra = {"config": label + config_name(p), "role": role, "repeat": rep}
+            extra = {"config": label + config_name(p, model.space.video), "role": role, "repeat": rep}
             if role == "direct":  # the engine's own cost: decoder none against the bare call that follows
                 last_baseline = None
             row = {**extra, **run.record.__dict__, "overhead_pct": overhead, "pair_overhead_pct": pair}
@@ -161,7 +170,7 @@ def traced_run(model: Model, plan: Plan, out: Path, kind: str, label: str = "") 
 
     cfg = (plan.configs() or [replace(plan.settings.preview, decoder="none")])[0]
     settings = replace(plan.settings, preview=cfg)
-    name = (label + config_name(cfg)).replace("/", "_").replace(" ", "_").replace("%", "pct")
+    name = (label + config_name(cfg, model.space.video)).replace("/", "_").replace(" ", "_").replace("%", "pct")
     out.mkdir(parents=True, exist_ok=True)
     rid = time.strftime("%Y%m%dT%H%M%S") + f"-{kind}"
     if kind == "trace":
@@ -181,5 +190,5 @@ def traced_run(model: Model, plan: Plan, out: Path, kind: str, label: str = "") 
         t0 = time.perf_counter()
         path = out / f"cprofile-{name}.prof"
         pr.dump_stats(str(path))
-    return {"config": label + config_name(cfg), "kind": kind, "path": str(path), "wall_s": run.record.wall_s,
+    return {"config": label + config_name(cfg, model.space.video), "kind": kind, "path": str(path), "wall_s": run.record.wall_s,
             "export_s": time.perf_counter() - t0}

@@ -33,8 +33,9 @@ from .models import Model, default_size, denoiser, load_taesd
 from .csv_writer import to_csv_text
 from .records import STEP_COLUMNS, RunRecord, StepRow
 from .run import RunEnd, RunEvents, RunMeta, ScriptCall
-from .names import BatchPreview
-from .settings import Mode, PreviewSettings
+from .clips import clip_length
+from .names import BatchPreview, FrameChoice
+from .settings import MAX_FPS, Mode, PreviewSettings, SettingsError
 from .stopwatch import Clock, Device, Stopwatch
 from .targets import Target, X0Tap
 
@@ -98,17 +99,23 @@ class Watch(PipelineCallback):
 
     def __init__(self, pipe: Any, *, decoder: DecoderName = "latent2rgb", every: int = 1, taesd: str | None = None,
                  mode: Mode = "overlap", encoder: EncoderName = "turbojpeg", quality: int = 80, preview_max: int = 0,
-                 budget: float = 0.0, target: Target = "auto", batch_preview: BatchPreview = "grid", inflight: int = 2,
+                 budget: float = 0.0, target: Target = "auto", batch_preview: BatchPreview = "grid",
+                 frames: FrameChoice = "first", fps: float = 0.0, inflight: int = 2,
                  clock: Clock = time.perf_counter, device: Device | None = None,
                  size: tuple[int, int] | None = None) -> None:
         """size: (height, width) of the images, for FLUX pipelines at a non-square size (their packed latents
-        do not say it). clock and device are for tests: a fake host clock and a fake asynchronous device."""
+        do not say it). frames: a clip's preview frames (first, middle, all, or N spread evenly); fps: the
+        clip's playback rate, for the page's animated previews. clock and device are for tests: a fake host
+        clock and a fake asynchronous device."""
         super().__init__()
         self.pipe = pipe
         self.model = model_of(pipe, taesd)
         self.controls = Controls(PreviewSettings(decoder=decoder, every=every, mode=mode, encoder=encoder,
                                                  quality=quality, preview_max=preview_max, budget=budget,
-                                                 target=target, batch_preview=batch_preview))
+                                                 target=target, batch_preview=batch_preview, frames=frames))
+        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 <= fps <= MAX_FPS:
+            raise SettingsError(f"fps={fps!r}: must be a number of frames per second from 0 to {MAX_FPS:g}")
+        self.fps = float(fps)
         if decoder == "taesd" and self.model.taesd is None:
             raise DecoderError(taesd_refusal(self.model).replace("--taesd PATH", "taesd=PATH"))
         self.previewer = Previewer(self.model)
@@ -220,13 +227,16 @@ class Watch(PipelineCallback):
         h, w = image_size(self.model, latents, self.size)
         self._rows = []
         events, rid = self.events, self.run_id
+        space = self.model.space
+        frames = clip_length(space.latent_frames(latents), space.temporal) if space.video else 1
         meta = RunMeta.of(self.model, rid, ScriptCall(steps=steps, width=w, height=h, preview=self.controls.get(),
-                                                      batch=int(latents.shape[0])))
+                                                      batch=int(latents.shape[0]), num_frames=frames, fps=self.fps))
         on_error = (lambda message: events.error(rid, message)) if events else None
         self.meter = StepMeter(self.model, self.controls, rid, width=w, height=h, steps=steps,
                                timesteps=timesteps, previewer=self.previewer, inflight=self.inflight, task="script",
                                on_row=self._row, on_frame=events.frame if events else None, on_error=on_error,
-                               should_stop=self._stop.is_set, clock=self.clock, sw=self.sw, tap=self.tap)
+                               should_stop=self._stop.is_set, clock=self.clock, sw=self.sw, tap=self.tap,
+                               fps=self.fps)
         c = self._call
         self.meter.begin(c.denoise0)
         c.meta = meta

@@ -3,6 +3,7 @@
 A decoder is built once per model (its constants then) and called as decode(latents, height, width): the
 latents as the callback hands them (packed for FLUX), the image size in pixels (FLUX needs it to unpack).
 Each pipeline's latent space (families.py) says how the latents reach the TAE, latent2rgb and the VAE.
+A clip (a video pipeline's latents) is previewed by a ClipDecode (build_clip): the frames a clips.Pick names.
 A registry, not reflection: a user's decoder name is looked up in DECODERS, and a miss lists the valid names.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from .clips import Pick
 from .names import DECODER_NAMES, DecoderName, check
 from .models import fit
 from .models.families import CHANNELS, vae_of
@@ -24,6 +26,8 @@ from .models.taesd import PREFIXES
 from .models import Model
 
 Decode = Callable[[torch.Tensor, int, int], torch.Tensor]  # (callback latents, height px, width px) -> image
+# a clip's preview: (callback latents, height px, width px, the frames to read and show) -> (B, F, 3, H, W)
+ClipDecode = Callable[[torch.Tensor, int, int, Pick], torch.Tensor]
 Note = Callable[[str], None]  # what a decoder has to say on the row of the preview it is making (a fit)
 # madebyollin/taesd's file stem per image family (taesd.PREFIXES, read the other way)
 TAE_NAMES: dict[str, str] = {family: prefix.rstrip("_") for prefix, family in PREFIXES.items()}
@@ -197,6 +201,77 @@ def cheaper(name: str, has_taesd: bool) -> DecoderName | None:
     while nxt is not None and DECODERS[nxt].needs_taesd and not has_taesd:
         nxt = DECODERS[nxt].cheaper
     return nxt
+
+
+def causal(name: str, model: Model) -> bool:
+    """The decoder reads a clip whole and in time order (a 3-D VAE, TAEHV): a preview of frame k reads every
+    latent frame up to k's. latent2rgb, a 2-D TAESD and a 2-D VAE (AnimateDiff's) decode each frame alone."""
+    if name == "vae":
+        return model.space.frames
+    return name == "taesd" and isinstance(model.taesd, TAEHV)
+
+
+def _shown(clip: torch.Tensor, pick: Pick) -> torch.Tensor:
+    """The frames a pick shows of a decoded clip (B, F, 3, H, W); an index past the decoder's last frame (a
+    TAE that keeps warm-up frames) takes its last. Shapes only, no device read."""
+    last = int(clip.shape[1]) - 1
+    idx = [min(k, last) for k in pick.shown]
+    return clip if idx == list(range(last + 1)) else clip[:, idx]
+
+
+def _reads(z: torch.Tensor, pick: Pick) -> torch.Tensor:
+    """The latent frames a pick reads of a clip (B, T, C, h, w): a prefix is a view."""
+    n = len(pick.reads)
+    return z[:, :n] if pick.reads == tuple(range(n)) else z[:, list(pick.reads)]
+
+
+def _vae_clip(model: Model) -> ClipDecode:
+    """A 3-D VAE decodes the prefix of latent frames a pick reads, unscaled as the pipeline's final decode
+    unscales the whole clip (per channel, so frame by frame is the same arithmetic)."""
+    vae, space = vae_of(model.pipe), model.space
+    dtype = vae.dtype
+    to_vae = space.vae_input(model.pipe, model.device, dtype)
+
+    def decode(latents: torch.Tensor, height: int, width: int, pick: Pick) -> torch.Tensor:
+        z = _reads(space.clip_of(latents), pick)
+        b, n = int(z.shape[0]), int(z.shape[1])
+        one = to_vae(z.reshape(b * n, *z.shape[2:]).to(dtype), height, width)  # (B*n, C, 1, h, w)
+        clip = one.reshape(b, n, *one.shape[1:2], *one.shape[3:]).transpose(1, 2)  # (B, C, n, h, w)
+        video = vae.decode(clip, return_dict=False)[0]  # (B, 3, F, H, W) in [-1, 1]
+        return ((_shown(video.transpose(1, 2), pick) + 1) / 2).clamp(0, 1)
+
+    return decode
+
+
+def _tae_clip(model: Model) -> ClipDecode:
+    """TAEHV decodes the model's own latents, frames before channels, the prefix a pick reads."""
+    tiny, space = model.taesd, model.space
+    assert tiny is not None
+    return lambda latents, h, w, pick: _shown(tiny(_reads(space.clip_of(latents), pick).to(model.dtype)), pick)
+
+
+def _per_frame(decode: Decode, model: Model) -> ClipDecode:
+    """A decoder of one image, run on each latent frame a pick reads (as a batch)."""
+    space = model.space
+
+    def clip(latents: torch.Tensor, height: int, width: int, pick: Pick) -> torch.Tensor:
+        z = _reads(space.clip_of(latents), pick)
+        b, n = int(z.shape[0]), int(z.shape[1])
+        images = decode(z.reshape(b * n, *z.shape[2:]), height, width)  # 4-D latents pass the unpack as they are
+        return _shown(images.reshape(b, n, *images.shape[1:]), pick)
+
+    return clip
+
+
+def build_clip(name: str, model: Model, note: Note = lambda text: None) -> ClipDecode | None:
+    """The clip decode for a decoder name (a video pipeline's), or None for `none`. Raises DecoderError."""
+    if DECODERS[check_name(name)].build is None:
+        return None
+    if causal(name, model):
+        return _vae_clip(model) if name == "vae" else _tae_clip(model)
+    decode = build(name, model, note)
+    assert decode is not None
+    return _per_frame(decode, model)
 
 
 def build(name: str, model: Model, note: Note = lambda text: None) -> Decode | None:

@@ -12,9 +12,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from . import decoders
+from . import clips, decoders
 from .controls import Controls
-from .frames import Frame, grid, preview_size, to_uint8_hwc
+from .frames import Frame, grid, preview_size, tile, to_uint8_hwc
 from .meter import StepMeter
 from .previewer import Previewer
 from .models import Model
@@ -25,7 +25,7 @@ from .stopwatch import Clock, Stopwatch
 from .targets import X0Tap
 
 __all__ = ["Controls", "Frame", "Phases", "Previewer", "Run", "StepMeter", "TaskError", "final_image", "final_u8",
-           "generate", "img2img_pipe", "on_path_ms", "preview_size", "run_record", "save_image", "to_uint8_hwc"]
+           "clip_args", "generate", "img2img_pipe", "on_path_ms", "preview_size", "run_record", "save_image", "to_uint8_hwc"]
 
 
 @dataclass
@@ -69,6 +69,7 @@ class _Direct:
     mode: str = "direct"
     budget: float = 0.0
     target: str = ""
+    frames: str = ""
 
 
 def run_record(model: Model, run_id: str, rows: list[StepRow], asked: Asked | RunMeta, phases: Phases, *,
@@ -100,7 +101,9 @@ def run_record(model: Model, run_id: str, rows: list[StepRow], asked: Asked | Ru
                      inflight_peak=inflight_peak, compile=int(compiled), compile_ms=compile_ms,
                      vae_copy_mb=decoders.copy_mb(model.pipe), task=asked.task,
                      strength=asked.strength if asked.task == "img2img" else None,
-                     batch=rows[0].batch if rows else asked.batch, steps_run=len(rows))
+                     batch=rows[0].batch if rows else asked.batch, steps_run=len(rows),
+                     num_frames=asked.num_frames, fps=asked.fps, frames=str(p.frames),
+                     frames_sent=sum(r.frames for r in rows))
 
 
 def cpu_schedule(scheduler: Any, steps: int) -> list[float]:
@@ -168,13 +171,37 @@ def encode_prompt(model: Model, prompt: str, guidance: float, pipe: Any = None) 
     return dict(prompt=prompt)
 
 
+FinalDecode = Callable[[torch.Tensor, int, int], torch.Tensor]  # final latents -> uint8 (H, W, 3) on the device
+
+
+def final_decoder(model: Model) -> FinalDecode:
+    """The final decode, built before the run (its constants then): the pipeline's VAE fed as its own final
+    decode feeds it, a batch as one grid image. A clip decodes whole, as the pipeline decodes it (that cost
+    is the run's), and its first frame is the run's image."""
+    if model.space.video:
+        space, clip = model.space, decoders.build_clip("vae", model)
+        assert clip is not None
+        causal = decoders.causal("vae", model)
+
+        def decode_clip(latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+            whole = clips.pick("all", space.latent_frames(latents), space.temporal, 0.0, causal=causal)
+            return to_uint8_hwc(tile(clip(latents, height, width, whole))[0])
+
+        return decode_clip
+    vae = decoders.vae_decoder(model)
+    return lambda latents, height, width: to_uint8_hwc(((grid(vae(latents, height, width)).float() + 1) / 2)
+                                                       .clamp(0, 1))
+
+
 def final_u8(model: Model, latents: torch.Tensor, height: int, width: int,
-             decode: decoders.Decode | None = None) -> torch.Tensor:
-    """Latents -> uint8 (H, W, 3) on the device with the pipeline's VAE, as its own final decode does; a batch
-    decodes every image and becomes one grid image. decode: a built decoders.vae_decoder (its constants made
-    before the run), else one is built now."""
-    img = grid((decode or decoders.vae_decoder(model))(latents, height, width))
-    return to_uint8_hwc(((img.float() + 1) / 2).clamp(0, 1))
+             decode: FinalDecode | None = None) -> torch.Tensor:
+    """Latents -> uint8 (H, W, 3) on the device (final_decoder; decode: one built before the run)."""
+    return (decode or final_decoder(model))(latents, height, width)
+
+
+def clip_args(model: Model, settings: RunSettings) -> dict[str, Any]:
+    """A video pipeline's clip length for its call (num_frames, which every video pipeline takes); {} for images."""
+    return {"num_frames": settings.num_frames} if model.space.video else {}
 
 
 _IMG2IMG: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -240,7 +267,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
     prev = previewer or Previewer(model, compile_decoder)
     start_settings = controls.get()
     compile_ms = prev.warm(start_settings.decoder, settings.height, settings.width)
-    final_decode = decoders.vae_decoder(model)  # its constants built before the clock starts
+    final_decode = final_decoder(model)  # its constants built before the clock starts
     start_encoder = prev.encoder(start_settings.encoder).name
     # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.
     timesteps = cpu_schedule(pipe.scheduler, settings.steps)
@@ -249,7 +276,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
                       timesteps=timesteps, previewer=prev, on_row=on_row,
                       on_frame=on_frame, on_error=on_error, should_stop=should_stop, inflight=inflight,
                       ranges=ranges, clock=clock, sw=stopwatch or Stopwatch(model.device, clock), tap=tap,
-                      task=settings.task, strength=settings.strength if img2img else None)
+                      task=settings.task, strength=settings.strength if img2img else None, fps=settings.fps)
     sw, rng = meter.sw, meter.rng
     status = "done"  # a failure raises; the caller records it
 
@@ -268,6 +295,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             task: dict[str, Any] = dict(image=init_image, strength=settings.strength) if img2img else {}
             if settings.batch > 1:
                 task["num_images_per_prompt"] = settings.batch
+            task.update(clip_args(model, settings))
             out = pipe(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
                        guidance_scale=settings.guidance, generator=gen, output_type="latent",
                        callback_on_step_end=meter, callback_on_step_end_tensor_inputs=["latents"], **task, **embeds)

@@ -11,7 +11,9 @@ import torch.nn.functional as F
 
 @dataclass(frozen=True)
 class Frame:
-    """One encoded preview, made once and shared by every watcher."""
+    """One encoded preview, made once and shared by every watcher: one image, or a clip's frames one after
+    another in `data` (sizes: each frame's bytes, in order; fps: the rate that plays them over the clip's
+    duration, 0 for one frame)."""
     run_id: str
     step: int
     decoder: str
@@ -19,6 +21,12 @@ class Frame:
     width: int
     height: int
     data: bytes
+    sizes: tuple[int, ...] = ()
+    fps: float = 0.0
+
+    @property
+    def frames(self) -> int:
+        return len(self.sizes) or 1
 
 
 def preview_size(width: int, height: int, preview_max: int) -> tuple[int, int]:
@@ -43,22 +51,34 @@ def grid(images: torch.Tensor) -> torch.Tensor:
     return images.reshape(rows, cols, c, h, w).permute(2, 0, 3, 1, 4).reshape(c, rows * h, cols * w)
 
 
+def tile(clip: torch.Tensor) -> torch.Tensor:
+    """(B, F, 3, H, W) -> (F, 3, rows * H, cols * W): each frame of a batch's clips as one grid (grid())."""
+    b, f, c, h, w = clip.shape
+    if b == 1:
+        return clip[0]
+    return torch.stack([grid(clip[:, i]) for i in range(f)]) if f > 1 else grid(clip[:, 0])[None]
+
+
 def _to_uint8(image: torch.Tensor, preview_max: int) -> torch.Tensor:
-    """(3, H, W) in [0, 1] -> uint8 (3, h, w), downscaled on the tensor's device when preview_max asks."""
-    _, h, w = image.shape
+    """(3, H, W) or frames (F, 3, H, W) in [0, 1] -> uint8 of the same layout, downscaled on the tensor's
+    device when preview_max asks."""
+    h, w = int(image.shape[-2]), int(image.shape[-1])
     pw, ph = preview_size(w, h, preview_max)
     if (pw, ph) != (w, h):
-        image = F.interpolate(image[None].float(), size=(ph, pw), mode="bilinear", antialias=True,
-                              align_corners=False)[0]
+        batch = image if image.dim() == 4 else image[None]
+        small = F.interpolate(batch.float(), size=(ph, pw), mode="bilinear", antialias=True, align_corners=False)
+        image = small if image.dim() == 4 else small[0]
     return (image * 255).round().clamp(0, 255).to(torch.uint8)
 
 
 def to_uint8_hwc(image: torch.Tensor, preview_max: int = 0) -> torch.Tensor:
-    """(3, H, W) in [0, 1] -> contiguous uint8 (h, w, 3): what a host encoder reads once copied."""
-    return _to_uint8(image, preview_max).permute(1, 2, 0).contiguous()
+    """(3, H, W) in [0, 1] -> contiguous uint8 (h, w, 3): what a host encoder reads once copied; frames
+    (F, 3, H, W) -> (F, h, w, 3)."""
+    return _to_uint8(image, preview_max).movedim(-3, -1).contiguous()
 
 
 def to_uint8_chw(image: torch.Tensor, preview_max: int = 0) -> torch.Tensor:
     """(3, H, W) in [0, 1] -> contiguous uint8 (3, h, w): what an on-device JPEG encoder reads. Made here, on
-    the stream of the conversion, so the host's wait for the conversion covers it before the encoder runs."""
+    the stream of the conversion, so the host's wait for the conversion covers it before the encoder runs;
+    frames (F, 3, H, W) stay (F, 3, h, w)."""
     return _to_uint8(image, preview_max).contiguous()

@@ -14,10 +14,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from . import decoders, encoders
+from . import clips, decoders, encoders
 from .autopilot import Autopilot
 from .controls import Change, Controls
-from .frames import Frame, grid, to_uint8_chw, to_uint8_hwc
+from .frames import Frame, grid, tile, to_uint8_chw, to_uint8_hwc
 from .models import Model
 from .overlap import Overlap
 from .previewer import Previewer
@@ -44,6 +44,15 @@ class _Marks:
     touched: bool = False  # preview work ran in this step, or a preview was in flight while it denoised
 
 
+@dataclass(frozen=True)
+class _Render:
+    """One preview's pixels: latents -> frames (F, 3, H, W) in [0, 1] (an image is one frame, a batch one grid
+    per frame), the latent frames it reads, and the rate that plays its frames (0: one frame)."""
+    fn: Callable[[torch.Tensor], torch.Tensor]
+    latent_frames: int
+    fps: float
+
+
 class StepMeter:
     """The step callback and everything it measures: one per run (generate) or per pipeline call (watch).
 
@@ -57,8 +66,9 @@ class StepMeter:
                  on_error: Callable[[str], None] | None = None, should_stop: Callable[[], bool] | None = None,
                  inflight: int = 2, ranges: bool = False, clock: Clock = time.perf_counter,
                  sw: Stopwatch | None = None, tap: X0Tap | None = None, task: str = "txt2img",
-                 strength: float | None = None) -> None:
+                 strength: float | None = None, fps: float = 0.0) -> None:
         self.model, self.controls, self.run_id = model, controls, run_id
+        self.fps = fps          # a clip's playback rate: a clip preview plays its frames over the clip's duration
         self.task, self.strength = task, strength
         self.batch = 1          # images in the call: read from the first step's latents
         self._first = True
@@ -175,8 +185,6 @@ class StepMeter:
             if prev.compile and decoder not in prev.compile_ms:  # a live switch: compile now, say so
                 c = prev.warm(decoder, self.height, self.width)
                 row.event = _also(row.event, _compiled(decoder, c))
-            decode = prev.decoder(decoder)
-            assert decode is not None
             enc = prev.encoder(s.encoder)
             shown, row.target = choose(s.target, self.tap, kw["latents"])
             if s.target == "x0" and row.target != "x0" and not self._x0_told:
@@ -184,11 +192,13 @@ class StepMeter:
                 row.event = _also(row.event, _no_x0(p))
             if s.batch_preview == "first":  # a grid decodes the whole batch: the cost of showing it all
                 shown = shown[:1]
+            render = self._render(decoder, s, shown)
+            row.latent_frames = render.latent_frames
             try:
                 if s.mode == "sync":
-                    self._preview_sync(row, marks, shown, ps, decode, enc)
+                    self._preview_sync(row, marks, shown, ps, render, enc)
                 else:
-                    self._preview_overlap(row, marks, shown, ps, decode, enc)
+                    self._preview_overlap(row, marks, shown, ps, render, enc)
             finally:
                 for note in prev.take_notes():  # a fit of latent2rgb factors, made inside this decode
                     row.event = _also(row.event, note)
@@ -200,12 +210,26 @@ class StepMeter:
             if self.pilot is not None:
                 self.pilot.preview_started()
 
+    def _render(self, decoder: str, s: PreviewSettings, latents: torch.Tensor) -> _Render:
+        """How this preview's pixels are made: an image's decode, or the frames of a clip that s.frames picks
+        (clips.pick), decoding only the latent frames they need. Shapes only, no device read."""
+        h, w, prev, space = self.height, self.width, self.prev, self.model.space
+        if not space.video:
+            decode = prev.decoder(decoder)
+            assert decode is not None
+            return _Render(lambda z: grid(decode(z, h, w))[None], 1, 0.0)
+        clip = prev.clip(decoder)
+        assert clip is not None
+        pick = clips.pick(s.frames, space.latent_frames(latents), space.temporal, self.fps,
+                          causal=decoders.causal(decoder, self.model))
+        return _Render(lambda z: tile(clip(z, h, w, pick)), len(pick.reads), pick.fps)
+
     def _preview_sync(self, row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
-                      decode: decoders.Decode, enc: encoders.Encoder) -> None:
+                      render: _Render, enc: encoders.Encoder) -> None:
         sw, rng, clock = self.sw, self.rng, self.clock
         rng.begin("decode")
         marks.dec0 = sw.mark()
-        image = grid(decode(latents, self.height, self.width))
+        image = render.fn(latents)
         marks.dec1 = sw.mark()
         rng.end("decode")
         rng.begin("resize")
@@ -223,11 +247,11 @@ class StepMeter:
             row.transfer_ms = (clock() - t1) * 1e3
             rng.end("transfer")
         rng.begin("encode")
-        self._finish(row, s, enc, arr, waited.uncounted_ms)
+        self._finish(row, s, enc, arr, waited.uncounted_ms, render.fps)
         rng.end("encode")
 
     def _preview_overlap(self, row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
-                         decode: decoders.Decode, enc: encoders.Encoder) -> None:
+                         render: _Render, enc: encoders.Encoder) -> None:
         if self.overlap is None:
             self.overlap = Overlap(self.sw, self.inflight)
         if self.overlap.flight.full():
@@ -236,39 +260,42 @@ class StepMeter:
 
         def done(arr: np.ndarray, sync_ms: float) -> None:
             try:
-                self._finish(row, s, enc, arr, sync_ms)
+                self._finish(row, s, enc, arr, sync_ms, render.fps)
             except Exception as e:
                 self._failed(row, s, e)
 
         row.preview = 1  # made, or being made; a failure on the encode thread resets it, so set it first
         self.rng.begin("decode")
-        h, w, to_u8 = self.height, self.width, to_uint8_chw if enc.on_device else to_uint8_hwc
-        marks.future = self.overlap.submit(latents, lambda z: grid(decode(z, h, w)), lambda img: to_u8(img, s.preview_max),
-                                           done, marks, on_device=enc.on_device)
+        to_u8 = to_uint8_chw if enc.on_device else to_uint8_hwc
+        marks.future = self.overlap.submit(latents, render.fn, lambda img: to_u8(img, s.preview_max), done, marks,
+                                           on_device=enc.on_device)
         self.rng.end("decode")
 
-    def _finish(self, row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: Any, sync_ms: float) -> None:
-        """Encode and hand off: in the callback (sync) or on the encode thread (overlap). arr is a host uint8
-        uint8 (h, w, 3) array, or for an on-device encoder the uint8 (3, h, w) tensor still on the device (only
-        the bytes cross): it is encoded and its bytes copied under the device's one JPEG stream."""
+    def _finish(self, row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: Any, sync_ms: float,
+                fps: float) -> None:
+        """Encode and hand off: in the callback (sync) or on the encode thread (overlap). arr holds the frames:
+        a host uint8 (F, h, w, 3) array, or for an on-device encoder the uint8 (F, 3, h, w) tensor still on the
+        device (only the bytes cross): each frame is encoded and its bytes copied under the device's one JPEG
+        stream. The frames go out as one Frame, in order."""
         dev = self.sw.dev
         on_stream = dev.use(jpeg_stream(dev)) if enc.on_device and dev is not None else contextlib.nullcontext()
         with on_stream:
             t0 = self.clock()
-            out = enc.encode(arr, s.quality)
+            outs = [enc.encode(frame, s.quality) for frame in arr]
             t1 = self.clock()
             if enc.on_device:
-                data = out.cpu().numpy().tobytes()
+                parts = [out.cpu().numpy().tobytes() for out in outs]
                 row.transfer_ms = (self.clock() - t1) * 1e3
             else:
-                data = out
+                parts = outs
+        data = b"".join(parts)
         row.encode_ms, row.sync_ms = (t1 - t0) * 1e3, sync_ms
-        row.preview, row.bytes, row.encoder = 1, len(data), enc.name
-        h_axis = 1 if enc.on_device else 0
+        row.preview, row.bytes, row.encoder, row.frames = 1, len(data), enc.name, len(parts)
+        h_axis = 2 if enc.on_device else 1
         row.preview_height, row.preview_width = int(arr.shape[h_axis]), int(arr.shape[h_axis + 1])
         if self.on_frame:
             self.on_frame(Frame(self.run_id, row.step, row.decoder, enc.format, row.preview_width,
-                                row.preview_height, data))
+                                row.preview_height, data, tuple(len(p) for p in parts), fps))
 
     def _failed(self, row: StepRow, s: PreviewSettings, e: BaseException) -> None:
         """A preview must never end the run: report, fall back to a cheaper decoder, record it on the row."""
@@ -301,6 +328,7 @@ class StepMeter:
             m.row.denoise_ms = sw.ms(m.start, m.cb)
             if m.dec0 is not None and m.row.preview:
                 m.row.decode_ms, m.row.resize_ms = sw.ms(m.dec0, m.dec1), sw.ms(m.dec1, m.res1)
+                m.row.decode_ms_per_frame = m.row.decode_ms / max(1, m.row.frames)
                 if m.copied is not None:
                     m.row.transfer_ms = sw.ms(m.res1, m.copied)
             if sw.cuda and m.row.mode == "overlap":  # the callback's own span of the main stream: no stage holds it

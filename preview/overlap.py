@@ -63,7 +63,8 @@ class Overlap:
                to_u8: Callable[[torch.Tensor], torch.Tensor], finish: Callable[[np.ndarray, float], None],
                marks: Any, on_device: bool = False) -> Future[None]:
         """Start one preview; finish(host uint8 array, sync_ms) runs on the encode thread. latents: what the
-        preview decodes (one image's, or a batch's for a grid); decode gives the one image (3, H, W) to show.
+        preview decodes (one image's, or a batch's for a grid); decode gives the frames (F, 3, H, W) to show (one
+        for an image, a clip's picked frames).
         sync_ms is the part of the encode thread's wait for the copy that no event times (see Stopwatch.wait).
         on_device (CUDA, an encoder like nvjpeg): no pixel copy; the encode thread gets the device tensor once
         the resize has passed, and finish encodes it on the encoder's own stream."""

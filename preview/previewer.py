@@ -15,6 +15,7 @@ class Previewer:
     def __init__(self, model: Model, compile: bool = False) -> None:
         self.model, self.compile = model, compile
         self._dec: dict[str, decoders.Decode | None] = {}
+        self._clip: dict[str, decoders.ClipDecode | None] = {}
         self._enc: dict[str, encoders.Encoder] = {}
         self.compile_ms: dict[str, float] = {}
         self.cost_ms: dict[str, float] = {}  # the autopilot's latest cost per preview, by decoder
@@ -28,6 +29,13 @@ class Previewer:
             self._dec[name] = fn
         return self._dec[name]
 
+    def clip(self, name: str) -> decoders.ClipDecode | None:
+        """A video pipeline's clip decode for a decoder name (never compiled: its shapes follow the frames
+        setting, which changes live)."""
+        if name not in self._clip:
+            self._clip[name] = decoders.build_clip(name, self.model, self._notes.append)
+        return self._clip[name]
+
     def take_notes(self) -> list[str]:
         """The decoders' notes since the last call (on the thread that ran the decode)."""
         notes, self._notes[:] = list(self._notes), []
@@ -38,6 +46,9 @@ class Previewer:
         which is reported apart from the steady state."""
         fn = self.decoder(name)
         if fn is None or not self.compile or name in self.compile_ms:
+            return 0.0
+        if self.model.space.video:  # a clip's previews go through clip(), which is not compiled
+            self.compile_ms[name] = 0.0
             return 0.0
         if name == "latent2rgb" and not decoders.has_factors(self.model):
             # its first call fits factors to the latents it is given: never to these zeros. It compiles at its

@@ -20,7 +20,7 @@ Times are milliseconds unless a name says otherwise. What each stage includes, o
                CPU: 0 (already in host memory). Never part of sync_ms.
   on_path_ms   the preview time on the denoising path (records.on_path_ms). CUDA overlap: device time on
                the main stream from this callback's start to its end, which no other stage holds.
-  encode_ms    host time of the image encoder.
+  encode_ms    host time of the image encoder (every frame of a clip's preview).
   send_ms, ack_rtt_ms, client_decode_ms, client_paint_ms, dropped: filled by the server (empty in the bench).
 
 A run's wall_s runs from the request start to the final image encoded and written; other_ms is wall time
@@ -66,6 +66,9 @@ class StepRow:
     batch: int = 1             # images in the call; a grid preview decodes them all, `first` only one
     task: str = "txt2img"      # txt2img | img2img | script (a watch: the user's own call)
     strength: float | None = None  # img2img: the strength asked (fewer steps run below 1)
+    frames: int = 0            # frames this preview showed (sent, in one message): 1 for an image, 0 for no preview
+    latent_frames: int = 0     # a clip's latent frames the decoder read for them (a causal decoder reads a prefix)
+    decode_ms_per_frame: float = 0.0  # decode_ms over the frames shown
     send_ms: float | None = None
     ack_rtt_ms: float | None = None
     client_decode_ms: float | None = None
@@ -150,6 +153,10 @@ class RunRecord:
     strength: float | None = None
     batch: int = 1        # images per call
     steps_run: int = 0    # steps the denoising ran: fewer than `steps` for img2img below strength 1, or stopped
+    num_frames: int = 1   # the clip's length in frames (1: an image)
+    fps: float = 0.0      # the clip's playback rate (0: an image)
+    frames: str = "first"  # a clip's preview frames at the start of the run (first | middle | all | N)
+    frames_sent: int = 0  # frames in all the previews sent (a clip preview sends several in one message)
 
     @property
     def preview_ms(self) -> float:

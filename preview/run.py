@@ -34,6 +34,8 @@ class ScriptCall:
     batch: int = 1            # from the latents
     task: str = "script"
     strength: float | None = None
+    num_frames: int = 1       # a clip's frames, from its latents
+    fps: float = 0.0
 
 
 Asked = RunSettings | ScriptCall  # what a run was asked to do: the server's settings, or a script's call
@@ -68,6 +70,8 @@ class RunMeta:
     task: str = "txt2img"     # txt2img | img2img | script
     init: str | None = None   # img2img: the run whose final image was the input
     strength: float | None = None
+    num_frames: int = 1       # a clip's length in frames (1: an image)
+    fps: float = 0.0          # a clip's playback rate (0: an image)
 
     @classmethod
     def of(cls, model: Model, run_id: str, asked: Asked) -> RunMeta:
@@ -77,7 +81,8 @@ class RunMeta:
                    space=model.space.describe(), device=model.device.type, dtype=dtype_name(model.dtype),
                    prompt=asked.prompt, steps=asked.steps, width=asked.width, height=asked.height, seed=asked.seed,
                    guidance=asked.guidance, preview=asked.preview, batch=asked.batch, task=asked.task,
-                   init=getattr(asked, "init", None), strength=asked.strength if asked.task == "img2img" else None)
+                   init=getattr(asked, "init", None), strength=asked.strength if asked.task == "img2img" else None,
+                   num_frames=asked.num_frames, fps=asked.fps)
 
     def to_json(self) -> dict[str, Any]:
         """Flat, as on the wire and on disk: the run's fields, then the preview settings'."""

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .names import (BATCH_PREVIEWS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, BatchPreview, DecoderName,
-                    EncoderName, Mode, Target, check)
+                    EncoderName, FrameChoice, Mode, Target, check, check_frames)
 
 MAX_STEPS = 1000
 MAX_EVERY = 10_000
@@ -13,6 +13,8 @@ MAX_PROMPT = 2000  # characters
 MIN_SIDE, MAX_SIDE = 64, 2048  # pixels; MAX_SIDE is the default cap, a server may lower it
 MAX_GUIDANCE = 30.0  # classifier-free guidance scale; <= 1 turns CFG off (one UNet pass per step, not two)
 MAX_BATCH = 8  # images per run; the server counts them in its work limit
+MAX_NUM_FRAMES = 257  # a clip's frames (LTX-Video's longest); an image model allows 1 (RunSettings.max_frames)
+MAX_FPS = 240.0
 RUN_ID_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_")
 
 
@@ -32,8 +34,10 @@ class PreviewSettings:
     budget: float = 0.0      # percent; > 0 lets the autopilot choose the interval (every = "auto")
     target: Target = "auto"  # x0: the model's predicted clean image; latents: the noisy ones; auto: x0 if it can
     batch_preview: BatchPreview = "grid"  # a batch: every image in one grid frame (decoded all), or the first
+    frames: FrameChoice = "first"  # a clip: its first frame, the middle one, all of it, or N spread evenly
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "frames", check_frames("frames", self.frames, SettingsError))  # "8" -> 8
         check("mode", self.mode, MODES, SettingsError)
         check("target", self.target, TARGETS, SettingsError)
         check("batch_preview", self.batch_preview, BATCH_PREVIEWS, SettingsError)
@@ -64,6 +68,9 @@ class RunSettings:
     batch: int = 1                # images per prompt
     init: str | None = None       # img2img: the id of a past run whose final image is the input; None: txt2img
     strength: float = 0.75        # img2img: how much of the input is noised away, (0, 1]; fewer steps run below 1
+    num_frames: int = 1           # a video model's clip length in frames; 1 for an image model
+    fps: float = 0.0              # a clip's playback rate (the previews' and the final clip's); 0: an image model
+    max_frames: int = 1           # the most num_frames allows: the server's model (1 for an image model)
 
     @property
     def task(self) -> str:
@@ -84,6 +91,12 @@ class RunSettings:
             raise SettingsError(f"guidance={g!r}: must be a number from 0 to {MAX_GUIDANCE:g} "
                                 "(<= 1 turns classifier-free guidance off)")
         _int("batch", self.batch, 1, MAX_BATCH)
+        if self.max_frames == 1 and self.num_frames != 1:
+            raise SettingsError(f"num_frames={self.num_frames!r}: this model makes images; only 1 is allowed")
+        _int("num_frames", self.num_frames, 1, self.max_frames)
+        f = self.fps
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= MAX_FPS:
+            raise SettingsError(f"fps={f!r}: must be a number of frames per second from 0 to {MAX_FPS:g}")
         if self.init is not None and (not isinstance(self.init, str) or not 0 < len(self.init) <= 64
                                       or not set(self.init) <= RUN_ID_CHARS):
             raise SettingsError(f"init={self.init!r}: must be the id of a past run (letters, digits, - and _), "
@@ -98,7 +111,7 @@ class RunSettings:
 
 
 PREVIEW_FIELDS = tuple(f.name for f in fields(PreviewSettings))
-RUN_FIELDS = tuple(f.name for f in fields(RunSettings) if f.name not in ("preview", "max_side"))
+RUN_FIELDS = tuple(f.name for f in fields(RunSettings) if f.name not in ("preview", "max_side", "max_frames"))
 
 
 def _int(name: str, v: object, lo: int, hi: int) -> None:

@@ -46,17 +46,20 @@ class RateLimit:
         return self.tokens + (self.clock() - self.t) * self.per_s >= self.burst
 
 
-def work_error(steps: int, width: int, height: int, max_pixel_steps: int, batch: int = 1) -> str | None:
+def work_error(steps: int, width: int, height: int, max_pixel_steps: int, batch: int = 1,
+               frames: int = 1) -> str | None:
     """None when the run fits the limit, else the one line a person needs to make it fit. A batch of images
-    costs its size times one image's work."""
-    work = steps * width * height * batch
+    costs its size times one image's work, and a clip its frames times one frame's."""
+    work = steps * width * height * batch * frames
     if max_pixel_steps <= 0 or work <= max_pixel_steps:
         return None
-    fit = max_pixel_steps // (width * height * batch)
-    at = f"{width}x{height}" + (f" x {batch} images" if batch > 1 else "")
+    fit = max_pixel_steps // (width * height * batch * frames)
+    at = (f"{width}x{height}" + (f" x {frames} frames" if frames > 1 else "")
+          + (f" x {batch} images" if batch > 1 else ""))
     hint = f"at {at} at most {fit} steps fit" if fit else f"no step at {at} fits"
-    what = "steps x width x height" + (" x batch" if batch > 1 else "")
-    shown = f"{steps} x {width} x {height}" + (f" x {batch}" if batch > 1 else "")
+    what = "steps x width x height" + (" x frames" if frames > 1 else "") + (" x batch" if batch > 1 else "")
+    shown = (f"{steps} x {width} x {height}" + (f" x {frames}" if frames > 1 else "")
+             + (f" x {batch}" if batch > 1 else ""))
     return (f"{what} = {shown} = {work:,} pixel-steps, over this server's limit of {max_pixel_steps:,} "
             f"(--max-pixel-steps); {hint}")
 

@@ -1,11 +1,13 @@
 """The WebSocket protocol: one validator turns a text frame into a typed message or a ProtocolError.
 
 Browser -> server (text, JSON objects with a "type"):
-  start  {prompt, steps, width, height, seed, guidance, batch, init, strength, decoder, every, preview_max,
-          encoder, quality, mode, budget, target, batch_preview}
+  start  {prompt, steps, width, height, seed, guidance, batch, init, strength, num_frames, fps, decoder, every,
+          preview_max, encoder, quality, mode, budget, target, batch_preview, frames}
          (all optional; every may be "auto": the autopilot picks the interval to fit budget, in percent;
-          init: a past run's id, whose final image is the input of an img2img run at strength)
-  set    {decoder, every, preview_max, encoder, quality, mode, budget, target, batch_preview}  (at least one)
+          init: a past run's id, whose final image is the input of an img2img run at strength;
+          num_frames and fps: a video model's clip; frames: which of its frames a preview shows)
+  set    {decoder, every, preview_max, encoder, quality, mode, budget, target, batch_preview, frames}
+         (at least one)
   stop   {}
   ack    {seq, client_decode_ms, client_paint_ms}
 Server -> browser (text, each built by the function of its name below):
@@ -15,7 +17,9 @@ Server -> browser (text, each built by the function of its name below):
   delivery  one preview's trip to this client: send time, ack round trip, the browser's decode and paint (ms)
   done      a run's end (preview.run.RunEnd): its meta, status, totals or error
   error     one line: a message refused (to its sender), or a run's preview failure (run_id: to everyone)
-Binary previews: 4-byte big-endian header length N, N bytes of UTF-8 JSON header, then the image bytes.
+Binary previews: 4-byte big-endian header length N, N bytes of UTF-8 JSON header, then the image bytes: one
+  image, or a clip's frames one after another (the header's `sizes` gives each frame's bytes, `frames` their
+  count and `fps` the rate that plays them over the clip; one ack answers the whole message).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import struct
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-from previewlab.preview.names import BATCH_PREVIEWS, DECODER_NAMES, MODES, TARGETS
+from previewlab.preview.names import BATCH_PREVIEWS, DECODER_NAMES, FRAMES_NAMES, MAX_PREVIEW_FRAMES, MODES, TARGETS
 from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunMeta, dtype_name
 from previewlab.preview.settings import (MAX_BATCH, PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings, RunSettings,
@@ -149,10 +153,11 @@ def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int, encoders: tu
     try:
         preview = PreviewSettings(**{**defaults.preview.__dict__, **prev})
         settings = RunSettings(**{**{k: getattr(defaults, k) for k in RUN_FIELDS}, **run}, preview=preview,
-                               max_side=defaults.max_side)
+                               max_side=defaults.max_side, max_frames=defaults.max_frames)
     except SettingsError as e:
         raise ProtocolError(clip(str(e))) from None
-    too_much = work_error(settings.steps, settings.width, settings.height, max_pixel_steps, settings.batch)
+    too_much = work_error(settings.steps, settings.width, settings.height, max_pixel_steps, settings.batch,
+                          settings.num_frames)
     if too_much:
         raise ProtocolError(too_much)
     return Start(settings)
@@ -195,13 +200,16 @@ def hello(model: Model, defaults: RunSettings, *, max_pixel_steps: int, encoders
     """encoders: the ones this server can run (the registry's, less nvjpeg without CUDA)."""
     return {"type": "hello", "model": model.name, "synthetic": model.synthetic, "note": model.note,
             "family": model.space.name, "space": model.space.describe(), "device": model.device.type,
-            "dtype": dtype_name(model.dtype), "max_batch": MAX_BATCH,
+            "dtype": dtype_name(model.dtype), "max_batch": MAX_BATCH, "video": model.space.video,
+            "max_frames": defaults.max_frames,
             "defaults": {**{k: getattr(defaults, k) for k in RUN_FIELDS}, **asdict(defaults.preview)},
             "max_side": defaults.max_side, "max_pixel_steps": max_pixel_steps, "taesd": model.taesd is not None,
             "running": running.to_json() if running else None,
             # the page's choices come from the registries, so a new decoder or encoder needs no page edit
             "choices": {"decoder": list(DECODER_NAMES), "encoder": list(encoders), "mode": list(MODES),
-                        "target": list(TARGETS), "batch_preview": list(BATCH_PREVIEWS)}}
+                        "target": list(TARGETS), "batch_preview": list(BATCH_PREVIEWS),
+                        "frames": list(FRAMES_NAMES)},
+            "max_preview_frames": MAX_PREVIEW_FRAMES}  # frames also takes a number N from 2 to this
 
 
 def run(meta: RunMeta) -> Outbound:
@@ -245,7 +253,8 @@ def error(message: str, run_id: str | None = None) -> Outbound:
 def frame(f: Frame, seq: int, sent_at_ms: float) -> bytes:
     """A preview as one binary message; sent_at_ms: the server's wall clock, for the page's latency."""
     header = dict(run_id=f.run_id, step=f.step, seq=seq, decoder=f.decoder, format=f.format, width=f.width,
-                  height=f.height, sent_at_ms=sent_at_ms)
+                  height=f.height, sent_at_ms=sent_at_ms, frames=f.frames, sizes=list(f.sizes or (len(f.data),)),
+                  fps=round(f.fps, 3))
     return pack_frame(header, f.data)
 
 

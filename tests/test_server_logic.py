@@ -20,9 +20,11 @@ def test_hello_start_refuse_stop_and_csv(make_app):
         assert hello["choices"] == {"decoder": ["none", "latent2rgb", "taesd", "vae"],
                                     "encoder": ["turbojpeg", "pillow", "webp", "png"],
                                     "mode": ["sync", "overlap"], "target": ["auto", "x0", "latents"],
-                                    "batch_preview": ["grid", "first"]}
+                                    "batch_preview": ["grid", "first"], "frames": ["first", "middle", "all"]}
         assert hello["family"] == "sd15" and hello["space"].startswith("sd15: 4 channels at 1/2, spatial")
         assert hello["max_batch"] == 8
+        # an image model: no clip, one frame per run
+        assert hello["video"] is False and hello["max_frames"] == 1 and hello["defaults"]["num_frames"] == 1
         assert hello["defaults"]["target"] == "auto"
         ws.send_text(json.dumps({"type": "set", "decoder": "vae"}))
         assert "no generation is running" in recv_until(ws, "error")["message"]

@@ -50,8 +50,10 @@ def test_frames_acks_and_live_switch_over_real_uvicorn(make_app):
         frames, steps, done = asyncio.run(watch(f"ws://{addr}/ws", {"steps": 8, "decoder": "latent2rgb"}, switch_at=3))
         assert done["status"] == "done" and len(steps) == 8
         h, data = frames[0]
-        assert set(h) == {"run_id", "step", "seq", "decoder", "format", "width", "height", "sent_at_ms"}
+        assert set(h) == {"run_id", "step", "seq", "decoder", "format", "width", "height", "sent_at_ms", "frames",
+                          "sizes", "fps"}
         assert h["format"] == "jpeg" and data[:2] == b"\xff\xd8" and h["width"] == 32
+        assert h["frames"] == 1 and h["sizes"] == [len(data)] and h["fps"] == 0  # an image: one frame
         # the set sent after frame 3 arrived takes effect at a later step, never mid-step
         decs = [s["decoder"] for s in steps]
         k = decs.index("vae")

@@ -1,12 +1,16 @@
 // previewlab page: one WebSocket (/ws). Text frames are JSON with a "type"; binary frames are previews:
-// 4-byte big-endian header length N, N bytes of UTF-8 JSON header, then the image bytes.
+// 4-byte big-endian header length N, N bytes of UTF-8 JSON header, then the image bytes: one image, or a clip's
+// frames one after another (header.sizes: each frame's bytes; header.fps: the rate that plays them).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const LIVE = ["decoder", "every", "preview_max", "encoder", "quality", "mode", "budget", "target", "batch_preview"];
-const RUN_FIELDS = ["prompt", "steps", "width", "height", "seed", "guidance", "batch", "strength"];
+const LIVE = ["decoder", "every", "preview_max", "encoder", "quality", "mode", "budget", "target", "batch_preview",
+              "frames"];
+const RUN_FIELDS = ["prompt", "steps", "width", "height", "seed", "guidance", "batch", "strength", "num_frames", "fps"];
 const NUMERIC = new Set(["steps", "width", "height", "seed", "guidance", "every", "preview_max", "quality", "budget",
-                         "batch", "strength"]);
+                         "batch", "strength", "num_frames", "fps"]);
+const CLIP_COUNTS = [4, 8, 16];  // "N frames spread evenly" choices the page offers beside first, middle and all
+const DEFAULT_FPS = 8;           // a clip whose rate is unknown plays at this
 const PAGE = 50;         // runs per /runs request (the server's default page)
 const STAGES = ["denoise_ms", "decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "render_ms"];
 const DRAW = STAGES.map((_, i) => STAGES.length - 1 - i);  // series order: the top of the stack first
@@ -17,6 +21,8 @@ let init = null;         // img2img: the past run whose final image is the next 
 let run = null;          // the run this tab is watching: its settings, rows by step, figures
 let chart = null;
 let chartDirty = false;
+let clip = null;         // the clip preview playing: its decoded frames, the frame shown and its timer
+let lastSeq = -1;        // the newest preview this tab has received: a clip still decoding for an older one gives way
 const canvas = $("preview");
 const ctx = canvas.getContext("2d");
 
@@ -74,12 +80,15 @@ function onText(msg) {
       // the choices come from the server's registries (decoders, encoders, modes, targets)
       for (const [k, names] of Object.entries(msg.choices || {})) {
         const sel = $(k);
-        if (!sel || sel.options.length === names.length) continue;
-        sel.replaceChildren(...names.map((n) => Object.assign(document.createElement("option"), { textContent: n })));
+        const all = k === "frames" ? [...names, ...CLIP_COUNTS.filter((n) => n <= msg.max_preview_frames).map(String)] : names;
+        if (!sel || sel.options.length === all.length) continue;
+        sel.replaceChildren(...all.map((n) => Object.assign(document.createElement("option"), { textContent: n })));
       }
       for (const [k, v] of Object.entries(msg.defaults)) if ($(k) && !$(k).dataset.touched && k !== "budget") $(k).value = v;
       $("width").max = $("height").max = msg.max_side;
       $("batch").max = msg.max_batch;
+      $("clip-row").hidden = $("frames-label").hidden = !msg.video;  // a video model: the clip's length, rate, frames
+      $("num_frames").max = msg.max_frames;
       $("model").title = msg.space;  // the latent space as the server read it from the VAE
       if (msg.running) beginRun(msg.running);
       else if (!$("stop").disabled) {  // the run this tab watched ended while it was away (a server restart)
@@ -144,11 +153,59 @@ function onDelivery(msg) {
   chartDirty = true;
 }
 
+// A clip preview's frames, as blobs: header.sizes gives each one's bytes (one image: one size, or none from an
+// older server)
+function frameBlobs(buf, start, header) {
+  const type = `image/${header.format}`;
+  const sizes = header.sizes || [buf.byteLength - start];
+  const blobs = [];
+  for (const size of sizes) {
+    blobs.push(new Blob([new Uint8Array(buf, start, size)], { type }));
+    start += size;
+  }
+  return blobs;
+}
+
+function stopClip() {
+  if (!clip) return;
+  clearInterval(clip.timer);
+  for (const b of clip.bitmaps) b.close();
+  clip = null;
+}
+
+function drawBitmap(bitmap) {
+  if (canvas.width !== bitmap.width || canvas.height !== bitmap.height) {
+    canvas.width = bitmap.width;
+    canvas.height = bitmap.height;
+  }
+  ctx.drawImage(bitmap, 0, 0);
+}
+
+// The rest of a clip, decoded after its first frame was drawn and acknowledged, then played in a loop until the
+// next preview replaces it
+async function playClip(first, rest, fps, seq) {
+  const bitmaps = [first];
+  for (const b of rest) bitmaps.push(await createImageBitmap(b));
+  if (clip && clip.seq > seq || lastSeq !== seq) {  // a newer preview came while these decoded
+    for (const b of bitmaps) b.close();
+    return;
+  }
+  stopClip();
+  clip = { seq, bitmaps, shown: 0, timer: 0 };
+  const mine = clip;
+  clip.timer = setInterval(() => {
+    mine.shown = (mine.shown + 1) % mine.bitmaps.length;
+    drawBitmap(mine.bitmaps[mine.shown]);
+    canvas.dataset.clipFrame = String(mine.shown);
+  }, 1000 / (fps > 0 ? fps : DEFAULT_FPS));
+}
+
 async function onFrame(buf) {
   const view = new DataView(buf);
   const n = view.getUint32(0, false);
   const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 4, n)));
-  const blob = new Blob([new Uint8Array(buf, 4 + n)], { type: `image/${header.format}` });
+  const blobs = frameBlobs(buf, 4 + n, header);
+  lastSeq = header.seq;
   if (run && header.run_id === run.meta.run_id) {
     run.frames += 1;
     run.bytes += buf.byteLength;
@@ -156,21 +213,23 @@ async function onFrame(buf) {
     run.lastSeq = header.seq;
   }
   const t0 = performance.now();
-  const bitmap = await createImageBitmap(blob);
+  const bitmap = await createImageBitmap(blobs[0]);
   const t1 = performance.now();
   requestAnimationFrame(() => {
-    if (canvas.width !== bitmap.width || canvas.height !== bitmap.height) {
-      canvas.width = bitmap.width;
-      canvas.height = bitmap.height;
-    }
-    ctx.drawImage(bitmap, 0, 0);
-    bitmap.close();
+    stopClip();
+    drawBitmap(bitmap);
     const t2 = performance.now();
-    $("caption").textContent = `step ${header.step} · ${header.decoder} · ${header.width}x${header.height} · ${header.format} · ${(buf.byteLength / 1024).toFixed(1)} KB`;
+    const count = blobs.length > 1 ? ` · ${blobs.length} frames at ${(header.fps || DEFAULT_FPS).toFixed(1)} fps` : "";
+    canvas.dataset.clipFrames = String(blobs.length);
+    canvas.dataset.clipFrame = "0";
+    $("caption").textContent = `step ${header.step} · ${header.decoder} · ${header.width}x${header.height}${count} · ${header.format} · ${(buf.byteLength / 1024).toFixed(1)} KB`;
     canvas.dataset.step = header.step;
     canvas.dataset.decoder = header.decoder;
     canvas.dataset.painted = String(Number(canvas.dataset.painted || 0) + 1);
+    // one ack per message, once its first frame is on the canvas
     send({ type: "ack", seq: header.seq, client_decode_ms: +(t1 - t0).toFixed(3), client_paint_ms: +(t2 - t1).toFixed(3) });
+    if (blobs.length > 1) playClip(bitmap, blobs.slice(1), header.fps, header.seq);
+    else bitmap.close();
     if (run && header.run_id === run.meta.run_id) {
       const r = row(header.step);
       r.render_ms = (t1 - t0) + (t2 - t1);

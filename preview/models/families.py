@@ -122,6 +122,7 @@ class LatentSpace:
     quantized: bool = False
     video: bool = False          # the pipeline makes a clip: previews show its first latent frame
     frames_first: bool = False   # video latents come (B, T, C, h, w) (CogVideoX), not (B, C, T, h, w)
+    temporal: int = 1            # a clip: frames per latent frame after the first (Wan 4, Mochi 6; 1 for images)
     pipeline: str = ""
     unpack: Unpack | None = field(default=None, compare=False, repr=False)
 
@@ -139,6 +140,16 @@ class LatentSpace:
         frame = ", frame 0 of (B, C, T, h, w)" if self.frames and not self.video else ""
         return (f"{self.name}: {self.channels} channels at 1/{self.factor}, {how}{frame}, decoded as "
                 f"{UNSCALES[self.unscale]} by {self.vae}")
+
+    def latent_frames(self, z: torch.Tensor) -> int:
+        """The latent frames of a clip's callback latents (1 for an image's); from the shape, no device read."""
+        if not self.video or z.dim() != 5:
+            return 1
+        return int(z.shape[1] if self.frames_first else z.shape[2])
+
+    def clip_of(self, z: torch.Tensor) -> torch.Tensor:
+        """A clip's callback latents as (B, T, C, h, w), frames before channels (a view, no copy)."""
+        return z if self.frames_first else z.transpose(1, 2)
 
     def callback_shape(self, height: int, width: int, batch: int = 1) -> tuple[int, ...]:
         """The shape of the callback's latents for an image of height x width pixels."""

@@ -93,6 +93,17 @@ def _frames_first(cls: type) -> bool:
     return 0 <= t < c
 
 
+def _temporal(pipe: Any) -> int:
+    """A video pipeline's frames per latent frame after the first, by the names its pipelines give it
+    (vae_scale_factor_temporal: Wan, HunyuanVideo, CogVideoX; vae_temporal_scale_factor: Mochi;
+    vae_temporal_compression_ratio: LTX); 1 when it names none (AnimateDiff's 2-D VAE decodes frame by frame)."""
+    for name in ("vae_scale_factor_temporal", "vae_temporal_scale_factor", "vae_temporal_compression_ratio"):
+        value = getattr(pipe, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 1
+
+
 def _unscale(pipe: Any, vae: Any, cfg: Any) -> Unscale:
     cls = type(pipe)
     if getattr(vae, "bn", None) is not None:
@@ -161,7 +172,8 @@ def latent_space(pipe: Any) -> LatentSpace:
     return LatentSpace(family=_family(pipe, vae, channels, packing, unscale), channels=channels,
                        factor=_factor(pipe, vae, packing), packing=packing, unscale=unscale, vae=type(vae).__name__,
                        frames=frames, quantized=type(vae).__name__ == "VQModel", pipeline=type(pipe).__name__,
-                       unpack=unpack, video=video, frames_first=video and _frames_first(type(pipe)))
+                       unpack=unpack, video=video, frames_first=video and _frames_first(type(pipe)),
+                       temporal=_temporal(pipe) if video else 1)
 
 
 def detect_family(pipe: Any) -> Family | None:
