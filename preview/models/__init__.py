@@ -23,6 +23,7 @@ from .families import Family, LatentSpace
 from .reading import latent_space
 from .latent_formats import Factors
 from .presets import PRESETS, build_preset, clip_tokenizer
+from .video_presets import clip_defaults
 
 # transformers warns at import that torchvision is missing; nothing here uses image processors
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -60,6 +61,8 @@ class Model:
     latent_rgb: Factors | None = None  # the model's own latent2rgb factors; None: its family's
     prompt: str = ""                   # a prompt the model knows, for the page's default; "": the settings' one
     guidance: float | None = None      # the guidance scale it works best at, for the page's default
+    num_frames: int = 1                # a video model's default clip length in frames; 1: an image model
+    fps: float = 0.0                   # a video model's playback rate in frames per second; 0: an image model
     _space: tuple[Any, LatentSpace] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -289,12 +292,14 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
     kind: Literal["diffusers", "madebyollin", "none"]
     family: Family | None
     note, own_rgb = "", None
+    frames, fps = 1, 0.0
     if name == "demo":
         pipe, family, tiny, own_rgb = _demo(tdtype)
         kind, size, synthetic, note = "madebyollin", DEMO_SIZE, False, DEMO_NOTE
     elif name in PRESETS:
         pipe, family, tiny, size = build_preset(name, seed)
-        kind, synthetic = "madebyollin", True
+        kind = "madebyollin" if tiny is not None else "none"  # Mochi has no published TAE
+        synthetic, frames, fps = True, PRESETS[name].num_frames, PRESETS[name].fps
     elif name.startswith("synthetic:"):
         pipe, family, tiny, size = _build_synthetic(name, seed)
         kind = "diffusers"
@@ -303,6 +308,8 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
         pipe, family = _load_local(name, tdtype, variant, config)
         tiny, kind, synthetic = None, "none", False
         size = default_size(pipe, family)
+        if latent_space(pipe).video:
+            frames, fps = clip_defaults(pipe, family)
     if taesd is not None:
         tiny, kind = load_taesd(taesd, family, latent_space(pipe))
     if tdtype != torch.float32:
@@ -324,4 +331,5 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
     return Model(name=name, pipe=pipe, family=family, synthetic=synthetic, taesd=tiny, taesd_kind=kind,
                  device=dev, dtype=tdtype, default_size=size, load_s=time.perf_counter() - t0, offload=offload,
                  channels_last=channels_last, note=note, latent_rgb=own_rgb,
-                 prompt=DEMO_PROMPT if name == "demo" else "", guidance=DEMO_GUIDANCE if name == "demo" else None)
+                 prompt=DEMO_PROMPT if name == "demo" else "", guidance=DEMO_GUIDANCE if name == "demo" else None,
+                 num_frames=frames, fps=fps)

@@ -1,19 +1,23 @@
-"""Synthetic presets of the newer families (SD3, FLUX.1, FLUX.2): real diffusers pipeline classes with random
-seeded weights and tokenizers built offline, on the CPU. Their pictures are noise; their shapes, latent
-layouts and decode paths are the real ones.
+"""Synthetic presets of the newer families (SD3, FLUX.1, FLUX.2, and the video families of video_presets.py):
+real diffusers pipeline classes with random seeded weights and tokenizers built offline, on the CPU. Their
+pictures are noise; their shapes, latent layouts and decode paths are the real ones.
 
-The tiny presets run 2-4 steps of a 64x64 image in a couple of seconds on a CPU, for tests. Each comes with
-its family's TAE in madebyollin's layout (random weights, the real 64-wide architecture).
+The tiny presets run 2-4 steps of a 64x64 image (or a 64 px clip of a few frames) in a couple of seconds on a
+CPU, for tests. Each comes with its family's TAE in madebyollin's layout (random weights, the real
+architecture): TAESD's decoder for an image family, TAEHV for a video one; Mochi has none.
 """
 from __future__ import annotations
 
+import functools
 import os
 import string
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from . import video_presets
 from .families import Family
 from .taesd import Decoder
 
@@ -184,38 +188,79 @@ def _tiny_flux2() -> Any:
                          tokenizer=mistral_tokenizer(), transformer=transformer)
 
 
-# name -> (builder, family, TAE latent channels, TAE midblock GroupNorm, default image size in px)
-PRESETS: dict[str, tuple[Callable[[], Any], Family, int, bool, int]] = {
-    "synthetic:tiny-sd3": (_tiny_sd3, "sd3", 16, False, 64),
-    "synthetic:tiny-flux1": (_tiny_flux1, "flux1", 16, False, 64),
-    "synthetic:tiny-flux2": (_tiny_flux2, "flux2", 32, True, 64),
+@dataclass(frozen=True)
+class Preset:
+    """A synthetic model: how to build its pipeline, its family, its TAE (None: the family has no published
+    one), its default size (px, square), and for a clip its default length (frames) and playback rate (fps)."""
+    build: Callable[[], Any]
+    family: Family
+    tae: Callable[[], nn.Module] | None
+    size: int
+    num_frames: int = 1  # 1: an image
+    fps: float = 0.0     # 0: an image
+
+
+def _taesd(channels: int, groupnorm: bool = False) -> Callable[[], nn.Module]:
+    """madebyollin's TAESD-style decoder: latent channels, and the mid-block GroupNorm of TAEF2."""
+    return functools.partial(Decoder, channels, groupnorm)
+
+
+def _taehv(family: Family) -> Callable[[], nn.Module]:
+    return functools.partial(video_presets.tae, family)
+
+
+def _video(build: Callable[[], Any], family: Family, frames: int, size: int = 64) -> Preset:
+    tae = _taehv(family) if family in video_presets.TAE_LAYOUTS else None
+    return Preset(build, family, tae, size, frames, video_presets.FPS[family])
+
+
+PRESETS: dict[str, Preset] = {
+    "synthetic:tiny-sd3": Preset(_tiny_sd3, "sd3", _taesd(16), 64),
+    "synthetic:tiny-flux1": Preset(_tiny_flux1, "flux1", _taesd(16), 64),
+    "synthetic:tiny-flux2": Preset(_tiny_flux2, "flux2", _taesd(32, True), 64),
     # real size: 3.1 B parameters in all, 12.6 GB in float32 (parameter_counts); transformer 2.24 B
-    "synthetic:sd35-medium": (_sd35_medium, "sd3", 16, False, 1024),
+    "synthetic:sd35-medium": Preset(_sd35_medium, "sd3", _taesd(16), 1024),
+    # clips of 1 + 4k frames (Mochi: 1 + 6k): 2 latent frames (CogVideoX 3), 64 px
+    "synthetic:tiny-wan21": _video(video_presets.tiny_wan21, "wan21", 5),
+    "synthetic:tiny-wan22": _video(video_presets.tiny_wan22, "wan22", 5),
+    "synthetic:tiny-hunyuanvideo": _video(video_presets.tiny_hunyuanvideo, "hunyuanvideo", 5),
+    "synthetic:tiny-cogvideox": _video(video_presets.tiny_cogvideox, "cogvideox", 9),
+    "synthetic:tiny-mochi": _video(video_presets.tiny_mochi, "mochi", 7),
+    # real size (parameter_counts): transformer 1,418,996,800, VAE 126,892,531, the one-layer UMT5 stand-in
+    # 197,048,320; 7.0 GB in float32. 9 frames (3 latent frames) at 128 px, on 2 CPU cores (torch 2.13): about 7 s
+    # a step without guidance, 13 s with it (two transformer calls); at 160 px 9 s and 19 s
+    "synthetic:wan21-1.3b": _video(video_presets.wan21_1_3b, "wan21", 9, 128),
 }
 TINY = ("synthetic:tiny-sd3", "synthetic:tiny-flux1", "synthetic:tiny-flux2")  # for tests: seconds on a CPU
+TINY_VIDEO = ("synthetic:tiny-wan21", "synthetic:tiny-wan22", "synthetic:tiny-hunyuanvideo", "synthetic:tiny-cogvideox",
+              "synthetic:tiny-mochi")
 
 
-def build_preset(name: str, seed: int = 0) -> tuple[Any, Family, nn.Module, int]:
-    """(pipeline on the CPU in float32, family, its TAE decoder in eval mode, default image size in px).
-    Weights are deterministic for a seed. Raises PresetError for an unknown name."""
+def preset(name: str) -> Preset:
+    """The preset of a name. Raises PresetError listing the known names."""
     if name not in PRESETS:
         raise PresetError(f"unknown synthetic model {name!r}; allowed are {', '.join(PRESETS)}")
-    build, family, channels, gn, size = PRESETS[name]
+    return PRESETS[name]
+
+
+def build_preset(name: str, seed: int = 0) -> tuple[Any, Family, nn.Module | None, int]:
+    """(pipeline on the CPU in float32, family, its TAE decoder in eval mode or None, default size in px).
+    Weights are deterministic for a seed. Raises PresetError for an unknown name."""
+    spec = preset(name)
     torch.manual_seed(seed)
-    pipe = build()
+    pipe = spec.build()
     for part in pipe.components.values():
         if isinstance(part, nn.Module):
             part.eval()  # built from configs they are in training mode, and T5's dropout would make runs differ
     pipe.set_progress_bar_config(disable=True)
-    tae = Decoder(channels, gn).eval().requires_grad_(False)
-    return pipe, family, tae, size
+    tae = spec.tae().eval().requires_grad_(False) if spec.tae is not None else None
+    return pipe, spec.family, tae, spec.size
 
 
 def parameter_counts(name: str) -> dict[str, int]:
     """Parameters per component of a preset, built on the meta device: no memory, no weights."""
-    if name not in PRESETS:
-        raise PresetError(f"unknown synthetic model {name!r}; allowed are {', '.join(PRESETS)}")
+    spec = preset(name)
     with torch.device("meta"):
-        pipe = PRESETS[name][0]()
+        pipe = spec.build()
     return {part: sum(p.numel() for p in m.parameters()) for part, m in pipe.components.items()
             if isinstance(m, nn.Module)}
