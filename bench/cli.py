@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Callable, NoReturn, Sequence, TypeVar
 
 from previewlab.preview.models import SYNTHETIC
-from previewlab.preview.names import DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, N, check
-from previewlab.preview.settings import (MAX_BATCH, MAX_EVERY, MAX_SIDE, MAX_STEPS, MIN_SIDE, PreviewSettings, RunSettings,
-                                        SettingsError)
+from previewlab.preview.names import DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, FrameChoice, N, check, check_frames
+from previewlab.preview.settings import (MAX_BATCH, MAX_EVERY, MAX_NUM_FRAMES, MAX_SIDE, MAX_STEPS, MIN_SIDE,
+                                        PreviewSettings, RunSettings, SettingsError)
 
 T = TypeVar("T")
 
@@ -93,6 +93,13 @@ def batch_value(text: str) -> int:
     return n
 
 
+def frames_value(text: str) -> FrameChoice:
+    try:
+        return check_frames("frames", text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("frames=")) from None
+
+
 def seed_value(text: str) -> int:
     n = _integer(text)
     if not 0 <= n < 2**63:
@@ -108,9 +115,10 @@ def parser() -> Parser:
     p.add_argument("--taesd", default=None, help="TAESD weights: AutoencoderTiny folder or taesd_decoder.pth/.safetensors")
     p.add_argument("--decoders", type=names("decoder", DECODER_NAMES), default=DECODER_NAMES,
                    help="comma-separated preview decoders")
-    p.add_argument("--every", type=listof(every_or_auto), default=(1, 2, 5, 10),
+    p.add_argument("--every", type=listof(every_or_auto), default=None,
                    help="comma-separated preview intervals: a preview after step i when i %% N == 0; "
-                        "'auto' lets the autopilot pick the interval to fit --budget")
+                        "'auto' lets the autopilot pick the interval to fit --budget (default: 1,2,5,10; 1 for a "
+                        "video model, whose sweep is the frames axis)")
     p.add_argument("--budget", type=budget_value, default=10.0,
                    help="preview overhead budget in percent of denoise time, for --every auto")
     p.add_argument("--modes", type=names("mode", MODES), default=("overlap",),
@@ -122,6 +130,11 @@ def parser() -> Parser:
     p.add_argument("--height", type=side, default=None, help="image height in pixels (default: the model's)")
     p.add_argument("--seed", type=seed_value, default=0, help="seed of the latents and of synthetic weights")
     p.add_argument("--batch", type=batch_value, default=1, help=f"images per prompt, 1..{MAX_BATCH} (previews: a grid)")
+    p.add_argument("--frames", type=listof(frames_value), default=None,
+                   help="a video model: the frames a preview shows, an axis of first, middle, all, or a number N "
+                        "spread evenly (default: first,middle,all)")
+    p.add_argument("--num-frames", type=ranged("--num-frames", 1, MAX_NUM_FRAMES), default=None,
+                   help="a video model: the clip's length in frames (default: the model's)")
     p.add_argument("--prompt", default=RunSettings.prompt)
     p.add_argument("--repeats", type=repeats_value, default=3, help="measured pairs per configuration")
     p.add_argument("--warmup", type=warmup_value, default=1, help="warm-up rounds (kept in runs.csv, out of statistics)")
@@ -175,20 +188,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             model = load(args.model, taesd=args.taesd, device=args.device, dtype=dtype, seed=args.seed,
                          offload=offload, channels_last=(cl == "on"), variant=args.variant,
                          config=args.config)
+            video = model.space.video
+            if not video and (args.frames is not None or (args.num_frames or 1) != 1):
+                raise SettingsError(f"--frames and --num-frames are for a video model; {model.name} makes images")
             settings = RunSettings(prompt=args.prompt, steps=args.steps, width=args.width or model.default_size,
                                    height=args.height or model.default_size, seed=args.seed, preview=preview,
-                                   batch=args.batch)
+                                   batch=args.batch, num_frames=args.num_frames or model.num_frames,
+                                   fps=model.fps, max_frames=MAX_NUM_FRAMES if video else 1)
             if "taesd" in args.decoders and model.taesd is None:
                 raise DecoderError(taesd_refusal(model))
         except (ModelError, SettingsError, DecoderError) as e:
             print(f"previewlab bench: {e}", file=sys.stderr)
             return 2
-        plan = Plan(settings, args.decoders, args.every, args.repeats, args.warmup, args.direct, args.modes,
-                    args.budget, args.inflight, comp == "decoder", args.target if len(args.target) > 1 else ())
+        every = args.every or ((1,) if video else (1, 2, 5, 10))
+        frames: tuple[FrameChoice, ...] = (args.frames or ("first", "middle", "all")) if video else ()
+        plan = Plan(settings, args.decoders, every, args.repeats, args.warmup, args.direct, args.modes,
+                    args.budget, args.inflight, comp == "decoder", args.target if len(args.target) > 1 else (),
+                    frames)
         total = len(list(plan.schedule()))
         synth = "synthetic " if model.synthetic else ""
         print(f"{label}{synth}model {model.name} ({model.space.describe()}) on {model.device} {dtype}, loaded in "
-              f"{model.load_s:.1f} s; {total} runs of {settings.steps} steps at {settings.width}x{settings.height} "
+              f"{model.load_s:.1f} s; {total} runs of {settings.steps} steps at {settings.width}x{settings.height}"
+              + (f" x {settings.num_frames} frames" if video else "") + " "
               f"-> {args.out}", file=sys.stderr)
         bar = progress_bar(total)
         try:
@@ -206,7 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 traces.append(traced_run(model, plan, folder, kind, label))
         r0 = runs[-1]
         meta = (f"{model.label} | "
-                f"{r0['device_name']} {', '.join(args.dtype)} threads={r0['threads']} | {settings.width}x{settings.height} "
+                f"{r0['device_name']} {', '.join(args.dtype)} threads={r0['threads']} | {settings.width}x{settings.height}"
+                + (f" x {settings.num_frames} frames" if video else "") + " "
                 f"{settings.steps} steps | encoder {r0['encoder'] or args.encoder} q{args.quality} | torch {r0['torch']} "
                 f"diffusers {r0['diffusers']}")
     ids = {x["run_id"] for x in runs}

@@ -30,6 +30,7 @@ from .engine import Controls, Phases, Previewer, StepMeter, cpu_schedule, run_re
 from .models.families import Family, vae_of
 from .models.reading import latent_space
 from .models import Model, default_size, denoiser, load_taesd
+from .models.video_presets import clip_defaults
 from .csv_writer import to_csv_text
 from .records import STEP_COLUMNS, RunRecord, StepRow
 from .run import RunEnd, RunEvents, RunMeta, ScriptCall
@@ -105,7 +106,7 @@ class Watch(PipelineCallback):
                  size: tuple[int, int] | None = None) -> None:
         """size: (height, width) of the images, for FLUX pipelines at a non-square size (their packed latents
         do not say it). frames: a clip's preview frames (first, middle, all, or N spread evenly); fps: the
-        clip's playback rate, for the page's animated previews. clock and device are for tests: a fake host
+        clip's playback rate, for the page's animated previews (0: its family's). clock and device are for tests: a fake host
         clock and a fake asynchronous device."""
         super().__init__()
         self.pipe = pipe
@@ -115,7 +116,8 @@ class Watch(PipelineCallback):
                                                  target=target, batch_preview=batch_preview, frames=frames))
         if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 <= fps <= MAX_FPS:
             raise SettingsError(f"fps={fps!r}: must be a number of frames per second from 0 to {MAX_FPS:g}")
-        self.fps = float(fps)
+        # a clip's rate: the one given, else its family's (what diffusers' own examples export at)
+        self.fps = float(fps) or (clip_defaults(pipe, self.model.family)[1] if self.model.space.video else 0.0)
         if decoder == "taesd" and self.model.taesd is None:
             raise DecoderError(taesd_refusal(self.model).replace("--taesd PATH", "taesd=PATH"))
         self.previewer = Previewer(self.model)

@@ -26,7 +26,7 @@ from previewlab.preview.engine import Frame
 from previewlab.preview.models import Model
 from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunMeta
-from previewlab.preview.settings import PreviewSettings, RunSettings, SettingsError
+from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings, SettingsError
 
 from . import protocol
 from .guard import Access, Guard
@@ -104,8 +104,11 @@ class Server:
         self.hub.on_drop = self._dropped
         self.hub.on_sent = self._sent
         side = min(model.default_size, runs.max_side)
+        video = model.space.video  # a clip: its default length and rate, and up to MAX_NUM_FRAMES frames
         self.defaults = RunSettings(steps=20, width=side, height=side, max_side=runs.max_side,
-                                    preview=PreviewSettings(decoder="latent2rgb" if model.taesd is None else "taesd"))
+                                    preview=PreviewSettings(decoder="latent2rgb" if model.taesd is None else "taesd"),
+                                    num_frames=model.num_frames if video else 1, fps=model.fps if video else 0.0,
+                                    max_frames=MAX_NUM_FRAMES if video else 1)
         if model.prompt:  # a prompt the model knows (the demo model's): the page starts with it
             self.defaults = replace(self.defaults, prompt=model.prompt)
         if model.guidance is not None:

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import time
+import urllib.request
 
 import pytest
 from playwright.sync_api import sync_playwright
@@ -123,4 +125,49 @@ def test_a_page_that_reconnects_to_a_restarted_server_can_start_again(make_app, 
             page.wait_for_selector("#conn.ok", timeout=30_000)
             wait_js(page, "!document.getElementById('start').disabled", 10)
             assert page.is_disabled("#stop") and "ended while disconnected" in (page.text_content("#f-status") or "")
+        browser.close()
+
+
+def test_a_clip_preview_plays_its_frames_on_the_canvas(make_app, tmp_path):
+    """Issue 22: a preview of several frames is one message; the page draws its first frame, acks it once, then
+    plays the frames in a loop: the canvas changes between frames of the same message."""
+    from previewlab.preview import models
+
+    wan = models.load("synthetic:tiny-wan21", device="cpu")
+    srv, app = make_app(model=wan)
+    with live_server(app) as addr, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"http://{addr}/")
+        page.wait_for_selector("#conn.ok")
+        page.wait_for_selector("#frames-label:not([hidden])")  # a video model: the clip's controls show
+        assert page.input_value("#num_frames") == "5" and page.input_value("#fps") == "16"
+        page.fill("#steps", "2")
+        page.select_option("#decoder", "vae")
+        page.select_option("#frames", "all")
+        page.select_option("#mode", "sync")
+        page.click("#start")
+        wait_js(page, "document.getElementById('preview').dataset.clipFrames === '5'")
+        wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 120)
+        # the last preview keeps playing: sample the canvas until it has shown two different pictures
+        seen: dict[str, str] = {}
+        deadline = time.monotonic() + 20
+        while len(set(seen.values())) < 2 and time.monotonic() < deadline:
+            shot = page.evaluate("""() => { const c = document.getElementById('preview');
+                const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                let h = 0; for (let i = 0; i < d.length; i += 7) h = (h * 31 + d[i]) | 0;
+                return [c.dataset.clipFrame, String(h)]; }""")
+            seen[shot[0]] = shot[1]
+            time.sleep(0.03)
+        assert len(seen) >= 2 and len(set(seen.values())) >= 2, seen
+        assert "5 frames at 16.0 fps" in (page.text_content("#caption") or "")
+        with urllib.request.urlopen(f"http://{addr}/runs") as r:
+            rid = json.loads(r.read())[0]["run_id"]
+        with urllib.request.urlopen(f"http://{addr}/runs/{rid}.csv") as r:
+            rows = list(csv.DictReader(io.StringIO(r.read().decode())))
+        assert [r["frames"] for r in rows] == ["5", "5"]
+        assert sum(r["client_paint_ms"] != "" for r in rows) >= 1  # one ack per message, after its first frame
+        assert errors == []
         browser.close()

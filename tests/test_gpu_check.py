@@ -12,6 +12,9 @@ ROWS = ("engine, decoder none / bare diffusers call", "taesd every step, overlap
         "vae every step: overlap overhead / sync overhead", "latent2rgb every step, overlap / no previews",
         "autopilot taesd, budget 10 % / no previews", "nvjpeg / turbojpeg, transfer+encode per preview",
         "nvjpeg every step, overlap / no previews", "hidden syncs in the step callback (overlap, live switches)")
+VIDEO_ROWS = ("wan21 5 frames: taesd first frame every step, overlap / no previews",
+              "wan21 5 frames: taesd whole clip every step, overlap / no previews",
+              "wan21 5 frames: latent2rgb whole clip every step, overlap / no previews")
 
 
 def table_rows(text: str) -> dict[str, list[str]]:
@@ -31,7 +34,10 @@ def test_dry_run_prints_every_row(tmp_path):
                         "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = table_rows(p.stdout)
-    assert list(rows) == list(ROWS), p.stdout
+    assert list(rows) == list(ROWS + VIDEO_ROWS), p.stdout
+    # the clip rows (synthetic:tiny-wan21, its 3 steps): frames sent per run, 1 or the whole clip per preview
+    sent = {label: int(re.search(r"(\d+) frames sent", rows[label][1]).group(1)) for label in VIDEO_ROWS}  # type: ignore[union-attr]
+    assert list(sent.values()) == [3, 15, 6] and all(rows[label][2] == "3/0" for label in VIDEO_ROWS), rows
     not_run = ROWS[-3:]  # both nvjpeg rows and the hidden syncs need CUDA
     for label in ROWS[:-3]:
         ratio, figure, previews, skipped = rows[label]

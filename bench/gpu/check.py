@@ -28,7 +28,7 @@ from previewlab.preview import encoders
 from previewlab.preview.encoders import ENCODERS
 from previewlab.preview.models import Model, load
 from previewlab.preview.csv_writer import CsvAppender
-from previewlab.preview.settings import PreviewSettings, RunSettings
+from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings
 
 NONE = PreviewSettings(decoder="none", mode="overlap")
 ARMS: dict[str, PreviewSettings | None] = {  # None: the bare diffusers call (bench.sweep.direct_call)
@@ -49,6 +49,14 @@ ARMS: dict[str, PreviewSettings | None] = {  # None: the bare diffusers call (be
     if "nvjpeg" in ENCODERS else None,
 }
 NVJPEG_ARMS = ("nvjpeg/sync", "nvjpeg/overlap")
+# A clip (issue 22): Wan 2.1's first latent frame against the whole clip, TAEHV and latent2rgb, every step
+VIDEO_ARMS: dict[str, PreviewSettings | None] = {
+    "none": NONE,
+    "taesd/first": PreviewSettings(decoder="taesd", mode="overlap", frames="first"),
+    "taesd/all": PreviewSettings(decoder="taesd", mode="overlap", frames="all"),
+    "latent2rgb/all": PreviewSettings(decoder="latent2rgb", mode="overlap", frames="all"),
+}
+VIDEO_GROUPS = (("none", "taesd/first", "taesd/all", "latent2rgb/all"),)
 # Each group runs back to back in every repeat; its first arm is the reference of the others.
 GROUPS = (("direct", "none"), ("none", "taesd/overlap"), ("none", "vae/sync", "vae/overlap"),
           ("none", "latent2rgb/overlap"), ("none", "autopilot"), ("turbojpeg/sync", "nvjpeg/sync"),
@@ -70,9 +78,15 @@ class Setup:
 # About 13 runs of ~1 s per repeat on an H200: 5 repeats take a minute or two; runs_s keeps the whole check
 # inside its 6 minutes if the machine is slower than that.
 GPU = Setup("synthetic:sd15", "cuda", "float16", 512, 20, 5, 0, 200.0)
+# Wan 2.1 T2V 1.3B (its real transformer and VAE, random weights): 33 frames (9 latent) at 256x256, 10 steps;
+# about 10 runs; runs_s keeps them to a minute and a half
+VIDEO_GPU = Setup("synthetic:wan21-1.3b", "cuda", "float16", 256, 10, 3, 0, 90.0)
+VIDEO_GPU_FRAMES = 33
 # One thread: on a small machine shared with other work, two OpenMP threads stall each other (runs measured
 # 10x slower and erratic here); one keeps the dry run's time predictable. Its figures prove the script only.
 DRY = Setup("synthetic:tiny", "cpu", "float32", 64, 10, 3, 1, 60.0)
+VIDEO_DRY = Setup("synthetic:tiny-wan21", "cpu", "float32", 64, 3, 1, 1, 30.0)
+VIDEO_DRY_FRAMES = 5
 
 
 def nvjpeg_missing(model: Model) -> str:
@@ -88,8 +102,9 @@ def nvjpeg_missing(model: Model) -> str:
     return ""
 
 
-def one(model: Model, base: RunSettings, arm: str, run_id: str, prev: Previewer, warm: bool = False) -> Run:
-    p = ARMS[arm]
+def one(model: Model, base: RunSettings, arm: str, run_id: str, prev: Previewer, warm: bool = False,
+        arms: dict[str, PreviewSettings | None] = ARMS) -> Run:
+    p = arms[arm]
     settings = replace(base, steps=min(base.steps, 3)) if warm else base
     if arm == "direct":
         return direct_call(model, settings, run_id, None)
@@ -98,7 +113,8 @@ def one(model: Model, base: RunSettings, arm: str, run_id: str, prev: Previewer,
 
 
 def measure(model: Model, base: RunSettings, groups: Sequence[Sequence[str]], repeats: int, out: Path,
-            log: Any, runs_s: float = float("inf")) -> dict[str, list[tuple[Run, Run]]]:
+            log: Any, runs_s: float = float("inf"), arms: dict[str, PreviewSettings | None] = ARMS,
+            tag: str = "") -> dict[str, list[tuple[Run, Run]]]:
     """Runs every group `repeats` times, fewer when another repeat would likely end past runs_s seconds (the
     first always runs); returns per arm its (run, reference run) pairs. Each run goes to runs.csv and
     steps.csv as it ends, so a run killed at the time limit still leaves its rows."""
@@ -110,14 +126,13 @@ def measure(model: Model, base: RunSettings, groups: Sequence[Sequence[str]], re
 
     def record(arm: str, role: str, rep: int, run: Run, ref: Run | None) -> None:
         pct = None if ref is None else 100 * (run.record.wall_s / ref.record.wall_s - 1)
-        extra = {"config": arm, "role": role, "repeat": rep}
+        extra = {"config": tag + arm, "role": role, "repeat": rep}
         steps_csv.append(run.rows, extra)  # rows first: a run listed in runs.csv has all its rows
         runs_csv.append([{**run.record.__dict__, **extra, "overhead_pct": pct, "pair_overhead_pct": pct}])
 
     try:
-        arms = list(dict.fromkeys(a for g in groups for a in g))
-        for arm in arms:  # first calls pay for allocations, autotuning and lazy imports: kept out of the figures
-            run = one(model, base, arm, f"{stamp}-w{n:03d}", prev, warm=True)
+        for arm in dict.fromkeys(a for g in groups for a in g):  # first calls pay for allocations, autotuning and lazy imports: kept out of the figures
+            run = one(model, base, arm, f"{stamp}{tag}-w{n:03d}", prev, warm=True, arms=arms)
             record(arm, "warmup", 0, run, None)
             n += 1
         t0 = time.perf_counter()
@@ -130,7 +145,7 @@ def measure(model: Model, base: RunSettings, groups: Sequence[Sequence[str]], re
                 order = list(group) if rep % 2 else list(reversed(group))
                 done: dict[str, Run] = {}
                 for arm in order:
-                    done[arm] = one(model, base, arm, f"{stamp}-{n:04d}", prev)
+                    done[arm] = one(model, base, arm, f"{stamp}{tag}-{n:04d}", prev, arms=arms)
                     n += 1
                 ref = group[0]
                 for arm in group:
@@ -198,6 +213,30 @@ def figures(pairs: dict[str, list[tuple[Run, Run]]], nvjpeg_why: str) -> list[li
     return rows
 
 
+def video_rows(setup: Setup, frames: int, out: Path, log: Any) -> list[list[str]]:
+    """The clip rows: Wan 2.1's previews of its first latent frame and of the whole clip, each against no
+    previews, in the same interleaved pairs. A model that cannot be built here is a row that says why."""
+    label = f"wan21 {frames} frames"
+    try:
+        model = load(setup.model, device=setup.device, dtype=setup.dtype)
+    except Exception as e:  # the image table stands without these rows; say why they are missing
+        return [[f"{label}: not run", "-", f"{type(e).__name__}: {str(e)[:120]}", "-", "-"]]
+    log(f"gpu_check: SYNTHETIC {setup.model} {setup.dtype} {setup.size}x{setup.size} x {frames} frames, "
+        f"{setup.steps} steps, {setup.repeats} repeats; built in {model.load_s:.1f} s")
+    base = RunSettings(steps=setup.steps, width=setup.size, height=setup.size, num_frames=frames,
+                       fps=model.fps, max_frames=MAX_NUM_FRAMES, guidance=5.0)
+    pairs = measure(model, base, VIDEO_GROUPS, setup.repeats, out, log, setup.runs_s, VIDEO_ARMS, "wan21-")
+    rows = []
+    for arm, what in (("taesd/first", "taesd first frame"), ("taesd/all", "taesd whole clip"),
+                      ("latent2rgb/all", "latent2rgb whole clip")):
+        row = _wall_row(f"{label}: {what} every step, overlap / no previews", pairs[arm])
+        a = [p[0] for p in pairs[arm]]
+        ms = statistics.median(r.record.decode_ms / max(1, r.record.previews) for r in a)
+        row[2] += f", decode {ms:.1f} ms/preview, {_count(a, 'frames_sent')} frames sent"
+        rows.append(row)
+    return rows
+
+
 def table(rows: list[list[str]]) -> str:
     head = ["check (A / B)", "ratio", "figure", "previews A/B", "skipped A/B"]
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
@@ -249,8 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     groups = [g for g in GROUPS if not (why and any(a in g for a in NVJPEG_ARMS))]
     args.out.mkdir(parents=True, exist_ok=True)
     pairs = measure(model, base, groups, setup.repeats, args.out, log, setup.runs_s)
+    image_rows = figures(pairs, why) + [sync_row(model, base)]
+    video = (VIDEO_DRY, VIDEO_DRY_FRAMES) if args.dry_run else (VIDEO_GPU, VIDEO_GPU_FRAMES)
     t_measured = time.perf_counter()
-    text = table(figures(pairs, why) + [sync_row(model, base)])
+    text = table(image_rows + video_rows(video[0], video[1], args.out, log))
+    t_video = time.perf_counter()
     # Sync mode: each stage has its own range on one thread. 10 steps bound the profiler's parse time.
     ref_settings = replace(base, steps=min(base.steps, 10), preview=PreviewSettings(decoder="taesd", mode="sync"))
     try:
@@ -261,7 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ref = f"reference: not run ({type(e).__name__}: {e})"
     encoders = sorted({r.record.encoder for ps in pairs.values() for p in ps for r in p if r.record.encoder})
     took = (f"previewlab gpu-check: {time.perf_counter() - t0:.0f} s (model {model.load_s:.0f} s, runs {t_measured - t0 - model.load_s:.0f} s, "
-            f"reference {time.perf_counter() - t_measured:.0f} s); JPEG encoders that ran: {', '.join(encoders)}")
+            f"video {t_video - t_measured:.0f} s, reference {time.perf_counter() - t_video:.0f} s); JPEG encoders that "
+            f"ran: {', '.join(encoders)}")
     summary = "\n".join([info, f"{'SYNTHETIC (random weights) ' if model.synthetic else ''}{setup.model} {setup.dtype} "
                          f"{setup.size}x{setup.size} {setup.steps} steps, {len(pairs['taesd/overlap'])} repeats", text, ref, took])
     (args.out / "summary.txt").write_text(summary + "\n")
