@@ -168,6 +168,11 @@ def parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:  # before any model loads: a folder that cannot be made is one line now, not a traceback after the first run
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"previewlab bench: --out {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     import itertools
 
     from previewlab.bench.summary import mode_ratios, summarize, table

@@ -6,7 +6,9 @@ import logging
 import re
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence
+
+from previewlab.preview.settings import MAX_SIDE, MIN_SIDE
 
 from .limits import DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS
 
@@ -14,6 +16,23 @@ from .limits import DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"previewlab serve: {message}\n")
+
+
+def ranged(flag: str, lo: float, hi: float, kind: type = int) -> Callable[[str], float]:
+    """A number flag from lo to hi: anything else is one line naming the flag and its range, never a traceback
+    later (a port past 65535 overflowed in the socket layer; a --max-side under 64 failed as a width)."""
+    span = f"from {kind(lo)} to {kind(hi)}"
+
+    def parse(text: str) -> float:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: {flag} must be a number {span}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{text}: {flag} must be {span}")
+        return v
+    parse.__name__ = flag
+    return parse
 
 
 def parser() -> Parser:
@@ -33,19 +52,23 @@ def parser() -> Parser:
                    help="diffusers CPU offload (CUDA only)")
     p.add_argument("--compile", choices=("none", "decoder"), default="none", help="torch.compile the preview decoder")
     p.add_argument("--channels-last", action="store_true", help="channels-last memory format for the models")
-    p.add_argument("--inflight", type=int, default=2, help="overlap mode: most previews in flight at once")
-    p.add_argument("--seed", type=int, default=0, help="seed of synthetic weights")
+    p.add_argument("--inflight", type=ranged("--inflight", 1, 64), default=2,
+                   help="overlap mode: most previews in flight at once")
+    p.add_argument("--seed", type=ranged("--seed", 0, 2**32 - 1), default=0, help="seed of synthetic weights")
     p.add_argument("--host", default="127.0.0.1", help="address to bind; beyond loopback needs --allow-remote")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow binding beyond loopback; then a token is required on the page and the WebSocket")
     p.add_argument("--token", default=None, help="the token for --allow-remote (default: generated and printed)")
     p.add_argument("--allow-host", action="append", default=[],
                    help="an extra Host name the server answers to (repeatable); loopback names always work")
-    p.add_argument("--max-clients", type=int, default=32, help="most WebSocket watchers at once")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-clients", type=ranged("--max-clients", 1, 10_000), default=32,
+                   help="most WebSocket watchers at once")
+    p.add_argument("--port", type=ranged("--port", 0, 65535), default=8000, help="0: a free port")
     p.add_argument("--data-dir", type=Path, default=Path("runs"), help="where runs and their CSVs are kept")
-    p.add_argument("--max-side", type=int, default=1024, help="largest width or height a client may ask for")
-    p.add_argument("--send-timeout", type=float, default=10.0, help="seconds before a client that stopped reading is closed")
+    p.add_argument("--max-side", type=ranged("--max-side", MIN_SIDE, MAX_SIDE), default=1024,
+                   help="largest width or height a client may ask for")
+    p.add_argument("--send-timeout", type=ranged("--send-timeout", 0.1, 3600, float), default=10.0,
+                   help="seconds before a client that stopped reading is closed")
     p.add_argument("--max-pixel-steps", type=int, default=DEFAULT_MAX_PIXEL_STEPS,
                    help="most steps x width x height one start may ask for (0: no limit); the default is 64 steps "
                         "at 1024x1024, 256 at 512x512, 1000 at 256x256")
@@ -79,8 +102,31 @@ def page_url(host: str, port: int, token: str | None, extra: Sequence[str]) -> t
     return f"http://{shown}:{port}/" + (f"?token={token}" if token else ""), note
 
 
+def port_taken(host: str, port: int) -> str:
+    """Why host:port cannot be bound ("" when it can), asked before the model loads and the URL is printed."""
+    import socket
+
+    if port == 0:
+        return ""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a closed socket's TIME_WAIT is no owner
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            return e.strerror or str(e)
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        return serve(parser().parse_args(argv))
+    except KeyboardInterrupt:  # Ctrl-C while the model loads: the user's stop, not a failure to show
+        print("previewlab serve: stopped", file=sys.stderr)
+        return 130
+
+
+def serve(args: argparse.Namespace) -> int:
     if args.max_pixel_steps < 0 or args.keep_runs < 0:
         print("previewlab serve: --max-pixel-steps and --keep-runs take 0 (no limit) or a positive number", file=sys.stderr)
         return 2
@@ -98,6 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not TOKEN.match(token):  # it travels in a URL and a cookie: only characters both keep as they are
             print("previewlab serve: --token: 8 to 256 letters, digits and - _ . ~", file=sys.stderr)
             return 2
+    taken = port_taken(args.host, args.port)
+    if taken:
+        print(f"previewlab serve: --host {args.host} --port {args.port}: {taken.lower()}; another server may hold it: "
+              "pick another with --port (0: a free one)", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from previewlab.preview.models import ModelError, load
 

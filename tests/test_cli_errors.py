@@ -1,0 +1,58 @@
+"""Issue 23, item 10: every bad flag of `previewlab serve` and `previewlab bench` is one line and exit status 2,
+never a traceback; a port another program holds is said before the model loads and before any URL is printed."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tests.conftest import previewlab
+
+
+def one_line(p, needle: str) -> None:
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+    assert "http://" not in p.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--port", "99999"), "99999: --port must be from 0 to 65535"),
+    (("--port", "http"), "'http': --port must be a number from 0 to 65535"),
+    (("--max-side", "12"), "12: --max-side must be from 64 to 2048"),
+    (("--max-clients", "0"), "0: --max-clients must be from 1 to 10000"),
+    (("--inflight", "0"), "0: --inflight must be from 1 to 64"),
+    (("--send-timeout=-1",), "-1: --send-timeout must be from 0.1 to 3600"),
+    (("--seed=-3",), "-3: --seed must be from 0 to 4294967295"),
+])
+def test_bad_serve_flags_are_one_line(args, needle):
+    one_line(previewlab("serve", "--model", "synthetic:tiny", *args, timeout=120), needle)
+
+
+def test_a_port_in_use_is_one_line_before_the_url():
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        p = previewlab("serve", "--model", "synthetic:tiny", "--port", str(port), timeout=120)
+    one_line(p, f"--host 127.0.0.1 --port {port}: address already in use; another server may hold it")
+
+
+def test_bench_out_that_cannot_be_made_is_one_line():
+    one_line(previewlab("bench", "--model", "synthetic:tiny", "--out", "/proc/nope", timeout=120),
+             "--out /proc/nope: No such file or directory")
+
+
+def test_ctrl_c_while_the_model_loads_is_a_stop_not_a_traceback():
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "previewlab", "serve", "--model", "synthetic:sd15", "--port", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # inside the load: building SD1.5's 1 B parameters takes longer
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "Traceback" not in err and "previewlab serve: stopped" in err.splitlines(), err
+    assert "http://" not in out
