@@ -70,6 +70,9 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     (("--steps", "0"), "steps must be from 1 to 1000"),      # the limits are settings.py's, named as the flag
     (("--width", "4096"), "multiple of 8 from 64 to 2048"),
     (("--repeats", "0"), "repeats must be from 1 to 1000"),
+    (("--frames", "first,1"), "a number of frames must be from 2 to 256 (use first or middle for one frame)"),
+    (("--frames", "all"), "--frames and --num-frames are for a video model; synthetic:tiny makes images"),
+    (("--num-frames", "300"), "--num-frames must be from 1 to 257"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
     p = previewlab("bench", "--model", "synthetic:tiny", "--out", str(tmp_path), *args)
@@ -82,7 +85,8 @@ def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
 def test_help_documents_every_flag():
     p = previewlab("bench", "--help")
     for flag in ("--model", "--taesd", "--decoders", "--every", "--steps", "--width", "--height", "--seed", "--prompt",
-                 "--repeats", "--warmup", "--device", "--dtype", "--encoder", "--quality", "--preview-max", "--out"):
+                 "--repeats", "--warmup", "--device", "--dtype", "--encoder", "--quality", "--preview-max", "--out",
+                 "--frames", "--num-frames", "--batch"):
         assert flag in p.stdout
 
 
@@ -155,3 +159,23 @@ def test_load_tool_runs_a_bounded_crowd(tmp_path):
     crowd = [r for r in result["results"] if r["crowd"] == 3]
     assert len(crowd) == 1 and crowd[0]["frames_delivered"] == 3 * 3 and crowd[0]["reconnects"] >= 1
     assert "wall: one client" in p.stdout
+
+
+def test_a_video_sweep_compares_first_middle_and_all(tmp_path):
+    """Issue 22: a video model's default sweep is the frames axis at every step, against no previews."""
+    p = previewlab("bench", "--model", "synthetic:tiny-wan21", "--decoders", "none,latent2rgb,vae", "--steps", "2",
+                   "--repeats", "1", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "x 5 frames" in p.stderr.splitlines()[0]
+    with open(tmp_path / "runs.csv", newline="") as f:
+        runs = [r for r in csv.DictReader(f) if r["role"] == "config"]
+    by = {r["config"]: r for r in runs}
+    assert set(by) == {f"{d}/every1/overlap/frames-{f}" for d in ("latent2rgb", "vae") for f in ("first", "middle", "all")}
+    # frames sent in the run's 2 previews: one each, or the whole clip (5 frames decoded, 2 latent ones projected)
+    assert {c: int(r["frames_sent"]) for c, r in by.items()} == {
+        "latent2rgb/every1/overlap/frames-first": 2, "latent2rgb/every1/overlap/frames-middle": 2,
+        "latent2rgb/every1/overlap/frames-all": 4, "vae/every1/overlap/frames-first": 2,
+        "vae/every1/overlap/frames-middle": 2, "vae/every1/overlap/frames-all": 10}
+    assert all(r["num_frames"] == "5" for r in runs)
+    head = (tmp_path / "summary.txt").read_text().splitlines()[1]
+    assert "frames" in head and "ms/frame" in head and "KB/prev" in head

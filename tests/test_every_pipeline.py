@@ -274,9 +274,9 @@ def test_a_video_pipeline_runs_in_the_engine_and_its_final_image_is_the_first_fr
                                       preview=PreviewSettings(decoder="vae", mode="sync")), run_id="w")
     assert run.record.status == "done" and run.record.previews == 2 and run.image is not None
     assert run.image.shape == (64, 64, 3) and run.record.family == "wan21"
-    assert run.record.space.startswith("wan21: 16 channels at 1/8, a clip (B, C, T, h, w), previewed by its first "
-                                       "latent frame, decoded as latents / (1 / latents_std) + latents_mean by "
-                                       "AutoencoderKLWan")
+    assert run.record.space.startswith("wan21: 16 channels at 1/8, a clip (B, C, T, h, w), 4 frames per latent "
+                                       "frame after the first, decoded as latents / (1 / latents_std) + "
+                                       "latents_mean by AutoencoderKLWan")
 
 
 @pytest.mark.parametrize("name", ["wan", "qwenimage"])

@@ -557,29 +557,12 @@ def wan() -> Tiny:
 
 
 def cogvideox() -> Tiny:
-    from diffusers import (AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXPipeline,
-                           CogVideoXTransformer3DModel)
+    # the product's own tiny CogVideoX (preview/models/video_presets.py): CogVideoX-2b's VAE, narrow (16 channels,
+    # 8x in space, 4x in time, scaling factor 1.15258426, no shift) and its DDIM v-prediction scheduler. 9 frames
+    # are 1 + 4 * 2: 3 latent frames, which the pipeline holds frames first (B, T, C, h, w).
+    from previewlab.preview.models.video_presets import tiny_cogvideox
 
-    # CogVideoX-2b's VAE, narrow: 16 channels, four stages (8x in space), 4x in time, its scaling factor 1.15258426
-    # and no shift. 9 frames are 1 + 4 * 2: 3 latent frames, which the pipeline holds frames first (B, T, C, h, w).
-    vae = AutoencoderKLCogVideoX(in_channels=3, out_channels=3, down_block_types=("CogVideoXDownBlock3D",) * 4,
-                                 up_block_types=("CogVideoXUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8),
-                                 latent_channels=16, layers_per_block=1, norm_num_groups=2,
-                                 temporal_compression_ratio=4, scaling_factor=1.15258426)
-    # inner width 4 x 8 = 32 (3-D sin-cos position embeddings at the call's size: 8 x 8 latents, 9 frames);
-    # text_embed_dim: T5's width
-    transformer = CogVideoXTransformer3DModel(num_attention_heads=4, attention_head_dim=8, in_channels=16,
-                                              out_channels=16, time_embed_dim=16, text_embed_dim=32, num_layers=1,
-                                              sample_width=8, sample_height=8, sample_frames=9, patch_size=2,
-                                              temporal_compression_ratio=4, max_text_seq_length=226)
-    # CogVideoX-2b's own scheduler: DDIM, v-prediction, zero terminal SNR, trailing timesteps
-    scheduler = CogVideoXDDIMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012,
-                                       beta_schedule="scaled_linear", clip_sample=False, set_alpha_to_one=True,
-                                       prediction_type="v_prediction", rescale_betas_zero_snr=True,
-                                       snr_shift_scale=3.0, timestep_spacing="trailing")
-    pipe = CogVideoXPipeline(tokenizer=t5_tokenizer(), text_encoder=_t5(32), vae=vae, transformer=transformer,
-                             scheduler=scheduler)
-    return _tiny("cogvideox", pipe, 64, 6.0, negative_prompt="blurry", num_frames=9)
+    return _tiny("cogvideox", tiny_cogvideox(), 64, 6.0, negative_prompt="blurry", num_frames=9)
 
 
 def animatediff() -> Tiny:

@@ -13,7 +13,7 @@ Three views of the same step's latents:
   static `_unpack_latents(latents, height, width, vae_scale_factor)` (FLUX.1 and its Fill, Kontext and
   ControlNet variants, Chroma, Bria, Qwen-Image, whose unpacking gives (B, C, 1, h, w) for its Wan-style VAE).
   flux2: patchified and normalised by the VAE's batch-norm statistics, (B, h/2 * w/2, 4 * 32). A clip:
-  (B, C, T, h, w) or (B, T, C, h, w), previewed by its first latent frame.
+  (B, C, T, h, w) or (B, T, C, h, w), previewed by the frames the `frames` setting picks (preview/clips.py).
 - tae: the model's own latents, unpacked to (B, C, h, w), in [-3, 3] or so. madebyollin's TAEs and ComfyUI's
   latent2rgb factors take these. ComfyUI (latent_preview.py) hands both the sampler's x0, which is in model
   space; used as a VAE, a TAE decodes decoder((x - vae_shift) * vae_scale) with the family's shift and scale
@@ -120,7 +120,7 @@ class LatentSpace:
     vae: str
     frames: bool = False
     quantized: bool = False
-    video: bool = False          # the pipeline makes a clip: previews show its first latent frame
+    video: bool = False          # the pipeline makes a clip: previews show the frames clips.pick chooses
     frames_first: bool = False   # video latents come (B, T, C, h, w) (CogVideoX), not (B, C, T, h, w)
     temporal: int = 1            # a clip: frames per latent frame after the first (Wan 4, Mochi 6; 1 for images)
     pipeline: str = ""
@@ -136,7 +136,8 @@ class LatentSpace:
         how = {"spatial": "spatial (B, C, h, w)", "flux2": "packed 2x2 and batch-normalised (FLUX.2)",
                "packed": f"packed 2x2 ({self.pipeline}._unpack_latents)"}[self.packing]
         if self.video:
-            how = f"a clip {'(B, T, C, h, w)' if self.frames_first else '(B, C, T, h, w)'}, previewed by its first latent frame"
+            layout = "(B, T, C, h, w)" if self.frames_first else "(B, C, T, h, w)"
+            how = f"a clip {layout}, {self.temporal} frames per latent frame after the first"
         frame = ", frame 0 of (B, C, T, h, w)" if self.frames and not self.video else ""
         return (f"{self.name}: {self.channels} channels at 1/{self.factor}, {how}{frame}, decoded as "
                 f"{UNSCALES[self.unscale]} by {self.vae}")

@@ -1,0 +1,75 @@
+"""python -m previewlab.bench.clip_decode LATENTS: what one preview of a clip's latents costs with each decoder
+and each frames choice, outside any run: decode (what the decoder reads), the frames shown, their JPEG bytes.
+
+LATENTS: a tensor file (B, C, T, h, w) of a Wan 2.1 clip, the model's own latents as its step callback hands
+them (tests/data/wan21/wan21_latents.pth: 16 latent frames of a 512x320, 61-frame clip). The decoders are
+synthetic:wan21-1.3b's: ComfyUI's Wan21 latent2rgb factors, TAEHV in taew2_1's layout and Wan 2.1's VAE, both
+with random weights (real costs, noise pictures).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from previewlab.preview import clips, decoders
+from previewlab.preview.encoders import Encoder, get as encoder
+from previewlab.preview.frames import tile, to_uint8_hwc
+from previewlab.preview.models import load
+from previewlab.preview.names import check_frames
+from previewlab.preview.previewer import Previewer
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m previewlab.bench.clip_decode", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("latents", type=Path)
+    p.add_argument("--fps", type=float, default=16.0, help="the clip's rate (Wan 2.1: 16)")
+    p.add_argument("--frames", default="first,middle,all", help="frames choices, comma-separated")
+    p.add_argument("--decoders", default="latent2rgb,taesd,vae")
+    p.add_argument("--repeats", type=int, default=3, help="timed decodes per cell after one warm-up")
+    p.add_argument("--max-s", type=float, default=60.0, help="a cell whose warm-up took longer is timed once")
+    args = p.parse_args(argv)
+    z = torch.load(args.latents, map_location="cpu", weights_only=True).float()
+    b, c, t, h, w = z.shape
+    model = load("synthetic:wan21-1.3b", device="cpu")
+    height, width = h * model.space.factor, w * model.space.factor
+    prev, jpeg = Previewer(model), encoder("turbojpeg", model.device)
+    print(f"{t} latent frames at {w}x{h} -> a {width}x{height} clip of {clips.clip_length(t, model.space.temporal)} "
+          f"frames; torch threads {torch.get_num_threads()}; decoders of {model.label}")
+    print(f"{'decoder':<11}{'frames':<8}{'shown':>6}{'read':>6}{'ms/preview':>12}{'ms/frame':>10}{'KB/preview':>12}{'n':>3}")
+    for name in args.decoders.split(","):
+        decode = prev.clip(name)
+        assert decode is not None
+        for choice in [check_frames("frames", x) for x in args.frames.split(",")]:
+            pick = clips.pick(choice, t, model.space.temporal, args.fps, causal=decoders.causal(name, model))
+            times, size = _time(decode, z, height, width, pick, args.repeats, args.max_s, jpeg)
+            ms = statistics.median(times)
+            print(f"{name:<11}{str(choice):<8}{len(pick.shown):>6}{len(pick.reads):>6}{ms:>12.1f}"
+                  f"{ms / len(pick.shown):>10.2f}{size / 1024:>12.1f}{len(times):>3}", flush=True)
+    return 0
+
+
+def _time(decode: decoders.ClipDecode, z: torch.Tensor, height: int, width: int, pick: clips.Pick, repeats: int,
+          max_s: float, jpeg: Encoder) -> tuple[list[float], int]:
+    """Decode times in ms (after one warm-up; one timed decode when the warm-up took over max_s) and the JPEG
+    bytes of the frames shown."""
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        frames = tile(decode(z, height, width, pick))
+        first = time.perf_counter() - t0
+        size = sum(len(jpeg.encode(f, 80)) for f in to_uint8_hwc(frames).numpy())
+        times = []
+        for _ in range(1 if first > max_s else repeats):
+            t0 = time.perf_counter()
+            decode(z, height, width, pick)
+            times.append((time.perf_counter() - t0) * 1e3)
+    return times, size
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
