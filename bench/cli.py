@@ -119,8 +119,8 @@ def parser() -> Parser:
                    help="comma-separated preview intervals: a preview after step i when i %% N == 0; "
                         "'auto' lets the autopilot pick the interval to fit --budget (default: 1,2,5,10; 1 for a "
                         "video model, whose sweep is the frames axis)")
-    p.add_argument("--budget", type=budget_value, default=10.0,
-                   help="preview overhead budget in percent of denoise time, for --every auto")
+    p.add_argument("--budget", type=budget_value, default=None,
+                   help="preview overhead budget in percent of denoise time, for --every auto (default 10)")
     p.add_argument("--modes", type=names("mode", MODES), default=("overlap",),
                    help="sync: preview work inside the step callback (how popular UIs do it); overlap: off the "
                         "denoising path (side CUDA stream, encode thread)")
@@ -168,6 +168,10 @@ def parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.budget is not None and "auto" not in (args.every or ()):
+        print("previewlab bench: --budget is the autopilot's, and needs --every auto (e.g. --every auto,1 "
+              "--budget 10)", file=sys.stderr)
+        return 2
     try:  # before any model loads: a folder that cannot be made is one line now, not a traceback after the first run
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -208,8 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         every = args.every or ((1,) if video else (1, 2, 5, 10))
         frames: tuple[FrameChoice, ...] = (args.frames or ("first", "middle", "all")) if video else ()
         plan = Plan(settings, args.decoders, every, args.repeats, args.warmup, args.direct, args.modes,
-                    args.budget, args.inflight, comp == "decoder", args.target if len(args.target) > 1 else (),
-                    frames)
+                    args.budget if args.budget is not None else 10.0, args.inflight, comp == "decoder",
+                    args.target if len(args.target) > 1 else (), frames)
         total = len(list(plan.schedule()))
         synth = "synthetic " if model.synthetic else ""
         print(f"{label}{synth}model {model.name} ({model.space.describe()}) on {model.device} {dtype}, loaded in "
@@ -241,6 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps = [r for r in csv.DictReader(f) if r["run_id"] in ids]
     rows = summarize(runs, steps)
     text = table(rows, meta)
+    if not rows:  # every run was a warm-up or the first after the load: kept, but out of the statistics
+        text += ("\nno figures: every run of this sweep was a warm-up or the first run after the model loaded, which "
+                 "are kept in runs.csv but left out of the statistics; use --warmup 1 or --repeats 2 or more")
     ratios = mode_ratios(rows)
     if ratios:
         text += "\n" + ratios
@@ -250,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         text += f"\n{t['kind']}: {t['path']}: traced run {t['wall_s']:.2f} s{ref}, writing it {t['export_s']:.2f} s"
     (args.out / "summary.txt").write_text(text + "\n")
     with open(args.out / "summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["config"])
         w.writeheader()
         w.writerows(rows)
     print(text)

@@ -73,6 +73,8 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     (("--frames", "first,1"), "a number of frames must be from 2 to 256 (use first or middle for one frame)"),
     (("--frames", "all"), "--frames and --num-frames are for a video model; synthetic:tiny makes images"),
     (("--num-frames", "300"), "--num-frames must be from 1 to 257"),
+    (("--budget", "5"), "--budget is the autopilot's, and needs --every auto"),  # issue 23: never silently ignored
+    (("--every", "1,2", "--budget", "5"), "--budget is the autopilot's, and needs --every auto"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
     p = previewlab("bench", "--model", "synthetic:tiny", "--out", str(tmp_path), *args)
@@ -179,3 +181,13 @@ def test_a_video_sweep_compares_first_middle_and_all(tmp_path):
     assert all(r["num_frames"] == "5" for r in runs)
     head = (tmp_path / "summary.txt").read_text().splitlines()[1]
     assert "frames" in head and "ms/frame" in head and "KB/prev" in head
+
+
+def test_a_sweep_of_one_first_run_writes_its_summary_and_says_why_it_is_empty(tmp_path):
+    """Issue 23, item 4: --repeats 1 --warmup 0 died with IndexError, its only run being the first after the load."""
+    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "none", "--repeats", "1", "--warmup", "0",
+                   "--steps", "2", "--out", str(tmp_path))
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "no figures: every run of this sweep was a warm-up or the first run after the model loaded" in summary
+    assert (tmp_path / "summary.csv").read_text().strip() == "config"
