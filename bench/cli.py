@@ -203,7 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = RunSettings(prompt=args.prompt, steps=args.steps, width=args.width or model.default_size,
                                    height=args.height or model.default_size, seed=args.seed, preview=preview,
                                    batch=args.batch, num_frames=args.num_frames or model.num_frames,
-                                   fps=model.fps, max_frames=MAX_NUM_FRAMES if video else 1)
+                                   fps=model.fps, max_frames=MAX_NUM_FRAMES if video else 1,
+                                   frame_step=model.space.temporal if video else 1)
             if "taesd" in args.decoders and model.taesd is None:
                 raise DecoderError(taesd_refusal(model))
         except (ModelError, SettingsError, DecoderError) as e:

@@ -49,7 +49,7 @@ def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -
             row[f"{st}_p95"] = percentile(xs, 95) if xs else 0.0
         row["previews"] = statistics.median(int(r["previews"]) for r in rs)
         made = max(1, sum(int(r["previews"]) for r in rs))
-        row["bytes_per_frame"] = sum(int(r["bytes"]) for r in rs) / made  # per preview (a clip's: all its frames)
+        row["bytes_per_preview"] = sum(int(r["bytes"]) for r in rs) / made  # a clip's preview: all its frames
         # a clip's previews send several frames each; older CSVs have no frames_sent: one frame per preview
         row["frames_per_preview"] = sum(int(r.get("frames_sent") or r["previews"]) for r in rs) / made
         per_frame = [float(s["decode_ms_per_frame"]) for s in srows if int(s["preview"]) and s.get("decode_ms_per_frame")]
@@ -65,7 +65,7 @@ def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -
 
 def table(rows: list[dict[str, Any]], meta: str) -> str:
     """A fixed-width table: per configuration, stage medians/p95 (ms per preview) and overhead."""
-    clips = any(r.get("frames_per_preview", 1) != 1 for r in rows)  # a video sweep: frames per preview too
+    clips = any(r["previews"] and r.get("frames_per_preview", 1) > 1 for r in rows)  # a clip's previews: frames too
     head = f"{'config':<30}{'runs':>5}{'wall s':>9}{'denoise':>9}{'decode':>15}{'resize':>13}{'sync+xfer':>11}" \
            f"{'encode':>13}{'KB/prev':>9}" + (f"{'frames':>7}{'ms/frame':>9}" if clips else "") + f"{'overhead %':>17}"
     lines = [meta, head, "-" * len(head)]
@@ -77,7 +77,7 @@ def table(rows: list[dict[str, Any]], meta: str) -> str:
             f"{r['config']:<30}{r['runs']:>5}{r['wall_s']:>9.2f}{r['denoise_ms_p50']:>9.1f}"
             f"{r['decode_ms_p50']:>8.1f}/{r['decode_ms_p95']:<6.1f}{r['resize_ms_p50']:>6.2f}/{r['resize_ms_p95']:<6.2f}"
             f"{r['sync_ms_p50'] + r['transfer_ms_p50']:>11.2f}{r['encode_ms_p50']:>6.2f}/{r['encode_ms_p95']:<6.2f}"
-            f"{r['bytes_per_frame'] / 1024:>9.1f}"
+            f"{r['bytes_per_preview'] / 1024:>9.1f}"
             + (f"{r['frames_per_preview']:>7.1f}{r['decode_ms_per_frame_p50']:>9.1f}" if clips else "") + f"{ov:>17}")
     lines.append("denoise: median ms per step; decode, resize, sync+xfer, encode: median/p95 ms per preview; "
                  "KB/prev: KiB per preview" + ("; frames: per preview, ms/frame: median decode ms per frame shown"

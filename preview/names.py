@@ -5,6 +5,7 @@ Each registry (decoders.DECODERS, encoders.ENCODERS) holds exactly these names, 
 """
 from __future__ import annotations
 
+import re
 from typing import Literal, TypeVar, Union, get_args
 
 DecoderName = Literal["none", "latent2rgb", "taesd", "vae"]
@@ -37,7 +38,7 @@ def check(field: str, name: object, allowed: tuple[N, ...], error: type[ValueErr
 def check_frames(field: str, value: object, error: type[ValueError] = ValueError) -> FrameChoice:
     """A clip preview's frames: first, middle, all, or a whole number N from 2 to MAX_PREVIEW_FRAMES (N frames
     spread evenly); a digit string is taken as N (a command line's "8"). Else `error` with one line."""
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,3}", value):  # ASCII digits only: "²" and 5000 digits are names
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool):
         if 2 <= value <= MAX_PREVIEW_FRAMES:
@@ -47,5 +48,6 @@ def check_frames(field: str, value: object, error: type[ValueError] = ValueError
     for known in FRAMES_NAMES:
         if value == known:
             return known
-    raise error(f"{field}={value!r}: allowed are {', '.join(FRAMES_NAMES)} or a number of frames from 2 to "
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+    raise error(f"{field}={shown}: allowed are {', '.join(FRAMES_NAMES)} or a number of frames from 2 to "
                 f"{MAX_PREVIEW_FRAMES}")

@@ -71,6 +71,7 @@ class RunSettings:
     num_frames: int = 1           # a video model's clip length in frames; 1 for an image model
     fps: float = 0.0              # a clip's playback rate (the previews' and the final clip's); 0: an image model
     max_frames: int = 1           # the most num_frames allows: the server's model (1 for an image model)
+    frame_step: int = 1           # a clip is 1 + k x frame_step frames: the model's frames per latent frame
 
     @property
     def task(self) -> str:
@@ -94,6 +95,13 @@ class RunSettings:
         if self.max_frames == 1 and self.num_frames != 1:
             raise SettingsError(f"num_frames={self.num_frames!r}: this model makes images; only 1 is allowed")
         _int("num_frames", self.num_frames, 1, self.max_frames)
+        if (self.num_frames - 1) % self.frame_step:
+            k = (self.num_frames - 1) // self.frame_step
+            lo, hi = 1 + k * self.frame_step, 1 + (k + 1) * self.frame_step
+            nearest = f"{lo} and {hi}" if hi <= self.max_frames else f"{lo}"
+            raise SettingsError(f"num_frames={self.num_frames}: a clip of this model is 1 + k x {self.frame_step} "
+                                f"frames (one latent frame, then {self.frame_step} per latent frame); the nearest: "
+                                f"{nearest}")
         f = self.fps
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= MAX_FPS:
             raise SettingsError(f"fps={f!r}: must be a number of frames per second from 0 to {MAX_FPS:g}")
@@ -111,7 +119,8 @@ class RunSettings:
 
 
 PREVIEW_FIELDS = tuple(f.name for f in fields(PreviewSettings))
-RUN_FIELDS = tuple(f.name for f in fields(RunSettings) if f.name not in ("preview", "max_side", "max_frames"))
+RUN_FIELDS = tuple(f.name for f in fields(RunSettings) if f.name not in ("preview", "max_side", "max_frames",
+                                                                          "frame_step"))
 
 
 def _int(name: str, v: object, lo: int, hi: int) -> None:

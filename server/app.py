@@ -82,6 +82,16 @@ class RunOptions:
     compile_decoder: bool = False
 
 
+def fitting_frames(frames: int, step: int, pixel_steps: int, limit: int) -> int:
+    """A video model's default clip length for the page: its own (Wan 81, HunyuanVideo 129), shortened to the
+    longest 1 + k x step frames whose run of pixel_steps per frame fits the server's work limit, so the page's
+    first Start is not refused; at least two latent frames (1 + step)."""
+    if limit <= 0 or frames * pixel_steps <= limit:
+        return frames
+    k = max(1, (limit // max(1, pixel_steps) - 1) // step)
+    return min(frames, 1 + k * step)
+
+
 class Server:
     """The RunEvents (preview/run.py) of the runs it shows, called on the event loop, and the handler of each
     watcher's messages. Its parts: the run's owner (worker: a RunOwner), the watchers (hub), what each
@@ -105,10 +115,12 @@ class Server:
         self.hub.on_sent = self._sent
         side = min(model.default_size, runs.max_side)
         video = model.space.video  # a clip: its default length and rate, and up to MAX_NUM_FRAMES frames
+        step = model.space.temporal if video else 1
+        frames = fitting_frames(model.num_frames, step, 20 * side * side, runs.max_pixel_steps) if video else 1
         self.defaults = RunSettings(steps=20, width=side, height=side, max_side=runs.max_side,
                                     preview=PreviewSettings(decoder="latent2rgb" if model.taesd is None else "taesd"),
-                                    num_frames=model.num_frames if video else 1, fps=model.fps if video else 0.0,
-                                    max_frames=MAX_NUM_FRAMES if video else 1)
+                                    num_frames=frames, fps=model.fps if video else 0.0,
+                                    max_frames=MAX_NUM_FRAMES if video else 1, frame_step=step)
         if model.prompt:  # a prompt the model knows (the demo model's): the page starts with it
             self.defaults = replace(self.defaults, prompt=model.prompt)
         if model.guidance is not None:

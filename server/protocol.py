@@ -153,7 +153,8 @@ def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int, encoders: tu
     try:
         preview = PreviewSettings(**{**defaults.preview.__dict__, **prev})
         settings = RunSettings(**{**{k: getattr(defaults, k) for k in RUN_FIELDS}, **run}, preview=preview,
-                               max_side=defaults.max_side, max_frames=defaults.max_frames)
+                               max_side=defaults.max_side, max_frames=defaults.max_frames,
+                               frame_step=defaults.frame_step)
     except SettingsError as e:
         raise ProtocolError(clip(str(e))) from None
     too_much = work_error(settings.steps, settings.width, settings.height, max_pixel_steps, settings.batch,

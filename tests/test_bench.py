@@ -57,6 +57,7 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
             assert sum([int(s["preview"]) for s in by_run[r["run_id"]]]) == int(r["previews"])
     summary = (tmp_path / "summary.txt").read_text()
     assert "SYNTHETIC" in summary and "vae/every1" in summary and "vs direct" in summary
+    assert "ms/frame" not in summary.splitlines()[1]  # an image sweep: no clip columns
     assert "vae/every1" in p.stdout
 
 

@@ -168,6 +168,8 @@ def test_a_clip_preview_plays_its_frames_on_the_canvas(make_app, tmp_path):
         with urllib.request.urlopen(f"http://{addr}/runs/{rid}.csv") as r:
             rows = list(csv.DictReader(io.StringIO(r.read().decode())))
         assert [r["frames"] for r in rows] == ["5", "5"]
-        assert sum(r["client_paint_ms"] != "" for r in rows) >= 1  # one ack per message, after its first frame
+        assert sum(r["client_paint_ms"] != "" for r in rows) >= 1  # acked once its first frame was drawn
+        # one ack per message: a second for the same seq would be a bad message, answered with an error
+        assert page.is_hidden("#error"), page.text_content("#error")
         assert errors == []
         browser.close()

@@ -52,6 +52,11 @@ def test_the_frames_setting_takes_names_and_counts_and_refuses_the_rest():
             PreviewSettings(frames=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="frames=0"):
         check_frames("frames", 0)
+    # digits a browser could send that int() would choke on, or take: one line each, never a crash
+    for odd in ("²", "٣", "9" * 5000, "08x"):
+        with pytest.raises(SettingsError, match="allowed are first, middle, all or a number of frames") as e:
+            PreviewSettings(frames=odd)  # type: ignore[arg-type]
+        assert len(str(e.value)) < 200
 
 
 def test_an_image_model_takes_one_frame_and_a_video_model_its_range():
@@ -62,6 +67,22 @@ def test_an_image_model_takes_one_frame_and_a_video_model_its_range():
         RunSettings(num_frames=300, max_frames=257)
     with pytest.raises(SettingsError, match="fps=-1"):
         RunSettings(fps=-1)
+    # Wan rounds 80 frames up to 81, CogVideoX and Mochi round down: the clip asked is the clip made, or refused
+    with pytest.raises(SettingsError, match=r"num_frames=80: a clip of this model is 1 \+ k x 4 frames .* the "
+                                            r"nearest: 77 and 81"):
+        RunSettings(num_frames=80, max_frames=257, frame_step=4)
+    assert RunSettings(num_frames=19, max_frames=257, frame_step=6).num_frames == 19  # Mochi: 1 + 3 x 6
+
+
+def test_a_video_server_defaults_to_a_clip_its_work_limit_allows():
+    from previewlab.server.app import fitting_frames
+
+    # Wan's own 81 frames at 512 px and 20 steps are 424 M pixel-steps, over the default 64 M: 9 frames fit
+    assert fitting_frames(81, 4, 20 * 512 * 512, 64 * 1024 * 1024) == 9
+    assert 9 * 20 * 512 * 512 <= 64 * 1024 * 1024 < 13 * 20 * 512 * 512
+    assert fitting_frames(81, 4, 20 * 64 * 64, 64 * 1024 * 1024) == 81  # it fits: the model's own
+    assert fitting_frames(81, 4, 20 * 512 * 512, 0) == 81               # no limit
+    assert fitting_frames(129, 4, 20 * 2048 * 2048, 1000) == 5          # never under two latent frames
 
 
 def test_a_wan_vae_prefix_decode_is_the_start_of_the_whole_clip():
@@ -93,3 +114,14 @@ def test_a_taehv_prefix_decode_is_the_start_of_the_whole_clip():
     assert whole.shape[1] == 13 and prefix.shape[1] == 5
     assert torch.equal(prefix, whole[:, :5])
     assert float((whole[:, 5:] - whole[:, 4:5]).abs().max()) > 1e-3
+
+
+def test_a_bad_frames_value_on_the_wire_is_an_error_message_not_a_dead_session():
+    import json
+
+    from previewlab.server.protocol import ProtocolError, parse
+
+    for odd in ("²", "9" * 5000, 1, "last"):
+        with pytest.raises(ProtocolError, match="frames="):
+            parse(json.dumps({"type": "set", "frames": odd}), defaults=RunSettings())
+    assert parse(json.dumps({"type": "set", "frames": 8}), defaults=RunSettings()).changes == {"frames": 8}

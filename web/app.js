@@ -23,6 +23,7 @@ let chart = null;
 let chartDirty = false;
 let clip = null;         // the clip preview playing: its decoded frames, the frame shown and its timer
 let lastSeq = -1;        // the newest preview this tab has received: a clip still decoding for an older one gives way
+let drawnSeq = -1;       // the newest preview drawn: an older one whose decode finished later is never drawn over it
 const canvas = $("preview");
 const ctx = canvas.getContext("2d");
 
@@ -185,10 +186,19 @@ function drawBitmap(bitmap) {
 // next preview replaces it
 async function playClip(first, rest, fps, seq) {
   const bitmaps = [first];
-  for (const b of rest) bitmaps.push(await createImageBitmap(b));
-  if (clip && clip.seq > seq || lastSeq !== seq) {  // a newer preview came while these decoded
-    for (const b of bitmaps) b.close();
+  let playing = false;
+  try {
+    for (const b of rest) {
+      if (lastSeq !== seq) return;  // a newer preview came while these decoded: it replaces this clip
+      bitmaps.push(await createImageBitmap(b));
+    }
+    if (lastSeq !== seq || drawnSeq !== seq) return;
+    playing = true;
+  } catch (e) {  // a frame that does not decode: the first stays on the canvas, the page says why
+    showError(`clip preview ${seq}: a frame did not decode (${e})`);
     return;
+  } finally {
+    if (!playing) for (const b of bitmaps) b.close();  // given way, or a frame that would not decode
   }
   stopClip();
   clip = { seq, bitmaps, shown: 0, timer: 0 };
@@ -216,6 +226,12 @@ async function onFrame(buf) {
   const bitmap = await createImageBitmap(blobs[0]);
   const t1 = performance.now();
   requestAnimationFrame(() => {
+    if (header.seq < drawnSeq) {  // a newer preview is on the canvas already: acknowledge this one, draw nothing
+      bitmap.close();
+      send({ type: "ack", seq: header.seq, client_decode_ms: +(t1 - t0).toFixed(3), client_paint_ms: 0 });
+      return;
+    }
+    drawnSeq = header.seq;
     stopClip();
     drawBitmap(bitmap);
     const t2 = performance.now();
