@@ -12,7 +12,7 @@ import argparse
 import statistics
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 import torch
 
@@ -20,17 +20,25 @@ from previewlab.preview import clips, decoders
 from previewlab.preview.encoders import Encoder, get as encoder
 from previewlab.preview.frames import tile, to_uint8_hwc
 from previewlab.preview.models import load
-from previewlab.preview.names import check_frames
+from previewlab.bench.cli import frames_value, listof, names
+from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.previewer import Previewer
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, status 2, no usage dump
+        self.exit(2, f"clip_decode: {message}\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m previewlab.bench.clip_decode", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="python -m previewlab.bench.clip_decode", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("latents", type=Path)
     p.add_argument("--fps", type=float, default=16.0, help="the clip's rate (Wan 2.1: 16)")
-    p.add_argument("--frames", default="first,middle,all", help="frames choices, comma-separated")
-    p.add_argument("--decoders", default="latent2rgb,taesd,vae")
+    p.add_argument("--frames", type=listof(frames_value), default=("first", "middle", "all"),
+                   help="frames choices, comma-separated: first, middle, all, or N")
+    p.add_argument("--decoders", type=names("decoder", tuple(d for d in DECODER_NAMES if d != "none")),
+                   default=("latent2rgb", "taesd", "vae"))
     p.add_argument("--repeats", type=int, default=3, help="timed decodes per cell after one warm-up")
     p.add_argument("--max-s", type=float, default=60.0, help="a cell whose warm-up took longer is timed once")
     args = p.parse_args(argv)
@@ -42,10 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{t} latent frames at {w}x{h} -> a {width}x{height} clip of {clips.clip_length(t, model.space.temporal)} "
           f"frames; torch threads {torch.get_num_threads()}; decoders of {model.label}")
     print(f"{'decoder':<11}{'frames':<8}{'shown':>6}{'read':>6}{'ms/preview':>12}{'ms/frame':>10}{'KB/preview':>12}{'n':>3}")
-    for name in args.decoders.split(","):
+    for name in args.decoders:
         decode = prev.clip(name)
         assert decode is not None
-        for choice in [check_frames("frames", x) for x in args.frames.split(",")]:
+        for choice in args.frames:
             pick = clips.pick(choice, t, model.space.temporal, args.fps, causal=decoders.causal(name, model))
             times, size = _time(decode, z, height, width, pick, args.repeats, args.max_s, jpeg)
             ms = statistics.median(times)

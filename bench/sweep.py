@@ -59,8 +59,10 @@ class Plan:
     def schedule(self) -> Iterator[tuple[str, int, PreviewSettings | None]]:
         """(role, repeat, preview settings or None for a direct call), in the order they run."""
         none = replace(self.settings.preview, decoder="none", every=1, budget=0.0, mode=self.modes[0])
-        warm = [none] + [replace(none, decoder=d, mode=m) for d in dict.fromkeys(self.decoders) if d != "none"
-                         for m in self.modes]
+        # a clip's decoders warm up on the most frames the sweep asks, so no measured run pays first allocations
+        most = ("all" if "all" in self.frames else self.frames[-1]) if self.frames else none.frames
+        warm = [none] + [replace(none, decoder=d, mode=m, frames=most) for d in dict.fromkeys(self.decoders)
+                         if d != "none" for m in self.modes]
         for _ in range(self.warmup):
             for p in warm:
                 yield "warmup", 0, p
