@@ -41,7 +41,8 @@ class Metrics:
                                buckets=STAGE_SECONDS, registry=r)
         self.denoise = Histogram("previewlab_denoise_step_seconds", "Denoising time of one step", buckets=STAGE_SECONDS,
                                  registry=r)
-        self.frames_sent = Counter("previewlab_frames_sent", "Preview messages written to a client (a clip preview is one message of several frames)", registry=r)
+        self.frames_sent = Counter("previewlab_frames_sent", "Preview messages written to a client (a clip preview "
+                                   "is one message of several frames)", registry=r)
         self.frames_dropped = Counter("previewlab_frames_dropped", "Frames replaced before a client got them",
                                       registry=r)
         self.bytes_sent = Counter("previewlab_bytes_sent", "Preview bytes written to clients", registry=r)
