@@ -27,7 +27,7 @@ from diffusers.callbacks import PipelineCallback
 from .decoders import DecoderError, DecoderName, taesd_refusal
 from .encoders import EncoderName
 from .engine import Controls, Phases, Previewer, StepMeter, cpu_schedule, run_record, save_image
-from .models.families import Family, vae_of
+from .models.families import Family, FamilyError, vae_of
 from .models.reading import latent_space
 from .models import Model, default_size, denoiser, load_taesd
 from .models.video_presets import clip_defaults
@@ -59,13 +59,20 @@ def model_of(pipe: Any, taesd: str | None) -> Model:
                  offload=offload)
 
 
-def image_size(model: Model, latents: torch.Tensor, size: tuple[int, int] | None) -> tuple[int, int]:
+def image_size(model: Model, latents: torch.Tensor, size: tuple[int, int] | None,
+               latent_hw: tuple[int, int] | None = None) -> tuple[int, int]:
     """(height, width) in pixels of the call's image, from the callback's latents without a device read:
     spatial latents carry it; FLUX's packed ones only their count of 2x2 patches, so a square is assumed
-    unless `size` says otherwise."""
+    unless `size` says otherwise; LTX's tokens not even that, so the latent height and width its transformer
+    was called with (latent_hw) say it. Raises FamilyError for LTX latents with neither."""
     if size is not None:
         return size
     vsf = model.vae_scale_factor
+    if model.space.packing == "ltx":
+        if latent_hw is None:
+            raise FamilyError(f"{model.space.pipeline}: its packed clip latents do not say the clip's size; pass "
+                              "size=(height, width)")
+        return latent_hw[0] * vsf, latent_hw[1] * vsf
     if (latents.dim() == 5 and not model.space.video and latents.shape[1] == 1
             and latents.shape[-1] >= model.space.channels):
         return int(latents.shape[2]) * vsf, int(latents.shape[3]) * vsf  # one frame, channels last (Kandinsky 5)
@@ -134,6 +141,7 @@ class Watch(PipelineCallback):
         self._n = 0
         self._hooks: list[Any] = []
         self._unet_hook: Any = None
+        self._latent_hw: tuple[int, int] | None = None  # LTX: the latent height and width of the call's clip
         # attach(): the live page (previewlab.serve(watch) attaches itself)
         self.events: RunEvents | None = None
         self._close_events: Callable[[], None] | None = None
@@ -164,7 +172,14 @@ class Watch(PipelineCallback):
     def _arm(self) -> None:
         """A one-shot hook: the UNet's first forward of the next call marks where step 1 begins."""
         if self._unet_hook is None:
-            self._unet_hook = denoiser(self.pipe).register_forward_pre_hook(lambda *a: self._unet_start())
+            self._unet_hook = denoiser(self.pipe).register_forward_pre_hook(self._first_forward, with_kwargs=True)
+
+    def _first_forward(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        """The denoiser's first forward of a call. LTXPipeline calls its transformer with the clip's latent
+        height and width, which its packed latents do not say (image_size reads them)."""
+        h, w = kwargs.get("height"), kwargs.get("width")
+        self._latent_hw = (h, w) if isinstance(h, int) and isinstance(w, int) else None
+        self._unet_start()
 
     def _unet_start(self) -> None:
         if self._call.finished:  # a call without text encoding (prompt_embeds given) follows another
@@ -226,11 +241,11 @@ class Watch(PipelineCallback):
         order = max(1, int(getattr(pipeline.scheduler, "order", 1) or 1))  # Heun-like: two entries a step
         total = len(set_ts) // order if set_ts is not None else steps
         timesteps = cpu_schedule(pipeline.scheduler, max(total, steps))[-steps:] if steps else []
-        h, w = image_size(self.model, latents, self.size)
+        h, w = image_size(self.model, latents, self.size, self._latent_hw)
         self._rows = []
         events, rid = self.events, self.run_id
         space = self.model.space
-        frames = clip_length(space.latent_frames(latents), space.temporal) if space.video else 1
+        frames = clip_length(space.latent_frames(latents, h, w), space.temporal) if space.video else 1
         meta = RunMeta.of(self.model, rid, ScriptCall(steps=steps, width=w, height=h, preview=self.controls.get(),
                                                       batch=int(latents.shape[0]), num_frames=frames, fps=self.fps))
         on_error = (lambda message: events.error(rid, message)) if events else None

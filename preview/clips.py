@@ -1,12 +1,15 @@
 """Which frames of a clip a preview shows, and what its decoder must read for them.
 
-A video pipeline's step latents hold T latent frames. The VAEs and TAEs of every video family previewlab knows
-are causal in time: latent frame 0 is one frame, each later one is `temporal` frames (Wan, HunyuanVideo and
-CogVideoX: 4; Mochi: 6), so the clip has 1 + (T - 1) * temporal frames, and decoding the first n latent frames
-gives exactly the first 1 + (n - 1) * temporal frames of the whole clip's decode. So a preview decodes the
-shortest prefix that holds the frames it shows: `first` reads one latent frame, `middle` about half the clip,
-`all` and N spread evenly the whole of it. latent2rgb is a projection of each latent frame on its own: it reads
-only the latent frames it shows, and its clip has T frames, one per latent frame.
+A video pipeline's step latents hold T latent frames: latent frame 0 is one frame, each later one is `temporal`
+frames (Wan, HunyuanVideo and CogVideoX: 4; Mochi: 6; LTX-Video: 8), so the clip has 1 + (T - 1) * temporal
+frames. Decoding the first n latent frames gives the first 1 + (n - 1) * temporal frames of the whole clip's
+decode: exactly where the decoder is causal in time (the other families' VAEs, the TAEs), approximately where it
+looks ahead, most near the prefix's end: CogVideoX's VAE lets its first frames see the next latent frame, and
+LTX-Video's decoder is not causal (a frame sees latent frames far ahead of its own; figures in
+tests/test_every_pipeline.py). So a preview decodes the shortest prefix that holds the frames it shows: `first`
+reads one latent frame, `middle` about half the clip, `all` and N spread evenly the whole of it. latent2rgb is a
+projection of each latent frame on its own: it reads only the latent frames it shows, and its clip has T frames,
+one per latent frame.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from .names import DECODER_NAMES, DecoderName, check
 from .models import fit
 from .models.families import CHANNELS, vae_of
 from .models.latent_formats import LATENT_RGB, latent2rgb
-from .models.taehv import FAMILY_FILES, TAEHV
+from .models.taehv import FAMILY_FILES, NO_TAE, TAEHV
 from .models.taesd import PREFIXES
 from .models import Model
 
@@ -80,6 +80,19 @@ def copy_mb(pipe: Any) -> float:
     return dec.bytes / 2**20 if dec is not None else 0.0
 
 
+def _decode_args(model: Model, z: torch.Tensor) -> dict[str, Any]:
+    """What the pipeline's final decode hands vae.decode besides the latents z: Kandinsky's MoVQ
+    force_not_quantize=True; a timestep-conditioned VAE (LTX-Video 0.9.1 and later) `temb`, the pipeline's
+    default decode_timestep 0.0 for each clip of the batch, with no noise mixed in (its decode_noise_scale
+    defaults to that timestep). A run that passes another decode_timestep or decode_noise_scale decodes its
+    final clip with those; previews keep the default. The zeros are a fill on the device: no host copy."""
+    if model.space.quantized:
+        return {"force_not_quantize": True}
+    if model.space.timestep:
+        return {"temb": torch.zeros(int(z.shape[0]), device=z.device, dtype=z.dtype)}
+    return {}
+
+
 def vae_decoder(model: Model) -> Decode:
     """The pipeline's own VAE, fed exactly what its final decode feeds it: callback latents -> (B, 3, H, W) in
     [-1, 1]. Constants and the float32 copy (when needed) are made here, once, never per call."""
@@ -89,13 +102,13 @@ def vae_decoder(model: Model) -> Decode:
     dtype = torch.float32 if fp32 else vae.dtype
     to_vae = space.vae_input(model.pipe, model.device, dtype)
     dec = fp32_decoder(model.pipe) if fp32 else None
-    extra = {"force_not_quantize": True} if space.quantized else {}  # Kandinsky's MoVQ, as its pipelines call it
 
     def decode(latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        z = to_vae(latents.to(dtype), height, width)
+        z = to_vae(latents.to(dtype) if space.cast_first else latents, height, width)
         if dec is not None:
             return dec(z)
-        image = vae.decode(z.to(vae.dtype), return_dict=False, **extra)[0]
+        z = z.to(vae.dtype)
+        image = vae.decode(z, return_dict=False, **_decode_args(model, z))[0]
         return image[:, :, 0] if space.frames else image  # a Wan-style VAE: the image is frame 0
 
     return decode
@@ -116,6 +129,8 @@ def taesd_refusal(model: Model) -> str:
     if space.family in FAMILY_FILES:  # the video TAEs
         return (f"decoder taesd needs TAE weights for {space.family}: pass --taesd PATH "
                 f"({FAMILY_FILES[space.family]}.pth from github.com/madebyollin/taehv)")
+    if space.family in NO_TAE:
+        return f"decoder taesd: {NO_TAE[space.family]}; use latent2rgb or vae"
     fits = ", ".join(f"{n} ({CHANNELS[f]})" for f, n in TAE_NAMES.items() if f in CHANNELS)
     return (f"decoder taesd: no TAE fits latent space {space.describe()}; a TAE must take its {space.channels} "
             f"latent channels (madebyollin's take: {fits}); use latent2rgb or vae")
@@ -233,11 +248,12 @@ def _vae_clip(model: Model) -> ClipDecode:
     to_vae = space.vae_input(model.pipe, model.device, dtype)
 
     def decode(latents: torch.Tensor, height: int, width: int, pick: Pick) -> torch.Tensor:
-        z = _reads(space.clip_of(latents), pick)
+        z = _reads(space.clip_of(latents, height, width), pick)
         b, n = int(z.shape[0]), int(z.shape[1])
-        one = to_vae(z.reshape(b * n, *z.shape[2:]).to(dtype), height, width)  # (B*n, C, 1, h, w)
+        frames = z.reshape(b * n, *z.shape[2:])
+        one = to_vae(frames.to(dtype) if space.cast_first else frames, height, width)  # (B*n, C, 1, h, w)
         clip = one.reshape(b, n, *one.shape[1:2], *one.shape[3:]).transpose(1, 2)  # (B, C, n, h, w)
-        video = vae.decode(clip, return_dict=False)[0]  # (B, 3, F, H, W) in [-1, 1]
+        video = vae.decode(clip, return_dict=False, **_decode_args(model, clip))[0]  # (B, 3, F, H, W) in [-1, 1]
         return ((_shown(video.transpose(1, 2), pick) + 1) / 2).clamp(0, 1)
 
     return decode
@@ -247,7 +263,7 @@ def _tae_clip(model: Model) -> ClipDecode:
     """TAEHV decodes the model's own latents, frames before channels, the prefix a pick reads."""
     tiny, space = model.taesd, model.space
     assert tiny is not None
-    return lambda latents, h, w, pick: _shown(tiny(_reads(space.clip_of(latents), pick).to(model.dtype)), pick)
+    return lambda latents, h, w, pick: _shown(tiny(_reads(space.clip_of(latents, h, w), pick).to(model.dtype)), pick)
 
 
 def _per_frame(decode: Decode, model: Model) -> ClipDecode:
@@ -255,7 +271,7 @@ def _per_frame(decode: Decode, model: Model) -> ClipDecode:
     space = model.space
 
     def clip(latents: torch.Tensor, height: int, width: int, pick: Pick) -> torch.Tensor:
-        z = _reads(space.clip_of(latents), pick)
+        z = _reads(space.clip_of(latents, height, width), pick)
         b, n = int(z.shape[0]), int(z.shape[1])
         images = decode(z.reshape(b * n, *z.shape[2:]), height, width)  # 4-D latents pass the unpack as they are
         return _shown(images.reshape(b, n, *images.shape[1:]), pick)

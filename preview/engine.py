@@ -184,7 +184,8 @@ def final_decoder(model: Model) -> FinalDecode:
         causal = decoders.causal("vae", model)
 
         def decode_clip(latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
-            whole = clips.pick("all", space.latent_frames(latents), space.temporal, 0.0, causal=causal)
+            whole = clips.pick("all", space.latent_frames(latents, height, width), space.temporal, 0.0,
+                               causal=causal)
             return to_uint8_hwc(tile(clip(latents, height, width, whole))[0])
 
         return decode_clip

@@ -220,7 +220,7 @@ class StepMeter:
             return _Render(lambda z: grid(decode(z, h, w))[None], 1, 0.0)
         clip = prev.clip(decoder)
         assert clip is not None
-        pick = clips.pick(s.frames, space.latent_frames(latents), space.temporal, self.fps,
+        pick = clips.pick(s.frames, space.latent_frames(latents, h, w), space.temporal, self.fps,
                           causal=decoders.causal(decoder, self.model))
         return _Render(lambda z: tile(clip(z, h, w, pick)), len(pick.reads), pick.fps)
 

@@ -14,6 +14,10 @@ Three views of the same step's latents:
   ControlNet variants, Chroma, Bria, Qwen-Image, whose unpacking gives (B, C, 1, h, w) for its Wan-style VAE).
   flux2: patchified and normalised by the VAE's batch-norm statistics, (B, h/2 * w/2, 4 * 32). A clip:
   (B, C, T, h, w) or (B, T, C, h, w), previewed by the frames the `frames` setting picks (preview/clips.py).
+  ltx: a clip packed as tokens, (B, T/p_t * h/p * w/p, C * p_t * p * p) with the transformer's patch sizes
+  (LTX-Video 0.9: p = p_t = 1), unpacked to (B, C, T, h, w) by the pipeline class's own static
+  `_unpack_latents(latents, num_frames, height, width, patch_size, patch_size_t)`; T is not handed over, so it
+  follows from the sequence length and the image size.
 - tae: the model's own latents, unpacked to (B, C, h, w), in [-3, 3] or so. madebyollin's TAEs and ComfyUI's
   latent2rgb factors take these. ComfyUI (latent_preview.py) hands both the sampler's x0, which is in model
   space; used as a VAE, a TAE decodes decoder((x - vae_shift) * vae_scale) with the family's shift and scale
@@ -33,19 +37,20 @@ from typing import Any, Callable, Literal
 import torch
 
 # Known families: a name, ComfyUI's latent2rgb factors and madebyollin's TAE. Any other space is unnamed.
-Family = Literal["sd15", "sdxl", "sd3", "flux1", "flux2", "wan21", "wan22", "hunyuanvideo", "mochi", "cogvideox"]
+Family = Literal["sd15", "sdxl", "sd3", "flux1", "flux2", "wan21", "wan22", "hunyuanvideo", "mochi", "cogvideox",
+                 "ltxv"]
 FAMILIES: tuple[Family, ...] = ("sd15", "sdxl", "sd3", "flux1", "flux2", "wan21", "wan22", "hunyuanvideo", "mochi",
-                                "cogvideox")
+                                "cogvideox", "ltxv")
 CHANNELS: dict[Family, int] = {"sd15": 4, "sdxl": 4, "sd3": 16, "flux1": 16, "flux2": 32, "wan21": 16, "wan22": 48,
-                               "hunyuanvideo": 16, "mochi": 12, "cogvideox": 16}
+                               "hunyuanvideo": 16, "mochi": 12, "cogvideox": 16, "ltxv": 128}
 # The video families' VAEs (and Qwen-Image's, which is Wan 2.1's), by class and latent channels
 VIDEO_VAES: dict[tuple[str, int], Family] = {
     ("AutoencoderKLWan", 16): "wan21", ("AutoencoderKLQwenImage", 16): "wan21", ("AutoencoderKLWan", 48): "wan22",
     ("AutoencoderKLHunyuanVideo", 16): "hunyuanvideo", ("AutoencoderKLMochi", 12): "mochi",
-    ("AutoencoderKLCogVideoX", 16): "cogvideox",
+    ("AutoencoderKLCogVideoX", 16): "cogvideox", ("AutoencoderKLLTXVideo", 128): "ltxv",
 }
-Packing = Literal["spatial", "packed", "flux2"]
-Unscale = Literal["scale", "scale_shift", "mean_std", "inv_std", "batch_norm", "none"]
+Packing = Literal["spatial", "packed", "flux2", "ltx"]
+Unscale = Literal["scale", "scale_shift", "mean_std", "mean_std_buffers", "inv_std", "batch_norm", "none"]
 # What each pipeline's final decode does with the last latents (diffusers 0.42.1), as the README names it:
 UNSCALES: dict[Unscale, str] = {
     # StableDiffusion*, Kolors, Sana, AuraFlow, HunyuanDiT, CogView: a VAE without a shift_factor
@@ -54,6 +59,8 @@ UNSCALES: dict[Unscale, str] = {
     "scale_shift": "latents / scaling_factor + shift_factor",
     # SDXL pipelines with a VAE that publishes latents_mean / latents_std (Playground v2.5)
     "mean_std": "latents * latents_std / scaling_factor + latents_mean",
+    # LTX-Video (_denormalize_latents): the statistics are the VAE's registered buffers, not config entries
+    "mean_std_buffers": "latents * vae.latents_std / scaling_factor + vae.latents_mean (the VAE's buffers)",
     # Qwen-Image (Wan 2.1's VAE, no scaling_factor): latents_std = 1 / std, then latents / latents_std + mean
     "inv_std": "latents / (1 / latents_std) + latents_mean",
     # FLUX.2 (AutoencoderKLFlux2)
@@ -64,6 +71,8 @@ UNSCALES: dict[Unscale, str] = {
 # (callback latents, image height px, image width px) -> latents
 Convert = Callable[[torch.Tensor, int, int], torch.Tensor]
 Unpack = Callable[[torch.Tensor, int, int, int], torch.Tensor]  # the pipeline's _unpack_latents
+# LTX's _unpack_latents(latents, num_frames, height, width, patch_size, patch_size_t), counts in tokens
+UnpackClip = Callable[[torch.Tensor, int, int, int, int, int], torch.Tensor]
 
 SDXL_SCALE = 0.13025  # the scale taesdxl was distilled on: SDXL's VAE config, scaling_factor
 SD15_SCALE = 0.18215
@@ -110,7 +119,9 @@ class LatentSpace:
     the VAE sees them; factor: image pixels per latent pixel (the pipeline's vae_scale_factor); packing: how
     the callback hands the latents over; unscale: what the final decode does to them (UNSCALES); frames: the
     VAE takes (B, C, T, h, w) and the image is frame 0; quantized: a VQ model, decoded unquantized; unpack:
-    the pipeline class's own _unpack_latents (packed latents).
+    the pipeline class's own _unpack_latents (packed latents), unpack_clip LTX's (ltx); patch, patch_t: the
+    transformer's patch sizes in latent pixels and frames (ltx); timestep: the VAE's decoder is conditioned on
+    a timestep (LTX-Video 0.9.1 and later), which the pipeline hands vae.decode as `temb`.
     """
     family: Family | None
     channels: int
@@ -124,7 +135,13 @@ class LatentSpace:
     frames_first: bool = False   # video latents come (B, T, C, h, w) (CogVideoX), not (B, C, T, h, w)
     temporal: int = 1            # a clip: frames per latent frame after the first (Wan 4, Mochi 6; 1 for images)
     pipeline: str = ""
+    patch: int = 1               # ltx: latent pixels per token side (transformer_spatial_patch_size)
+    patch_t: int = 1             # ltx: latent frames per token (transformer_temporal_patch_size)
+    # the decoder takes a timestep: the pipeline's default decode_timestep is 0.0 with no noise mixed in
+    # (decode_noise_scale defaults to it), and previews decode at that default (decoders._decode_args)
+    timestep: bool = False
     unpack: Unpack | None = field(default=None, compare=False, repr=False)
+    unpack_clip: UnpackClip | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -134,36 +151,79 @@ class LatentSpace:
         """One line: "flux1: 16 channels at 1/8, packed 2x2 (FluxPipeline._unpack_latents), decoded as
         latents / scaling_factor + shift_factor by AutoencoderKL"."""
         how = {"spatial": "spatial (B, C, h, w)", "flux2": "packed 2x2 and batch-normalised (FLUX.2)",
-               "packed": f"packed 2x2 ({self.pipeline}._unpack_latents)"}[self.packing]
+               "packed": f"packed 2x2 ({self.pipeline}._unpack_latents)",
+               "ltx": f"packed as tokens ({self.pipeline}._unpack_latents)"}[self.packing]
         if self.video:
             layout = "(B, T, C, h, w)" if self.frames_first else "(B, C, T, h, w)"
+            if self.packing == "ltx":
+                layout = (f"packed as (B, T*h*w, C) tokens of {self.patch_t}x{self.patch}x{self.patch} "
+                          f"({self.pipeline}._unpack_latents)")
             how = f"a clip {layout}, {self.temporal} frames per latent frame after the first"
         frame = ", frame 0 of (B, C, T, h, w)" if self.frames and not self.video else ""
+        when = " at decode timestep 0" if self.timestep else ""
         return (f"{self.name}: {self.channels} channels at 1/{self.factor}, {how}{frame}, decoded as "
-                f"{UNSCALES[self.unscale]} by {self.vae}")
+                f"{UNSCALES[self.unscale]}{when} by {self.vae}")
 
-    def latent_frames(self, z: torch.Tensor) -> int:
-        """The latent frames of a clip's callback latents (1 for an image's); from the shape, no device read."""
+    def latent_frames(self, z: torch.Tensor, height: int, width: int) -> int:
+        """The latent frames of a clip's callback latents (1 for an image's), for an image of height x width px
+        (LTX's tokens say it only with the image size); from the shape, no device read."""
+        if self.packing == "ltx" and z.dim() == 3:
+            return self._token_frames(z, height, width) * self.patch_t
         if not self.video or z.dim() != 5:
             return 1
         return int(z.shape[1] if self.frames_first else z.shape[2])
 
-    def clip_of(self, z: torch.Tensor) -> torch.Tensor:
-        """A clip's callback latents as (B, T, C, h, w), frames before channels (a view, no copy)."""
+    def clip_of(self, z: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """A clip's callback latents as (B, T, C, h, w), frames before channels (a view, no copy; LTX's tokens
+        go through the pipeline's own _unpack_latents, a view too for patches of 1)."""
+        if self.packing == "ltx" and z.dim() == 3:
+            return self._unpack_tokens(z, height, width).transpose(1, 2)
         return z if self.frames_first else z.transpose(1, 2)
 
-    def callback_shape(self, height: int, width: int, batch: int = 1) -> tuple[int, ...]:
-        """The shape of the callback's latents for an image of height x width pixels."""
+    def callback_shape(self, height: int, width: int, batch: int = 1, latent_frames: int = 1) -> tuple[int, ...]:
+        """The shape of the callback's latents for an image (or a clip of `latent_frames`) of height x width px."""
         h, w = height // self.factor, width // self.factor
+        if self.packing == "ltx":
+            tokens = max(1, latent_frames // self.patch_t) * (h // self.patch) * (w // self.patch)
+            return (batch, tokens, self.channels * self.patch_t * self.patch ** 2)
         if self.packing != "spatial":
             return (batch, (h // 2) * (w // 2), 4 * self.channels)
         return (batch, self.channels, h, w)
+
+    def _token_frames(self, z: torch.Tensor, height: int, width: int) -> int:
+        """LTX: token frames T/p_t of packed latents (B, T/p_t * h/p * w/p, D), from the sequence length and the
+        image size (shapes only). Raises FamilyError when the sequence is not whole frames of that size."""
+        hp, wp = height // self.factor // self.patch, width // self.factor // self.patch
+        seq = int(z.shape[1])
+        if hp <= 0 or wp <= 0 or seq % (hp * wp):
+            raise FamilyError(f"{self.pipeline}: its step callback hands {seq} tokens, not whole latent frames of "
+                              f"{hp}x{wp} tokens for a {height}x{width} px clip; give the clip's own size")
+        return seq // (hp * wp)
+
+    def _unpack_tokens(self, z: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """LTX: packed latents -> (B, C, T, h, w) by the pipeline's own _unpack_latents. It is the inverse of
+        _pack_latents given the counts in tokens (T/p_t, h/p, w/p); for LTX-Video 0.9's patches of 1 those are
+        the latent counts the pipeline's final decode passes it."""
+        own = self.unpack_clip
+        if own is None:
+            raise FamilyError(f"{self.pipeline}: no _unpack_latents(latents, num_frames, height, width, patch_size, "
+                              "patch_size_t) to unpack its latents")
+        hp, wp = height // self.factor // self.patch, width // self.factor // self.patch
+        return own(z, self._token_frames(z, height, width), hp, wp, self.patch, self.patch_t)
+
+    @property
+    def cast_first(self) -> bool:
+        """Whether the final decode casts the latents to the VAE's dtype before it unscales them: all but LTX's,
+        which unscales its float32 latents and then casts (see vae_input)."""
+        return self.unscale != "mean_std_buffers"
 
     def _unpack(self, vae_scale_factor: int) -> Convert:
         """Callback latents -> (B, C', h', w') in model space, before any unscaling: FLUX.2's 128 normalised
         channels at 1/16, the others' own channels at 1/factor."""
         if self.packing == "flux2":
             return lambda z, height, width: _flux2_unpack(z, height, width, vae_scale_factor)
+        if self.packing == "ltx":  # the clip's first latent frame; 4-D latents (one frame each) as they are
+            return lambda z, height, width: z if z.dim() == 4 else self._unpack_tokens(z, height, width)[:, :, 0]
         unpack = self.unpack
         if self.packing == "packed" and unpack is not None:
             own = unpack
@@ -207,6 +267,12 @@ class LatentSpace:
         dtype: the latents' dtype (the transformer's or UNet's); the arithmetic runs in it, as in the pipeline.
         ZImagePipeline, CogView4 and AuraFlow cast to the VAE's dtype before unscaling: for them, pass the
         VAE's dtype and cast the latents to it first (decoders.vae_decoder does).
+
+        LTX (mean_std_buffers) does as LTXPipeline's final decode: _denormalize_latents with the VAE's
+        latents_mean / latents_std buffers cast to the latents' float32, latents * std / scaling_factor + mean
+        there, then a cast to the text encoder's dtype (the pipeline's `latents.to(prompt_embeds.dtype)`) and one
+        to `dtype`; so pass it the callback's latents uncast (LatentSpace.cast_first is False). A VAE with
+        timestep_conditioning also takes a timestep: see `timestep` and decoders._decode_args.
         """
         vae = vae_of(pipe)
         cfg = vae.config
@@ -219,6 +285,13 @@ class LatentSpace:
             # as the pipeline: sqrt in the buffers' own dtype, then cast
             std = constant(torch.sqrt(bn.running_var.view(1, -1, 1, 1) + cfg.batch_norm_eps), device, dtype)
             return lambda z, height, width: unpatchify(unpack(z, height, width) * std + mean)
+        if self.unscale == "mean_std_buffers":
+            f32 = torch.float32
+            mean = constant(vae.latents_mean.view(1, -1, 1, 1), device, f32)
+            std = constant(vae.latents_std.view(1, -1, 1, 1), device, f32)
+            text = getattr(getattr(pipe, "text_encoder", None), "dtype", None) or dtype
+            return lambda z, height, width: to5((unpack(z, height, width).to(f32) * std / scale + mean)
+                                                .to(text).to(dtype))
         if self.unscale == "scale_shift":
             shift = float(cfg.shift_factor)
             return lambda z, height, width: to5(unpack(z, height, width) / scale + shift)
@@ -241,9 +314,10 @@ def vae_of(pipe: Any) -> Any:
 
 def vae_scale_factor(pipe: Any) -> int:
     """Image pixels per latent pixel: the pipeline's own vae_scale_factor (vae_scale_factor_spatial for most video
-    pipelines, vae_spatial_scale_factor for Mochi, movq_scale_factor for Kandinsky), else 2 per VAE stage after
-    the first."""
-    for name in ("vae_scale_factor", "vae_scale_factor_spatial", "vae_spatial_scale_factor", "movq_scale_factor"):
+    pipelines, vae_spatial_scale_factor for Mochi, vae_spatial_compression_ratio for LTX, movq_scale_factor for
+    Kandinsky), else 2 per VAE stage after the first."""
+    for name in ("vae_scale_factor", "vae_scale_factor_spatial", "vae_spatial_scale_factor",
+                 "vae_spatial_compression_ratio", "movq_scale_factor"):
         value = getattr(pipe, name, None)
         if isinstance(value, int) and value > 0:
             return value

@@ -7,26 +7,34 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from .families import (CHANNELS, SDXL_SCALE, VIDEO_VAES, Family, FamilyError, LatentSpace, Packing, Unpack, Unscale,
-                       vae_of, vae_scale_factor)
+from .families import (CHANNELS, SDXL_SCALE, VIDEO_VAES, Family, FamilyError, LatentSpace, Packing, Unscale, vae_of,
+                       vae_scale_factor)
 
 
-def _unpack_of(cls: type) -> tuple[Unpack | None, str | None]:
-    """The class's own static _unpack_latents when it takes (latents, height, width, vae_scale_factor);
-    (None, its signature) when it has one previewlab cannot call; (None, None) when it has none."""
+# The static _unpack_latents signatures previewlab can call, and the packing each means: FLUX.1's 2x2 patches
+# (the image size says everything), LTX-Video's tokens (the frame count follows from the sequence and the size)
+UNPACKS: dict[tuple[str, ...], Packing] = {
+    ("latents", "height", "width", "vae_scale_factor"): "packed",
+    ("latents", "num_frames", "height", "width", "patch_size", "patch_size_t"): "ltx",
+}
+
+
+def _unpack_of(cls: type) -> tuple[Callable[..., torch.Tensor] | None, Packing | None, str | None]:
+    """The class's own static _unpack_latents and its packing when it takes one of UNPACKS' signatures;
+    (None, None, its signature) when it has one previewlab cannot call; (None, None, None) when it has none."""
     own = inspect.getattr_static(cls, "_unpack_latents", None)
     if own is None:
-        return None, None
+        return None, None, None
     fn = own.__func__ if isinstance(own, staticmethod) else None
-    params = list(inspect.signature(fn).parameters) if fn is not None else []
-    if params == ["latents", "height", "width", "vae_scale_factor"]:
-        return fn, None
+    params = tuple(inspect.signature(fn).parameters) if fn is not None else ()
+    if fn is not None and params in UNPACKS:
+        return fn, UNPACKS[params], None
     shown = ", ".join(params) if fn is not None else "self, ..."
-    return None, f"_unpack_latents({shown})"
+    return None, None, f"_unpack_latents({shown})"
 
 
 def refusal(pipe: Any) -> str | None:
@@ -50,7 +58,7 @@ def refusal(pipe: Any) -> str | None:
         return f"{name} makes audio ({what}): previewlab previews images, and audio has none to show"
     if vae is None:
         return f"{name} has no VAE (no vae or movq component): previews and the final decode need one"
-    _, odd = _unpack_of(cls)
+    _, _, odd = _unpack_of(cls)
     if odd is not None:
         return (f"{name} packs its latents and unpacks them with {odd}, which needs more than the image size: "
                 "previewlab cannot unpack them")
@@ -113,6 +121,11 @@ def _unscale(pipe: Any, vae: Any, cfg: Any) -> Unscale:
     if (getattr(cfg, "latents_mean", None) is not None and getattr(cfg, "latents_std", None) is not None
             and _applies(cls, "latents_mean")):
         return "mean_std" if getattr(cfg, "scaling_factor", None) is not None else "inv_std"
+    # LTX-Video's VAE keeps its statistics as buffers (registered, saved with the weights), not in its config
+    if (isinstance(getattr(vae, "latents_mean", None), torch.Tensor)
+            and isinstance(getattr(vae, "latents_std", None), torch.Tensor)
+            and getattr(cfg, "scaling_factor", None) is not None and _applies(cls, "vae.latents_mean")):
+        return "mean_std_buffers"
     if getattr(cfg, "shift_factor", None) is not None and _applies(cls, "shift_factor"):
         return "scale_shift"
     return "scale" if getattr(cfg, "scaling_factor", None) is not None else "none"
@@ -151,6 +164,24 @@ def _family(pipe: Any, vae: Any, channels: int, packing: Packing, unscale: Unsca
     return None
 
 
+def _timestep(vae: Any) -> bool:
+    """The VAE's decoder is conditioned on a timestep (LTX-Video 0.9.1 and later: timestep_conditioning), and its
+    decode takes it as `temb`, as LTXPipeline hands it."""
+    decode = getattr(vae, "decode", None)
+    takes = callable(decode) and "temb" in inspect.signature(decode).parameters
+    return bool(getattr(vae.config, "timestep_conditioning", False)) and takes
+
+
+def _patches(pipe: Any) -> tuple[int, int]:
+    """LTX: (spatial, temporal) patch sizes of its transformer, by the names the pipeline passes its own
+    _unpack_latents (1, 1 for LTX-Video 0.9)."""
+    def size(name: str) -> int:
+        value = getattr(pipe, name, 1)
+        return value if isinstance(value, int) and value > 0 else 1
+
+    return size("transformer_spatial_patch_size"), size("transformer_temporal_patch_size")
+
+
 def latent_space(pipe: Any) -> LatentSpace:
     """The latent space of a diffusers pipeline, read from its VAE and its step callback. Raises FamilyError
     (refusal) for a pipeline that gives nothing to preview."""
@@ -163,16 +194,19 @@ def latent_space(pipe: Any) -> LatentSpace:
     if channels <= 0:
         raise FamilyError(f"{type(pipe).__name__}: its {type(vae).__name__} config names no latent_channels or "
                           "z_dim, so its latents cannot be read")
-    unpack, _ = _unpack_of(type(pipe))
+    unpack, packed, _ = _unpack_of(type(pipe))
     unscale = _unscale(pipe, vae, cfg)
-    packing: Packing = "flux2" if unscale == "batch_norm" else "packed" if unpack is not None else "spatial"
+    packing: Packing = "flux2" if unscale == "batch_norm" else packed or "spatial"
+    patch, patch_t = _patches(pipe) if packing == "ltx" else (1, 1)
     # a VAE with 3-D convolutions takes (B, C, T, h, w) (Wan's, Qwen-Image's, HunyuanVideo's, CogVideoX's, ...)
     frames = any(isinstance(m, torch.nn.Conv3d) for m in vae.modules())
     video = getattr(pipe, "video_processor", None) is not None
     return LatentSpace(family=_family(pipe, vae, channels, packing, unscale), channels=channels,
                        factor=_factor(pipe, vae, packing), packing=packing, unscale=unscale, vae=type(vae).__name__,
                        frames=frames, quantized=type(vae).__name__ == "VQModel", pipeline=type(pipe).__name__,
-                       unpack=unpack, video=video, frames_first=video and _frames_first(type(pipe)),
+                       unpack=unpack if packing == "packed" else None,
+                       unpack_clip=unpack if packing == "ltx" else None, patch=patch, patch_t=patch_t,
+                       timestep=_timestep(vae), video=video, frames_first=video and _frames_first(type(pipe)),
                        temporal=_temporal(pipe) if video else 1)
 
 

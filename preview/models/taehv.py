@@ -28,6 +28,9 @@ from .taesd import TaeError, read_state
 WIDTHS = (256, 128, 64, 64)  # decoder features per stage, then the last conv's input
 # madebyollin's published file per family (its name also carries the CogVideoX trim rule); Mochi has none
 FAMILY_FILES = {"wan21": "taew2_1", "wan22": "taew2_2", "hunyuanvideo": "taehv", "cogvideox": "taecvx"}
+# video families with no published TAE, and why, for decoder taesd's refusal (Mochi's says only its channels)
+NO_TAE = {"ltxv": "no published TAE fits LTX-Video 0.9's latents (madebyollin's taeltx_2 is for LTX-2's VAE, "
+                  "another latent space of the same 128 channels)"}
 
 
 def conv(n_in: int, n_out: int, **kwargs: object) -> nn.Conv2d:
