@@ -26,6 +26,7 @@ EXPECTED: dict[str, tuple[Family, int, float, int, int]] = {
     "synthetic:tiny-hunyuanvideo": ("hunyuanvideo", 5, 15.0, 8, 4),
     "synthetic:tiny-cogvideox": ("cogvideox", 9, 8.0, 8, 4),
     "synthetic:tiny-mochi": ("mochi", 7, 30.0, 8, 6),
+    "synthetic:tiny-ltxv": ("ltxv", 9, 24.0, 32, 8),
 }
 
 
@@ -56,7 +57,7 @@ def run(model: Model) -> list[torch.Tensor]:
 
 def test_the_tiny_video_presets_are_the_video_families():
     assert set(TINY_VIDEO) == set(EXPECTED)
-    assert {PRESETS[n].family for n in TINY_VIDEO} == {"wan21", "wan22", "hunyuanvideo", "cogvideox", "mochi"}
+    assert {PRESETS[n].family for n in TINY_VIDEO} == {"wan21", "wan22", "hunyuanvideo", "cogvideox", "mochi", "ltxv"}
 
 
 @pytest.mark.parametrize("name", TINY_VIDEO)
@@ -69,11 +70,14 @@ def test_a_tiny_video_preset_runs_in_its_familys_layout(models, latents, name):
     seen = latents[name]
     t, h = (frames - 1) // temporal + 1, model.default_size // spatial
     c = CHANNELS[family]
-    layout = (1, t, c, h, h) if family == "cogvideox" else (1, c, t, h, h)
+    # LTX-Video packs them as tokens (patches 1 x 1 x 1): (B, T*h*w, C)
+    layout = (1, t, c, h, h) if family == "cogvideox" else (1, t * h * h, c) if family == "ltxv" else (1, c, t, h, h)
     assert len(seen) == 2 and all(z.shape == layout for z in seen), [tuple(z.shape) for z in seen]
     assert space.frames_first == (family == "cogvideox")
+    assert space.latent_frames(seen[-1], model.default_size, model.default_size) == t
     # the VAE's statistics are not the identity, so a preview that left out the unscale would differ
-    first = seen[-1][:, 0] if space.frames_first else seen[-1][:, :, 0]
+    own = type(model.pipe)._unpack_latents(seen[-1], t, h, h, 1, 1) if family == "ltxv" else seen[-1]
+    first = own[:, 0] if space.frames_first else own[:, :, 0]
     z = space.vae_input(model.pipe, CPU, torch.float32)(seen[-1], model.default_size, model.default_size)
     assert z.shape == (1, c, 1, h, h) and (z[:, :, 0] - first).abs().max() > 0.05
 
@@ -94,9 +98,18 @@ def test_a_tiny_video_presets_tae_decodes_its_latents_to_the_clip(models, latent
     assert clip.shape == (1, frames, 3, size, size) and 0 <= float(clip.min()) <= float(clip.max()) <= 1
 
 
-def test_mochi_has_no_tae(models):
-    model = models["synthetic:tiny-mochi"]
-    assert model.taesd is None and model.taesd_kind == "none" and PRESETS["synthetic:tiny-mochi"].tae is None
+@pytest.mark.parametrize("name", ["synthetic:tiny-mochi", "synthetic:tiny-ltxv"])
+def test_mochi_and_ltxv_have_no_tae(models, name):
+    """Neither has a published TAE: madebyollin's taeltx_2 is for LTX-2's VAE, not LTX-Video 0.9's."""
+    from previewlab.preview.decoders import DecoderError, build
+
+    model = models[name]
+    assert model.taesd is None and model.taesd_kind == "none" and PRESETS[name].tae is None
+    with pytest.raises(DecoderError) as e:
+        build("taesd", model)
+    assert "\n" not in str(e.value) and str(e.value).endswith("use latent2rgb or vae")
+    if name == "synthetic:tiny-ltxv":
+        assert "no published TAE fits LTX-Video 0.9's latents (madebyollin's taeltx_2 is for LTX-2's" in str(e.value)
 
 
 def test_image_models_are_one_frame():
@@ -110,7 +123,7 @@ def test_clip_defaults_are_the_pipelines_own(models):
     got = {name: clip_defaults(models[name].pipe, EXPECTED[name][0]) for name in TINY_VIDEO}
     assert got == {"synthetic:tiny-wan21": (81, 16.0), "synthetic:tiny-wan22": (81, 24.0),
                    "synthetic:tiny-hunyuanvideo": (129, 15.0), "synthetic:tiny-cogvideox": (9, 8.0),
-                   "synthetic:tiny-mochi": (19, 30.0)}
+                   "synthetic:tiny-mochi": (19, 30.0), "synthetic:tiny-ltxv": (161, 24.0)}
 
 
 def test_a_local_video_folder_gets_its_pipelines_clip_defaults(models, tmp_path):

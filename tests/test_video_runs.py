@@ -27,16 +27,23 @@ FRAMES: tuple[FrameChoice, ...] = ("first", "middle", "all", 2)
 
 # (latent frames, frames per latent frame, causal decoder) -> per FRAMES choice (frames shown, latent frames read),
 # worked out by hand: 5 frames are 2 latent frames at 4x (Wan, HunyuanVideo), 9 are 3 (CogVideoX), 7 are 2 at 6x
-# (Mochi). The middle of 5 frames is frame 2, in latent frame 1; of 9, frame 4, in latent frame 1; of 7, frame 3.
-# latent2rgb shows latent frames: the middle of 2 is latent frame 1, of 3 latent frame 1.
+# (Mochi), 9 are 2 at 8x (LTX-Video). The middle of 5 frames is frame 2, in latent frame 1; of 9, frame 4, in latent
+# frame 1 (at 4x and at 8x); of 7, frame 3. latent2rgb shows latent frames: the middle of 2 is latent frame 1, of 3
+# latent frame 1.
 EXPECTED: dict[tuple[int, int, bool], list[tuple[int, int]]] = {
     (2, 4, True): [(1, 1), (1, 2), (5, 2), (2, 2)],
     (3, 4, True): [(1, 1), (1, 2), (9, 3), (2, 3)],
     (2, 6, True): [(1, 1), (1, 2), (7, 2), (2, 2)],
+    (2, 8, True): [(1, 1), (1, 2), (9, 2), (2, 2)],
     (2, 4, False): [(1, 1), (1, 1), (2, 2), (2, 2)],
     (3, 4, False): [(1, 1), (1, 1), (3, 3), (2, 2)],
     (2, 6, False): [(1, 1), (1, 1), (2, 2), (2, 2)],
+    (2, 8, False): [(1, 1), (1, 1), (2, 2), (2, 2)],
 }
+# (frames, frames per latent frame) -> latent frames, by hand as above
+LATENT_FRAMES: dict[tuple[int, int], int] = {(5, 4): 2, (9, 4): 3, (7, 6): 2, (9, 8): 2}
+# latent2rgb's preview side at 64 px: one pixel per latent pixel, 8x for most families, Wan 2.2 16x, LTX-Video 32x
+LATENT2RGB_SIDE: dict[str, int] = {"wan22": 4, "ltxv": 2}
 
 
 class Collect:
@@ -69,12 +76,13 @@ def call(model: models.Model, callback: Any = None, steps: int = 4) -> np.ndarra
 
 
 def check_rows(model: models.Model, decoder: str, rows: list[StepRow], frames: list[Frame]) -> None:
-    latent = {5: 2, 9: 3, 7: 2}[model.num_frames]
+    latent = LATENT_FRAMES[(model.num_frames, model.space.temporal)]
     causal = decoder == "vae" or decoder == "taesd"  # a 3-D VAE and TAEHV; latent2rgb decodes frame by frame
+    side = LATENT2RGB_SIDE.get(str(model.family), 8) if decoder == "latent2rgb" else 64
     assert len(rows) == len(FRAMES) and len(frames) == len(FRAMES)
     for row, frame, choice, (shown, read) in zip(rows, frames, FRAMES, EXPECTED[(latent, model.space.temporal, causal)]):
         assert (row.preview, row.frames, row.latent_frames) == (1, shown, read), (decoder, choice)
-        assert (row.preview_width, row.preview_height) == ((4, 4) if decoder == "latent2rgb" and model.family == "wan22" else (8, 8) if decoder == "latent2rgb" else (64, 64))
+        assert (row.preview_width, row.preview_height) == (side, side), (decoder, choice)
         assert frame.frames == shown and sum(frame.sizes) == len(frame.data) == row.bytes
         at = 0
         for size in frame.sizes:  # every frame of the message is a whole JPEG

@@ -4,7 +4,7 @@ pictures are noise; their shapes, latent layouts and decode paths are the real o
 
 The tiny presets run 2-4 steps of a 64x64 image (or a 64 px clip of a few frames) in a couple of seconds on a
 CPU, for tests. Each comes with its family's TAE in madebyollin's layout (random weights, the real
-architecture): TAESD's decoder for an image family, TAEHV for a video one; Mochi has none.
+architecture): TAESD's decoder for an image family, TAEHV for a video one; Mochi and LTX-Video have none.
 """
 from __future__ import annotations
 
@@ -226,6 +226,8 @@ PRESETS: dict[str, Preset] = {
     "synthetic:tiny-hunyuanvideo": _video(video_presets.tiny_hunyuanvideo, "hunyuanvideo", 5),
     "synthetic:tiny-cogvideox": _video(video_presets.tiny_cogvideox, "cogvideox", 9),
     "synthetic:tiny-mochi": _video(video_presets.tiny_mochi, "mochi", 7),
+    # 9 frames are 1 + 8: 2 latent frames at LTX-Video's 8x, 64 px (two 32 px latent pixels a side)
+    "synthetic:tiny-ltxv": _video(video_presets.tiny_ltxv, "ltxv", 9),
     # real size (parameter_counts): transformer 1,418,996,800, VAE 126,892,531, the one-layer UMT5 stand-in
     # 197,048,320; 7.0 GB in float32. 9 frames (3 latent frames) at 128 px, on 2 CPU cores (torch 2.13): about 7 s
     # a step without guidance, 13 s with it (two transformer calls); at 160 px 9 s and 19 s
@@ -233,7 +235,7 @@ PRESETS: dict[str, Preset] = {
 }
 TINY = ("synthetic:tiny-sd3", "synthetic:tiny-flux1", "synthetic:tiny-flux2")  # for tests: seconds on a CPU
 TINY_VIDEO = ("synthetic:tiny-wan21", "synthetic:tiny-wan22", "synthetic:tiny-hunyuanvideo", "synthetic:tiny-cogvideox",
-              "synthetic:tiny-mochi")
+              "synthetic:tiny-mochi", "synthetic:tiny-ltxv")
 
 
 def preset(name: str) -> Preset:

@@ -1,11 +1,11 @@
-"""Synthetic presets of the video families (Wan 2.1, Wan 2.2 5B, HunyuanVideo, CogVideoX, Mochi): the real
+"""Synthetic presets of the video families (Wan 2.1, Wan 2.2 5B, HunyuanVideo, CogVideoX, Mochi, LTX-Video): the real
 diffusers 0.42.1 pipeline classes with random seeded weights and tokenizers built offline, on the CPU.
 
 The tiny presets keep each family's real VAE class at a small width, with its real compression (8x in space and
-4x in time; Wan 2.2 16x / 4x, Mochi 8x / 6x) and its real latent statistics (a scaling factor, or a per-channel
-mean and std), so a preview that leaves out an unscale shows. They run 2 steps of a 64 px clip of a few frames
-in seconds on a CPU, for tests. Each family's TAE is previewlab's TAEHV in the layout of madebyollin's published
-file (random weights); Mochi has none.
+4x in time; Wan 2.2 16x / 4x, Mochi 8x / 6x, LTX-Video 32x / 8x) and its real latent statistics (a scaling
+factor, or a per-channel mean and std), so a preview that leaves out an unscale shows. They run 2 steps of a 64 px
+clip of a few frames in seconds on a CPU, for tests. Each family's TAE is previewlab's TAEHV in the layout of
+madebyollin's published file (random weights); Mochi and LTX-Video have none.
 
 `wan21_1_3b` is Wan 2.1 T2V 1.3B's transformer and VAE at their real size, for costs a CPU or GPU can measure.
 """
@@ -21,10 +21,12 @@ from .families import Family
 from .taehv import TAEHV, Layout
 
 # Playback rate per family, frames per second: what diffusers' own examples export at (each pipeline's
-# EXAMPLE_DOC_STRING, export_to_video(..., fps=)): Wan 2.1 16; HunyuanVideo 15; CogVideoX 8. Wan 2.2 TI2V 5B: 24
-# (its model card's diffusers example and Wan's own config, sample_fps). Mochi: 30 (diffusers' Mochi docs page;
-# its EXAMPLE_DOC_STRING leaves export_to_video's default, 10).
-FPS: dict[Family, float] = {"wan21": 16.0, "wan22": 24.0, "hunyuanvideo": 15.0, "cogvideox": 8.0, "mochi": 30.0}
+# EXAMPLE_DOC_STRING, export_to_video(..., fps=)): Wan 2.1 16; HunyuanVideo 15; CogVideoX 8; LTX-Video 24 (its
+# __call__'s frame_rate, 25 by default, only conditions the transformer's RoPE). Wan 2.2 TI2V 5B: 24 (its model
+# card's diffusers example and Wan's own config, sample_fps). Mochi: 30 (diffusers' Mochi docs page; its
+# EXAMPLE_DOC_STRING leaves export_to_video's default, 10).
+FPS: dict[Family, float] = {"wan21": 16.0, "wan22": 24.0, "hunyuanvideo": 15.0, "cogvideox": 8.0, "mochi": 30.0,
+                            "ltxv": 24.0}
 DEFAULT_FPS = 24.0  # a clip of a family without a row: film's rate, the commonest among video models
 
 # madebyollin's published TAE per family (tests/test_taehv.py holds the same layouts): latent channels, the
@@ -230,6 +232,39 @@ def tiny_mochi() -> Any:
     # genmo/mochi-1-preview's scheduler_config.json; the pipeline hands it its own sigmas
     return MochiPipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=1.0, invert_sigmas=True), vae=vae,
                          text_encoder=_t5(32), tokenizer=t5_tokenizer(), transformer=transformer)
+
+
+def tiny_ltxv() -> Any:
+    from diffusers import (AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline,
+                           LTXVideoTransformer3DModel)
+
+    from .presets import t5_tokenizer
+
+    # LTX-Video's VAE, narrow: 128 channels; pixels patchified 4x4, then three spatio-temporal stages: 32x in space,
+    # 8x in time, as LTX-Video 0.9's (widths 128 to 512 there). Its decoder is not causal in time, as 0.9's is
+    # not, and timestep-conditioned, as 0.9.1's is (0.9's takes no timestep): a decode without the pipeline's
+    # `temb` raises.
+    vae: Any = AutoencoderKLLTXVideo(latent_channels=128, block_out_channels=(8, 8, 8, 8),
+                                     decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),
+                                     decoder_layers_per_block=(1, 1, 1, 1, 1),
+                                     spatio_temporal_scaling=(True, True, True, False),
+                                     decoder_spatio_temporal_scaling=(True, True, True, False), patch_size=4,
+                                     patch_size_t=1, encoder_causal=True, decoder_causal=False,
+                                     timestep_conditioning=True, scaling_factor=1.0)
+    # Its statistics are buffers (per_channel_statistics in Lightricks' checkpoints), zeros and ones when built
+    # from a config: give them a trained VAE's spread, so a preview that left them out would show
+    vae.latents_mean.normal_(0.0, 0.5)
+    vae.latents_std.uniform_(0.5, 2.0)
+    # patches 1 x 1 x 1 (LTX-Video 0.9): 128 features per token; inner width 4 x 8 = 32; caption_channels: T5's width
+    transformer = LTXVideoTransformer3DModel(in_channels=128, out_channels=128, patch_size=1, patch_size_t=1,
+                                             num_attention_heads=4, attention_head_dim=8, cross_attention_dim=32,
+                                             num_layers=1, caption_channels=32)
+    # LTX-Video's scheduler_config.json: flow matching, the shift following the token count, a terminal shift
+    scheduler = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=True,
+                                                base_shift=0.95, max_shift=2.05, base_image_seq_len=1024,
+                                                max_image_seq_len=4096, shift_terminal=0.1)
+    return LTXPipeline(scheduler=scheduler, vae=vae, text_encoder=_t5(32), tokenizer=t5_tokenizer(),
+                       transformer=transformer)
 
 
 # ----------------------------------------------------------------------------------------------- real size
