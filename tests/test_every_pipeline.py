@@ -1,5 +1,6 @@
 """watch() on the pipelines users run: img2img, inpaint, ControlNet, FLUX Fill and Kontext, Qwen-Image, Sana,
-Lumina 2, Chroma and VAEs of unusual widths (tests/tiny_pipes.py), each read from its VAE, not from its class.
+Lumina 2, Chroma, VAEs of unusual widths and the video pipelines (Wan, CogVideoX, AnimateDiff, LTX-Video's text- and
+image-to-video) (tests/tiny_pipes.py), each read from its VAE, not from its class.
 
 For each: decoders none, latent2rgb (a family's factors, or fitted ones) and vae give preview rows; the final image
 is bit-identical to a plain call's; the vae decoder fed the last latents gives exactly the pipeline's own image.
@@ -44,6 +45,8 @@ VIDEOS: dict[str, tuple[str | None, int, int, bool, bool]] = {
     "wan": ("wan21", 16, 8, False, True),        # AutoencoderKLWan, ComfyUI's Wan21 factors
     "cogvideox": ("cogvideox", 16, 8, True, True),  # (B, T, C, h, w), as its prepare_latents makes them; fitted
     "animatediff": ("sd15", 4, 8, False, False),  # SD1.5's 2-D VAE, frame by frame
+    "ltx": ("ltxv", 128, 32, False, True),       # packed as tokens, unpacked to (B, C, T, h, w); ComfyUI's LTXV factors
+    "ltx_i2v": ("ltxv", 128, 32, False, True),   # LTXImageToVideoPipeline: the same packing and VAE
 }
 
 
@@ -241,7 +244,7 @@ def test_a_clip_previews_its_first_latent_frame_without_changing_the_clip(tinies
         assert np.array_equal(out, plain), f"{name} {decoder}: the watched call changed the clip"
         assert [r.preview for r in rows] == ([0, 0] if decoder == "none" else [1, 1])
         assert all(r.event == "" or r.event.startswith("latent2rgb factors fitted") for r in rows), rows[0].event
-        side = t.width // 8 if decoder == "latent2rgb" else t.width
+        side = t.width // VIDEOS[name][2] if decoder == "latent2rgb" else t.width
         assert all((f.width, f.height) == (side, side) for f in frames)
     # the vae decoder on the last latents' first frame gives the clip's first frame, as the pipeline decodes it
     # (a causal 3-D VAE decodes the first latent frame alone; AnimateDiff's 2-D VAE decodes frames one by one)
@@ -259,8 +262,48 @@ def test_a_clip_previews_its_first_latent_frame_without_changing_the_clip(tinies
         # CogVideoX's VAE lets the first frames see the next latent frame: the first latent frame alone is an
         # approximation of the clip's first frame (README: what a first-frame preview of CogVideoX shows)
         assert float(diff.mean()) < 0.02, float(diff.mean())
+    elif name.startswith("ltx"):
+        # LTX-Video's VAE decoder is not causal in time (decoder_causal false): a frame sees latent frames far
+        # ahead (in this tiny VAE frame 0 still changes with latent frame 7), and a prefix pads past its end with
+        # copies of its last frame. So the first latent frame alone only approximates the clip's first frame: on
+        # these random weights mean difference 0.114, max 0.54, 16.8 dB PSNR (ltx_i2v: 0.112, 16.9 dB). Random
+        # weights mix frames as strongly as pixels; a trained decoder on a smooth clip may do better, unmeasured
+        # here. test_ltx_decodes_as_its_pipeline_does holds the whole clip to the pipeline's own.
+        assert 0.05 < float(diff.mean()) < 0.15, float(diff.mean())
     else:
         assert float(diff.max()) < 1e-4, float(diff.max())
+
+
+def test_ltx_decodes_as_its_pipeline_does(tinies):
+    """LTX-Video, read from its pipeline: tokens unpacked by its own _unpack_latents, the VAE's latents_mean /
+    latents_std buffers, the decode timestep its timestep-conditioned VAE takes. The vae decoder's whole clip is
+    the pipeline's own clip; decoder taesd is refused in one line (no published TAE fits)."""
+    from previewlab.preview import clips
+    from previewlab.preview.decoders import DecoderError
+
+    t = tiny_of(tinies, "ltx")
+    space = latent_space(t.pipe)
+    assert (space.family, space.packing, space.unscale, space.factor, space.temporal) == (
+        "ltxv", "ltx", "mean_std_buffers", 32, 8)
+    assert (space.patch, space.patch_t, space.timestep) == (1, 1, True)
+    plain = call(t)
+    latents = call(t, output_type="latent")  # (B, T*h*w, C): 2 latent frames of 2 x 2 tokens
+    assert latents.shape == (1, 8, 128) and space.latent_frames(latents, t.height, t.width) == 2
+    w = preview_watch(t.pipe, decoder="vae", size=(t.height, t.width))
+    try:
+        with torch.inference_mode():
+            clip = decoders.build_clip("vae", w.model)
+            assert clip is not None
+            whole = clip(latents, t.height, t.width, clips.pick("all", 2, space.temporal, 0.0, causal=True))
+    finally:
+        w.remove()
+    ours = whole[0].permute(0, 2, 3, 1).numpy()  # (F, H, W, 3) in [0, 1]
+    assert ours.shape == plain[0].shape == (9, t.height, t.width, 3)
+    assert np.allclose(ours, plain[0], atol=1e-6, rtol=0), float(np.abs(ours - plain[0]).max())
+    with pytest.raises(DecoderError) as e:
+        preview_watch(t.pipe, decoder="taesd")
+    assert str(e.value) == ("decoder taesd: no published TAE fits LTX-Video 0.9's latents (madebyollin's taeltx_2 is "
+                            "for LTX-2's VAE, another latent space of the same 128 channels); use latent2rgb or vae")
 
 
 def test_a_video_pipeline_runs_in_the_engine_and_its_final_image_is_the_first_frame(tinies):
@@ -340,6 +383,27 @@ def test_wan_style_unscaling_matches_the_pipeline_in_bfloat16():
     finally:
         w.remove()
     assert np.array_equal(ours, plain)
+
+
+def test_ltx_unscaling_matches_the_pipeline_in_bfloat16():
+    """LTX unscales its float32 latents with the VAE's buffers cast up to float32, then casts to the text
+    encoder's dtype and the VAE's: a cast to bfloat16 first would round them twice."""
+    from previewlab.preview import clips
+
+    t = build("ltx")
+    t.pipe.to(dtype=torch.bfloat16)
+    plain = call(t, output_type="pt")
+    latents = call(t, output_type="latent")
+    assert latents.dtype == torch.float32 and t.pipe.vae.latents_std.dtype == torch.bfloat16
+    w = preview_watch(t.pipe, decoder="vae", size=(t.height, t.width))
+    try:
+        with torch.inference_mode():
+            clip = decoders.build_clip("vae", w.model)
+            assert clip is not None
+            whole = clip(latents, t.height, t.width, clips.pick("all", 2, 8, 0.0, causal=True))
+    finally:
+        w.remove()
+    assert torch.equal(whole, plain)
 
 
 def test_a_compiled_latent2rgb_never_fits_its_factors_to_the_warm_up_zeros():

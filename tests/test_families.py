@@ -83,6 +83,46 @@ def test_latent2rgb_factor_tables_have_a_row_per_channel():
     assert all(len(r) == 3 for f, bias in LATENT_RGB.values() for r in f + (bias,))
 
 
+def test_ltxv_reads_its_tokens_and_statistics_as_its_pipeline_does():
+    """LTX-Video's packed tokens, at a size that is not square (2 x 3 latent pixels): the latent
+    frames from the sequence length and the size, the clip by the pipeline's own _unpack_latents, the VAE input
+    by its _denormalize_latents with the VAE's buffers; latent2rgb with ComfyUI's LTXV factors."""
+    from diffusers import LTXPipeline
+
+    from previewlab.preview import decoders
+    from previewlab.preview.models import load
+
+    model = load("synthetic:tiny-ltxv", device="cpu")
+    pipe, space = model.pipe, model.space
+    assert space.family == "ltxv" and model.family == "ltxv" and space.channels == 128
+    height, width = 64, 96  # 2 x 3 latent pixels, one token each
+    clip = torch.randn(2, 128, 3, 2, 3)  # (B, C, T, h, w): 3 latent frames
+    packed = LTXPipeline._pack_latents(clip, 1, 1)
+    assert packed.shape == (2, 3 * 2 * 3, 128) == space.callback_shape(height, width, batch=2, latent_frames=3)
+    assert space.latent_frames(packed, height, width) == 3
+    assert torch.equal(space.clip_of(packed, height, width), clip.transpose(1, 2))
+    vae = pipe.vae
+    assert not torch.equal(vae.latents_std, torch.ones(128))  # the tiny VAE's statistics are not the identity
+    own = LTXPipeline._denormalize_latents(LTXPipeline._unpack_latents(packed, 3, 2, 3, 1, 1), vae.latents_mean,
+                                           vae.latents_std, vae.config.scaling_factor)
+    assert torch.equal(to_vae_space(packed, pipe, height, width), own[:, :, :1])  # the first latent frame
+    assert torch.equal(to_tae_space(packed, pipe, height, width), clip[:, :, 0])
+    with pytest.raises(FamilyError, match="hands 18 tokens, not whole latent frames of 2x2 tokens for a 64x64 px"):
+        space.latent_frames(packed, 64, 64)
+    # ComfyUI's class LTXV: 128 rows of R, G, B and a bias (its first and last rows, as published)
+    factors, bias = LATENT_RGB["ltxv"]
+    assert len(factors) == 128 and all(len(r) == 3 for r in factors)
+    assert factors[0] == (1.1202e-02, -6.3815e-04, -1.0021e-02)
+    assert factors[-1] == (-1.4605e-02, -6.7032e-03, 3.9675e-03)
+    assert bias == (-0.0571, -0.1657, -0.2512)
+    assert decoders.has_factors(model)
+    rgb = decoders.build("latent2rgb", model)
+    assert rgb is not None
+    f, b = torch.tensor(factors), torch.tensor(bias).view(1, 3, 1, 1)
+    expected = ((torch.einsum("bchw,cr->brhw", clip[:, :, 0], f) + b + 1) / 2).clamp(0, 1)
+    assert torch.allclose(rgb(packed, height, width), expected, atol=1e-6)
+
+
 def test_flux2_unpack_matches_flux2_pipeline(presets):
     from diffusers import Flux2Pipeline
 

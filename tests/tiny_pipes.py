@@ -12,7 +12,8 @@ pipeline resizes to about 1024 x 1024 px whatever its size.
 
 The video pipelines make 64 px clips of a few frames: wan 5 frames (2 latent frames, latents (B, C, T, h, w)),
 cogvideox 9 (3 latent frames, held frames first: (B, T, C, h, w)), animatediff 4 (SD1.5 latents per frame,
-(B, C, F, h, w)). Their output_type="np" frames are (B, F, H, W, 3).
+(B, C, F, h, w)), ltx and ltx_i2v 9 (2 latent frames at 8x, packed as (B, T*h*w, C) tokens). Their
+output_type="np" frames are (B, F, H, W, 3).
 
     tiny = build("flux_fill")
     out = tiny.pipe(**tiny.kwargs(), callback_on_step_end=cb, callback_on_step_end_tensor_inputs=["latents"])
@@ -565,6 +566,26 @@ def cogvideox() -> Tiny:
     return _tiny("cogvideox", tiny_cogvideox(), 64, 6.0, negative_prompt="blurry", num_frames=9)
 
 
+def ltx() -> Tiny:
+    # the product's own tiny LTX-Video (preview/models/video_presets.py): 128 channels at 32x in space and 8x in
+    # time, packed as tokens; its VAE's statistics are buffers, its decoder is timestep-conditioned and not causal.
+    # 9 frames are 1 + 8: 2 latent frames.
+    from previewlab.preview.models.video_presets import tiny_ltxv
+
+    return _tiny("ltx", tiny_ltxv(), 64, 3.0, negative_prompt="blurry", num_frames=9)
+
+
+def ltx_i2v() -> Tiny:
+    # LTX-Video's image-to-video pipeline on the same components: the same packed latents, its first latent
+    # frame the encoded image
+    from diffusers import LTXImageToVideoPipeline
+
+    from previewlab.preview.models.video_presets import tiny_ltxv
+
+    pipe = LTXImageToVideoPipeline(**tiny_ltxv().components)
+    return _tiny("ltx_i2v", pipe, 64, 3.0, negative_prompt="blurry", num_frames=9, image=lambda: _image(64))
+
+
 def animatediff() -> Tiny:
     from diffusers import AnimateDiffPipeline, DDIMScheduler, MotionAdapter
 
@@ -610,7 +631,7 @@ BUILDERS: dict[str, Callable[[], Tiny]] = {b.__name__: _seeded(b) for b in (
     sana, lumina2, chroma,
     flux_1ch, sd3_4ch,
     sdxl_batch,
-    wan, cogvideox, animatediff,
+    wan, cogvideox, animatediff, ltx, ltx_i2v,
 )}
 
 
