@@ -135,10 +135,11 @@ class Autopilot:
         self.decoder = decoder
         self.books.new_decoder(prior_ms)
 
-    def keep_books(self, old: Autopilot) -> None:
+    def keep_books(self, old: Autopilot, new_cost: bool = False) -> None:
         """A live change made this autopilot in place of `old`: carry the run over, its books and where the
         schedule stands. A new budget applies from now on; a new decoder's cost is learned anew (from this
-        autopilot's prior_ms until measured). Its other settings are its own (the meter makes both alike)."""
+        autopilot's prior_ms until measured), and so is the cost after any change that makes a preview cost
+        something else (new_cost: a clip's frames). Its other settings are its own (the meter makes both alike)."""
         self.books, self.k, self.interval = old.books, old.k, old.interval
         self._told, self._want = old._told, old._want
         self._credit, self._nop_from = old._credit, old._nop_from
@@ -147,7 +148,7 @@ class Autopilot:
             now = books.nop_ms() + max(0, self.k - books.n) * books.base_ms()
             self._credit += old.budget_pct / 100 * (now - self._nop_from)
             self._nop_from = now
-        if self.decoder != old.decoder:
+        if self.decoder != old.decoder or new_cost:
             books.new_decoder(self.prior_ms)
 
     # ---- inside -----------------------------------------------------------------------------------------------

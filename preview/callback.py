@@ -36,7 +36,7 @@ from .records import STEP_COLUMNS, RunRecord, StepRow
 from .run import RunEnd, RunEvents, RunMeta, ScriptCall
 from .clips import clip_length
 from .names import BatchPreview, FrameChoice
-from .settings import MAX_FPS, Mode, PreviewSettings, SettingsError
+from .settings import Mode, PreviewSettings, check_fps
 from .stopwatch import Clock, Device, Stopwatch
 from .targets import Target, X0Tap
 
@@ -121,10 +121,8 @@ class Watch(PipelineCallback):
         self.controls = Controls(PreviewSettings(decoder=decoder, every=every, mode=mode, encoder=encoder,
                                                  quality=quality, preview_max=preview_max, budget=budget,
                                                  target=target, batch_preview=batch_preview, frames=frames))
-        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 <= fps <= MAX_FPS:
-            raise SettingsError(f"fps={fps!r}: must be a number of frames per second from 0 to {MAX_FPS:g}")
         # a clip's rate: the one given, else its family's (what diffusers' own examples export at)
-        self.fps = float(fps) or (clip_defaults(pipe, self.model.family)[1] if self.model.space.video else 0.0)
+        self.fps = check_fps(fps) or (clip_defaults(pipe, self.model.family)[1] if self.model.space.video else 0.0)
         if decoder == "taesd" and self.model.taesd is None:
             raise DecoderError(taesd_refusal(self.model).replace("--taesd PATH", "taesd=PATH"))
         self.previewer = Previewer(self.model)

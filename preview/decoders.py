@@ -226,18 +226,27 @@ def causal(name: str, model: Model) -> bool:
     return name == "taesd" and isinstance(model.taesd, TAEHV)
 
 
+def _take(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
+    """x[:, idx] from views: indexing a CUDA tensor with a Python list copies the list to the device with a
+    blocking host-to-device copy, a hidden sync on every preview. A slice is a view; several frames are a stack
+    of views (one device-side copy, queued like any kernel)."""
+    if idx == list(range(idx[0], idx[0] + len(idx))):
+        return x[:, idx[0]:idx[0] + len(idx)]
+    return torch.stack([x[:, k] for k in idx], 1)
+
+
 def _shown(clip: torch.Tensor, pick: Pick) -> torch.Tensor:
-    """The frames a pick shows of a decoded clip (B, F, 3, H, W); an index past the decoder's last frame (a
-    TAE that keeps warm-up frames) takes its last. Shapes only, no device read."""
+    """The frames a pick shows of a decoded clip (B, F, 3, H, W). A decoder that made fewer frames than the
+    pick counted on (a VAE whose decode of a prefix is shorter than 1 + (n - 1) x temporal) shows its last frame
+    in their place. Shapes only, no device read."""
     last = int(clip.shape[1]) - 1
     idx = [min(k, last) for k in pick.shown]
-    return clip if idx == list(range(last + 1)) else clip[:, idx]
+    return clip if idx == list(range(last + 1)) else _take(clip, idx)
 
 
 def _reads(z: torch.Tensor, pick: Pick) -> torch.Tensor:
-    """The latent frames a pick reads of a clip (B, T, C, h, w): a prefix is a view."""
-    n = len(pick.reads)
-    return z[:, :n] if pick.reads == tuple(range(n)) else z[:, list(pick.reads)]
+    """The latent frames a pick reads of a clip (B, T, C, h, w): a view for a prefix or one frame."""
+    return _take(z, list(pick.reads))
 
 
 def _vae_clip(model: Model) -> ClipDecode:

@@ -186,7 +186,7 @@ def final_decoder(model: Model) -> FinalDecode:
         def decode_clip(latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
             whole = clips.pick("all", space.latent_frames(latents, height, width), space.temporal, 0.0,
                                causal=causal)
-            return to_uint8_hwc(tile(clip(latents, height, width, whole))[0])
+            return to_uint8_hwc(tile(clip(latents, height, width, whole)[:, :1])[0])  # the first frame's grid
 
         return decode_clip
     vae = decoders.vae_decoder(model)

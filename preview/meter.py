@@ -150,19 +150,26 @@ class StepMeter:
                        task=self.task, strength=self.strength)
 
     def _pilot(self, s: PreviewSettings, change: Change) -> Autopilot | None:
-        """The autopilot for these settings: made at the first step with a budget, made anew on a live budget or
-        decoder change (it keeps the run's books), dropped when the budget or the previews are off."""
+        """The autopilot for these settings: made at the first step with a budget, made anew on a live budget,
+        decoder or clip frames change (it keeps the run's books; a preview of other frames costs anew), dropped
+        when the budget or the previews are off."""
         if not (s.budget > 0 and s.decoder != "none"):
             self.pilot = None
             return None
         old = self.pilot
-        if old is None or old.budget_pct != s.budget or "decoder" in change.fields:
+        frames = "frames" in change.fields and self.model.space.video
+        if old is None or old.budget_pct != s.budget or "decoder" in change.fields or frames:
             pilot = self.pilot = Autopilot(s.budget, self.steps, s.decoder, has_taesd=self.model.taesd is not None,
-                                           prior_ms=self.prev.cost_ms.get(s.decoder))
+                                           prior_ms=self.prev.cost_ms.get(self._cost_key(s.decoder, s)))
             if old is not None:  # a live change keeps the run's books
-                pilot.keep_books(old)
+                pilot.keep_books(old, new_cost=frames)
             return pilot
         return old
+
+    def _cost_key(self, decoder: str, s: PreviewSettings) -> str:
+        """What a preview's cost prior is kept under: its decoder, and for a clip the frames it shows (all of a
+        clip costs up to T times its first frame)."""
+        return f"{decoder} frames={s.frames}" if self.model.space.video else decoder
 
     def _due(self, row: StepRow) -> bool:
         """This step gets a preview: the autopilot says so, or without one the fixed interval does."""
@@ -193,7 +200,6 @@ class StepMeter:
             if s.batch_preview == "first":  # a grid decodes the whole batch: the cost of showing it all
                 shown = shown[:1]
             render = self._render(decoder, s, shown)
-            row.latent_frames = render.latent_frames
             try:
                 if s.mode == "sync":
                     self._preview_sync(row, marks, shown, ps, render, enc)
@@ -221,7 +227,7 @@ class StepMeter:
         clip = prev.clip(decoder)
         assert clip is not None
         pick = clips.pick(s.frames, space.latent_frames(latents, h, w), space.temporal, self.fps,
-                          causal=decoders.causal(decoder, self.model))
+                          causal=decoders.causal(decoder, self.model), odd=space.family == "cogvideox")
         return _Render(lambda z: tile(clip(z, h, w, pick)), len(pick.reads), pick.fps)
 
     def _preview_sync(self, row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
@@ -247,7 +253,7 @@ class StepMeter:
             row.transfer_ms = (clock() - t1) * 1e3
             rng.end("transfer")
         rng.begin("encode")
-        self._finish(row, s, enc, arr, waited.uncounted_ms, render.fps)
+        self._finish(row, s, enc, arr, waited.uncounted_ms, render)
         rng.end("encode")
 
     def _preview_overlap(self, row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
@@ -260,7 +266,7 @@ class StepMeter:
 
         def done(arr: np.ndarray, sync_ms: float) -> None:
             try:
-                self._finish(row, s, enc, arr, sync_ms, render.fps)
+                self._finish(row, s, enc, arr, sync_ms, render)
             except Exception as e:
                 self._failed(row, s, e)
 
@@ -272,7 +278,7 @@ class StepMeter:
         self.rng.end("decode")
 
     def _finish(self, row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: Any, sync_ms: float,
-                fps: float) -> None:
+                render: _Render) -> None:
         """Encode and hand off: in the callback (sync) or on the encode thread (overlap). arr holds the frames:
         a host uint8 (F, h, w, 3) array, or for an on-device encoder the uint8 (F, 3, h, w) tensor still on the
         device (only the bytes cross): each frame is encoded and its bytes copied under the device's one JPEG
@@ -283,19 +289,20 @@ class StepMeter:
             t0 = self.clock()
             outs = [enc.encode(frame, s.quality) for frame in arr]
             t1 = self.clock()
-            if enc.on_device:
-                parts = [out.cpu().numpy().tobytes() for out in outs]
+            if enc.on_device:  # the frames' bytes joined on the device: one copy, whatever their count
+                sizes = [int(out.numel()) for out in outs]
+                data = (torch.cat(outs) if len(outs) > 1 else outs[0]).cpu().numpy().tobytes()
                 row.transfer_ms = (self.clock() - t1) * 1e3
             else:
-                parts = outs
-        data = b"".join(parts)
+                sizes, data = [len(out) for out in outs], b"".join(outs)
         row.encode_ms, row.sync_ms = (t1 - t0) * 1e3, sync_ms
-        row.preview, row.bytes, row.encoder, row.frames = 1, len(data), enc.name, len(parts)
+        row.preview, row.bytes, row.encoder = 1, len(data), enc.name
+        row.frames, row.latent_frames = len(sizes), render.latent_frames
         h_axis = 2 if enc.on_device else 1
         row.preview_height, row.preview_width = int(arr.shape[h_axis]), int(arr.shape[h_axis + 1])
         if self.on_frame:
             self.on_frame(Frame(self.run_id, row.step, row.decoder, enc.format, row.preview_width,
-                                row.preview_height, data, tuple(len(p) for p in parts), fps))
+                                row.preview_height, data, tuple(sizes), render.fps))
 
     def _failed(self, row: StepRow, s: PreviewSettings, e: BaseException) -> None:
         """A preview must never end the run: report, fall back to a cheaper decoder, record it on the row."""
@@ -306,7 +313,7 @@ class StepMeter:
         traceback.print_exc(limit=2)
         self.controls.set(decoder=fallback, note=False)
         if self.pilot is not None:
-            self.pilot.switch_decoder(fallback, prior_ms=self.prev.cost_ms.get(fallback))
+            self.pilot.switch_decoder(fallback, prior_ms=self.prev.cost_ms.get(self._cost_key(fallback, s)))
         row.event = _also(row.event, msg)
         row.preview = 0
         if self.on_error:
@@ -338,7 +345,8 @@ class StepMeter:
                 books = pilot.books
                 books.observe(m.row.denoise_ms + m.row.on_path_ms, m.touched)
                 if books.measured and books.cost_ms is not None:
-                    self.prev.cost_ms[pilot.decoder] = books.cost_ms  # a prior for later runs
+                    key = self._cost_key(pilot.decoder, self.controls.get())
+                    self.prev.cost_ms[key] = books.cost_ms  # a prior for later runs
             self.rows.append(m.row)
             if self.on_row:
                 self.on_row(m.row)

@@ -102,9 +102,7 @@ class RunSettings:
             raise SettingsError(f"num_frames={self.num_frames}: a clip of this model is 1 + k x {self.frame_step} "
                                 f"frames (one latent frame, then {self.frame_step} per latent frame); the nearest: "
                                 f"{nearest}")
-        f = self.fps
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= MAX_FPS:
-            raise SettingsError(f"fps={f!r}: must be a number of frames per second from 0 to {MAX_FPS:g}")
+        check_fps(self.fps)
         if self.init is not None and (not isinstance(self.init, str) or not 0 < len(self.init) <= 64
                                       or not set(self.init) <= RUN_ID_CHARS):
             raise SettingsError(f"init={self.init!r}: must be the id of a past run (letters, digits, - and _), "
@@ -121,6 +119,13 @@ class RunSettings:
 PREVIEW_FIELDS = tuple(f.name for f in fields(PreviewSettings))
 RUN_FIELDS = tuple(f.name for f in fields(RunSettings) if f.name not in ("preview", "max_side", "max_frames",
                                                                           "frame_step"))
+
+
+def check_fps(f: object) -> float:
+    """A clip's playback rate: a number of frames per second from 0 (unknown) to MAX_FPS. Raises SettingsError."""
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= MAX_FPS:
+        raise SettingsError(f"fps={f!r}: must be a number of frames per second from 0 to {MAX_FPS:g}")
+    return float(f)
 
 
 def _int(name: str, v: object, lo: int, hi: int) -> None:

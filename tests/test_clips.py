@@ -119,9 +119,20 @@ def test_a_taehv_prefix_decode_is_the_start_of_the_whole_clip():
 def test_a_bad_frames_value_on_the_wire_is_an_error_message_not_a_dead_session():
     import json
 
-    from previewlab.server.protocol import ProtocolError, parse
+    from previewlab.server.protocol import ProtocolError, Set, parse
 
     for odd in ("²", "9" * 5000, 1, "last"):
         with pytest.raises(ProtocolError, match="frames="):
             parse(json.dumps({"type": "set", "frames": odd}), defaults=RunSettings())
-    assert parse(json.dumps({"type": "set", "frames": 8}), defaults=RunSettings()).changes == {"frames": 8}
+    ok = parse(json.dumps({"type": "set", "frames": 8}), defaults=RunSettings())
+    assert isinstance(ok, Set) and ok.changes == {"frames": 8}
+
+
+def test_cogvideox_prefixes_are_odd():
+    """CogVideoX's VAE and taecvx handle the first frame apart only for an odd number of latent frames."""
+    # 9 frames are 3 latent frames: the middle (frame 4) is in latent frame 1, and 2 frames would be an even prefix
+    assert clips.pick("middle", 3, 4, 8.0, causal=True, odd=True).reads == (0, 1, 2)
+    assert clips.pick("middle", 3, 4, 8.0, causal=True).reads == (0, 1)
+    # 49 frames are 13 latent frames: the middle (frame 24) is in latent frame 6, a prefix of 7, odd already
+    assert clips.pick("middle", 13, 4, 8.0, causal=True, odd=True).reads == tuple(range(7))
+    assert clips.pick("first", 13, 4, 8.0, causal=True, odd=True).reads == (0,)

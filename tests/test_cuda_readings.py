@@ -68,3 +68,21 @@ def test_the_reference_compares_event_times_with_the_gpu_span_and_has_no_sync_ro
     assert (checks["denoise"].basis, checks["denoise"].profiler_ms) == ("gpu span", 10.0)
     assert (checks["decode"].basis, checks["decode"].profiler_ms) == ("gpu span", 4.0)
     assert (checks["encode"].basis, checks["encode"].profiler_ms) == ("cpu", 1.0)
+
+
+def test_a_sync_inside_preview_models_code_is_previewlabs_too(monkeypatch):
+    """The decoders under preview/models/ (TAEHV, TAESD, the latent spaces) run every step too: a sync there is
+    per-step code's. Before, only files directly in preview/ were attributed, so these were never caught."""
+    from previewlab.preview.models.taehv import TAEHV, Layout
+
+    real = F.pixel_shuffle
+
+    def syncing(*a: Any, **k: Any) -> Any:
+        warnings.warn("called a synchronizing CUDA operation", UserWarning)
+        return real(*a, **k)
+
+    monkeypatch.setattr(F, "pixel_shuffle", syncing)
+    tae = TAEHV(Layout(48, 2, (1, 2, 2))).eval()  # taew2_2's patch 2: the decode ends in a pixel shuffle
+    with caught_syncs() as found, torch.inference_mode():
+        tae(torch.randn(1, 1, 48, 2, 2))
+    assert len(found) == 1 and found[0].startswith("taehv.py:"), found

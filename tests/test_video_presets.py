@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -133,6 +134,20 @@ def test_a_local_video_folder_gets_its_pipelines_clip_defaults(models, tmp_path)
     model = load(str(tmp_path / "cogvideox"), device="cpu")
     assert model.space.family == "cogvideox" and not model.synthetic and model.taesd is None
     assert (model.num_frames, model.fps) == (9, 8.0)
+
+
+@pytest.mark.parametrize("name,family,defaults", [("synthetic:tiny-wan21", "wan21", (81, 16.0)),
+                                                    ("synthetic:tiny-hunyuanvideo", "hunyuanvideo", (129, 15.0))])
+def test_a_real_wan_or_hunyuanvideo_folder_loads_as_any_local_folder(models, tmp_path, name, family, defaults):
+    """Issue 22: a Wan or HunyuanVideo folder on disk. Wan's transformer keeps modules in float32, which diffusers
+    loads only with accelerate (low_cpu_mem_usage): without it the load failed."""
+    models[name].pipe.save_pretrained(tmp_path / family)
+    model = load(str(tmp_path / family), device="cpu")
+    assert model.space.family == family and not model.synthetic and (model.num_frames, model.fps) == defaults
+    with torch.inference_mode():
+        out = model.pipe(prompt="a fox", num_inference_steps=1, height=64, width=64, num_frames=5, guidance_scale=1.0,
+                         output_type="np").frames
+    assert np.asarray(out).shape[:2] == (1, 5)
 
 
 def test_wan21_1_3b_is_the_published_architecture():

@@ -22,7 +22,7 @@ import torch
 
 from previewlab.bench.gpu.reference import compare, render, traced
 from previewlab.bench.sweep import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, direct_call
-from previewlab.bench.gpu.syncs import row as sync_row
+from previewlab.bench.gpu.syncs import CLIP_SWITCHES, row as sync_row
 from previewlab.preview.engine import Previewer, Run, generate
 from previewlab.preview import encoders
 from previewlab.preview.encoders import ENCODERS
@@ -239,6 +239,8 @@ def video_rows(setup: Setup, frames: int, out: Path, log: Any) -> list[list[str]
         ms = statistics.median(r.record.decode_ms / max(1, r.record.previews) for r in a)
         row[2] += f", decode {ms:.1f} ms/preview, {_count(a, 'frames_sent')} frames sent"
         rows.append(row)
+    rows.append(sync_row(model, base, f"{label}: hidden syncs (overlap, live frames and decoder switches)",
+                         CLIP_SWITCHES))
     return rows
 
 

@@ -25,7 +25,8 @@ from previewlab.preview.records import StepRow
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
 STEP_CODE = ("meter.py", "overlap.py", "decoders.py", "frames.py", "controls.py", "previewer.py", "taesd.py",
-             "families.py", "latent_formats.py", "targets.py", "streams.py", "encoders.py")
+             "families.py", "latent_formats.py", "targets.py", "streams.py", "encoders.py", "clips.py", "taehv.py",
+             "fit.py")
 PACKAGE = "preview"
 
 
@@ -34,7 +35,7 @@ def step_frame(frame: Any) -> str | None:
     None when there is none, or when it is one of the designed waits (stopwatch.py, engine.py)."""
     while frame is not None:
         path = PurePath(frame.f_code.co_filename)
-        if path.parent.name == PACKAGE:
+        if PACKAGE in path.parts[-3:-1]:  # preview/ or preview/models/
             return f"{path.name}:{frame.f_lineno}" if path.name in STEP_CODE else None
         frame = frame.f_back
     return None
@@ -68,17 +69,26 @@ def device_buffer_constant(model: Model) -> None:
     constant(buffer, torch.device(model.device.type), model.dtype)
 
 
-def hidden_syncs(model: Model, base: RunSettings) -> tuple[Run | None, list[str]]:
+# after step k, these changes: each decoder built mid-run (its constants too)
+IMAGE_SWITCHES: dict[int, dict[str, Any]] = {3: {"decoder": "vae"}, 6: {"decoder": "taesd"}, 9: {"decoder": "latent2rgb"}}
+# a clip's too, and every frames choice: middle and N read a prefix, show picked frames, latent2rgb picks latent ones
+CLIP_SWITCHES: dict[int, dict[str, Any]] = {2: {"frames": "middle"}, 4: {"decoder": "taesd", "frames": 8},
+                                            6: {"decoder": "vae", "frames": "middle"},
+                                            8: {"decoder": "latent2rgb", "frames": 3}}
+
+
+def hidden_syncs(model: Model, base: RunSettings,
+                 switches: dict[int, dict[str, Any]] = IMAGE_SWITCHES) -> tuple[Run | None, list[str]]:
     """(the run, one line per sync issued from per-step code). CUDA only: elsewhere ([], None).
-    Each decoder is built mid-run, its constants too; then a device-buffer constant as FLUX.2's vae builds."""
+    The switches are live changes after those steps; then a device-buffer constant as FLUX.2's vae builds."""
     if model.device.type != "cuda":
         return None, []
     controls = Controls(PreviewSettings(decoder="latent2rgb", mode="overlap"))
-    switches = {3: "vae", 6: "taesd", 9: "latent2rgb"}  # each decoder built mid-run: its constants too
 
     def on_row(row: StepRow) -> None:
-        if row.step in switches and (model.taesd is not None or switches[row.step] != "taesd"):
-            controls.set(decoder=switches[row.step])
+        change = switches.get(row.step)
+        if change and (model.taesd is not None or change.get("decoder") != "taesd"):
+            controls.set(**change)
 
     with caught_syncs() as found:
         torch.cuda.set_sync_debug_mode("warn")
@@ -91,12 +101,12 @@ def hidden_syncs(model: Model, base: RunSettings) -> tuple[Run | None, list[str]
     return run, found
 
 
-def row(model: Model, base: RunSettings) -> list[str]:
-    label = "hidden syncs in the step callback (overlap, live switches)"
+def row(model: Model, base: RunSettings, label: str = "hidden syncs in the step callback (overlap, live switches)",
+        switches: dict[int, dict[str, Any]] = IMAGE_SWITCHES) -> list[str]:
     if model.device.type != "cuda":
         return [label, "-", "not run: no CUDA device", "-", "-"]
     try:
-        run, found = hidden_syncs(model, base)
+        run, found = hidden_syncs(model, base, switches)
     except Exception as e:
         return [label, "-", f"not run: {type(e).__name__}: {str(e)[:100]}", "-", "-"]
     assert run is not None

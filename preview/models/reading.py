@@ -122,8 +122,9 @@ def _unscale(pipe: Any, vae: Any, cfg: Any) -> Unscale:
             and _applies(cls, "latents_mean")):
         return "mean_std" if getattr(cfg, "scaling_factor", None) is not None else "inv_std"
     # LTX-Video's VAE keeps its statistics as buffers (registered, saved with the weights), not in its config
-    if (isinstance(getattr(vae, "latents_mean", None), torch.Tensor)
-            and isinstance(getattr(vae, "latents_std", None), torch.Tensor)
+    # (named_buffers, not getattr: a diffusers model answers getattr of a config name with a FutureWarning)
+    buffers = dict(vae.named_buffers(recurse=False)) if isinstance(vae, torch.nn.Module) else {}
+    if ("latents_mean" in buffers and "latents_std" in buffers
             and getattr(cfg, "scaling_factor", None) is not None and _applies(cls, "vae.latents_mean")):
         return "mean_std_buffers"
     if getattr(cfg, "shift_factor", None) is not None and _applies(cls, "shift_factor"):
