@@ -66,7 +66,8 @@ def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -
 def table(rows: list[dict[str, Any]], meta: str) -> str:
     """A fixed-width table: per configuration, stage medians/p95 (ms per preview) and overhead."""
     clips = any(r["previews"] and r.get("frames_per_preview", 1) > 1 for r in rows)  # a clip's previews: frames too
-    head = f"{'config':<30}{'runs':>5}{'wall s':>9}{'denoise':>9}{'decode':>15}{'resize':>13}{'sync+xfer':>11}" \
+    cw = max([30] + [len(str(r["config"])) + 1 for r in rows])  # a clip's names are longer: the column fits them
+    head = f"{'config':<{cw}}{'runs':>5}{'wall s':>9}{'denoise':>9}{'decode':>15}{'resize':>13}{'sync+xfer':>11}" \
            f"{'encode':>13}{'KB/prev':>9}" + (f"{'frames':>7}{'ms/frame':>9}" if clips else "") + f"{'overhead %':>17}"
     lines = [meta, head, "-" * len(head)]
     for r in rows:
@@ -74,7 +75,7 @@ def table(rows: list[dict[str, Any]], meta: str) -> str:
         if r["config"] == "none" and r["pair_overhead_pct"] is not None:
             ov = f"vs direct {r['pair_overhead_pct']:+.2f}"
         lines.append(
-            f"{r['config']:<30}{r['runs']:>5}{r['wall_s']:>9.2f}{r['denoise_ms_p50']:>9.1f}"
+            f"{r['config']:<{cw}}{r['runs']:>5}{r['wall_s']:>9.2f}{r['denoise_ms_p50']:>9.1f}"
             f"{r['decode_ms_p50']:>8.1f}/{r['decode_ms_p95']:<6.1f}{r['resize_ms_p50']:>6.2f}/{r['resize_ms_p95']:<6.2f}"
             f"{r['sync_ms_p50'] + r['transfer_ms_p50']:>11.2f}{r['encode_ms_p50']:>6.2f}/{r['encode_ms_p95']:<6.2f}"
             f"{r['bytes_per_preview'] / 1024:>9.1f}"
