@@ -46,4 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"previewlab {name}: needs {e.name}, from the bench extra: pip install 'previewlab[bench]'\n")
         return 2
+    except KeyboardInterrupt:  # Ctrl-C while a command imports torch or loads a model: the user's stop
+        sys.stderr.write(f"previewlab {name}: stopped\n")
+        return 130
     return result

@@ -49,8 +49,11 @@ def test_ctrl_c_while_the_model_loads_is_a_stop_not_a_traceback():
     import sys
     import time
 
+    # a shell that starts the suite in the background ignores SIGINT, and its children inherit that; a person's
+    # terminal delivers it: the server starts with SIGINT's default, as from a terminal
     p = subprocess.Popen([sys.executable, "-m", "previewlab", "serve", "--model", "synthetic:sd15", "--port", "0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(3)  # inside the load: building SD1.5's 1 B parameters takes longer
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)

@@ -17,8 +17,9 @@ from tests.conftest import SAME_ORIGIN, recv_until
 # the keys of a txt2img run's `run` message as the page (web/app.js) and meta.json have them, in order (init and
 # strength appear for img2img only)
 META_KEYS = ["run_id", "started_at", "model", "synthetic", "model_note", "family", "space", "device", "dtype",
-             "prompt", "steps", "width", "height", "seed", "guidance", "batch", "task", "decoder", "every",
-             "preview_max", "encoder", "quality", "mode", "budget", "target", "batch_preview"]
+             "prompt", "steps", "width", "height", "seed", "guidance", "batch", "task", "num_frames", "fps",
+             "decoder", "every", "preview_max", "encoder", "quality", "mode", "budget", "target", "batch_preview",
+             "frames"]
 
 
 def test_a_server_runs_messages_and_meta_json_keep_their_keys(make_app, tmp_path):
