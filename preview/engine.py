@@ -25,7 +25,8 @@ from .stopwatch import Clock, Stopwatch
 from .targets import X0Tap
 
 __all__ = ["Controls", "Frame", "Phases", "Previewer", "Run", "StepMeter", "TaskError", "final_image", "final_u8",
-           "clip_args", "generate", "img2img_pipe", "on_path_ms", "preview_size", "run_record", "save_image", "to_uint8_hwc"]
+           "clip_args", "generate", "img2img_pipe", "on_path_ms", "preview_size", "run_record", "save_image",
+           "to_uint8_hwc"]
 
 
 @dataclass
