@@ -1,7 +1,7 @@
 """A drop-in diffusers step-end callback: measure, watch and export the previews of your own pipeline call.
 
     from previewlab import serve, watch as preview_watch
-    watch = preview_watch(pipe, decoder="taesd", every=2, taesd="path/to/taesd")
+    watch = preview_watch(pipe, decoder="taesd", every=2)  # the TAE the pipe's folder ships, or taesd="PATH"
     serve(watch)                                       # optional: the live page
     image = pipe(prompt, callback_on_step_end=watch,
                  callback_on_step_end_tensor_inputs=watch.tensor_inputs).images[0]
@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -29,7 +29,7 @@ from .encoders import EncoderName
 from .engine import Controls, Phases, Previewer, StepMeter, cpu_schedule, run_record, save_image
 from .models.families import Family, FamilyError, vae_of
 from .models.reading import latent_space
-from .models import Model, default_size, denoiser, load_taesd
+from .models import Model, default_size, denoiser, previews_of
 from .models.video_presets import clip_defaults
 from .csv_writer import to_csv_text
 from .records import STEP_COLUMNS, RunRecord, StepRow
@@ -42,21 +42,20 @@ from .targets import Target, X0Tap
 
 
 def model_of(pipe: Any, taesd: str | None) -> Model:
-    """Describe a user's pipeline as the engine's Model, without touching its modules. Raises FamilyError for
-    a pipeline previewlab cannot preview, ModelError for a TAE of another family or width."""
-    space = latent_space(pipe)
-    family: Family | None = space.family
+    """Describe a user's pipeline as the engine's Model, without touching its modules: the TAE `taesd` names,
+    else the one its folder ships, and the folder's latent2rgb.json (models.previews_of, as the server loads a
+    folder). Raises FamilyError for a pipeline previewlab cannot preview, ModelError for a TAE of another
+    family or width or unreadable factors."""
+    family: Family | None = latent_space(pipe).family
     device = torch.device(pipe._execution_device)
     dtype = denoiser(pipe).dtype
-    tiny: Any = None
-    kind: Literal["diffusers", "madebyollin", "none"] = "none"
-    if taesd is not None:
-        tiny, kind = load_taesd(taesd, family, space)
-        tiny.to(device, dtype).eval().requires_grad_(False)  # the decoder the user asked for, ours to place
+    tiny, kind, own_rgb = previews_of(pipe, family, taesd)
+    if tiny is not None:
+        tiny.to(device, dtype).eval().requires_grad_(False)  # a decoder of ours, not the user's: ours to place
     offload = "model" if getattr(pipe, "_offload_gpu_id", None) is not None else "none"
     return Model(name=type(pipe).__name__, pipe=pipe, family=family, synthetic=False, taesd=tiny, taesd_kind=kind,
                  device=device, dtype=dtype, default_size=default_size(pipe, family), load_s=0.0,
-                 offload=offload)
+                 offload=offload, latent_rgb=own_rgb)
 
 
 def image_size(model: Model, latents: torch.Tensor, size: tuple[int, int] | None,

@@ -8,7 +8,6 @@ pictures are real, its costs a small model's, and `Model.note` says so everywher
 from __future__ import annotations
 
 import importlib.resources
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -225,19 +224,32 @@ def load_taesd(path: str, family: Family | None = None, space: LatentSpace | Non
     return module, "diffusers" if kind == "diffusers" else "madebyollin"
 
 
-def _demo(dtype: torch.dtype) -> tuple[Any, Family | None, nn.Module, Factors]:
-    """The shipped demo model through the ordinary local-folder path, its TAESD and its own latent2rgb factors."""
-    missing = [n for n in ("model_index.json", "taesd_decoder.safetensors", "latent2rgb.json")
+def previews_of(pipe: Any, family: Family | None, taesd: str | None
+                ) -> tuple[nn.Module | None, Literal["diffusers", "madebyollin", "none"], Factors | None]:
+    """What a real pipeline previews with: the TAE `taesd` names, else the one its folder ships (loading.shipped),
+    on the CPU; and the folder's own latent2rgb factors, else None (its family's). The server's load() and
+    watch() both ask here. Raises ModelError."""
+    space = latent_space(pipe)
+    try:
+        found = loading.shipped(pipe, family, space.channels)
+    except loading.LoadError as e:
+        raise ModelError(str(e)) from None
+    own_rgb = found.latent_rgb if found else None
+    path = taesd if taesd is not None else str(found.taesd) if found and found.taesd else None
+    if path is None:
+        return None, "none", own_rgb
+    tiny, kind = load_taesd(path, family, space)
+    return tiny, kind, own_rgb
+
+
+def _demo(dtype: torch.dtype) -> tuple[Any, Family | None]:
+    """The shipped demo model through the ordinary local-folder path (its TAESD and factors: previews_of)."""
+    missing = [n for n in ("model_index.json", "taesd_decoder.safetensors", loading.LATENT_RGB_FILE)
                if not (DEMO_DIR / n).is_file()]
     if missing:
         raise ModelError(f"--model demo: {', '.join(missing)} missing from {DEMO_DIR}; "
                          f"previewlab train-demo --out {DEMO_DIR} trains them (about 50 minutes on 2 cores)")
-    pipe, family = _load_local(str(DEMO_DIR), dtype, None, None)
-    tiny, _ = load_taesd(str(DEMO_DIR / "taesd_decoder.safetensors"), family)
-    fit = json.loads((DEMO_DIR / "latent2rgb.json").read_text())
-    rows = tuple((float(r[0]), float(r[1]), float(r[2])) for r in fit["factors"])
-    b = fit["bias"]
-    return pipe, family, tiny, (rows, (float(b[0]), float(b[1]), float(b[2])))
+    return _load_local(str(DEMO_DIR), dtype, None, None)
 
 
 def _load_local(name: str, dtype: torch.dtype, variant: str | None, config: str | None) -> tuple[Any, Family | None]:
@@ -294,8 +306,8 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
     note, own_rgb = "", None
     frames, fps = 1, 0.0
     if name == "demo":
-        pipe, family, tiny, own_rgb = _demo(tdtype)
-        kind, size, synthetic, note = "madebyollin", DEMO_SIZE, False, DEMO_NOTE
+        pipe, family = _demo(tdtype)
+        size, synthetic, note = DEMO_SIZE, False, DEMO_NOTE
     elif name in PRESETS:
         pipe, family, tiny, size = build_preset(name, seed)
         kind = "madebyollin" if tiny is not None else "none"  # Mochi has no published TAE
@@ -306,11 +318,13 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
         synthetic = True
     else:
         pipe, family = _load_local(name, tdtype, variant, config)
-        tiny, kind, synthetic = None, "none", False
+        synthetic = False
         size = default_size(pipe, family)
         if latent_space(pipe).video:
             frames, fps = clip_defaults(pipe, family)
-    if taesd is not None:
+    if not synthetic:  # a folder's own TAE and factors, unless --taesd names a TAE
+        tiny, kind, own_rgb = previews_of(pipe, family, taesd)
+    elif taesd is not None:
         tiny, kind = load_taesd(taesd, family, latent_space(pipe))
     if tdtype != torch.float32:
         pipe.to(dtype=tdtype)

@@ -1,11 +1,14 @@
 """Loading what users have, offline: diffusers folders and repo ids already in the local Hugging Face cache,
-folders that hold only fp16 variant files, and TAE weights, refused when they belong to another family.
+folders that hold only fp16 variant files, TAE weights, refused when they belong to another family, and what a
+folder ships for its previews (its own TAE file and latent2rgb.json, as the demo model does).
 
 Nothing here downloads: every from_pretrained gets local_files_only=True. Errors are one line that says what
 was found and what is missing.
 """
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,6 +16,7 @@ import torch
 from torch import nn
 
 from .families import FAMILIES, Family, FamilyError
+from .latent_formats import Factors
 from .reading import latent_space
 from .taehv import FAMILY_FILES, is_taehv, load_taehv
 from .taesd import PREFIXES, TaeError, load_tae, read_state
@@ -163,4 +167,61 @@ def _tae_name(family: str) -> str:
     return f"{prefix}decoder.pth from github.com/madebyollin/taesd" if prefix else "none is published"
 
 
-__all__ = ["FAMILIES", "LoadError", "load_taesd", "local_pipeline", "variant_of", "weight_files"]
+LATENT_RGB_FILE = "latent2rgb.json"  # {"factors": C rows of (R, G, B), "bias": (R, G, B)}: latent_formats' Factors
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """What a diffusers folder ships beside its components for previews; None: not there."""
+    folder: Path
+    taesd: Path | None          # its family's TAE decoder under madebyollin's name (taesd_decoder.safetensors, ...)
+    latent_rgb: Factors | None  # its own latent2rgb factors, from latent2rgb.json
+
+
+def folder_of(pipe: Any) -> Path | None:
+    """The diffusers folder a pipeline was loaded from: its name_or_path when that is a folder, else the one
+    above its VAE's (a repo id loads from a snapshot folder in the local cache). None for a pipeline built in
+    code or loaded from a single file."""
+    vae = getattr(pipe, "vae", None)
+    vae_path = getattr(getattr(vae, "config", None), "_name_or_path", None)
+    for where in (getattr(pipe, "name_or_path", None), Path(vae_path).parent if vae_path else None):
+        if where and (Path(where) / "model_index.json").is_file():
+            return Path(where)
+    return None
+
+
+def tae_files(family: Family) -> tuple[str, ...]:
+    """The names a TAE decoder for `family` is published under, as a folder may ship it."""
+    stems = [f"{p}decoder" for p, f in PREFIXES.items() if f == family]
+    stems += [FAMILY_FILES[family]] if family in FAMILY_FILES else []
+    return tuple(f"{stem}{ext}" for stem in stems for ext in (".safetensors", ".pth"))
+
+
+def read_factors(path: Path, channels: int) -> Factors:
+    """latent2rgb.json -> Factors for a latent space of `channels` channels. Raises LoadError."""
+    try:
+        fit = json.loads(path.read_text())
+        rows = [[float(v) for v in r] for r in fit["factors"]]
+        bias = [float(v) for v in fit["bias"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise LoadError(f"{path}: not latent2rgb factors ({type(e).__name__}); expected "
+                        '{"factors": [[r, g, b], ...], "bias": [r, g, b]}') from None
+    if len(rows) != channels or any(len(r) != 3 for r in rows) or len(bias) != 3:
+        raise LoadError(f"{path}: {len(rows)} rows of factors, but the latent space has {channels} channels; it "
+                        f"needs {channels} rows of (R, G, B) and one (R, G, B) bias")
+    return tuple((r[0], r[1], r[2]) for r in rows), (bias[0], bias[1], bias[2])
+
+
+def shipped(pipe: Any, family: Family | None, channels: int) -> Shipped | None:
+    """What the pipeline's folder (folder_of) ships for previews: the TAE for its family and latent2rgb.json's
+    factors for its `channels`; None when the pipeline has no folder. Raises LoadError for unreadable factors."""
+    folder = folder_of(pipe)
+    if folder is None:
+        return None
+    taesd = next((folder / n for n in (tae_files(family) if family else ()) if (folder / n).is_file()), None)
+    rgb = folder / LATENT_RGB_FILE
+    return Shipped(folder, taesd, read_factors(rgb, channels) if rgb.is_file() else None)
+
+
+__all__ = ["FAMILIES", "LoadError", "Shipped", "folder_of", "load_taesd", "local_pipeline", "read_factors",
+           "shipped", "tae_files", "variant_of", "weight_files"]
