@@ -92,6 +92,15 @@ def fitting_frames(frames: int, step: int, pixel_steps: int, limit: int) -> int:
     return min(frames, 1 + k * step)
 
 
+@dataclass
+class Closing:
+    """A run that has ended, its rows not closed yet: waiting (up to SessionLimits.ack_wait_s) for the acks of
+    the previews its watchers still hold, so that the last frame's ack lands in its rows before `done`."""
+    end: RunEnd
+    side_logs: Callable[[], None] | None
+    timer: asyncio.TimerHandle | None = None
+
+
 class Server:
     """The RunEvents (preview/run.py) of the runs it shows, called on the event loop, and the handler of each
     watcher's messages. Its parts: the run's owner (worker: a RunOwner), the watchers (hub), what each
@@ -132,8 +141,12 @@ class Server:
         self.source = source
         self.seq = 0
         self.current: RunMeta | None = None
+        self.closing: Closing | None = None  # at most one: a run's start closes the one before it first
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.hub.on_gone = lambda c: self._settle()
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self.writes.attach(loop)
         if self.source is not None:
             self.worker = self.source
@@ -146,6 +159,7 @@ class Server:
     # after what it describes is on disk. Frames and ack replies go straight out: a frame may reach the page
     # before its step's row (the page keys both by step), never before its run's `run` message (see announce).
     def started(self, meta: RunMeta) -> None:
+        self.close_ended()  # the run before this one stops waiting for acks: its `done` goes out before this `run`
         self.current = meta
         self.metrics.run_started()
         self.writes.submit(None, then=lambda: self.announce(meta))
@@ -177,7 +191,11 @@ class Server:
         self.writes.submit(None, then=lambda: self.hub.text(text))
 
     def ended(self, end: RunEnd) -> None:
-        """The run's end reaches every client whatever the disk does: each write is best effort."""
+        """The run's end reaches every client whatever the disk does: each write is best effort. Its rows are
+        closed once every watcher has acked the previews it holds of the run, or after ack_wait_s: the page acks
+        the last frame after the last step's row, often after the run has ended, and that ack belongs in the
+        run's rows. The wait is on the loop, after the run: the denoising never waits, and a watcher that never
+        acks delays `done` by ack_wait_s at most (a new run's start ends the wait at once)."""
         self.current = None
         rid = end.meta.run_id
 
@@ -186,7 +204,26 @@ class Server:
         except Exception:
             side_logs = None
             log.exception("run %s: metrics failed; the run's end is delivered anyway", rid)
+        self.close_ended()
+        self.closing = Closing(end, side_logs)
+        if self._loop is not None and self.hub.unacked(rid):
+            self.closing.timer = self._loop.call_later(self.limits.ack_wait_s, self.close_ended)
+        else:
+            self.close_ended()
 
+    def _settle(self) -> None:
+        """An ack came, a frame was dropped or a watcher left: close the ended run once nothing is waiting."""
+        if self.closing is not None and not self.hub.unacked(self.closing.end.meta.run_id):
+            self.close_ended()
+
+    def close_ended(self) -> None:
+        """Close the ended run's rows and tell every client its end, now (if a run is waiting to be closed)."""
+        closing, self.closing = self.closing, None
+        if closing is None:
+            return
+        if closing.timer is not None:
+            closing.timer.cancel()
+        end, side_logs, rid = closing.end, closing.side_logs, closing.end.meta.run_id
         recorded = end
 
         def write() -> None:
@@ -213,6 +250,7 @@ class Server:
         self.metrics.frames_dropped.inc()
         self.writes.submit(functools.partial(self.store.delivery, p.run_id, step=p.step, seq=p.seq, client=c.cid,
                                              kind="drop"))
+        self._settle()
 
     # -- messages from one client ----------------------------------------------------------------------------
     def handle(self, c: Client, msg: protocol.Message) -> None:
@@ -247,11 +285,13 @@ class Server:
             self.writes.submit(functools.partial(self.store.delivery, d.run_id, step=d.step, seq=d.seq,
                                                  client=c.cid, kind="ack", **d.timings()))
             self.hub.text(protocol.delivery(d), only=c)
+            self._settle()
 
     async def graceful(self) -> None:
         """SIGTERM / Ctrl-C: stop the run, let the worker write its last rows, close clients with 1001."""
         if self.worker is not None and self.worker.stop():
             await self.worker.ended(60.0)  # the stopped run still makes its final image
+        self.close_ended()  # no waiting for acks at shutdown
         await self.writes.drain()  # the last rows and the run's end are written and queued to every client
         for _ in range(30):  # and sent, for up to 3 s, before the close frame
             if not any(c.texts for c in self.hub.clients.values()):
@@ -260,8 +300,11 @@ class Server:
         await self.hub.close_all(1001, "server shutting down")
 
     def hello(self) -> protocol.Outbound:
-        return protocol.hello(self.model, self.defaults, max_pixel_steps=self.runs.max_pixel_steps,
-                              encoders=self.encoders, running=self.current)
+        """The defaults it offers carry the preview settings now: a running run's live ones, or a script's."""
+        live = self.worker.live() if self.worker is not None else None
+        defaults = self.defaults if live is None else replace(self.defaults, preview=live)
+        return protocol.hello(self.model, defaults, max_pixel_steps=self.runs.max_pixel_steps,
+                              encoders=self.encoders, running=self.current, starts=self.source is None)
 
 
 def page_args(query: Any) -> tuple[int, str | None, str | None]:
@@ -305,6 +348,26 @@ def build_app(server: Server) -> ASGIApp:
         return PlainTextResponse(text, media_type="text/csv",
                                  headers={"Content-Disposition": f'attachment; filename="previewlab-{rid}.csv"'})
 
+    async def run_image(request: Request) -> Response:
+        """A run's final image (a batch's grid, a clip's first frame), by id: the CSV route's checks."""
+        rid = request.path_params["rid"]
+
+        def find() -> tuple[bool, Path | None]:  # (a run of that id, its image if it has one)
+            if not server.store.known(rid):
+                return False, None
+            path = server.store.final_image_path(rid)
+            return True, path if path.is_file() else None
+        known, image = await server.disk.run(find)
+        if not known:
+            return PlainTextResponse(f"unknown run id {protocol.short(rid)}", status_code=404)
+        if image is None:
+            return PlainTextResponse(f"run {rid} has no final image: it failed, is still running, or a script "
+                                     "ran it (the script saves its own)", status_code=404)
+        return FileResponse(image, media_type="image/png", headers={"Cache-Control": "no-cache"})
+
+    async def favicon(request: Request) -> Response:
+        return FileResponse(WEB / "favicon.svg", media_type="image/svg+xml")
+
     async def metrics(request: Request) -> Response:
         server.metrics.clients.set(len(server.hub.clients))
         return Response(server.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -325,16 +388,19 @@ def build_app(server: Server) -> ASGIApp:
         if server.worker:
             server.worker.stop()
             await asyncio.get_running_loop().run_in_executor(None, server.worker.shutdown)
+        server.close_ended()
         await server.writes.drain()
         server.writes.close()
         server.disk.close()
 
     app = Starlette(routes=[
         Route("/", index),
+        Route("/favicon.ico", favicon),  # browsers ask for it whatever the page links
         Route("/runs", runs),
         Route("/runs.csv", all_csv),
         Route("/metrics", metrics),
         Route("/runs/{rid}.csv", run_csv),
+        Route("/runs/{rid}/final.png", run_image),
         WebSocketRoute("/ws", ws_endpoint),
         Mount("/static", StaticFiles(directory=WEB), name="static"),
     ], lifespan=lifespan)

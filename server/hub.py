@@ -42,6 +42,7 @@ class Client:
     ws: WebSocket
     cid: int
     slot: Packed | None = None
+    sending: Packed | None = None            # the frame whose send is under way: out of the slot, not yet in sent
     texts: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=MAX_TEXT_QUEUE))
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     sent: dict[int, Sent] = field(default_factory=dict)  # seq -> send record, waiting for the browser's ack
@@ -63,6 +64,7 @@ class Hub:
         self.clock = clock
         self.on_drop: OnDrop | None = None
         self.on_sent: OnDrop | None = None
+        self.on_gone: Callable[[Client], None] | None = None  # a client was released (its unacked frames with it)
         self._next = 0
 
     def add(self, ws: WebSocket) -> Client:
@@ -80,6 +82,9 @@ class Hub:
         c.slot = None
         c.texts.clear()
         c.sent.clear()
+        c.sending = None
+        if self.on_gone:
+            self.on_gone(c)
         c.wake.set()  # a sender whose cancellation was lost still sees `closed` and ends
         if c.task and c.task is not asyncio.current_task():
             # Python 3.10/3.11's wait_for drops a cancellation that lands as its inner send finishes (a send
@@ -116,7 +121,9 @@ class Hub:
                 f, c.slot = c.slot, None
                 if f is not None and not c.closed:
                     t0 = self.clock()
+                    c.sending = f
                     await asyncio.wait_for(c.ws.send_bytes(f.blob), self.send_timeout_s)
+                    c.sending = None
                     c.sent[f.seq] = Sent(f.run_id, f.step, t0, (self.clock() - t0) * 1e3)
                     c.frames_sent += 1
                     if self.on_sent:
@@ -130,6 +137,16 @@ class Hub:
             await self.kill(c, 1008, "send timeout")
         except Exception as e:  # the transport went away: the receiver's finally cleans up
             log.info("client %d: send failed (%s)", c.cid, type(e).__name__)
+
+    def unacked(self, run_id: str) -> bool:
+        """Some client still holds a frame of this run that it has not acknowledged: waiting in its slot, being
+        sent, or sent and waiting for its ack."""
+        for c in self.clients.values():
+            if any(f is not None and f.run_id == run_id for f in (c.slot, c.sending)):
+                return True
+            if any(s.run_id == run_id for s in c.sent.values()):
+                return True
+        return False
 
     async def kill(self, c: Client, code: int, why: str) -> None:
         """Close a client from the server's side and end its endpoint; its finally releases it."""

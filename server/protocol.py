@@ -11,7 +11,8 @@ Browser -> server (text, JSON objects with a "type"):
   stop   {}
   ack    {seq, client_decode_ms, client_paint_ms}
 Server -> browser (text, each built by the function of its name below):
-  hello     the model, the run defaults and limits, the choices this server offers, the run going on (or null)
+  hello     the model, the run defaults and limits, the choices this server offers, the run going on (or null),
+            whether a start is taken (starts: false when a script's watch owns the runs)
   run       a run's meta (preview.run.RunMeta): it started
   step      one step's row (preview.records.StepRow), once it is on disk
   delivery  one preview's trip to this client: send time, ack round trip, the browser's decode and paint (ms)
@@ -197,9 +198,10 @@ def _no_extra(kind: str, msg: dict[str, Any], allowed: tuple[str, ...]) -> None:
 
 # -- server -> browser ---------------------------------------------------------------------------------------
 def hello(model: Model, defaults: RunSettings, *, max_pixel_steps: int, encoders: tuple[str, ...],
-          running: RunMeta | None) -> Outbound:
-    """encoders: the ones this server can run (the registry's, less nvjpeg without CUDA)."""
-    return {"type": "hello", "model": model.name, "synthetic": model.synthetic, "note": model.note,
+          running: RunMeta | None, starts: bool = True) -> Outbound:
+    """encoders: the ones this server can run (the registry's, less nvjpeg without CUDA); starts: False when a
+    script owns the runs (serve(watch)): the page offers no start and no run settings, only the live ones."""
+    return {"type": "hello", "model": model.name, "synthetic": model.synthetic, "note": model.note, "starts": starts,
             "family": model.space.name, "space": model.space.describe(), "device": model.device.type,
             "dtype": dtype_name(model.dtype), "max_batch": MAX_BATCH, "video": model.space.video,
             "max_frames": defaults.max_frames,

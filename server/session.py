@@ -26,9 +26,11 @@ log = logging.getLogger("previewlab.server")
 @dataclass(frozen=True)
 class SessionLimits:
     """What each watcher's socket is held to: how many may watch at once, how long one send may take before
-    the watcher is dropped, and its two buckets (burst, then a rate per second): bad messages, and `set`s."""
+    the watcher is dropped, how long a run's end waits for a watcher's ack of its last preview, and its two
+    buckets (burst, then a rate per second): bad messages, and `set`s."""
     max_clients: int = 32
     send_timeout_s: float = 10.0
+    ack_wait_s: float = 1.0  # a page acks a preview in milliseconds; a tab that never does delays `done` this long
     bad_burst: int = BAD_BURST
     bad_per_s: float = BAD_PER_S
     set_burst: int = SET_BURST

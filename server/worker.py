@@ -15,7 +15,7 @@ from typing import Any, Callable, Literal, Protocol
 from previewlab.preview.engine import Controls, Previewer, TaskError, generate, img2img_pipe
 from previewlab.preview.models import Model
 from previewlab.preview.run import RunEnd, RunEvents, RunMeta
-from previewlab.preview.settings import RunSettings
+from previewlab.preview.settings import PreviewSettings, RunSettings
 
 from .store import Store
 
@@ -36,6 +36,7 @@ class RunOwner(Protocol):
     def start(self, settings: RunSettings) -> RunMeta: ...  # raises Busy, OSError
     def set(self, changes: dict[str, Any]) -> None: ...     # raises Busy, SettingsError
     def stop(self) -> bool: ...                             # False: nothing was running
+    def live(self) -> PreviewSettings | None: ...           # the preview settings now (None: no run's own)
     async def ended(self, timeout_s: float) -> bool: ...    # the run in progress has ended (False: still going)
     def shutdown(self) -> None: ...                         # blocks: call it off the loop
 
@@ -78,6 +79,10 @@ class Worker:
         if self.state == "idle" or self.controls is None:
             raise Busy("no generation is running; put preview settings in start")
         self.controls.set(**changes)
+
+    def live(self) -> PreviewSettings | None:
+        """The running run's preview settings with its live changes; None when idle (the page shows defaults)."""
+        return self.controls.get() if self.controls is not None else None
 
     def stop(self) -> bool:
         if self.state != "running":

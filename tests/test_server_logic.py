@@ -170,3 +170,56 @@ def test_logs_quote_only_a_short_piece_of_a_bad_message(make_app, caplog):
     assert len(err["message"]) < 100 and err["message"].startswith("not JSON: 'SECRETSECRET")
     bad = [r.getMessage() for r in caplog.records if "bad message" in r.getMessage()]
     assert len(bad) == 1 and len(bad[0]) < 200 and bad[0].count("SECRET") <= 10
+
+
+def test_a_runs_final_image_by_id_with_the_csv_routes_checks(make_app, tmp_path):
+    """Issue 23, item 7: /runs/{id}/final.png serves the PNG the run wrote; unknown, hostile and image-less
+    runs are 404 with one line saying which."""
+    from tests.conftest import GOOD, make_run
+
+    data = tmp_path / "runs"
+    srv, app = make_app(data)
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        recv_until(ws, "hello")
+        ws.send_text(json.dumps({"type": "start", "steps": 2, "decoder": "none"}))
+        rid = recv_until(ws, "done")["run_id"]
+        res = client.get(f"/runs/{rid}/final.png")
+        assert res.status_code == 200 and res.headers["content-type"] == "image/png"
+        assert res.content == (data / rid / "final.png").read_bytes() and res.content[:4] == b"\x89PNG"
+        for bad in ("nope", "20261130-000000-001", "%2E%2E", "final.png"):
+            res = client.get(f"/runs/{bad}/final.png")
+            assert res.status_code == 404 and "unknown run id" in res.text, bad
+        assert client.get("/runs/..%2F..%2Fetc%2Fpasswd/final.png").status_code == 404  # no route: a slash
+        make_run(data, GOOD)  # a run folder without a final image (one that failed, or a script's)
+        res = client.get(f"/runs/{GOOD}/final.png")
+        assert res.status_code == 404 and res.text.startswith(f"run {GOOD} has no final image")
+
+
+def test_the_favicon_is_served_and_the_page_links_it(make_app):
+    """Issue 23, item 9: the browser's /favicon.ico was a 404 on every page load."""
+    srv, app = make_app()
+    with TestClient(app) as client:
+        for path in ("/favicon.ico", "/static/favicon.svg"):
+            res = client.get(path)
+            assert res.status_code == 200 and res.headers["content-type"].startswith("image/svg+xml"), path
+            assert res.content.startswith(b"<svg")
+        assert 'rel="icon" href="/static/favicon.svg"' in client.get("/").text
+
+
+def test_hello_offers_the_running_runs_live_settings(make_app):
+    """A page that connects mid-run shows the preview settings the run has now, not the server's defaults."""
+    srv, app = make_app()
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        hello = recv_until(ws, "hello")
+        assert hello["starts"] is True and hello["defaults"]["decoder"] == "taesd"
+        ws.send_text(json.dumps({"type": "start", "steps": 1000, "decoder": "latent2rgb"}))
+        recv_until(ws, "run")
+        ws.send_text(json.dumps({"type": "set", "decoder": "vae", "every": 3}))
+        while not recv_until(ws, "step")["event"]:
+            pass
+        with client.websocket_connect("/ws", headers=SAME_ORIGIN) as late:
+            seen = recv_until(late, "hello")
+        ws.send_text(json.dumps({"type": "stop"}))
+        recv_until(ws, "done")
+    assert (seen["defaults"]["decoder"], seen["defaults"]["every"]) == ("vae", 3)
+    assert seen["running"]["decoder"] == "latent2rgb"  # the run's start settings stay what they were

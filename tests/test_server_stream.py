@@ -87,3 +87,96 @@ def test_two_watchers_share_frames_and_a_late_one_joins_at_the_next_frame(make_a
     by_seq = {h["seq"]: data for h, data in f1}
     for h, data in f2:  # the same encoded bytes, not a second encode
         assert by_seq[h["seq"]] == data
+
+
+def test_the_last_frames_ack_is_in_the_runs_csv_when_done_arrives(make_app):
+    """Issue 23, item 8: a page acks a preview after decoding and painting it, so the last frame's ack comes
+    after the last step's row, often after the run has ended. `done` now waits (bounded) for the acks of the
+    frames a watcher holds, so the CSV fetched right after `done` has every ack. The client here acks each
+    frame 0.3 s after it arrives and hangs up at `done`: before, the last ack was never sent."""
+    from previewlab.server.session import SessionLimits
+
+    srv, app = make_app(limits=SessionLimits(ack_wait_s=600))  # the bound never decides here
+
+    async def slow_page(url: str):
+        frames, pending, done = [], [], None
+        async with websockets.connect(url, max_size=None) as ws:
+            json.loads(await ws.recv())
+            await ws.send(json.dumps({"type": "start", "steps": 6, "decoder": "latent2rgb", "mode": "sync"}))
+
+            async def ack(seq: int) -> None:
+                await asyncio.sleep(0.3)  # the page's decode and paint, slow
+                await ws.send(json.dumps({"type": "ack", "seq": seq, "client_decode_ms": 4.0,
+                                          "client_paint_ms": 2.0}))
+            while done is None:
+                m = await asyncio.wait_for(ws.recv(), 60)
+                if isinstance(m, bytes):
+                    header, _ = unpack_frame(m)
+                    frames.append(header)
+                    pending.append(asyncio.create_task(ack(header["seq"])))
+                elif json.loads(m)["type"] == "done":
+                    done = json.loads(m)
+            acked_before_done = sum(t.done() for t in pending)
+            for t in pending:
+                t.cancel()
+        return frames, done, acked_before_done
+
+    with live_server(app) as addr:
+        frames, done, acked = asyncio.run(slow_page(f"ws://{addr}/ws"))
+        with urllib.request.urlopen(f"http://{addr}/runs/{done['run_id']}.csv") as r:
+            rows = list(csv.DictReader(io.StringIO(r.read().decode())))
+    assert [f["step"] for f in frames] == [1, 2, 3, 4, 5, 6] and acked == 6
+    assert [float(r["client_paint_ms"]) for r in rows] == [2.0] * 6  # the last step's ack included
+
+
+def test_a_watcher_that_never_acks_cannot_hold_a_runs_end(make_app):
+    """The wait for acks is released by more than its timer: a watcher that leaves releases it, and so does the
+    next run's start, whose `run` message then follows the last run's `done`. The bound here (600 s) is far
+    over the test's own receive timeouts (60 s), so only those releases can end the wait."""
+    from previewlab.server.session import SessionLimits
+
+    srv, app = make_app(limits=SessionLimits(ack_wait_s=600))
+    start = json.dumps({"type": "start", "steps": 4, "decoder": "latent2rgb"})
+
+    async def texts(ws):
+        while True:
+            m = await asyncio.wait_for(ws.recv(), 60)
+            if isinstance(m, str):
+                yield json.loads(m)
+
+    async def leaver_and_observer(url: str) -> dict:
+        async with websockets.connect(url, max_size=None) as observer:  # acks every frame at once
+            json.loads(await observer.recv())
+            async with websockets.connect(url, max_size=None) as leaver:  # takes frames, never acks
+                json.loads(await leaver.recv())
+                await leaver.send(start)
+                async for msg in texts(leaver):
+                    if msg["type"] == "step" and msg["step"] == 4:
+                        break
+            while True:  # the leaver has hung up: its unacked frames no longer hold the run's end
+                m = await asyncio.wait_for(observer.recv(), 60)
+                if isinstance(m, bytes):
+                    await observer.send(json.dumps({"type": "ack", "seq": unpack_frame(m)[0]["seq"],
+                                                    "client_decode_ms": 1, "client_paint_ms": 1}))
+                elif json.loads(m)["type"] == "done":
+                    return json.loads(m)
+
+    async def starts_again(url: str) -> list[tuple[str, str]]:
+        seen: list[tuple[str, str]] = []
+        async with websockets.connect(url, max_size=None) as ws:  # never acks
+            json.loads(await ws.recv())
+            await ws.send(start)
+            async for msg in texts(ws):
+                seen.append((msg["type"], msg.get("run_id", "")))
+                if msg["type"] == "step" and msg["step"] == 4 or msg["type"] == "error":
+                    await ws.send(start)  # as soon as the worker is idle (an error: not yet, start again)
+                if msg["type"] == "run" and len([k for k, _ in seen if k == "run"]) == 2:
+                    return seen
+
+    with live_server(app) as addr:
+        done = asyncio.run(leaver_and_observer(f"ws://{addr}/ws"))
+        seen = asyncio.run(starts_again(f"ws://{addr}/ws"))
+    assert done["status"] == "done"
+    runs = [rid for kind, rid in seen if kind == "run"]
+    order = [(kind, rid) for kind, rid in seen if kind in ("run", "done")]
+    assert order == [("run", runs[0]), ("done", runs[0]), ("run", runs[1])]
