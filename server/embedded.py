@@ -8,8 +8,10 @@ call at its next step.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from previewlab.preview.frames import Frame
 from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunMeta
 
-from previewlab.preview.settings import RunSettings
+from previewlab.preview.settings import PreviewSettings, RunSettings
 
 from .app import Server, build_app
 from .worker import Busy
@@ -39,6 +41,10 @@ class WatchSource:
     def set(self, changes: dict[str, Any]) -> None:
         self.watch.controls.set(**changes)
 
+    def live(self) -> PreviewSettings:
+        """The watch's own preview settings (what the script chose, with the page's live changes)."""
+        return self.watch.controls.get()
+
     def stop(self) -> bool:
         if self.state != "running":
             return False
@@ -52,21 +58,38 @@ class WatchSource:
         pass
 
 
+def guidance_of(pipe: Any) -> float | None:
+    """The guidance scale of the pipeline's call in progress (diffusers keeps it as pipe.guidance_scale for the
+    call), or None where the pipeline has none (FLUX.2 and others without classifier-free guidance)."""
+    try:
+        g = getattr(pipe, "guidance_scale", None)
+    except Exception:  # a property that reads state the pipeline has not set
+        return None
+    if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g):
+        return None
+    return float(g)
+
+
 class Embedded:
     """The watch's RunEvents, called on the denoising thread: each hands its event to the server's loop, none
-    waits. The server is the RunEvents on the loop."""
+    waits. The server is the RunEvents on the loop. A run's guidance scale, which the watch does not see, is
+    read from the pipeline on the loop, so the page and the run list show what the script ran."""
 
     def __init__(self, server: Server, uv: Any, thread: threading.Thread, loop: asyncio.AbstractEventLoop,
-                 url: str) -> None:
+                 url: str, pipe: Any = None) -> None:
         self.server, self.uv, self.thread, self.loop, self.url = server, uv, thread, loop, url
+        self.pipe = pipe
+        self._metas: dict[str, RunMeta] = {}  # run id -> its meta as recorded (with the call's guidance)
 
     def _call(self, fn: Any, *args: Any) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
 
     def started(self, meta: RunMeta) -> None:
         def begin() -> None:
-            self.server.store.begin(meta)
-            self.server.started(meta)
+            seen = meta if meta.guidance is not None else replace(meta, guidance=guidance_of(self.pipe))
+            self._metas[seen.run_id] = seen
+            self.server.store.begin(seen)
+            self.server.started(seen)
         self._call(begin)
 
     def row(self, row: StepRow) -> None:
@@ -79,7 +102,13 @@ class Embedded:
         self._call(self.server.error, run_id, message)
 
     def ended(self, end: RunEnd) -> None:
-        self._call(self.server.ended, end)
+        def finish() -> None:
+            meta = self._metas.pop(end.meta.run_id, end.meta)
+            totals = end.totals
+            if totals is not None and totals.guidance is None:
+                totals = replace(totals, guidance=meta.guidance)
+            self.server.ended(replace(end, meta=meta, totals=totals))
+        self._call(finish)
 
     def close(self) -> None:
         self.uv.should_exit = True
@@ -114,6 +143,6 @@ def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: st
     port = uv.servers[0].sockets[0].getsockname()[1] if port == 0 else port
     url = f"http://{host}:{port}/"
     print(f"previewlab: watching {watch.model.name}; open {url}", flush=True)
-    embedded = Embedded(server, uv, t, holder["loop"], url)
+    embedded = Embedded(server, uv, t, holder["loop"], url, pipe=watch.pipe)
     watch.attach(embedded, close=embedded.close)
     return embedded
