@@ -75,10 +75,11 @@ def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path):
         boxes.nth(1).check()
         page.wait_for_selector("#compare:not([hidden])")
         table = page.text_content("#compare-table") or ""
-        assert "wall_s" in table and "overhead_pct" in table and "B / A" in table
+        assert "wall time (s)" in table and "on-path share (%)" in table and "B vs A" in table
+        assert "wall_s" not in table and "overhead_pct" not in table  # figures named in words, not CSV keys
         heads = page.locator("#compare-table th").all_text_contents()
         assert heads[1].startswith("A ") and heads[2].startswith("B ") and heads[1][2:21] != heads[2][2:21]
-        cells = page.locator("#compare-table tr", has_text="previews").locator("td").all_text_contents()
+        cells = page.locator("#compare-table tr[data-figure=previews] td").all_text_contents()
         a, b = float(cells[1]), float(cells[2])
         assert {a, b} <= set(map(float, range(61))) and max(a, b) > 4 >= min(a, b)  # each run's own count
         # the list shows each run's guidance; it was filled from the runs' `done`, never by listing them all
@@ -173,3 +174,200 @@ def test_a_clip_preview_plays_its_frames_on_the_canvas(make_app, tmp_path):
         assert page.is_hidden("#error"), page.text_content("#error")
         assert errors == []
         browser.close()
+
+
+BLANK_CANVAS = """() => { const c = document.getElementById('preview');
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    for (let i = 3; i < d.length; i += 4) if (d[i] !== 0) return false;
+    return true; }"""
+
+
+def test_a_none_run_after_a_taesd_run_starts_clean_and_each_run_shows_its_final_image(make_app):
+    """Issue 23, items 7 and 9: a run starts with a clean panel (a decoder `none` run kept the TAESD run's
+    picture, step, decoder and counts); the final image appears when it is written, and the run list opens a
+    past run's; the chart's step ticks are whole steps and the browser's render is drawn apart from the step's
+    stack; no request of the page is answered 4xx (the favicon was a 404)."""
+    srv, app = make_app()
+    with live_server(app) as addr, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        failed: list[str] = []
+        page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        page.goto(f"http://{addr}/")
+        page.wait_for_selector("#conn.ok")
+        page.fill("#steps", "3")
+        page.select_option("#decoder", "taesd")
+        page.select_option("#mode", "sync")
+        page.click("#start")
+        wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 120)
+        wait_js(page, "document.getElementById('preview').dataset.decoder === 'taesd'")
+        first = page.evaluate("document.getElementById('f-status').textContent").split()[1]
+        page.wait_for_selector("#final-box:not([hidden])")
+        assert page.evaluate("document.getElementById('final').naturalWidth") == 64
+        assert first in (page.text_content("#final-caption") or "")
+        assert not page.evaluate(BLANK_CANVAS)  # the TAESD preview is on the canvas
+        # the chart: whole steps only on the x axis; render is its own line, not stacked on the step's stages
+        wait_js(page, "chart.data[0].length === 3")
+        ticks = page.evaluate("chart.axes[0]._splits")
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+        labels = page.evaluate("chart.series.map((s) => s.label)")
+        assert labels[-1].startswith("browser render") and "render" not in labels[:-1]
+        rows = page.evaluate("rawRows.map((r) => [r.render_ms ?? null, r.denoise_ms])")
+        top = page.evaluate("chart.data[1]")  # the top of the stack: every server stage of the step
+        shown = page.evaluate("chart.data[chart.data.length - 1]")
+        assert shown == [r[0] for r in rows] and any(v is not None for v in shown)
+        assert all(t >= d for t, (_, d) in zip(top, rows))
+
+        page.select_option("#decoder", "none")
+        page.click("#start")
+        wait_js(page, f"document.getElementById('f-status').textContent.startsWith('done') && "
+                      f"!document.getElementById('f-status').textContent.includes('{first}')", 120)
+        second = page.evaluate("document.getElementById('f-status').textContent").split()[1]
+        assert second != first
+        # nothing of the TAESD run is left: no picture, no step or decoder of its preview, no counts
+        assert page.evaluate(BLANK_CANVAS)
+        assert page.evaluate("document.getElementById('preview').dataset.decoder") is None
+        assert page.text_content("#caption") == "no previews: decoder none"
+        assert page.text_content("#f-frames") == "0" and page.text_content("#f-pps") == "–"
+        assert page.text_content("#f-step") == "3 / 3"
+        # no no-preview run of these settings but the first after the load (its warm-up is no reference)
+        assert page.text_content("#f-overhead") == "no reference: run these settings once with decoder none"
+        # its own final image, loaded
+        wait_js(page, f"document.getElementById('final').dataset.run === '{second}' && "
+                      "document.getElementById('final').complete && "
+                      "!document.getElementById('final-box').hidden")
+        # the run list opens the first run's final image
+        row = page.locator("#runs tbody tr", has_text=first)
+        row.locator("a.run-image").click()
+        wait_js(page, f"document.getElementById('final').dataset.run === '{first}' && "
+                      "document.getElementById('final').complete && "
+                      "document.getElementById('final').naturalWidth === 64")
+        assert first in (page.text_content("#final-caption") or "")
+        assert failed == [] and errors == []
+        browser.close()
+
+
+def _finished(rid: str, *, decoder: str, wall_s: float, steps_run: int, denoise_ms: float, on_path_ms: float = 0.0,
+              previews: int = 0, status: str = "done", first_run: int = 0, width: int = 64) -> dict:
+    """A finished run's meta.json as the store writes it, with hand-picked totals: 400 ms outside the loop."""
+    settings = dict(model="synthetic:tiny", device="cpu", dtype="float32", steps=10, width=width, height=64,
+                    batch=1, num_frames=1, guidance=7.5, task="txt2img", decoder=decoder, every=1, mode="sync",
+                    budget=0.0)
+    totals = dict(settings, wall_s=wall_s, steps_run=steps_run, denoise_ms=denoise_ms, on_path_ms=on_path_ms,
+                  previews=previews, first_run=first_run, text_encode_ms=100.0, final_decode_ms=200.0,
+                  final_encode_ms=50.0, write_ms=50.0, bytes=1024 * previews, decode_ms=0.0, encode_ms=0.0)
+    return dict(settings, run_id=rid, status=status, totals=totals)
+
+
+def test_overhead_is_wall_time_against_a_no_preview_run_and_the_page_reflows_and_clears_its_errors(
+        make_app, tmp_path):
+    """Issue 23, items 6 and 9. Overhead % is the bench's: wall time against the nearest no-preview run of the
+    same settings (named), its loop scaled to the steps done; the on-path share is its own column. Figures
+    worked by hand: the reference (run 2) spends 2000 ms, 400 outside the loop, so 160 ms a step. The page
+    fits 800 px without scrolling sideways, and a refused start's banner goes once the input is put right."""
+    from previewlab.server.app import RunOptions
+    from tests.conftest import make_run
+
+    data = tmp_path / "runs"
+    ids = [f"20261130-120000-00{i}" for i in range(1, 7)]
+    metas = [
+        _finished(ids[0], decoder="none", wall_s=1.0, steps_run=10, denoise_ms=500, first_run=1),  # warm-up
+        _finished(ids[1], decoder="none", wall_s=2.0, steps_run=10, denoise_ms=1500),  # the reference
+        _finished(ids[2], decoder="latent2rgb", wall_s=2.4, steps_run=10, denoise_ms=1600, on_path_ms=400,
+                  previews=10),  # expected 2000 ms: +20.0 %
+        _finished(ids[3], decoder="latent2rgb", wall_s=1.4, steps_run=5, denoise_ms=600, on_path_ms=100,
+                  previews=5, status="stopped"),  # 5 steps done: expected 400 + 5 x 160 = 1200 ms: +16.7 %
+        _finished(ids[4], decoder="latent2rgb", wall_s=2.4, steps_run=10, denoise_ms=1600, previews=10,
+                  width=128),  # no no-preview run at 128 px
+        _finished(ids[5], decoder="none", wall_s=3.0, steps_run=10, denoise_ms=2500),  # later, so not the nearest
+    ]
+    for m in metas:
+        make_run(data, m["run_id"], meta=m)
+    srv, app = make_app(data, runs=RunOptions(max_pixel_steps=64 * 64 * 10))
+    with live_server(app) as addr, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page(viewport={"width": 800, "height": 900})
+        page.goto(f"http://{addr}/")
+        page.wait_for_selector("#conn.ok")
+        wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 6")
+        heads = page.locator("#runs th").all_text_contents()
+        table = {cells[heads.index("run")]: cells for cells in
+                 (tr.locator("td").all_text_contents() for tr in page.locator("#runs tbody tr").all())}
+
+        def cell(rid: str, head: str) -> str:
+            return table[rid][heads.index(head)]
+        assert (cell(ids[2], "overhead %"), cell(ids[2], "vs run")) == ("+20.0", ids[1])
+        assert (cell(ids[3], "overhead %"), cell(ids[3], "vs run")) == ("+16.7", ids[1])
+        assert cell(ids[3], "denoise ms/step") == "120.0"  # 600 ms over the 5 steps done, not the 10 asked
+        assert cell(ids[2], "on-path share %") == "25.0"  # 400 of 1600 ms
+        assert (cell(ids[4], "overhead %"), cell(ids[4], "vs run")) == ("", "")
+        assert cell(ids[5], "vs run") == ids[1]  # a reference itself is measured against the nearest other
+        for rid in (ids[2], ids[3]):  # A, then B: percentages compare by their difference, never a ratio
+            page.locator("#runs tbody tr", has_text=rid).locator("input.pick").check()
+        row = page.locator("#compare-table tr[data-figure=overhead_pct] td").all_text_contents()
+        assert row == ["overhead, wall time vs a no-preview run (%)", "+20.0", "+16.7", "-3.3 points"]
+        row = page.locator("#compare-table tr[data-figure=denoise_per_step] td").all_text_contents()
+        assert row == ["denoise ms per step done", "160.00", "120.00", "×0.750"]
+        # the layout fits the window: nothing wider than 800 px but the tables' own scroll boxes
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        # a refused start: the banner stays until the field it names holds a value its input accepts
+        page.fill("#steps", "20")  # over the work limit at 64 x 64: the message names no one field
+        page.click("#start")
+        page.wait_for_selector("#error:not([hidden])")
+        assert "pixel-steps" in (page.text_content("#error") or "")
+        page.fill("#steps", "5")
+        page.wait_for_selector("#error", state="hidden")
+        page.fill("#seed", str(2**63))
+        page.click("#start")
+        page.wait_for_selector("#error:not([hidden])")
+        assert (page.text_content("#error") or "").startswith("seed=")
+        page.fill("#steps", "4")  # another field: the seed is still wrong
+        assert page.is_visible("#error")
+        page.fill("#seed", "7")
+        page.wait_for_selector("#error", state="hidden")
+        browser.close()
+
+
+def test_a_scripts_page_offers_no_start_and_shows_what_the_script_ran(tmp_path):
+    """Issue 23, item 9: serve(watch) showed the server's lighthouse defaults and a Start that was then
+    refused; its run list said nothing of the call's guidance. Now the page hides what it cannot do, its live
+    controls show the watch's own settings, and the run shows the steps, size and guidance the script ran."""
+    import torch
+
+    from previewlab import watch as preview_watch
+    from previewlab.preview.models import synthetic_pipeline
+    from previewlab.server.embedded import serve
+
+    pipe = synthetic_pipeline("synthetic:tiny")
+    w = preview_watch(pipe, decoder="latent2rgb", every=2)
+    served = serve(w, port=0, data_dir=tmp_path / "runs")
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(served.url)
+            page.wait_for_selector("#conn.ok")
+            assert page.is_visible("#script-note")
+            assert page.is_hidden("#start") and page.is_hidden("#prompt") and page.is_hidden("#steps")
+            assert (page.input_value("#decoder"), page.input_value("#every")) == ("latent2rgb", "2")
+            pipe("a cat", num_inference_steps=4, height=64, width=64, guidance_scale=6.5,
+                 generator=torch.Generator().manual_seed(0), callback_on_step_end=w,
+                 callback_on_step_end_tensor_inputs=w.tensor_inputs)
+            w.finish()
+            wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 60)
+            assert page.text_content("#f-settings") == "4 steps · 64x64 · guidance 6.5 · script"
+            wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 1")
+            heads = page.locator("#runs th").all_text_contents()
+            cells = page.locator("#runs tbody tr").first.locator("td").all_text_contents()
+            assert (cells[heads.index("steps")], cells[heads.index("size")], cells[heads.index("guidance")]) == \
+                ("4", "64x64", "6.5")
+            # a script's run has no final image here (the script saves its own) and cannot be an input
+            assert page.locator("#runs a.run-image, #runs button.use-input").count() == 0
+            assert page.is_hidden("#final-box") and errors == []
+            browser.close()
+    finally:
+        w.remove()

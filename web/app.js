@@ -12,11 +12,20 @@ const NUMERIC = new Set(["steps", "width", "height", "seed", "guidance", "every"
 const CLIP_COUNTS = [4, 8, 16];  // "N frames spread evenly" choices the page offers beside first, middle and all
 const DEFAULT_FPS = 8;           // a clip whose rate is unknown plays at this
 const PAGE = 50;         // runs per /runs request (the server's default page)
-const STAGES = ["denoise_ms", "decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "render_ms"];
+// The server's stages of a step, stacked. The browser's own decode and paint (render) come after the step,
+// beside the next one: they never slow the generation, so they are drawn apart, as a line, not on the stack.
+const STAGES = ["denoise_ms", "decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms"];
 const DRAW = STAGES.map((_, i) => STAGES.length - 1 - i);  // series order: the top of the stack first
-const COLORS = ["#8da0cb", "#e78ac3", "#fc8d62", "#ffd92f", "#a6d854", "#66c2a5", "#b3b3b3", "#e5c494"];
+const COLORS = ["#8da0cb", "#e78ac3", "#fc8d62", "#ffd92f", "#a6d854", "#66c2a5", "#b3b3b3"];
+const RENDER_LABEL = "browser render (after the step, not in it)";
+const STEP_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];  // the chart's step ticks: whole steps only
+// What decides a step's cost: a no-preview run with the same values is another run's reference
+const COST_KEYS = ["model", "device", "dtype", "width", "height", "steps", "batch", "num_frames", "guidance", "task",
+                   "strength"];
 
 let ws = null;
+let starts = true;       // false: a script owns the runs (serve(watch)); the page starts none
+let errorField = null;   // the field the error banner names ("" for none): editing it to a valid value clears it
 let init = null;         // img2img: the past run whose final image is the next start's input (null: text to image)
 let run = null;          // the run this tab is watching: its settings, rows by step, figures
 let chart = null;
@@ -27,10 +36,24 @@ let drawnSeq = -1;       // the newest preview drawn: an older one whose decode 
 const canvas = $("preview");
 const ctx = canvas.getContext("2d");
 
-function showError(text) {
+function showError(text, field = null) {
   const e = $("error");
   e.textContent = text;
   e.hidden = !text;
+  errorField = text ? field : null;
+}
+
+// A refused message names its field first ("width=100: ...", "budget: ..."); a field of this page's form, or ""
+function namedField(text) {
+  const m = /^([a-z_]+)[=:]/.exec(text || "");
+  return m && $(m[1]) ? m[1] : "";
+}
+
+// The banner of a refused input goes once that input holds a value its own constraints accept (or, when the
+// error named no field, once any input is edited)
+function inputEdited(id) {
+  if (errorField === null || (errorField && errorField !== id)) return;
+  if ($(id).checkValidity()) showError("");
 }
 
 function value(id) {
@@ -72,6 +95,8 @@ function connect() {
 function onText(msg) {
   switch (msg.type) {
     case "hello": {
+      starts = msg.starts !== false;
+      showStarts();
       $("model").textContent = `${msg.model} · ${msg.device} ${msg.dtype}`;
       // the model's label: synthetic (random weights) or its note (the demo model: what its pictures and costs are)
       const banner = $("banner");
@@ -85,7 +110,9 @@ function onText(msg) {
         if (!sel || sel.options.length === all.length) continue;
         sel.replaceChildren(...all.map((n) => Object.assign(document.createElement("option"), { textContent: n })));
       }
-      for (const [k, v] of Object.entries(msg.defaults)) if ($(k) && !$(k).dataset.touched && k !== "budget") $(k).value = v;
+      for (const [k, v] of Object.entries(msg.defaults)) {
+        if ($(k) && !$(k).dataset.touched && !LIVE.includes(k)) $(k).value = v;
+      }
       $("width").max = $("height").max = msg.max_side;
       $("batch").max = msg.max_batch;
       $("clip-row").hidden = $("frames-label").hidden = !msg.video;  // a video model: the clip's length, rate, frames
@@ -97,6 +124,7 @@ function onText(msg) {
         $("start").disabled = false;
         $("stop").disabled = true;
       }
+      showLive(msg.defaults);  // the preview settings now: a running run's live ones, or a script's watch's
       firstPage.then(fetchNew);  // after a reconnect: only the runs that ended while this tab was away
       break;
     }
@@ -104,20 +132,75 @@ function onText(msg) {
     case "step": onStep(msg); break;
     case "delivery": onDelivery(msg); break;
     case "done": endRun(msg); break;
-    case "error": showError(msg.message); break;
+    case "error": showError(msg.message, msg.run_id ? null : namedField(msg.message)); break;
   }
+}
+
+// A script's page (serve(watch)): no Start and no run settings, which the script decides; the live preview
+// controls and Stop work as on the server's own page
+function showStarts() {
+  $("run-fields").hidden = !starts;
+  $("start").hidden = !starts;
+  $("script-note").hidden = starts;
+}
+
+function settingsText(m) {
+  const size = m.width ? `${m.width}x${m.height}` : "size not seen";
+  const parts = [`${m.steps || "?"} steps`, size];
+  if (m.batch > 1) parts.push(`batch ${m.batch}`);
+  if (m.num_frames > 1) parts.push(`${m.num_frames} frames at ${m.fps} fps`);
+  parts.push(m.guidance === undefined || m.guidance === null ? "guidance not seen" : `guidance ${m.guidance}`);
+  if (m.seed >= 0) parts.push(`seed ${m.seed}`);
+  parts.push(m.task === "img2img" ? `img2img ${m.strength} from ${m.init}` : m.task || "txt2img");
+  return parts.join(" · ");
+}
+
+// Each run starts clean: nothing of the run before stays on the panel (a decoder `none` run draws no preview)
+function resetPanel(meta) {
+  stopClip();
+  ctx.clearRect(0, 0, canvas.width, canvas.height);
+  for (const k of ["step", "decoder", "clipFrames", "clipFrame"]) delete canvas.dataset[k];
+  canvas.dataset.painted = "0";
+  canvas.dataset.run = meta.run_id;
+  $("caption").textContent = meta.decoder === "none" ? "no previews: decoder none" : "no preview yet";
+  $("f-settings").textContent = settingsText(meta);
+  $("f-step").textContent = `0 / ${meta.steps || "?"}`;
+  for (const [id, text] of [["f-frames", "0"], ["f-dropped", "0"], ["f-bps", "–"], ["f-pps", "–"],
+                            ["f-overhead", "–"], ["f-onpath", "–"]]) $(id).textContent = text;
+  $("final-box").hidden = true;
+  $("final").removeAttribute("src");
+}
+
+// A run's final image (the route checks the id as the CSV route does); shown once it has loaded
+function showFinal(id) {
+  const img = $("final");
+  img.onload = () => { $("final-box").hidden = false; };
+  img.onerror = () => { $("final-box").hidden = true; };
+  $("final-caption").textContent = `final image of run ${id}`;
+  img.dataset.run = id;
+  img.src = `/runs/${encodeURIComponent(id)}/final.png`;
+}
+
+function hasFinal(m) {
+  return (m.status === "done" || m.status === "stopped") && !m.damaged && m.task !== "script";
 }
 
 function beginRun(meta) {
   run = { meta, rows: new Map(), started: performance.now(), frames: 0, bytes: 0, dropped: 0, lastSeq: null,
-          lastStep: 0 };
+          lastStep: 0, ref: referenceFor(meta) };
+  resetPanel(meta);
   showError("");
   $("f-status").textContent = `running ${meta.run_id}`;
   $("start").disabled = true;
   $("stop").disabled = false;
-  for (const k of LIVE) if (meta[k] !== undefined && k !== "budget") $(k).value = meta[k];
-  if (meta.budget > 0) { $("every").value = "auto"; $("budget").value = meta.budget; }
+  showLive(meta);
   chartDirty = true;
+}
+
+// The live preview controls from a run's settings (every "auto" when it has a budget)
+function showLive(settings) {
+  for (const k of LIVE) if (settings[k] !== undefined && k !== "budget") $(k).value = settings[k];
+  if (settings.budget > 0) { $("every").value = "auto"; $("budget").value = settings.budget; }
 }
 
 function endRun(msg) {
@@ -126,6 +209,23 @@ function endRun(msg) {
   $("stop").disabled = true;
   const { type, ...meta } = msg;
   addRuns([meta]);  // the end of a run carries its whole record: no need to ask the server again
+  if (run && run.meta.run_id === meta.run_id) {
+    const f = figuresOf(meta);
+    if (f) {
+      $("f-overhead").textContent = overheadText(f.overhead_pct, f.reference, "");
+      $("f-onpath").textContent = `${f.on_path_share_pct.toFixed(1)} % (${f.preview_on_path.toFixed(0)} of ${meta.totals.denoise_ms.toFixed(0)} ms)`;
+    }
+    if (hasFinal(meta)) showFinal(meta.run_id);
+  }
+}
+
+function signed(x) {
+  return `${x >= 0 ? "+" : ""}${x.toFixed(1)} %`;
+}
+
+function overheadText(pct, ref, note) {
+  if (ref === null) return "no reference: run these settings once with decoder none";
+  return `${signed(pct)} vs run ${ref} (decoder none, same settings${note})`;
 }
 
 function row(step) {
@@ -137,14 +237,22 @@ function onStep(msg) {
   if (!run || msg.run_id !== run.meta.run_id) return;
   Object.assign(row(msg.step), msg);
   run.lastStep = Math.max(run.lastStep, msg.step);
-  $("f-step").textContent = `${msg.step} / ${run.meta.steps}`;
+  $("f-step").textContent = `${msg.step} / ${run.meta.steps || "?"}`;
   if (msg.event) $("f-status").textContent = `running ${run.meta.run_id} · step ${msg.step}: ${msg.event}`;
-  let denoise = 0, preview = 0;
+  let denoise = 0, preview = 0, n = 0;
   for (const r of run.rows.values()) {
-    denoise += r.denoise_ms || 0;
+    if (r.denoise_ms === undefined) continue;
+    denoise += r.denoise_ms;
     preview += onPath(r);
+    n += 1;
   }
-  $("f-overhead").textContent = denoise ? `${(100 * preview / denoise).toFixed(1)} % (${preview.toFixed(0)} of ${denoise.toFixed(0)} ms)` : "–";
+  $("f-onpath").textContent = denoise ? `${(100 * preview / denoise).toFixed(1)} % (${preview.toFixed(0)} of ${denoise.toFixed(0)} ms)` : "–";
+  // so far: the steps' wall time on the denoising path against the reference's no-preview step; the whole
+  // run's figure (its wall time) replaces it at the end
+  const ref = run.ref;
+  const refStep = ref ? (ref.totals.denoise_ms + onPath(ref.totals)) / ref.totals.steps_run : 0;
+  $("f-overhead").textContent = !ref ? overheadText(0, null, "") : !n || !refStep ? "–" :
+    overheadText(100 * ((denoise + preview) / (n * refStep) - 1), ref.run_id, "; the steps so far");
   chartDirty = true;
 }
 
@@ -226,7 +334,9 @@ async function onFrame(buf) {
   const bitmap = await createImageBitmap(blobs[0]);
   const t1 = performance.now();
   requestAnimationFrame(() => {
-    if (header.seq < drawnSeq) {  // a newer preview is on the canvas already: acknowledge this one, draw nothing
+    // older than the newest drawn, or of a run before the one shown (a late frame must not come back after the
+    // panel was reset): acknowledged, never drawn
+    if (header.seq < drawnSeq || (run && header.run_id !== run.meta.run_id)) {  // a newer preview is on the canvas already: acknowledge this one, draw nothing
       bitmap.close();
       send({ type: "ack", seq: header.seq, client_decode_ms: +(t1 - t0).toFixed(3), client_paint_ms: 0 });
       return;
@@ -259,22 +369,30 @@ async function onFrame(buf) {
   });
 }
 
+function chartWidth() {
+  return Math.max(240, Math.min(1100, $("chart-box").clientWidth));
+}
+
 function makeChart() {
   const series = [{ label: "step" }];
   // Stacked: each series is the cumulative sum up to its stage, drawn from the top stage down so each smaller
   // sum paints over the larger one and every band shows one stage's share of the step.
   DRAW.forEach((i) => series.push({ label: STAGES[i].replace("_ms", ""), stroke: COLORS[i], fill: COLORS[i], width: 1,
-                                    value: (u, v, si, idx) => rawValue(DRAW[si - 1], idx) }));
-  chart = new uPlot({ width: Math.min(1100, window.innerWidth - 40), height: 260, series,
-                      scales: { x: { time: false }, y: { range: (u, lo, hi) => [0, Math.max(1, hi)] } }, axes: [{ label: "step" }, { label: "ms" }] },
-                    [[], ...STAGES.map(() => [])], $("chart"));
+                                    value: (u, v, si, idx) => rawValue(STAGES[DRAW[si - 1]], idx) }));
+  series.push({ label: RENDER_LABEL, stroke: "#7a5c00", width: 2, dash: [6, 4], points: { show: true },
+                value: (u, v, si, idx) => rawValue("render_ms", idx) });
+  chart = new uPlot({ width: chartWidth(), height: 260, series,
+                      scales: { x: { time: false }, y: { range: (u, lo, hi) => [0, Math.max(1, hi)] } },
+                      axes: [{ label: "step", incrs: STEP_INCRS, values: (u, splits) => splits.map(String) },
+                             { label: "ms" }] },
+                    [[], ...STAGES.map(() => []), []], $("chart"));
 }
 
 let rawRows = [];
-function rawValue(stage, idx) {
+function rawValue(key, idx) {
   const r = rawRows[idx];
   if (!r) return "–";
-  const v = r[STAGES[stage]];
+  const v = r[key];
   return v === undefined ? "–" : Number(v).toFixed(2);
 }
 
@@ -289,7 +407,8 @@ function redraw() {
       acc = acc.map((a, i) => a + (Number(rawRows[i][s]) || 0));
       cols.push(acc);
     }
-    chart.setData([xs, ...DRAW.map((i) => cols[i])]);
+    const render = rawRows.map((r) => (r.render_ms === undefined ? null : r.render_ms));
+    chart.setData([xs, ...DRAW.map((i) => cols[i]), render]);
   }
   requestAnimationFrame(redraw);
 }
@@ -300,16 +419,66 @@ function onPath(r) {
   return r.on_path_ms || 0;
 }
 
-// One run's figures from its totals: what the page's table and comparison show.
+// A run's time outside its denoising loop, ms: the same for any preview setting, so not scaled by steps
+function fixedMs(t) {
+  return (t.text_encode_ms || 0) + (t.final_decode_ms || 0) + (t.final_encode_ms || 0) + (t.write_ms || 0);
+}
+
+// A no-preview run that can be another's reference: decoder none from start to end, whole, not the first run
+// after the model loaded (its warm-up is no steady state)
+function isReference(r) {
+  const t = r.totals;
+  return !!t && r.decoder === "none" && t.previews === 0 && (r.status === "done" || r.status === "stopped") &&
+         !r.damaged && !t.first_run && t.steps_run > 0 && t.wall_s > 0;
+}
+
+// The reference of run m: the nearest no-preview run of the same settings, the latest before it (machines
+// drift: the nearest in time is the fairest), else the first after it; null when there is none
+function referenceFor(m) {
+  let before = null, after = null;
+  for (const r of runsById.values()) {
+    if (r.run_id === m.run_id || !isReference(r) || !COST_KEYS.every((k) => (r[k] ?? null) === (m[k] ?? null))) continue;
+    if (r.run_id < m.run_id) { if (!before || r.run_id > before.run_id) before = r; }
+    else if (!after || r.run_id < after.run_id) after = r;
+  }
+  return before || after;
+}
+
+// One run's figures from its totals: what the page's table and comparison show. Per-step figures divide by
+// the steps that ran (fewer for img2img, or a stopped run). overhead_pct has the bench's meaning: the run's
+// wall time against a no-preview run's, the reference's loop scaled to the steps this run did.
 function figuresOf(m) {
   const t = m.totals;
   if (!t) return null;
-  const steps = Math.max(1, t.steps_run || t.steps);  // the steps that ran: fewer for img2img, or a stopped run
+  const steps = Math.max(1, t.steps_run || t.steps);
   const onPathMs = onPath(t);
-  return { wall_s: t.wall_s, denoise_per_step: t.denoise_ms / steps, preview_on_path: onPathMs,
-           overhead_pct: t.denoise_ms ? 100 * onPathMs / t.denoise_ms : 0, previews: t.previews,
+  const ref = referenceFor(m);
+  let overhead = null;
+  if (ref) {
+    const rt = ref.totals;
+    const expected = fixedMs(rt) + (rt.wall_s * 1e3 - fixedMs(rt)) / rt.steps_run * steps;  // no previews, ms
+    overhead = 100 * (t.wall_s * 1e3 / expected - 1);
+  }
+  return { wall_s: t.wall_s, wall_per_step: t.wall_s * 1e3 / steps, denoise_per_step: t.denoise_ms / steps,
+           preview_on_path: onPathMs, on_path_share_pct: t.denoise_ms ? 100 * onPathMs / t.denoise_ms : 0,
+           overhead_pct: overhead, reference: ref ? ref.run_id : null, previews: t.previews,
            kb_per_frame: t.previews ? t.bytes / t.previews / 1024 : 0, decode_ms: t.decode_ms, encode_ms: t.encode_ms };
 }
+
+// The comparison's rows, named in words: [label, figure, kind]; a percentage compares by its difference in
+// points (a ratio of two percentages means nothing), a time or a count by B / A
+const COMPARED = [
+  ["wall time (s)", "wall_s", "ratio"],
+  ["wall ms per step done", "wall_per_step", "ratio"],
+  ["denoise ms per step done", "denoise_per_step", "ratio"],
+  ["preview ms on the denoising path", "preview_on_path", "ratio"],
+  ["on-path share (%)", "on_path_share_pct", "points"],
+  ["overhead, wall time vs a no-preview run (%)", "overhead_pct", "points"],
+  ["previews", "previews", "ratio"],
+  ["KB per frame", "kb_per_frame", "ratio"],
+  ["preview decode ms (all previews)", "decode_ms", "ratio"],
+  ["preview encode ms (all previews)", "encode_ms", "ratio"],
+];
 
 const picked = [];
 const runsById = new Map();  // every run this tab knows, by id; ids sort by time
@@ -323,14 +492,20 @@ function showCompare() {
   const t = $("compare-table");
   t.textContent = "";
   const head = document.createElement("tr");
-  for (const h of ["", `A ${a.run_id} (${a.decoder}/${a.mode})`, `B ${b.run_id} (${b.decoder}/${b.mode})`, "B / A"]) {
+  for (const h of ["", `A ${a.run_id} (${a.decoder}/${a.mode})`, `B ${b.run_id} (${b.decoder}/${b.mode})`, "B vs A"]) {
     const th = document.createElement("th"); th.textContent = h; head.appendChild(th);
   }
   t.appendChild(head);
-  for (const k of Object.keys(fa || {})) {
+  const shown = (v, kind, key) => (v === null || v === undefined || Number.isNaN(v) ? "–" :
+    key === "previews" ? String(v) : kind === "points" ? signed(v).replace(" %", "") : Number(v).toFixed(2));
+  for (const [label, key, kind] of COMPARED) {
+    const va = fa ? fa[key] : null, vb = fb ? fb[key] : null;
+    const known = va !== null && vb !== null && va !== undefined && vb !== undefined;
+    const vs = !known ? "–" : kind === "points" ? `${signed(vb - va).replace(" %", "")} points` :
+               va ? `×${(vb / va).toFixed(3)}` : "–";
     const tr = document.createElement("tr");
-    const va = fa[k], vb = fb ? fb[k] : NaN;
-    for (const c of [k, va.toFixed(2), Number(vb).toFixed(2), va ? (vb / va).toFixed(3) : "–"]) {
+    tr.dataset.figure = key;
+    for (const c of [label, shown(va, kind, key), shown(vb, kind, key), vs]) {
       const td = document.createElement("td"); td.textContent = c; tr.appendChild(td);
     }
     t.appendChild(tr);
@@ -385,13 +560,16 @@ function renderRuns() {
     tr.appendChild(tdBox);
     const every = m.budget > 0 ? `auto ${m.budget}%` : m.every;
     const status = m.damaged && m.status !== "damaged" ? `${m.status} (damaged)` : m.status;
-    const size = m.width === undefined ? "" : `${m.width}x${m.height}`;
+    const size = !m.width ? "" : `${m.width}x${m.height}`;
     const task = (m.task === "img2img" ? `img2img ${m.strength} from ${m.init}` : (m.task || "txt2img")) +
                  (m.batch > 1 ? ` ×${m.batch}` : "");
-    const cells = [m.run_id, status, m.decoder, every, m.mode, task, m.steps, size, m.guidance,
+    const steps = m.steps || (m.totals ? m.totals.steps_run : "");
+    const guidance = m.guidance === undefined || m.guidance === null ? (m.task === "script" ? "not seen" : "") : m.guidance;
+    const cells = [m.run_id, status, m.decoder, every, m.mode, task, steps, size, guidance,
                    f ? f.wall_s.toFixed(2) : "", f ? f.denoise_per_step.toFixed(1) : "",
-                   f ? f.preview_on_path.toFixed(0) : "", f ? f.overhead_pct.toFixed(1) : "",
-                   f ? f.previews : "", f ? f.kb_per_frame.toFixed(1) : ""];
+                   f ? f.preview_on_path.toFixed(0) : "", f ? f.on_path_share_pct.toFixed(1) : "",
+                   f && f.overhead_pct !== null ? signed(f.overhead_pct).replace(" %", "") : "",
+                   f && f.reference ? f.reference : "", f ? f.previews : "", f ? f.kb_per_frame.toFixed(1) : ""];
     for (const c of cells) {
       const td = document.createElement("td");
       td.textContent = c === undefined || c === null ? "" : c;
@@ -408,8 +586,18 @@ function renderRuns() {
       td.appendChild(a);
     }
     tr.appendChild(td);
+    const image = document.createElement("td");
+    if (hasFinal(m)) {  // opens here, beside the preview; a middle click opens the PNG itself
+      const a = document.createElement("a");
+      a.href = `/runs/${encodeURIComponent(m.run_id)}/final.png`;
+      a.textContent = "image";
+      a.className = "run-image";
+      a.addEventListener("click", (ev) => { ev.preventDefault(); showFinal(m.run_id); });
+      image.appendChild(a);
+    }
+    tr.appendChild(image);
     const use = document.createElement("td");
-    if ((m.status === "done" || m.status === "stopped") && !m.damaged) {
+    if (starts && hasFinal(m)) {
       const b = document.createElement("button");
       b.type = "button";
       b.textContent = "use as input";
@@ -444,7 +632,9 @@ for (const k of LIVE) {
   });
 }
 for (const k of RUN_FIELDS) $(k).addEventListener("input", () => { $(k).dataset.touched = "1"; });
+for (const k of [...RUN_FIELDS, ...LIVE]) $(k).addEventListener("input", () => inputEdited(k));
 $("older").addEventListener("click", loadOlder);
+window.addEventListener("resize", () => { if (chart) chart.setSize({ width: chartWidth(), height: 260 }); });
 
 makeChart();
 const firstPage = loadOlder();
