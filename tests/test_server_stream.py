@@ -171,7 +171,8 @@ def test_a_watcher_that_never_acks_cannot_hold_a_runs_end(make_app):
                 if msg["type"] == "step" and msg["step"] == 4 or msg["type"] == "error":
                     await ws.send(start)  # as soon as the worker is idle (an error: not yet, start again)
                 if msg["type"] == "run" and len([k for k, _ in seen if k == "run"]) == 2:
-                    return seen
+                    break
+        return seen
 
     with live_server(app) as addr:
         done = asyncio.run(leaver_and_observer(f"ws://{addr}/ws"))
