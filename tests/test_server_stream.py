@@ -135,7 +135,8 @@ def test_a_watcher_that_never_acks_cannot_hold_a_runs_end(make_app):
     over the test's own receive timeouts (60 s), so only those releases can end the wait."""
     from previewlab.server.session import SessionLimits
 
-    srv, app = make_app(limits=SessionLimits(ack_wait_s=600))
+    # bad_burst: the start is sent again each time the worker is not idle yet ("already running" is a bad message)
+    srv, app = make_app(limits=SessionLimits(ack_wait_s=600, bad_burst=10_000))
     start = json.dumps({"type": "start", "steps": 4, "decoder": "latent2rgb"})
 
     async def texts(ws):
@@ -168,6 +169,8 @@ def test_a_watcher_that_never_acks_cannot_hold_a_runs_end(make_app):
             await ws.send(start)
             async for msg in texts(ws):
                 seen.append((msg["type"], msg.get("run_id", "")))
+                if msg["type"] == "error":
+                    await asyncio.sleep(0.02)  # the worker still makes the final image: start again soon
                 if msg["type"] == "step" and msg["step"] == 4 or msg["type"] == "error":
                     await ws.send(start)  # as soon as the worker is idle (an error: not yet, start again)
                 if msg["type"] == "run" and len([k for k, _ in seen if k == "run"]) == 2:
