@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence, TypeVar
 
+from previewlab.bench.noise import NOISE_LIMIT_PCT
 from previewlab.preview.models import SYNTHETIC
 from previewlab.preview.names import DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, FrameChoice, N, check, check_frames
 from previewlab.preview.settings import (MAX_BATCH, MAX_EVERY, MAX_NUM_FRAMES, MAX_SIDE, MAX_STEPS, MIN_SIDE,
@@ -107,6 +108,16 @@ def seed_value(text: str) -> int:
     return n
 
 
+def noise_limit_value(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < x <= 100:
+        raise argparse.ArgumentTypeError(f"{x:g}: noise-limit is a percent above 0, at most 100")
+    return x
+
+
 def parser() -> Parser:
     p = Parser(prog="previewlab bench", description=__doc__,
                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -163,6 +174,12 @@ def parser() -> Parser:
     p.add_argument("--direct", action="store_true",
                    help="also time the bare diffusers call, paired with decoder none (the engine's own cost)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder for runs.csv and steps.csv")
+    p.add_argument("--threads", type=ranged("threads", 1, 1024), default=None,
+                   help="torch's CPU threads (default: torch's own choice); fewer, pinned threads steady a busy machine")
+    p.add_argument("--noise-limit", type=noise_limit_value, default=NOISE_LIMIT_PCT,
+                   help="percent: baselines whose IQR over median is above it mark the machine as noisy")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 3 when the machine was noisy (the baselines spread past --noise-limit)")
     return p
 
 
@@ -179,12 +196,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import itertools
 
+    import torch
+
+    from previewlab.bench.noise import baseline_noise
     from previewlab.bench.summary import mode_ratios, summarize, table
     from previewlab.bench.sweep import Plan, run_sweep, traced_run
     from previewlab.preview.csv_writer import CsvSchemaError
     from previewlab.preview.decoders import DecoderError, taesd_refusal
     from previewlab.preview.models import ModelError, load
 
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     variants = list(itertools.product(args.dtype, args.offload, args.compile, args.channels_last))
     runs: list[dict] = []
     traces: list[dict] = []
@@ -242,10 +264,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{settings.steps} steps | encoder {r0['encoder'] or args.encoder} q{args.quality} | torch {r0['torch']} "
                 f"diffusers {r0['diffusers']}")
     ids = {x["run_id"] for x in runs}
+    # the summary reads the CSVs back, as report and compare do: one figure, the same everywhere
+    with open(args.out / "runs.csv", newline="") as f:
+        runs = [r for r in csv.DictReader(f) if r["run_id"] in ids]
     with open(args.out / "steps.csv", newline="") as f:
         steps = [r for r in csv.DictReader(f) if r["run_id"] in ids]
     rows = summarize(runs, steps)
-    text = table(rows, meta)
+    noise = baseline_noise(runs, args.noise_limit)
+    text = table(rows, meta, noise)
     if not rows:  # every run was a warm-up or the first after the load: kept, but out of the statistics
         text += ("\nno figures: every run of this sweep was a warm-up or the first run after the model loaded, which "
                  "are kept in runs.csv but left out of the statistics; use --warmup 1 or --repeats 2 or more")
@@ -262,6 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         w.writeheader()
         w.writerows(rows)
     print(text)
+    if noise is not None and noise.noisy:  # the exit line: the last thing a user sees says it too
+        print(f"previewlab bench: {noise.line()}", file=sys.stderr)
+        return 3 if args.strict else 0
     return 0
 
 

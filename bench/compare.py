@@ -1,23 +1,47 @@
 """previewlab compare A B: two sweeps side by side; exits 1 when a figure got worse past a threshold.
 
-Per configuration: both medians, B/A, and whether the difference is larger than the runs' own spread (the
-two interquartile ranges do not overlap). "Worse" is higher for times and overheads.
+Like with like: two sweeps compare only when they ran the same model, steps, size, frames and device (otherwise
+"not comparable", naming the difference, exit 2). Per configuration, each side's median and its interval
+(noise.py). An overhead is compared in percentage points (B - A), a time or a byte count as a ratio B/A. A
+difference that lies inside either side's interval is "within noise", never worse.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
+from previewlab.bench.noise import Estimate, estimate, pair_overheads
 from previewlab.bench.report import read
-from previewlab.bench.summary import percentile, steady
+from previewlab.bench.summary import steady
 
-FIGURES = ("overhead_pct", "wall_s", "denoise_ms", "decode_ms", "encode_ms", "bytes")
+
+@dataclass(frozen=True)
+class Figure:
+    words: str   # what a reader is shown
+    unit: str
+    digits: int  # 0: a count, printed as an integer
+
+
+FIGURES = {
+    "overhead_pct": Figure("overhead against the no-preview baseline beside each run", "%", 1),
+    "wall_s": Figure("wall time of a run", "s", 3),
+    "denoise_ms": Figure("denoising time of a run", "ms", 1),
+    "decode_ms": Figure("preview decode time of a run", "ms", 1),
+    "encode_ms": Figure("preview encode time of a run", "ms", 1),
+    "bytes": Figure("preview bytes sent in a run", "bytes", 0),
+}
+# what must match for two sweeps to measure the same work: (CSV columns, the words that name it)
+SAME_WORK = ((("model",), "model"), (("steps",), "steps"), (("width", "height"), "size"),
+             (("num_frames",), "frames"), (("batch",), "batch"), (("device_name",), "device"), (("dtype",), "dtype"))
 
 
 def per_config(runs: list[dict[str, str]], figure: str) -> dict[str, list[float]]:
+    """Per configuration, the figure of each steady run; an overhead pair by pair, as the summary takes it."""
+    if figure == "overhead_pct":
+        return pair_overheads(runs)
     out: dict[str, list[float]] = {}
     for r in steady(runs):
         if r.get(figure, "") in ("", None):
@@ -26,52 +50,103 @@ def per_config(runs: list[dict[str, str]], figure: str) -> dict[str, list[float]
     return out
 
 
-def compare(a: dict[str, list[float]], b: dict[str, list[float]]) -> list[dict[str, Any]]:
-    rows = []
-    for cfg in [c for c in a if c in b]:
-        xa, xb = a[cfg], b[cfg]
-        ma, mb = statistics.median(xa), statistics.median(xb)
-        qa, qb = (percentile(xa, 25), percentile(xa, 75)), (percentile(xb, 25), percentile(xb, 75))
-        beyond = qb[0] > qa[1] or qa[0] > qb[1]  # the IQRs do not overlap
-        rows.append(dict(config=cfg, a=ma, b=mb, delta=mb - ma, ratio=(mb / ma) if ma else None,
-                         beyond_spread=beyond))
-    return rows
+def differences(a: list[dict[str, str]], b: list[dict[str, str]]) -> list[str]:
+    """How the two sweeps' work differs, in words ('steps 4 vs 8'); empty when they measured the same work."""
+    def seen(runs: list[dict[str, str]], cols: tuple[str, ...]) -> str:
+        vals = sorted({"x".join(str(r.get(c, "")) for c in cols) for r in steady(runs)})
+        return ", ".join(vals) or "?"
+    out = []
+    for cols, words in SAME_WORK:
+        if not all(c in (a[0] if a else {}) and c in (b[0] if b else {}) for c in cols):
+            continue  # an older CSV without the column: nothing to tell apart
+        va, vb = seen(a, cols), seen(b, cols)
+        if va != vb:
+            out.append(f"{words} {va} vs {vb}")
+    return out
 
 
-def worse(row: dict[str, Any], figure: str, threshold: float) -> bool:
-    """overhead_pct: worse by more than `threshold` percentage points; other figures: by more than
-    `threshold` percent of A's median. Only a difference beyond the runs' spread counts."""
-    if not row["beyond_spread"]:
-        return False
+@dataclass(frozen=True)
+class Row:
+    config: str
+    a: Estimate
+    b: Estimate
+    verdict: str   # within noise | better | worse | WORSE (past the threshold) | n=1: no interval
+
+    @property
+    def delta(self) -> float:
+        return self.b.value - self.a.value
+
+
+def judge(config: str, xa: list[float], xb: list[float], figure: str, threshold: float) -> Row:
+    """Worse is higher, for every figure. WORSE: beyond noise and past the threshold (points for an overhead,
+    percent of A otherwise)."""
+    a, b = estimate(xa), estimate(xb)
+    if a.value == b.value or a.holds(b.value) or b.holds(a.value):
+        verdict = "within noise"
+    elif not a.has_interval and not b.has_interval:
+        verdict = "n=1: no interval"
+    elif b.value < a.value:
+        verdict = "better"
+    else:
+        past = (b.value - a.value) if figure == "overhead_pct" else \
+            (100 * (b.value - a.value) / a.value if a.value > 0 else float("inf"))
+        verdict = "WORSE" if past > threshold else "worse"
+    return Row(config, a, b, verdict)
+
+
+def compare(a: dict[str, list[float]], b: dict[str, list[float]], figure: str, threshold: float) -> list[Row]:
+    return [judge(cfg, a[cfg], b[cfg], figure, threshold) for cfg in a if cfg in b]
+
+
+def cell(e: Estimate, fig: Figure) -> str:
+    sign = "+" if fig.unit == "%" else ""  # an overhead is signed, as the summary prints it
+    d = fig.digits
+    text = f"{e.value:{sign}.{d}f}"
+    if e.lo is not None and e.hi is not None:
+        text += f" [{e.lo:{sign}.{d}f}, {e.hi:{sign}.{d}f}]"
+    return f"{text} n={e.n}"
+
+
+def change(r: Row, figure: str) -> str:
+    """An overhead's change in points; any other figure's as a ratio B/A."""
     if figure == "overhead_pct":
-        return bool(row["delta"] > threshold)
-    return row["a"] > 0 and 100 * row["delta"] / row["a"] > threshold
+        return f"{r.delta:+.1f} points"
+    return f"x{r.b.value / r.a.value:.3f}" if r.a.value else "n/a (A is 0)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="previewlab compare", description=__doc__)
     p.add_argument("a", type=Path, help="the reference sweep folder")
     p.add_argument("b", type=Path, help="the sweep to judge")
-    p.add_argument("--figure", choices=FIGURES, default="overhead_pct", help="the figure that decides the exit status")
+    p.add_argument("--figure", choices=tuple(FIGURES), default="overhead_pct",
+                   help="the figure that decides the exit status")
     p.add_argument("--threshold", type=float, default=5.0,
                    help="how much worse counts: percentage points for overhead_pct, percent otherwise")
     args = p.parse_args(argv)
     (ra, _), (rb, _) = read(args.a), read(args.b)
-    rows = compare(per_config(ra, args.figure), per_config(rb, args.figure))
+    diff = differences(ra, rb)
+    if diff:
+        print(f"previewlab compare: not comparable: {'; '.join(diff)}", file=sys.stderr)
+        return 2
+    fig = FIGURES[args.figure]
+    rows = compare(per_config(ra, args.figure), per_config(rb, args.figure), args.figure, args.threshold)
     if not rows:
         print("previewlab compare: the two sweeps share no configuration", file=sys.stderr)
         return 2
-    print(f"{args.figure}: A={args.a}  B={args.b}")
-    print(f"{'config':<30}{'A median':>12}{'B median':>12}{'B/A':>8}  beyond spread  verdict")
+    print(f"{fig.words}, {fig.unit} (median [interval] n=runs): A={args.a}  B={args.b}")
+    ca = max([10] + [len(cell(r.a, fig)) + 2 for r in rows])
+    cb = max([10] + [len(cell(r.b, fig)) + 2 for r in rows])
+    cw = max([30] + [len(r.config) + 2 for r in rows])
+    head = "B - A" if args.figure == "overhead_pct" else "B / A"
+    print(f"{'config':<{cw}}{'A':<{ca}}{'B':<{cb}}{head:<14}verdict")
     bad = []
     for r in rows:
-        verdict = "WORSE" if worse(r, args.figure, args.threshold) else ""
-        if verdict:
-            bad.append(r["config"])
-        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "n/a"
-        print(f"{r['config']:<30}{r['a']:>12.3f}{r['b']:>12.3f}{ratio:>8}  {'yes' if r['beyond_spread'] else 'no':<13}  {verdict}")
+        if r.verdict == "WORSE":
+            bad.append(r.config)
+        print(f"{r.config:<{cw}}{cell(r.a, fig):<{ca}}{cell(r.b, fig):<{cb}}{change(r, args.figure):<14}{r.verdict}")
     if bad:
-        print(f"{len(bad)} configuration(s) worse by more than {args.threshold:g}"
-              f"{' points' if args.figure == 'overhead_pct' else ' %'}: {', '.join(bad)}")
+        unit = " points" if args.figure == "overhead_pct" else " %"
+        print(f"{len(bad)} configuration(s) worse by more than {args.threshold:g}{unit}, beyond noise: {', '.join(bad)}")
         return 1
     return 0
+

@@ -9,11 +9,13 @@ import base64
 import csv
 import html
 import statistics
+import textwrap
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from previewlab.bench.summary import steady, summarize
+from previewlab.bench.noise import Estimate, baseline_noise
+from previewlab.bench.summary import overhead_of, steady, summarize
 
 PREVIEW_PARTS = ("decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "browser_ms")
 
@@ -48,13 +50,18 @@ def figures(runs: list[dict[str, str]], steps: list[dict[str, str]]) -> dict[str
     summary = summarize(runs, steps)
     steady_ids = {r["run_id"] for r in steady(runs)}
     config_of = {r["run_id"]: r["config"] for r in runs}
-    overhead: dict[str, list[tuple[int, float]]] = {}
+    overhead: dict[str, list[tuple[int, Estimate]]] = {}
+    intervals: dict[str, Estimate] = {}
     for s in summary:
+        e = overhead_of(s)
+        if e is None:
+            continue
+        intervals[s["config"]] = e
         dec, every, mode = parse_config(s["config"])
-        if every.startswith("every") and s["overhead_pct"] is not None:
-            overhead.setdefault(f"{dec} {mode}".strip(), []).append((int(every[5:]), s["overhead_pct"]))
+        if every.startswith("every"):
+            overhead.setdefault(f"{dec} {mode}".strip(), []).append((int(every[5:]), e))
     for line in overhead.values():
-        line.sort()
+        line.sort(key=lambda p: p[0])
     parts: dict[str, dict[str, float]] = {}
     per_step: dict[str, dict[int, list[float]]] = {}
     frame_bytes: dict[str, list[int]] = {}
@@ -78,7 +85,57 @@ def figures(runs: list[dict[str, str]], steps: list[dict[str, str]]) -> dict[str
     stacked = {cfg: {k: v[k] / v["n"] for k in PREVIEW_PARTS} for cfg, v in parts.items() if v["n"]}
     medians = {cfg: {step: statistics.median(v) for step, v in sorted(d.items())} for cfg, d in per_step.items()}
     sizes = {k: statistics.median(v) for k, v in sorted(frame_bytes.items())}
-    return {"summary": summary, "overhead": overhead, "stacked": stacked, "per_step": medians, "bytes": sizes}
+    return {"summary": summary, "overhead": overhead, "intervals": intervals, "noise": baseline_noise(runs),
+            "stacked": stacked, "per_step": medians, "bytes": sizes}
+
+
+def titled(f: Any, title: str) -> Any:
+    """The caption on top of a figure, wrapped: a long one is cut off at both edges otherwise. Returns its text."""
+    text = f.suptitle(textwrap.fill(title, 110), fontsize=7)
+    f.tight_layout()
+    return text
+
+
+def draw_overhead(ax: Any, fig: dict[str, Any]) -> None:
+    """Overhead against interval on a categorical axis: one tick at each interval that ran, evenly spaced and
+    labelled with its integer; each median with its interval as an error bar."""
+    every = sorted({n for pts in fig["overhead"].values() for n, _ in pts})
+    at = {n: i for i, n in enumerate(every)}
+    lines = sorted(fig["overhead"].items())
+    for j, (label, pts) in enumerate(lines):
+        x = [at[n] + 0.06 * (j - (len(lines) - 1) / 2) for n, _ in pts]  # side by side, so the bars do not hide
+        y = [e.value for _, e in pts]
+        lo = [e.value - e.lo if e.lo is not None else 0.0 for _, e in pts]
+        hi = [e.hi - e.value if e.hi is not None else 0.0 for _, e in pts]
+        ax.errorbar(x, y, yerr=[lo, hi], marker="o", capsize=3, label=label)
+    ax.set_xticks(range(len(every)), [str(n) for n in every])
+    ax.set_xlabel("preview every N steps")
+    ax.set_ylabel("overhead vs no previews (%)")
+    ax.axhline(0, color="#888", lw=0.8)
+    if lines:
+        ax.legend(fontsize=8)
+    ax.set_title("Preview overhead against interval (bars: each median's interval)", fontsize=9)
+
+
+def draw_noise(ax: Any, fig: dict[str, Any]) -> None:
+    """The noise itself: every overhead with its interval, grey where the interval holds 0 (or there is
+    none), over the band that the baselines' own spread (IQR over median) spans around 0."""
+    cfgs = sorted(fig["intervals"])
+    noise = fig["noise"]
+    if noise is not None:
+        ax.axvspan(-noise.spread_pct / 2, noise.spread_pct / 2, color="#f4c27a" if noise.noisy else "#dde8f3",
+                   label=f"baselines' IQR ({noise.spread_pct:.1f} % of their median)")
+    for i, c in enumerate(cfgs):
+        e = fig["intervals"][c]
+        grey = e.within_noise or not e.has_interval
+        err = [[e.value - e.lo], [e.hi - e.value]] if e.lo is not None and e.hi is not None else None
+        ax.errorbar([e.value], [i], xerr=err, fmt="o", capsize=3, color="#999" if grey else "#1f5fa8")
+    ax.set_yticks(range(len(cfgs)), cfgs, fontsize=7)
+    ax.axvline(0, color="#444", lw=0.8)
+    ax.set_xlabel("overhead vs no previews (%): median and interval; grey: within noise or one run")
+    if noise is not None:
+        ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("How much of each overhead is noise", fontsize=9)
 
 
 def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
@@ -90,23 +147,19 @@ def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
     paths = []
 
     def save(f: Any, name: str) -> None:
-        f.suptitle(title, fontsize=8)
-        f.tight_layout()
+        titled(f, title)
         p = out / name
         f.savefig(p, dpi=110)
         plt.close(f)
         paths.append(p)
 
-    f, ax = plt.subplots(figsize=(7, 4))
-    for label, pts in sorted(fig["overhead"].items()):
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-    ax.set_xlabel("preview every N steps")
-    ax.set_ylabel("overhead vs no previews (%)")
-    ax.set_xscale("log")
-    ax.axhline(0, color="#888", lw=0.8)
-    ax.legend(fontsize=8)
-    ax.set_title("Preview overhead against interval")
+    f, ax = plt.subplots(figsize=(7, 4.4))
+    draw_overhead(ax, fig)
     save(f, "overhead_vs_interval.png")
+
+    f, ax = plt.subplots(figsize=(8, 1.2 + 0.32 * max(1, len(fig["intervals"]))))
+    draw_noise(ax, fig)
+    save(f, "overhead_intervals.png")
 
     f, ax = plt.subplots(figsize=(8, 4.5))
     cfgs = sorted(fig["stacked"])
@@ -140,18 +193,25 @@ def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
 
 
 def render_html(fig: dict[str, Any], title: str, images: list[Path]) -> str:
+    def overhead(s: dict[str, Any]) -> tuple[str, str]:
+        e = overhead_of(s)
+        return (e.signed(), s["verdict"]) if e else ("", "")
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v if not isinstance(v, float) else round(v, 2)))}</td>"
                          for v in (s["config"], s["runs"], s["wall_s"], s["decode_ms_p50"], s["encode_ms_p50"],
-                                   s["overhead_pct"] if s["overhead_pct"] is not None else "")) + "</tr>"
+                                   *overhead(s))) + "</tr>"
         for s in fig["summary"])
+    noise = fig["noise"]
+    said = noise.line() if noise else "noise: fewer than two no-preview baselines, so their spread cannot be judged"
+    warn = (f'<p class="{"noisy" if noise is not None and noise.noisy else "quiet"}">{html.escape(said)}</p>')
     imgs = "".join(f'<figure><img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
                    f"<figcaption>{p.stem.replace('_', ' ')}</figcaption></figure>" for p in images)
     return (f"<!doctype html><meta charset=utf-8><title>previewlab report</title>"
             f"<style>body{{font:14px system-ui;margin:24px}}td,th{{padding:2px 8px;border-bottom:1px solid #ddd}}"
-            f"img{{max-width:100%}}</style><h1>previewlab report</h1><p>{html.escape(title)}</p>"
+            f"img{{max-width:100%}}.noisy{{background:#fde3b8;border:1px solid #d08a1e;padding:8px}}</style>"
+            f"<h1>previewlab report</h1>{warn}<p>{html.escape(title)}</p>"
             f"<table><tr><th>config</th><th>runs</th><th>wall s</th><th>decode ms p50</th><th>encode ms p50</th>"
-            f"<th>overhead %</th></tr>{rows}</table>{imgs}")
+            f"<th>overhead % [interval]</th><th>verdict</th></tr>{rows}</table>{imgs}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,19 +4,11 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Sequence
 
+from previewlab.bench.noise import LEVEL_PCT, Estimate, Noise, estimate, pair_overheads, percentile
 from previewlab.preview.records import PREVIEW_STAGES
 
 STAGES = ("denoise_ms",) + PREVIEW_STAGES
-
-
-def percentile(xs: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks; q in [0, 100]."""
-    s = sorted(xs)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q / 100
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+__all__ = ["STAGES", "percentile", "steady", "summarize", "overhead_of", "verdict", "table", "mode_ratios"]
 
 
 def steady(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -27,9 +19,11 @@ def steady(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One dict per configuration: runs, median wall, per-stage median and p95 over the steps that made a
-    preview (denoise over all steps), and the median overhead against the median baseline with its IQR.
-    Warm-up runs and the first run after load are left out."""
-    runs = steady(runs)
+    preview (denoise over all steps), and the overhead: the median over its interleaved pairs with a bootstrap
+    interval (noise.py). Warm-up runs and the first run after load are left out. runs in the order they ran."""
+    ordered = list(runs)
+    pairs = pair_overheads(ordered)
+    runs = steady(ordered)
     steady_ids = {r["run_id"] for r in runs}
     by_cfg: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
@@ -54,36 +48,71 @@ def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -
         row["frames_per_preview"] = sum(int(r.get("frames_sent") or r["previews"]) for r in rs) / made
         per_frame = [float(s["decode_ms_per_frame"]) for s in srows if int(s["preview"]) and s.get("decode_ms_per_frame")]
         row["decode_ms_per_frame_p50"] = percentile(per_frame, 50) if per_frame else row["decode_ms_p50"]
-        ov = [float(r["overhead_pct"]) for r in rs if r.get("overhead_pct") not in (None, "")]
-        pair = [float(r["pair_overhead_pct"]) for r in rs if r.get("pair_overhead_pct") not in (None, "")]
-        row["overhead_pct"] = statistics.median(ov) if ov else None
-        row["overhead_iqr"] = (percentile(ov, 75) - percentile(ov, 25)) if ov else None
-        row["pair_overhead_pct"] = statistics.median(pair) if pair else None
+        ov = estimate(pairs[cfg]) if pairs.get(cfg) else None
+        # the baseline right after a direct call, against it: the engine's own cost over the bare pipeline
+        vs_direct = [float(r["pair_overhead_pct"]) for r in rs
+                     if r["role"] == "baseline" and r.get("pair_overhead_pct") not in (None, "")]
+        direct = estimate(vs_direct) if vs_direct else None
+        for key, e in (("overhead", ov), ("vs_direct", direct)):
+            row[f"{key}_pct"] = None if e is None else e.value
+            row[f"{key}_lo"] = None if e is None else e.lo
+            row[f"{key}_hi"] = None if e is None else e.hi
+            row[f"{key}_n"] = 0 if e is None else e.n
+            row[f"{key}_level_pct"] = None if e is None else e.level_pct
+        row["verdict"] = verdict(ov) if ov else ""
         out.append(row)
     return out
 
 
-def table(rows: list[dict[str, Any]], meta: str) -> str:
-    """A fixed-width table: per configuration, stage medians/p95 (ms per preview) and overhead."""
+def overhead_of(row: dict[str, Any], key: str = "overhead") -> Estimate | None:
+    """A summary row's overhead (or its vs-direct figure) as an Estimate again; None where it has none."""
+    if row.get(f"{key}_pct") in (None, ""):
+        return None
+    def num(name: str) -> float | None:
+        x = row.get(f"{key}_{name}")
+        return None if x in (None, "") else float(x)
+    return Estimate(float(row[f"{key}_pct"]), int(row[f"{key}_n"]), num("lo"), num("hi"), num("level_pct") or 0.0)
+
+
+def verdict(e: Estimate) -> str:
+    """What a reader may conclude: nothing from one pair, nothing from an interval that holds 0."""
+    if not e.has_interval:
+        return f"n={e.n}: no interval"
+    if e.within_noise:
+        return "within noise"
+    if e.level_pct < LEVEL_PCT:  # too few pairs for 95 %: say how sure, and how to be surer
+        return f"beyond noise at {e.level_pct:.0f} % only (--repeats 6 for 95 %)"
+    return "beyond noise"
+
+
+def table(rows: list[dict[str, Any]], meta: str, noise: Noise | None) -> str:
+    """A fixed-width table: the baselines' noise first, then per configuration stage medians/p95 (ms per
+    preview) and the overhead with its interval and verdict."""
     clips = any(r["previews"] and r.get("frames_per_preview", 1) > 1 for r in rows)  # a clip's previews: frames too
     cw = max([30] + [len(str(r["config"])) + 1 for r in rows])  # a clip's names are longer: the column fits them
     head = f"{'config':<{cw}}{'runs':>5}{'wall s':>9}{'denoise':>9}{'decode':>15}{'resize':>13}{'sync+xfer':>11}" \
-           f"{'encode':>13}{'KB/prev':>9}" + (f"{'frames':>7}{'ms/frame':>9}" if clips else "") + f"{'overhead %':>17}"
-    lines = [meta, head, "-" * len(head)]
+           f"{'encode':>13}{'KB/prev':>9}" + (f"{'frames':>7}{'ms/frame':>9}" if clips else "") \
+        + f"  {'overhead % [interval]':<34}verdict"
+    first = noise.line() if noise else "noise: fewer than two no-preview baselines, so their spread cannot be judged"
+    lines = [first, meta, head, "-" * len(head)]
     for r in rows:
-        ov = "" if r["overhead_pct"] is None else f"{r['overhead_pct']:+.1f} ±{r['overhead_iqr'] / 2:.1f}"
-        if r["config"] == "none" and r["pair_overhead_pct"] is not None:
-            ov = f"vs direct {r['pair_overhead_pct']:+.2f}"
+        e, d = overhead_of(r), overhead_of(r, "vs_direct")
+        ov, said = (e.signed(), r["verdict"]) if e else ("", "")
+        if d is not None:
+            ov, said = "vs direct " + d.signed(2), verdict(d)
         lines.append(
             f"{r['config']:<{cw}}{r['runs']:>5}{r['wall_s']:>9.2f}{r['denoise_ms_p50']:>9.1f}"
             f"{r['decode_ms_p50']:>8.1f}/{r['decode_ms_p95']:<6.1f}{r['resize_ms_p50']:>6.2f}/{r['resize_ms_p95']:<6.2f}"
             f"{r['sync_ms_p50'] + r['transfer_ms_p50']:>11.2f}{r['encode_ms_p50']:>6.2f}/{r['encode_ms_p95']:<6.2f}"
             f"{r['bytes_per_preview'] / 1024:>9.1f}"
-            + (f"{r['frames_per_preview']:>7.1f}{r['decode_ms_per_frame_p50']:>9.1f}" if clips else "") + f"{ov:>17}")
+            + (f"{r['frames_per_preview']:>7.1f}{r['decode_ms_per_frame_p50']:>9.1f}" if clips else "")
+            + f"  {ov:<34}{said}".rstrip())
     lines.append("denoise: median ms per step; decode, resize, sync+xfer, encode: median/p95 ms per preview; "
                  "KB/prev: KiB per preview" + ("; frames: per preview, ms/frame: median decode ms per frame shown"
                                               if clips else "")
-                 + "; overhead: median wall vs the median no-preview baseline, ± half the IQR")
+                 + "; overhead: median over the runs of wall vs the no-preview baseline run beside it, "
+                 "[the interval that holds the true median with 95 % probability; its level in brackets when too few "
+                 "runs reach 95 %]; within noise: the interval holds 0, so it is no finding")
     return "\n".join(lines)
 
 
@@ -95,9 +124,14 @@ def mode_ratios(rows: list[dict[str, Any]]) -> str:
         if not name.endswith("/sync"):
             continue
         o = by.get(name[: -len("/sync")] + "/overlap")
-        if o is None or r["overhead_pct"] is None or o["overhead_pct"] is None:
+        se, oe = overhead_of(r), (overhead_of(o) if o else None)
+        if se is None or oe is None:
             continue
-        s_ov, o_ov = r["overhead_pct"], o["overhead_pct"]
-        ratio = f"{o_ov / s_ov:.2f}" if s_ov > 0 else "n/a (sync overhead <= 0)"
-        lines.append(f"  {name[: -len('/sync')]:<28} sync {s_ov:+7.1f} %   overlap {o_ov:+7.1f} %   overlap/sync {ratio}")
+        # a ratio of two overheads means something only when both are findings, and sync's is a cost
+        if not se.has_interval or not oe.has_interval or se.within_noise or oe.within_noise:
+            ratio = "n/a (an overhead within noise or n=1)"
+        else:
+            ratio = f"{oe.value / se.value:.2f}" if se.value > 0 else "n/a (sync overhead <= 0)"
+        lines.append(f"  {name[: -len('/sync')]:<28} sync {se.signed():<24} overlap {oe.signed():<24} "
+                     f"overlap/sync {ratio}")
     return ("overhead, overlap against sync:\n" + "\n".join(lines)) if lines else ""

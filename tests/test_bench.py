@@ -57,7 +57,8 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
             assert sum([int(s["preview"]) for s in by_run[r["run_id"]]]) == int(r["previews"])
     summary = (tmp_path / "summary.txt").read_text()
     assert "SYNTHETIC" in summary and "vae/every1" in summary and "vs direct" in summary
-    assert "ms/frame" not in summary.splitlines()[1]  # an image sweep: no clip columns
+    assert "ms/frame" not in summary.splitlines()[2]  # an image sweep: no clip columns
+    assert summary.splitlines()[0].startswith(("noise: the 10 no-preview baselines", "NOISY MACHINE: the 10"))
     assert "vae/every1" in p.stdout
 
 
@@ -75,6 +76,8 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     (("--frames", "all"), "--frames and --num-frames are for a video model; synthetic:tiny makes images"),
     (("--num-frames", "300"), "--num-frames must be from 1 to 257"),
     (("--budget", "5"), "--budget is the autopilot's, and needs --every auto"),  # issue 23: never silently ignored
+    (("--noise-limit", "0"), "noise-limit is a percent above 0, at most 100"),
+    (("--threads", "0"), "threads must be from 1 to 1024"),
     (("--every", "1,2", "--budget", "5"), "--budget is the autopilot's, and needs --every auto"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
@@ -180,7 +183,7 @@ def test_a_video_sweep_compares_first_middle_and_all(tmp_path):
         "latent2rgb/every1/overlap/frames-all": 4, "vae/every1/overlap/frames-first": 2,
         "vae/every1/overlap/frames-middle": 2, "vae/every1/overlap/frames-all": 10}
     assert all(r["num_frames"] == "5" for r in runs)
-    head = (tmp_path / "summary.txt").read_text().splitlines()[1]
+    head = (tmp_path / "summary.txt").read_text().splitlines()[2]
     assert "frames" in head and "ms/frame" in head and "KB/prev" in head
 
 
@@ -192,3 +195,18 @@ def test_a_sweep_of_one_first_run_writes_its_summary_and_says_why_it_is_empty(tm
     summary = (tmp_path / "summary.txt").read_text()
     assert "no figures: every run of this sweep was a warm-up or the first run after the model loaded" in summary
     assert (tmp_path / "summary.csv").read_text().strip() == "config"
+
+
+def test_a_noisy_sweep_says_so_first_and_last_and_strict_fails_it(tmp_path):
+    """Issue 23, item 2: with the limit set below any real machine's spread, the summary's first line and the
+    bench's last line name the spread and the remedies, and --strict exits 3; the figures are still written."""
+    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "none,latent2rgb", "--every", "1", "--steps", "2",
+                   "--repeats", "3", "--noise-limit", "0.001", "--strict", "--threads", "1", "--out", str(tmp_path))
+    assert p.returncode == 3, p.stderr[-2000:]
+    first = (tmp_path / "summary.txt").read_text().splitlines()[0]
+    assert first.startswith("NOISY MACHINE: the 3 no-preview baselines spread") and "over the 0.001 % limit" in first
+    assert "more --repeats, a quiet machine (no other jobs), or pinned threads (--threads N)" in first
+    assert p.stderr.strip().splitlines()[-1] == f"previewlab bench: {first}"
+    assert p.stdout.splitlines()[0] == first and "latent2rgb/every1/overlap" in p.stdout
+    runs = rows(tmp_path / "runs.csv")
+    assert {r["threads"] for r in runs} == {"1"}  # --threads pinned torch's CPU threads

@@ -10,8 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from previewlab.bench.compare import per_config
-from previewlab.bench.report import figures, read
+from previewlab.bench.compare import compare, per_config
+from previewlab.bench.report import draw_noise, draw_overhead, figures, read, titled
 from tests.conftest import previewlab, SAME_ORIGIN
 
 
@@ -27,11 +27,12 @@ def sweep(tmp_path_factory) -> Path:
 def test_report_writes_html_and_plots_whose_figures_match_the_csvs(sweep):
     p = previewlab("report", str(sweep))
     assert p.returncode == 0, p.stderr
-    for name in ("overhead_vs_interval", "preview_breakdown", "per_step", "bytes_per_frame"):
+    for name in ("overhead_vs_interval", "overhead_intervals", "preview_breakdown", "per_step", "bytes_per_frame"):
         png = sweep / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (sweep / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 4
+    assert html.count("data:image/png;base64,") == 5
+    assert "no-preview baselines spread" in html and "overhead % [interval]" in html  # the noise, at the top
     assert 'src="http' not in html and 'href="http' not in html  # self-contained: nothing to fetch
     assert "SYNTHETIC synthetic:tiny" in html and "64x64" in html and "4 steps" in html and "float32" in html
 
@@ -40,12 +41,12 @@ def test_report_writes_html_and_plots_whose_figures_match_the_csvs(sweep):
     assert sorted(dict(fig["overhead"]["vae sync"])) == [1, 2] and "latent2rgb/every2/overlap" in fig["stacked"]
 
 
-# Hand-written rows, as read back from runs.csv and steps.csv (every value a string). Each figure's expected
-# value is stated; the warm-up run and the first run after load carry values far off, so counting them in any
-# figure moves it.
-def _run(rid: str, config: str, overhead: str, role: str = "config", first: str = "0") -> dict[str, str]:
-    return dict(run_id=rid, role=role, first_run=first, config=config, wall_s="1.0", previews="1", bytes="0",
-                overhead_pct=overhead, pair_overhead_pct="")
+# Hand-written rows, as read back from runs.csv and steps.csv (every value a string), in the order they ran: each
+# configuration right after a no-preview baseline of 1.0 s. Each figure's expected value is stated; the warm-up
+# run and the first run after load carry values far off, so counting them in any figure moves it.
+def _run(rid: str, config: str, wall: float, role: str = "config", first: str = "0") -> dict[str, str]:
+    return dict(run_id=rid, role=role, first_run=first, config=config, wall_s=str(wall), previews="1", bytes="0",
+                overhead_pct="", pair_overhead_pct="")
 
 
 def _step(rid: str, config: str, step: int, denoise: float, decode: float = 0.0, nbytes: int = 0,
@@ -56,9 +57,18 @@ def _step(rid: str, config: str, step: int, denoise: float, decode: float = 0.0,
 
 
 V1, V2, L2 = "vae/every1/sync", "vae/every2/sync", "latent2rgb/every2/overlap"
-RUNS = [_run("w", V1, "900", role="warmup", first="1"), _run("f", V1, "800", first="1"),
-        _run("a", V1, "10"), _run("b", V1, "20"), _run("c", V1, "60"), _run("d", V2, "4"), _run("e", V2, "6"),
-        _run("wl", L2, "", role="warmup"), _run("g", L2, ""), _run("n", "none", "")]
+
+
+def _pairs(*runs: tuple[str, str, float]) -> list[dict[str, str]]:
+    out = []
+    for rid, cfg, wall in runs:
+        out += [_run(f"base-{rid}", "none", 1.0, role="baseline"), _run(rid, cfg, wall)]
+    return out
+
+
+RUNS = ([_run("w", V1, 9.0, role="warmup", first="1"), _run("f", V1, 8.0, first="1")]
+        + _pairs(("a", V1, 1.1), ("b", V1, 1.2), ("c", V1, 1.6), ("d", V2, 1.04), ("e", V2, 1.06))
+        + [_run("wl", L2, 5.0, role="warmup")] + _pairs(("g", L2, 1.0)))
 STEPS = [_step("w", V1, 1, 100, nbytes=5000), _step("f", V1, 1, 200, nbytes=7000),
          _step("a", V1, 1, 10, nbytes=100), _step("b", V1, 1, 12, nbytes=300), _step("c", V1, 1, 20, nbytes=200),
          _step("d", V2, 2, 10, nbytes=400), _step("e", V2, 2, 10, nbytes=500),
@@ -68,31 +78,110 @@ STEPS = [_step("w", V1, 1, 100, nbytes=5000), _step("f", V1, 1, 200, nbytes=7000
 
 def test_figures_leave_out_warmup_and_first_runs():
     fig = figures(RUNS, STEPS)
-    assert fig["overhead"]["vae sync"] == [(1, 20.0), (2, 5.0)]  # medians of 10, 20, 60 and of 4, 6
+    # the pairs' medians: of +10, +20, +60 % and of +4, +6 %
+    assert [(n, round(e.value, 6)) for n, e in fig["overhead"]["vae sync"]] == [(1, 20.0), (2, 5.0)]
     assert fig["bytes"]["vae turbojpeg"] == 300                  # the median of 100, 300, 200, 400, 500
     assert fig["stacked"][L2]["decode_ms"] == pytest.approx(3.0)  # the mean of 2 and 4
     assert fig["per_step"][V1] == {1: 17.0}                      # denoise + on_path: 15, 17, 25
-    assert {s["config"]: s["runs"] for s in fig["summary"]} == {V1: 3, V2: 2, L2: 1, "none": 1}
+    assert {s["config"]: s["runs"] for s in fig["summary"]} == {V1: 3, V2: 2, L2: 1, "none": 6}
 
 
 def test_compare_takes_the_same_runs():
-    assert per_config(RUNS, "overhead_pct") == {V1: [10.0, 20.0, 60.0], V2: [4.0, 6.0]}  # no figure, no entry
+    got = per_config(RUNS, "overhead_pct")
+    assert {c: [round(x, 6) for x in xs] for c, xs in got.items()} == {V1: [10.0, 20.0, 60.0], V2: [4.0, 6.0],
+                                                                        L2: [0.0]}
+    assert per_config(RUNS, "wall_s")[V1] == [1.1, 1.2, 1.6]  # no warm-up, no first run
 
 
-def test_compare_passes_identical_and_fails_a_planted_regression(sweep, tmp_path):
+def test_the_interval_axis_is_categorical_and_the_banner_fits():
+    """Issue 23, item 5: the interval axis was logarithmic (ticks like 2x10^0) and a long banner was cut off at
+    both edges of every plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = figures(RUNS, STEPS)
+    f, ax = plt.subplots(figsize=(7, 4.4))
+    draw_overhead(ax, fig)
+    assert ax.get_xscale() == "linear"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"] and list(ax.get_xticks()) == [0, 1]
+    banner = titled(f, "SYNTHETIC synthetic:sdxl (random weights: real costs, noise pictures) | NVIDIA H200 bfloat16 | "
+              "1024x1024 | 30 steps | torch 2.13.0+cu128 diffusers 0.42.1 | " * 2)
+    f.canvas.draw()
+    box, page = banner.get_window_extent(), f.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and box.y1 <= page.y1
+    plt.close(f)
+
+
+def test_the_noise_plot_greys_what_is_within_noise():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = figures(RUNS, STEPS)
+    f, ax = plt.subplots()
+    draw_noise(ax, fig)
+    # one error bar per configuration with an overhead: vae every 1 (+10..+60: beyond), every 2 (+4..+6: beyond,
+    # at 50 %), latent2rgb every 2 (n=1: no interval, grey)
+    assert [t.get_text() for t in ax.get_yticklabels()] == sorted([V1, V2, L2])
+    colours = [c[0].get_color() for c in ax.containers]  # an error bar's container: (its marker line, caps, bars)
+    assert colours == ["#999", "#1f5fa8", "#1f5fa8"]
+    plt.close(f)
+
+
+def test_compare_of_identical_sweeps_is_within_noise_in_every_row(sweep):
     same = previewlab("compare", str(sweep), str(sweep))
     assert same.returncode == 0, same.stdout + same.stderr
-    assert "vae/every1/sync" in same.stdout and "WORSE" not in same.stdout
+    rows = same.stdout.splitlines()[2:]
+    assert len(rows) == 8 and all(r.endswith("within noise") for r in rows), same.stdout
+    # like with like: an overhead is compared in points, never as a ratio of two percentages
+    assert same.stdout.startswith("overhead against the no-preview baseline beside each run, %")
+    assert "B - A" in same.stdout.splitlines()[1] and "+0.0 points" in rows[0]
+    counts = previewlab("compare", str(sweep), str(sweep), "--figure", "bytes")
+    assert counts.returncode == 0 and "preview bytes sent in a run, bytes" in counts.stdout
+    vae = next(r for r in counts.stdout.splitlines() if r.startswith("vae/every1/sync"))
+    assert "." not in vae.split("x1.000")[0] and "x1.000" in vae  # a count is an integer; a ratio B/A
+
+
+def test_compare_refuses_sweeps_of_different_work(sweep, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(sweep, other)
+    with open(other / "runs.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["steps"], r["width"] = "8", "128"
+    with open(other / "runs.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    p = previewlab("compare", str(sweep), str(other))
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip() == "previewlab compare: not comparable: steps 4 vs 8; size 64x64 vs 128x64"
+
+
+def test_compare_calls_a_difference_inside_an_interval_noise_never_worse():
+    # A: pairs of +10, +20, +60 %; B: 15 points higher at the median, inside A's interval [+10, +60]
+    a = {V1: [10.0, 20.0, 60.0]}
+    b = {V1: [30.0, 35.0, 40.0]}
+    assert [r.verdict for r in compare(a, b, "overhead_pct", 5.0)] == ["within noise"]
+    far = {V1: [90.0, 95.0, 99.0]}  # past both intervals and the 5-point threshold
+    assert [r.verdict for r in compare(a, far, "overhead_pct", 5.0)] == ["WORSE"]
+    assert [r.verdict for r in compare(far, a, "overhead_pct", 5.0)] == ["better"]
+    assert [r.verdict for r in compare({V1: [1.0]}, {V1: [9.0]}, "wall_s", 5.0)] == ["n=1: no interval"]
+
+
+def test_compare_fails_a_planted_regression(sweep, tmp_path):
     planted = tmp_path / "planted"
     shutil.copytree(sweep, planted)
     with open(planted / "runs.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    mine = [float(r["overhead_pct"]) for r in rows if r["config"] == "vae/every1/sync" and r["role"] == "config"]
-    shift = 300 + 10 * (max(mine) - min(mine))  # far past the spread, even when a loaded machine widened it
+    walls = [float(r["wall_s"]) for r in rows if r["role"] != "warmup"]
+    shift = 1 + 10 * (max(walls) - min(walls))  # seconds: far past the spread, even when a loaded machine widened it
     for r in rows:
         if r["config"] == "vae/every1/sync" and r["role"] == "config":
-            r["overhead_pct"] = str(float(r["overhead_pct"]) + shift)
-            r["wall_s"] = str(float(r["wall_s"]) * 4)
+            r["wall_s"] = str(float(r["wall_s"]) * 4 + shift)
     with open(planted / "runs.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
