@@ -122,7 +122,7 @@ def parser() -> Parser:
     p = Parser(prog="previewlab bench", description=__doc__,
                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="synthetic:small",
-                   help=f"{' | '.join(SYNTHETIC)} | a local diffusers folder | a repo id in the local Hugging Face cache")
+                   help=f"demo | {' | '.join(SYNTHETIC)} | a local diffusers folder | a repo id in the local Hugging Face cache")
     p.add_argument("--taesd", default=None, help="TAESD weights: AutoencoderTiny folder or taesd_decoder.pth/.safetensors")
     p.add_argument("--decoders", type=names("decoder", DECODER_NAMES), default=DECODER_NAMES,
                    help="comma-separated preview decoders")

@@ -260,7 +260,7 @@ def test_a_clip_previews_its_first_latent_frame_without_changing_the_clip(tinies
     diff = (image[0] - first).abs()
     if name == "cogvideox":
         # CogVideoX's VAE lets the first frames see the next latent frame: the first latent frame alone is an
-        # approximation of the clip's first frame (README: what a first-frame preview of CogVideoX shows)
+        # approximation of the clip's first frame (docs/video.md: what a first-frame preview of CogVideoX shows)
         assert float(diff.mean()) < 0.02, float(diff.mean())
     elif name.startswith("ltx"):
         # LTX-Video's VAE decoder is not causal in time (decoder_causal false): a frame sees latent frames far

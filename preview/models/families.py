@@ -51,7 +51,7 @@ VIDEO_VAES: dict[tuple[str, int], Family] = {
 }
 Packing = Literal["spatial", "packed", "flux2", "ltx"]
 Unscale = Literal["scale", "scale_shift", "mean_std", "mean_std_buffers", "inv_std", "batch_norm", "none"]
-# What each pipeline's final decode does with the last latents (diffusers 0.42.1), as the README names it:
+# What each pipeline's final decode does with the last latents (diffusers 0.42.1), as docs/models.md names it:
 UNSCALES: dict[Unscale, str] = {
     # StableDiffusion*, Kolors, Sana, AuraFlow, HunyuanDiT, CogView: a VAE without a shift_factor
     "scale": "latents / scaling_factor",
