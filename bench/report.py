@@ -224,7 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     title = caption(runs)
     fig = figures(runs, steps)
-    images = plot(fig, title, args.dir)
+    noise = fig["noise"]
+    loud = f"NOISY MACHINE (baselines spread {noise.spread_pct:.1f} %) | " if noise is not None and noise.noisy else ""
+    images = plot(fig, loud + title, args.dir)  # a plot copied out of the report still says so
     (args.dir / "report.html").write_text(render_html(fig, title, images))
     print(f"wrote {args.dir / 'report.html'} and {len(images)} plots")
     return 0

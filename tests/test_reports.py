@@ -33,6 +33,7 @@ def test_report_writes_html_and_plots_whose_figures_match_the_csvs(sweep):
     html = (sweep / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 5
     assert "no-preview baselines spread" in html and "overhead % [interval]" in html  # the noise, at the top
+    assert html.index("no-preview baselines spread") < html.index("<table>")
     assert 'src="http' not in html and 'href="http' not in html  # self-contained: nothing to fetch
     assert "SYNTHETIC synthetic:tiny" in html and "64x64" in html and "4 steps" in html and "float32" in html
 
