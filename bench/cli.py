@@ -43,14 +43,22 @@ def every_or_auto(text: str) -> int | str:
     return "auto" if text == "auto" else every_value(text)
 
 
-def budget_value(text: str) -> float:
-    try:
-        b = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < b <= 1000:
-        raise argparse.ArgumentTypeError(f"{b:g}: budget is a percent above 0, at most 1000")
-    return b
+def percent(what: str, most: float) -> Callable[[str], float]:
+    """A percent flag above 0 and at most `most`; the error names the flag's meaning and its limits."""
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not 0 < x <= most:
+            raise argparse.ArgumentTypeError(f"{x:g}: {what} is a percent above 0, at most {most:g}")
+        return x
+    parse.__name__ = what
+    return parse
+
+
+budget_value = percent("budget", 1000)
+noise_limit_value = percent("noise-limit", 100)
 
 
 def _integer(text: str) -> int:
@@ -106,16 +114,6 @@ def seed_value(text: str) -> int:
     if not 0 <= n < 2**63:
         raise argparse.ArgumentTypeError(f"{n}: seed must be from 0 to 2**63 - 1")
     return n
-
-
-def noise_limit_value(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < x <= 100:
-        raise argparse.ArgumentTypeError(f"{x:g}: noise-limit is a percent above 0, at most 100")
-    return x
 
 
 def parser() -> Parser:
