@@ -35,7 +35,7 @@ from .csv_writer import to_csv_text
 from .records import STEP_COLUMNS, RunRecord, StepRow
 from .run import RunEnd, RunEvents, RunMeta, ScriptCall
 from .clips import clip_length
-from .names import BatchPreview, FrameChoice
+from .names import BatchPreview, DecodeAt, FrameChoice
 from .settings import Mode, PreviewSettings, check_fps
 from .stopwatch import Clock, Device, Stopwatch
 from .targets import Target, X0Tap
@@ -107,19 +107,21 @@ class Watch(PipelineCallback):
     def __init__(self, pipe: Any, *, decoder: DecoderName = "latent2rgb", every: int = 1, taesd: str | None = None,
                  mode: Mode = "overlap", encoder: EncoderName = "turbojpeg", quality: int = 80, preview_max: int = 0,
                  budget: float = 0.0, target: Target = "auto", batch_preview: BatchPreview = "grid",
-                 frames: FrameChoice = "first", fps: float = 0.0, inflight: int = 2,
+                 frames: FrameChoice = "first", decode_at: DecodeAt = "preview", fps: float = 0.0, inflight: int = 2,
                  clock: Clock = time.perf_counter, device: Device | None = None,
                  size: tuple[int, int] | None = None) -> None:
         """size: (height, width) of the images, for FLUX pipelines at a non-square size (their packed latents
         do not say it). frames: a clip's preview frames (first, middle, all, or N spread evenly); fps: the
-        clip's playback rate, for the page's animated previews (0: its family's). clock and device are for tests: a fake host
+        clip's playback rate, for the page's animated previews (0: its family's). decode_at: where the preview
+        decoder stops (settings.PreviewSettings.decode_at). clock and device are for tests: a fake host
         clock and a fake asynchronous device."""
         super().__init__()
         self.pipe = pipe
         self.model = model_of(pipe, taesd)
         self.controls = Controls(PreviewSettings(decoder=decoder, every=every, mode=mode, encoder=encoder,
                                                  quality=quality, preview_max=preview_max, budget=budget,
-                                                 target=target, batch_preview=batch_preview, frames=frames))
+                                                 target=target, batch_preview=batch_preview, frames=frames,
+                                                 decode_at=decode_at))
         # a clip's rate: the one given, else its family's (what diffusers' own examples export at)
         self.fps = check_fps(fps) or (clip_defaults(pipe, self.model.family)[1] if self.model.space.video else 0.0)
         if decoder == "taesd" and self.model.taesd is None:

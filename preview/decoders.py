@@ -5,6 +5,11 @@ latents as the callback hands them (packed for FLUX), the image size in pixels (
 Each pipeline's latent space (families.py) says how the latents reach the TAE, latent2rgb and the VAE.
 A clip (a video pipeline's latents) is previewed by a ClipDecode (build_clip): the frames a clips.Pick names.
 A registry, not reflection: a user's decoder name is looked up in DECODERS, and a miss lists the valid names.
+
+A decoder can stop short of the image's size (settings.decode_at, a Cut per build): a TAE leaves out its last
+upsampling stages down to the preview's size (the same weights, the graph cut: its last blocks run on fewer
+pixels, so nothing is thrown away by the resize); any decoder can take latents halved per side first
+(half_latents: the full VAE's cheap choice, blurrier). latent2rgb is at latent size already and never upscales.
 """
 from __future__ import annotations
 
@@ -14,11 +19,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .clips import Pick
-from .names import DECODER_NAMES, DecoderName, check
-from .models import fit
+from .names import DECODER_NAMES, DecodeAt, DecoderName, check
+from .models import fit, taesd
 from .models.families import CHANNELS, vae_of
 from .models.latent_formats import LATENT_RGB, latent2rgb
 from .models.taehv import FAMILY_FILES, NO_TAE, TAEHV
@@ -35,6 +41,66 @@ TAE_NAMES: dict[str, str] = {family: prefix.rstrip("_") for prefix, family in PR
 
 class DecoderError(ValueError):
     """An unknown decoder, or one this model cannot run; one line a person can act on."""
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where a decoder stops short of the image's size. stages: a TAE's last upsampling stages left out, so its
+    remaining blocks run at the lower resolution and its image is `scale` times smaller per side (taesd.cut,
+    TAEHV.smaller); half_latents: the latents 2x smaller per side (2x2 means) before the decoder runs whole."""
+    stages: int = 0
+    scale: int = 1
+    half_latents: bool = False
+
+    @property
+    def label(self) -> str:
+        """What a table or a compile note calls it: whole, 1/2 (a cut), half latents."""
+        return "half latents" if self.half_latents else f"1/{self.scale}" if self.stages else "whole"
+
+
+WHOLE = Cut()
+
+
+def upsample_factors(name: str, model: Model) -> tuple[int, ...]:
+    """The upsampling stages decoder `name` can leave out for this model, their factors in order: its TAE's
+    (TAESD's (2, 2, 2); a diffusers AutoencoderTiny's from its config). latent2rgb has none (it is at latent
+    size), nor has the full VAE (its cheaper choice is half_latents)."""
+    tiny: Any = model.taesd
+    if name != "taesd" or tiny is None:
+        return ()
+    if isinstance(tiny, TAEHV):
+        return taesd.upsample_factors(tiny.decoder)
+    if isinstance(tiny, nn.Sequential):  # madebyollin's layout
+        return taesd.upsample_factors(tiny)
+    layers = getattr(getattr(tiny, "decoder", None), "layers", None)  # diffusers' DecoderTiny
+    return taesd.upsample_factors(layers) if isinstance(layers, nn.Sequential) else ()
+
+
+def cut_for(decode_at: DecodeAt, factors: tuple[int, ...], long_side: int, preview_max: int) -> Cut:
+    """Where a decoder with these upsampling stages stops for a preview whose full-size decode is long_side px
+    on its long side. preview: as many last stages left out as keep that side at least preview_max (none for
+    preview_max 0, native; never past the stages there are), so only what is left is resized; full: none;
+    half_latents: the latents halved, whatever the stages."""
+    if decode_at == "half_latents":
+        return Cut(half_latents=True)
+    stages, scale = 0, 1
+    if decode_at == "preview" and preview_max > 0:
+        for f in reversed(factors):
+            if long_side < preview_max * scale * f:
+                break
+            stages, scale = stages + 1, scale * f
+    return Cut(stages, scale)
+
+
+def halve(x: torch.Tensor) -> torch.Tensor:
+    """Latents (..., h, w) -> (..., h // 2, w // 2), each value the mean of a 2x2 patch (an odd last row or
+    column is left out). Any leading dims: (B, C, h, w), a Wan-style VAE's (B, C, T, h, w), TAEHV's NTCHW."""
+    h, w = int(x.shape[-2]), int(x.shape[-1])
+    return F.avg_pool2d(x.reshape(-1, h, w), 2).reshape(*x.shape[:-2], h // 2, w // 2)
+
+
+def _shrink(cut: Cut) -> Callable[[torch.Tensor], torch.Tensor]:
+    return halve if cut.half_latents else (lambda z: z)
 
 
 class _Fp32Decoder(nn.Module):
@@ -93,18 +159,20 @@ def _decode_args(model: Model, z: torch.Tensor) -> dict[str, Any]:
     return {}
 
 
-def vae_decoder(model: Model) -> Decode:
+def vae_decoder(model: Model, cut: Cut = WHOLE) -> Decode:
     """The pipeline's own VAE, fed exactly what its final decode feeds it: callback latents -> (B, 3, H, W) in
-    [-1, 1]. Constants and the float32 copy (when needed) are made here, once, never per call."""
+    [-1, 1] (half_latents: the unscaled latents halved first, (B, 3, H/2, W/2)). Constants and the float32 copy
+    (when needed) are made here, once, never per call."""
     vae = vae_of(model.pipe)
     space = model.space
     fp32 = needs_fp32(model)
     dtype = torch.float32 if fp32 else vae.dtype
     to_vae = space.vae_input(model.pipe, model.device, dtype)
     dec = fp32_decoder(model.pipe) if fp32 else None
+    shrink = _shrink(cut)
 
     def decode(latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        z = to_vae(latents.to(dtype) if space.cast_first else latents, height, width)
+        z = shrink(to_vae(latents.to(dtype) if space.cast_first else latents, height, width))
         if dec is not None:
             return dec(z)
         z = z.to(vae.dtype)
@@ -114,8 +182,8 @@ def vae_decoder(model: Model) -> Decode:
     return decode
 
 
-def _vae(model: Model, note: Note) -> Decode:
-    decode = vae_decoder(model)
+def _vae(model: Model, note: Note, cut: Cut) -> Decode:
+    decode = vae_decoder(model, cut)
     return lambda latents, h, w: ((decode(latents, h, w) + 1) / 2).clamp(0, 1)
 
 
@@ -136,20 +204,31 @@ def taesd_refusal(model: Model) -> str:
             f"latent channels (madebyollin's take: {fits}); use latent2rgb or vae")
 
 
-def _taesd(model: Model, note: Note) -> Decode:
+def _taesd(model: Model, note: Note, cut: Cut) -> Decode:
     tiny: Any = model.taesd
     if tiny is None:
         raise DecoderError(taesd_refusal(model))
-    to_tae = model.space.tae_input(model.pipe, model.device, model.dtype)
+    space_in, shrink = model.space.tae_input(model.pipe, model.device, model.dtype), _shrink(cut)
+
+    def to_tae(latents: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        return shrink(space_in(latents, h, w)).to(model.dtype)
+
     if isinstance(tiny, TAEHV):
         # madebyollin/taehv's video TAEs decode the diffusion model's own latents, as madebyollin's image TAEs
         # do (ComfyUI hands its TAEHV process_in(latents)), frames before channels; one latent frame, one frame
-        return lambda latents, h, w: tiny(to_tae(latents, h, w).unsqueeze(1).to(model.dtype))[:, 0]
+        net = tiny.smaller(cut.stages)
+        return lambda latents, h, w: net(to_tae(latents, h, w).unsqueeze(1))[:, 0]
     if model.taesd_kind == "madebyollin":
-        return lambda latents, h, w: tiny(to_tae(latents, h, w).to(model.dtype)).clamp(0, 1)
+        layers = taesd.cut(tiny, cut.stages)
+        return lambda latents, h, w: layers(to_tae(latents, h, w)).clamp(0, 1)
+    if cut.stages:
+        # diffusers' AutoencoderTiny cut: its decoder's own clamp, then its layers with the last stages left out
+        # (its decode() would run them whole, sliced or tiled as its switches say; a preview is neither); the
+        # layers make [0, 1], as madebyollin's do
+        cut_layers = taesd.cut(tiny.decoder.layers, cut.stages)
+        return lambda latents, h, w: cut_layers(torch.tanh(to_tae(latents, h, w) / 3) * 3).clamp(0, 1)
     # diffusers' AutoencoderTiny takes the model's latents as they are and returns [-1, 1]
-    return lambda latents, h, w: ((tiny.decode(to_tae(latents, h, w).to(model.dtype), return_dict=False)[0] + 1)
-                                  / 2).clamp(0, 1)
+    return lambda latents, h, w: ((tiny.decode(to_tae(latents, h, w), return_dict=False)[0] + 1) / 2).clamp(0, 1)
 
 
 def has_factors(model: Model) -> bool:
@@ -159,15 +238,16 @@ def has_factors(model: Model) -> bool:
     return model.latent_rgb is not None or known or fit.cached(vae_of(model.pipe)) is not None
 
 
-def _latent2rgb(model: Model, note: Note) -> Decode:
+def _latent2rgb(model: Model, note: Note, cut: Cut) -> Decode:
     """A known family's factors (or the model's own), else factors fitted at the first preview (fit.py): that
-    preview's decode_ms holds the fit, and its row's event says so."""
-    space = model.space
+    preview's decode_ms holds the fit, and its row's event says so. Its image is at latent size (half of it with
+    half_latents): it never upscales, so it is never larger than what the latents hold."""
+    space, shrink = model.space, _shrink(cut)
     to_tae = space.tae_input(model.pipe, model.device, model.dtype)
     known = model.latent_rgb or (LATENT_RGB.get(space.family) if space.family is not None else None)
     if known is not None:
         rgb = latent2rgb(known, model.device, model.dtype)
-        return lambda latents, h, w: rgb(to_tae(latents, h, w))
+        return lambda latents, h, w: rgb(shrink(to_tae(latents, h, w)))
     vae, full = vae_of(model.pipe), vae_decoder(model)
     fitted: list[Callable[[torch.Tensor], torch.Tensor]] = []
 
@@ -181,7 +261,7 @@ def _latent2rgb(model: Model, note: Note) -> Decode:
             else:
                 note(f"latent2rgb factors for {space.name} fitted earlier in this process (R² {made.r2:.3f})")
             fitted.append(latent2rgb(made.factors, model.device, model.dtype))
-        return fitted[0](z)
+        return fitted[0](shrink(z))  # fitted on the whole latents, applied to what the cut leaves
 
     return decode
 
@@ -189,7 +269,7 @@ def _latent2rgb(model: Model, note: Note) -> Decode:
 @dataclass(frozen=True)
 class Spec:
     """One decoder: how to build it, and where to go when it costs too much or fails."""
-    build: Callable[[Model, Note], Decode] | None  # None: no previews
+    build: Callable[[Model, Note, Cut], Decode] | None  # None: no previews
     cheaper: DecoderName | None  # the autopilot's next step down when even the widest interval cannot fit
     fallback: DecoderName        # after a failed preview: the safest decoder that still shows something
     needs_taesd: bool = False    # only with TAESD weights
@@ -249,30 +329,34 @@ def _reads(z: torch.Tensor, pick: Pick) -> torch.Tensor:
     return _take(z, list(pick.reads))
 
 
-def _vae_clip(model: Model) -> ClipDecode:
+def _vae_clip(model: Model, cut: Cut) -> ClipDecode:
     """A 3-D VAE decodes the prefix of latent frames a pick reads, unscaled as the pipeline's final decode
-    unscales the whole clip (per channel, so frame by frame is the same arithmetic)."""
+    unscales the whole clip (per channel, so frame by frame is the same arithmetic); half_latents halves them."""
     vae, space = vae_of(model.pipe), model.space
     dtype = vae.dtype
     to_vae = space.vae_input(model.pipe, model.device, dtype)
+    shrink = _shrink(cut)
 
     def decode(latents: torch.Tensor, height: int, width: int, pick: Pick) -> torch.Tensor:
         z = _reads(space.clip_of(latents, height, width), pick)
         b, n = int(z.shape[0]), int(z.shape[1])
         frames = z.reshape(b * n, *z.shape[2:])
         one = to_vae(frames.to(dtype) if space.cast_first else frames, height, width)  # (B*n, C, 1, h, w)
-        clip = one.reshape(b, n, *one.shape[1:2], *one.shape[3:]).transpose(1, 2)  # (B, C, n, h, w)
+        clip = shrink(one.reshape(b, n, *one.shape[1:2], *one.shape[3:]).transpose(1, 2))  # (B, C, n, h, w)
         video = vae.decode(clip, return_dict=False, **_decode_args(model, clip))[0]  # (B, 3, F, H, W) in [-1, 1]
         return ((_shown(video.transpose(1, 2), pick) + 1) / 2).clamp(0, 1)
 
     return decode
 
 
-def _tae_clip(model: Model) -> ClipDecode:
-    """TAEHV decodes the model's own latents, frames before channels, the prefix a pick reads."""
-    tiny, space = model.taesd, model.space
-    assert tiny is not None
-    return lambda latents, h, w, pick: _shown(tiny(_reads(space.clip_of(latents, h, w), pick).to(model.dtype)), pick)
+def _tae_clip(model: Model, cut: Cut) -> ClipDecode:
+    """TAEHV decodes the model's own latents, frames before channels, the prefix a pick reads; a cut leaves out
+    its last spatial upsamples (the frames stay the clip's)."""
+    tiny, space, shrink = model.taesd, model.space, _shrink(cut)
+    assert isinstance(tiny, TAEHV)
+    net = tiny.smaller(cut.stages)
+    return lambda latents, h, w, pick: _shown(net(shrink(_reads(space.clip_of(latents, h, w), pick)).to(model.dtype)),
+                                              pick)
 
 
 def _per_frame(decode: Decode, model: Model) -> ClipDecode:
@@ -288,19 +372,20 @@ def _per_frame(decode: Decode, model: Model) -> ClipDecode:
     return clip
 
 
-def build_clip(name: str, model: Model, note: Note = lambda text: None) -> ClipDecode | None:
+def build_clip(name: str, model: Model, note: Note = lambda text: None, cut: Cut = WHOLE) -> ClipDecode | None:
     """The clip decode for a decoder name (a video pipeline's), or None for `none`. Raises DecoderError."""
     if DECODERS[check_name(name)].build is None:
         return None
     if causal(name, model):
-        return _vae_clip(model) if name == "vae" else _tae_clip(model)
-    decode = build(name, model, note)
+        return _vae_clip(model, cut) if name == "vae" else _tae_clip(model, cut)
+    decode = build(name, model, note, cut)
     assert decode is not None
     return _per_frame(decode, model)
 
 
-def build(name: str, model: Model, note: Note = lambda text: None) -> Decode | None:
+def build(name: str, model: Model, note: Note = lambda text: None, cut: Cut = WHOLE) -> Decode | None:
     """The decode function for a decoder name, or None for `none`. note: where the decoder's word on a
-    preview goes (the row's event). Raises DecoderError."""
+    preview goes (the row's event); cut: where it stops short of the image's size (cut_for). Raises
+    DecoderError, and ValueError for a cut past the stages it has."""
     factory = DECODERS[check_name(name)].build
-    return None if factory is None else factory(model, note)
+    return None if factory is None else factory(model, note, cut)

@@ -268,7 +268,9 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
     pipe = img2img_pipe(model) if img2img else model.pipe
     prev = previewer or Previewer(model, compile_decoder)
     start_settings = controls.get()
-    compile_ms = prev.warm(start_settings.decoder, settings.height, settings.width)
+    shown = 1 if start_settings.batch_preview == "first" else settings.batch  # the images its previews show
+    compile_ms = prev.warm(start_settings.decoder, settings.height, settings.width,
+                           prev.cut(start_settings.decoder, start_settings, settings.width, settings.height, shown))
     final_decode = final_decoder(model)  # its constants built before the clock starts
     start_encoder = prev.encoder(start_settings.encoder).name
     # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.

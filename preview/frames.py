@@ -1,5 +1,6 @@
 """Frames: a preview image made ready to send, and the device-side work that produces its pixels (a batch's
-grid, the downscale, the uint8 conversion)."""
+grid, the downscale, the uint8 conversion). The downscale works from the size it is given: a decoder that already
+stopped at the preview's size (decoders.Cut) is resized only by what is left, or not at all."""
 from __future__ import annotations
 
 import math
@@ -38,14 +39,25 @@ def preview_size(width: int, height: int, preview_max: int) -> tuple[int, int]:
     return max(1, round(width * s)), max(1, round(height * s))
 
 
+def grid_shape(b: int) -> tuple[int, int]:
+    """(rows, cols) of a batch's grid: ceil(sqrt(b)) columns, as many rows as it takes."""
+    cols = math.ceil(math.sqrt(b))
+    return math.ceil(b / cols), cols
+
+
+def grid_size(b: int, width: int, height: int) -> tuple[int, int]:
+    """(w, h) in pixels of the grid of b images of width x height (grid())."""
+    rows, cols = grid_shape(b)
+    return cols * width, rows * height
+
+
 def grid(images: torch.Tensor) -> torch.Tensor:
     """(B, 3, H, W) -> one (3, rows * H, cols * W) image: a batch side by side, ceil(sqrt(B)) columns, row by row,
     empty cells black. A batch of one is its image. On the images' device, no host read."""
     b, c, h, w = images.shape
     if b == 1:
         return images[0]
-    cols = math.ceil(math.sqrt(b))
-    rows = math.ceil(b / cols)
+    rows, cols = grid_shape(b)
     if rows * cols > b:
         images = torch.cat([images, images.new_zeros(rows * cols - b, c, h, w)])
     return images.reshape(rows, cols, c, h, w).permute(2, 0, 3, 1, 4).reshape(c, rows * h, cols * w)

@@ -29,6 +29,10 @@ from .streams import jpeg_stream
 from .targets import X0Tap, choose
 
 
+# the live changes that move where a decoder stops (decoders.Cut), and so what a preview costs
+RESIZES = frozenset({"decode_at", "preview_max"})
+
+
 @dataclass
 class _Marks:
     """Stopwatch handles of one step, turned into milliseconds once the device has passed them."""
@@ -147,22 +151,22 @@ class StepMeter:
         ts = self.timesteps[i] if i < len(self.timesteps) else -1.0
         return StepRow(self.run_id, i + 1, ts, decoder=decoder, every=every, encoder="", quality=s.quality,
                        width=self.width, height=self.height, mode=s.mode, event=event, batch=self.batch,
-                       task=self.task, strength=self.strength)
+                       task=self.task, strength=self.strength, decode_at=s.decode_at)
 
     def _pilot(self, s: PreviewSettings, change: Change) -> Autopilot | None:
         """The autopilot for these settings: made at the first step with a budget, made anew on a live budget,
-        decoder or clip frames change (it keeps the run's books; a preview of other frames costs anew), dropped
-        when the budget or the previews are off."""
+        decoder, clip frames or decode size change (it keeps the run's books; a preview of other frames, or
+        decoded at another size, costs anew), dropped when the budget or the previews are off."""
         if not (s.budget > 0 and s.decoder != "none"):
             self.pilot = None
             return None
         old = self.pilot
-        frames = "frames" in change.fields and self.model.space.video
-        if old is None or old.budget_pct != s.budget or "decoder" in change.fields or frames:
+        recost = ("frames" in change.fields and self.model.space.video) or bool(RESIZES & change.fields)
+        if old is None or old.budget_pct != s.budget or "decoder" in change.fields or recost:
             pilot = self.pilot = Autopilot(s.budget, self.steps, s.decoder, has_taesd=self.model.taesd is not None,
                                            prior_ms=self.prev.cost_ms.get(self._cost_key(s.decoder, s)))
             if old is not None:  # a live change keeps the run's books
-                pilot.keep_books(old, new_cost=frames)
+                pilot.keep_books(old, new_cost=recost)
             return pilot
         return old
 
@@ -189,9 +193,6 @@ class StepMeter:
         ps = s if decoder == s.decoder else s.changed(decoder=decoder)
         try:
             prev = self.prev
-            if prev.compile and decoder not in prev.compile_ms:  # a live switch: compile now, say so
-                c = prev.warm(decoder, self.height, self.width)
-                row.event = _also(row.event, _compiled(decoder, c))
             enc = prev.encoder(s.encoder)
             shown, row.target = choose(s.target, self.tap, kw["latents"])
             if s.target == "x0" and row.target != "x0" and not self._x0_told:
@@ -199,7 +200,12 @@ class StepMeter:
                 row.event = _also(row.event, _no_x0(p))
             if s.batch_preview == "first":  # a grid decodes the whole batch: the cost of showing it all
                 shown = shown[:1]
-            render = self._render(decoder, s, shown)
+            # where the decoder stops: the preview's size, for the grid of the images shown (no device read)
+            cut = prev.cut(decoder, s, self.width, self.height, int(shown.shape[0]))
+            if prev.compile and not prev.compiled(decoder, cut):  # a live switch: compile now, say so
+                c = prev.warm(decoder, self.height, self.width, cut)
+                row.event = _also(row.event, _compiled(decoder, c, cut))
+            render = self._render(decoder, s, shown, cut, row)
             try:
                 if s.mode == "sync":
                     self._preview_sync(row, marks, shown, ps, render, enc)
@@ -216,19 +222,26 @@ class StepMeter:
             if self.pilot is not None:
                 self.pilot.preview_started()
 
-    def _render(self, decoder: str, s: PreviewSettings, latents: torch.Tensor) -> _Render:
+    def _render(self, decoder: str, s: PreviewSettings, latents: torch.Tensor, cut: decoders.Cut,
+                row: StepRow) -> _Render:
         """How this preview's pixels are made: an image's decode, or the frames of a clip that s.frames picks
-        (clips.pick), decoding only the latent frames they need. Shapes only, no device read."""
+        (clips.pick), decoding only the latent frames they need; the decoder stopped where `cut` says, and the
+        size it made goes on the row. Shapes only, no device read."""
         h, w, prev, space = self.height, self.width, self.prev, self.model.space
+
+        def made(x: torch.Tensor) -> torch.Tensor:
+            row.decode_height, row.decode_width = int(x.shape[-2]), int(x.shape[-1])
+            return x
+
         if not space.video:
-            decode = prev.decoder(decoder)
+            decode = prev.decoder(decoder, cut)
             assert decode is not None
-            return _Render(lambda z: grid(decode(z, h, w))[None], 1, 0.0)
-        clip = prev.clip(decoder)
+            return _Render(lambda z: grid(made(decode(z, h, w)))[None], 1, 0.0)
+        clip = prev.clip(decoder, cut)
         assert clip is not None
         pick = clips.pick(s.frames, space.latent_frames(latents, h, w), space.temporal, self.fps,
                           causal=decoders.causal(decoder, self.model), odd=space.family == "cogvideox")
-        return _Render(lambda z: tile(clip(z, h, w, pick)), len(pick.reads), pick.fps)
+        return _Render(lambda z: tile(made(clip(z, h, w, pick))), len(pick.reads), pick.fps)
 
     def _preview_sync(self, row: StepRow, marks: _Marks, latents: torch.Tensor, s: PreviewSettings,
                       render: _Render, enc: encoders.Encoder) -> None:
@@ -372,8 +385,9 @@ def _also(event: str, text: str) -> str:
     return event + "; " + text if event else text
 
 
-def _compiled(decoder: str, ms: float) -> str:
-    return f"compiled {decoder} in {ms:.0f} ms"
+def _compiled(decoder: str, ms: float, cut: decoders.Cut = decoders.WHOLE) -> str:
+    at = "" if cut == decoders.WHOLE else f" at {cut.label}"
+    return f"compiled {decoder}{at} in {ms:.0f} ms"
 
 
 def _no_x0(p: Any) -> str:

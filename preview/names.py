@@ -1,4 +1,5 @@
-"""The closed sets of names a user chooses from: decoders, encoders, modes, targets, batch and clip previews.
+"""The closed sets of names a user chooses from: decoders, encoders, modes, targets, batch and clip previews, and
+the size a decoder stops at.
 
 No torch here: the settings and the wire protocol validate against these without loading the model stack.
 Each registry (decoders.DECODERS, encoders.ENCODERS) holds exactly these names, in this order.
@@ -15,6 +16,10 @@ Target = Literal["auto", "x0", "latents"]
 BatchPreview = Literal["grid", "first"]  # a batch's preview: every image tiled into one frame, or the first only
 FramesName = Literal["first", "middle", "all"]  # a clip's preview: its first frame, its middle one, all of it
 FrameChoice = Union[FramesName, int]  # or N frames spread evenly over the clip
+# where a preview decoder stops: `preview`, a TAE's last upsampling stages left out down to the preview's size;
+# `full`, the image's size, then resized; `half_latents`, the latents 2x smaller per side before the decoder
+# runs whole (the full VAE's cheap choice: blurrier). decoders.Cut says what each means per decoder.
+DecodeAt = Literal["preview", "full", "half_latents"]
 
 DECODER_NAMES: tuple[DecoderName, ...] = get_args(DecoderName)
 ENCODER_NAMES: tuple[EncoderName, ...] = get_args(EncoderName)
@@ -22,6 +27,7 @@ MODES: tuple[Mode, ...] = get_args(Mode)
 TARGETS: tuple[Target, ...] = get_args(Target)
 BATCH_PREVIEWS: tuple[BatchPreview, ...] = get_args(BatchPreview)
 FRAMES_NAMES: tuple[FramesName, ...] = get_args(FramesName)
+DECODE_ATS: tuple[DecodeAt, ...] = get_args(DecodeAt)
 MAX_PREVIEW_FRAMES = 256  # N frames of a clip in one preview
 
 N = TypeVar("N", bound=str)

@@ -6,62 +6,83 @@ import time
 import torch
 
 from . import decoders, encoders
+from .decoders import WHOLE, Cut
+from .frames import grid_size
 from .models import Model
+from .settings import PreviewSettings
 
 
 class Previewer:
-    """Builds decoders and encoders on demand and keeps them for the run (a switch back costs nothing)."""
+    """Builds decoders and encoders on demand and keeps them for the run (a switch back costs nothing). A decoder
+    is kept per cut (where it stops short of the image's size): a cut shares its decoder's weights."""
 
     def __init__(self, model: Model, compile: bool = False) -> None:
         self.model, self.compile = model, compile
-        self._dec: dict[str, decoders.Decode | None] = {}
-        self._clip: dict[str, decoders.ClipDecode | None] = {}
+        self._dec: dict[tuple[str, Cut], decoders.Decode | None] = {}
+        self._clip: dict[tuple[str, Cut], decoders.ClipDecode | None] = {}
         self._enc: dict[str, encoders.Encoder] = {}
-        self.compile_ms: dict[str, float] = {}
+        self._factors: dict[str, tuple[int, ...]] = {}
+        self.compile_ms: dict[tuple[str, Cut], float] = {}
         self.cost_ms: dict[str, float] = {}  # the autopilot's latest cost per preview, by decoder
         self._notes: list[str] = []  # what decoders said while making a preview (a fit), for its row's event
 
-    def decoder(self, name: str) -> decoders.Decode | None:
-        if name not in self._dec:
-            fn = decoders.build(name, self.model, self._notes.append)
+    def cut(self, name: str, s: PreviewSettings, width: int, height: int, batch: int = 1) -> Cut:
+        """Where decoder `name` stops for a preview with settings s (decode_at, preview_max) of `batch` images of
+        width x height px: the preview shows their grid, so the grid's long side decides. The decoder's stages
+        are read once; then this is a few integer operations per preview."""
+        if name not in self._factors:
+            self._factors[name] = decoders.upsample_factors(name, self.model)
+        return decoders.cut_for(s.decode_at, self._factors[name], max(grid_size(batch, width, height)),
+                                s.preview_max)
+
+    def decoder(self, name: str, cut: Cut = WHOLE) -> decoders.Decode | None:
+        key = (name, cut)
+        if key not in self._dec:
+            fn = decoders.build(name, self.model, self._notes.append, cut)
             if fn is not None and self.compile:
                 fn = torch.compile(fn, dynamic=False)
-            self._dec[name] = fn
-        return self._dec[name]
+            self._dec[key] = fn
+        return self._dec[key]
 
-    def clip(self, name: str) -> decoders.ClipDecode | None:
+    def clip(self, name: str, cut: Cut = WHOLE) -> decoders.ClipDecode | None:
         """A video pipeline's clip decode for a decoder name (never compiled: its shapes follow the frames
         setting, which changes live)."""
-        if name not in self._clip:
-            self._clip[name] = decoders.build_clip(name, self.model, self._notes.append)
-        return self._clip[name]
+        key = (name, cut)
+        if key not in self._clip:
+            self._clip[key] = decoders.build_clip(name, self.model, self._notes.append, cut)
+        return self._clip[key]
+
+    def compiled(self, name: str, cut: Cut = WHOLE) -> bool:
+        """This decoder and cut were compiled (or need no compiling) before."""
+        return (name, cut) in self.compile_ms
 
     def take_notes(self) -> list[str]:
         """The decoders' notes since the last call (on the thread that ran the decode)."""
         notes, self._notes[:] = list(self._notes), []
         return notes
 
-    def warm(self, name: str, height: int, width: int) -> float:
-        """Compile a decoder ahead of the run (torch.compile compiles on first call); returns the compile ms,
-        which is reported apart from the steady state."""
-        fn = self.decoder(name)
-        if fn is None or not self.compile or name in self.compile_ms:
+    def warm(self, name: str, height: int, width: int, cut: Cut = WHOLE) -> float:
+        """Compile a decoder (at a cut) ahead of the run (torch.compile compiles on first call); returns the
+        compile ms, which is reported apart from the steady state."""
+        fn = self.decoder(name, cut)
+        key = (name, cut)
+        if fn is None or not self.compile or key in self.compile_ms:
             return 0.0
         if self.model.space.video:  # a clip's previews go through clip(), which is not compiled
-            self.compile_ms[name] = 0.0
+            self.compile_ms[key] = 0.0
             return 0.0
         if name == "latent2rgb" and not decoders.has_factors(self.model):
             # its first call fits factors to the latents it is given: never to these zeros. It compiles at its
             # first preview instead, in that row's time
-            self.compile_ms[name] = 0.0
+            self.compile_ms[key] = 0.0
             return 0.0
         t0 = time.perf_counter()
         with torch.inference_mode():  # as the run calls it: another grad mode would compile again
             shape = self.model.space.callback_shape(height, width)
             out = fn(torch.zeros(shape, device=self.model.device, dtype=self.model.dtype), height, width)
             out.cpu()  # outside the measured run: the compile is not done until its first result is
-        self.compile_ms[name] = (time.perf_counter() - t0) * 1e3
-        return self.compile_ms[name]
+        self.compile_ms[key] = (time.perf_counter() - t0) * 1e3
+        return self.compile_ms[key]
 
     def encoder(self, name: str) -> encoders.Encoder:
         if name not in self._enc:

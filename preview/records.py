@@ -69,6 +69,9 @@ class StepRow:
     frames: int = 0            # frames this preview showed (sent, in one message): 1 for an image, 0 for no preview
     latent_frames: int = 0     # a clip's latent frames the decoder read for them (a causal decoder reads a prefix)
     decode_ms_per_frame: float = 0.0  # decode_ms over the frames shown
+    decode_at: str = ""        # where the decoder stopped, as set at this step: preview | full | half_latents
+    decode_width: int = 0      # px of one image (one frame) as the decoder made it, before the grid and the resize;
+    decode_height: int = 0     # preview_width/height are what was sent. 0: no decode ran
     send_ms: float | None = None
     ack_rtt_ms: float | None = None
     client_decode_ms: float | None = None

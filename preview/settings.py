@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .names import (BATCH_PREVIEWS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, BatchPreview, DecoderName,
-                    EncoderName, FrameChoice, Mode, Target, check, check_frames)
+from .names import (BATCH_PREVIEWS, DECODE_ATS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, BatchPreview, DecodeAt,
+                    DecoderName, EncoderName, FrameChoice, Mode, Target, check, check_frames)
 
 MAX_STEPS = 1000
 MAX_EVERY = 10_000
@@ -35,12 +35,17 @@ class PreviewSettings:
     target: Target = "auto"  # x0: the model's predicted clean image; latents: the noisy ones; auto: x0 if it can
     batch_preview: BatchPreview = "grid"  # a batch: every image in one grid frame (decoded all), or the first
     frames: FrameChoice = "first"  # a clip: its first frame, the middle one, all of it, or N spread evenly
+    # preview: a TAE stops upsampling at the preview's size (preview_max), the same weights on fewer pixels; it
+    # changes nothing where preview_max is 0 or not below the image. full: every decoder makes the image's size.
+    # half_latents: the latents 2x smaller per side first (the full VAE's cheap, blurry choice). Recorded per row
+    decode_at: DecodeAt = "preview"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "frames", check_frames("frames", self.frames, SettingsError))  # "8" -> 8
         check("mode", self.mode, MODES, SettingsError)
         check("target", self.target, TARGETS, SettingsError)
         check("batch_preview", self.batch_preview, BATCH_PREVIEWS, SettingsError)
+        check("decode_at", self.decode_at, DECODE_ATS, SettingsError)
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)) or not 0 <= self.budget <= 1000:
             raise SettingsError(f"budget={self.budget!r}: must be a number of percent from 0 (off) to 1000")
         check("decoder", self.decoder, DECODER_NAMES, SettingsError)

@@ -2,11 +2,12 @@
 
 Browser -> server (text, JSON objects with a "type"):
   start  {prompt, steps, width, height, seed, guidance, batch, init, strength, num_frames, fps, decoder, every,
-          preview_max, encoder, quality, mode, budget, target, batch_preview, frames}
+          preview_max, encoder, quality, mode, budget, target, batch_preview, frames, decode_at}
          (all optional; every may be "auto": the autopilot picks the interval to fit budget, in percent;
           init: a past run's id, whose final image is the input of an img2img run at strength;
-          num_frames and fps: a video model's clip; frames: which of its frames a preview shows)
-  set    {decoder, every, preview_max, encoder, quality, mode, budget, target, batch_preview, frames}
+          num_frames and fps: a video model's clip; frames: which of its frames a preview shows;
+          decode_at: where the preview decoder stops, preview | full | half_latents)
+  set    {decoder, every, preview_max, encoder, quality, mode, budget, target, batch_preview, frames, decode_at}
          (at least one)
   stop   {}
   ack    {seq, client_decode_ms, client_paint_ms}
@@ -30,7 +31,8 @@ import struct
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-from previewlab.preview.names import BATCH_PREVIEWS, DECODER_NAMES, FRAMES_NAMES, MAX_PREVIEW_FRAMES, MODES, TARGETS
+from previewlab.preview.names import (BATCH_PREVIEWS, DECODE_ATS, DECODER_NAMES, FRAMES_NAMES, MAX_PREVIEW_FRAMES, MODES,
+                                     TARGETS)
 from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunMeta, dtype_name
 from previewlab.preview.settings import (MAX_BATCH, PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings, RunSettings,
@@ -211,7 +213,7 @@ def hello(model: Model, defaults: RunSettings, *, max_pixel_steps: int, encoders
             # the page's choices come from the registries, so a new decoder or encoder needs no page edit
             "choices": {"decoder": list(DECODER_NAMES), "encoder": list(encoders), "mode": list(MODES),
                         "target": list(TARGETS), "batch_preview": list(BATCH_PREVIEWS),
-                        "frames": list(FRAMES_NAMES)},
+                        "frames": list(FRAMES_NAMES), "decode_at": list(DECODE_ATS)},
             "max_preview_frames": MAX_PREVIEW_FRAMES}  # frames also takes a number N from 2 to this
 
 

@@ -19,7 +19,7 @@ from previewlab import watch as preview_watch
 from previewlab.bench.demo import scenes
 from previewlab.bench.demo.check import generate as check_images
 from previewlab.preview.csv_writer import to_csv_text
-from previewlab.preview.decoders import DECODERS, DecoderError, check_name
+from previewlab.preview.decoders import DECODERS, WHOLE, DecoderError, check_name
 from previewlab.preview.engine import Frame, generate
 from previewlab.preview.models import DEMO_DIR, DEMO_NOTE, Model, ModelError, load
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
@@ -127,7 +127,7 @@ def decode(model: Model, decoder: str, latents: torch.Tensor) -> torch.Tensor:
     """One preview of `latents` (1, 4, 16, 16) at 128 px, as the engine makes it: RGB in [0, 1]."""
     build = DECODERS[check_name(decoder)].build
     assert build is not None
-    return build(model, lambda note: None)(latents, 128, 128)
+    return build(model, lambda note: None, WHOLE)(latents, 128, 128)
 
 
 @pytest.fixture(scope="module")

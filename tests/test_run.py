@@ -19,7 +19,7 @@ from tests.conftest import SAME_ORIGIN, recv_until
 META_KEYS = ["run_id", "started_at", "model", "synthetic", "model_note", "family", "space", "device", "dtype",
              "prompt", "steps", "width", "height", "seed", "guidance", "batch", "task", "num_frames", "fps",
              "decoder", "every", "preview_max", "encoder", "quality", "mode", "budget", "target", "batch_preview",
-             "frames"]
+             "frames", "decode_at"]
 
 
 def test_a_server_runs_messages_and_meta_json_keep_their_keys(make_app, tmp_path):

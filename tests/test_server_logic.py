@@ -20,7 +20,8 @@ def test_hello_start_refuse_stop_and_csv(make_app):
         assert hello["choices"] == {"decoder": ["none", "latent2rgb", "taesd", "vae"],
                                     "encoder": ["turbojpeg", "pillow", "webp", "png"],
                                     "mode": ["sync", "overlap"], "target": ["auto", "x0", "latents"],
-                                    "batch_preview": ["grid", "first"], "frames": ["first", "middle", "all"]}
+                                    "batch_preview": ["grid", "first"], "frames": ["first", "middle", "all"],
+                                    "decode_at": ["preview", "full", "half_latents"]}
         assert hello["family"] == "sd15" and hello["space"].startswith("sd15: 4 channels at 1/2, spatial")
         assert hello["max_batch"] == 8
         # an image model: no clip, one frame per run

@@ -10,7 +10,8 @@ even-length input, as the reference does.
 
 Cheaper previews: `time_upscale` and `space_upscale` switch the growing and the upsampling off per stage; a
 switched-off grow keeps the last of its `stride` outputs (the weights' last-timestep rows), as the reference
-patches them. The weights are madebyollin's files unchanged (`.pth` or `.safetensors`), whose keys are
+patches them. smaller(k) leaves out the last k upsamples of a loaded decoder, sharing its weights: a preview at
+the preview's size, switched per preview. The weights are madebyollin's files unchanged (`.pth` or `.safetensors`), whose keys are
 `decoder.N.*`; the variant (latent channels, patch size, which stages grow in time) is read from the keys' shapes.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .taesd import TaeError, read_state
+from .taesd import TaeError, cut, read_state
 
 WIDTHS = (256, 128, 64, 64)  # decoder features per stage, then the last conv's input
 # madebyollin's published file per family (its name also carries the CogVideoX trim rule); Mochi has none
@@ -118,6 +119,18 @@ class TAEHV(nn.Module):
         for s in strides:
             self.t_upscale *= s
         self.frames_to_trim = self.t_upscale - 1
+
+    def smaller(self, stages: int) -> TAEHV:
+        """This decoder with its last `stages` spatial upsamples left out (taesd.cut): frames 2^stages times
+        smaller per side, the same frame count, from the same modules (shared, not copied). Raises ValueError
+        past the upsamples it has."""
+        if stages == 0:
+            return self
+        out = TAEHV.__new__(TAEHV)
+        nn.Module.__init__(out)  # an empty module: the layers below are this one's, not new random ones
+        out.layout, out.t_upscale, out.frames_to_trim = self.layout, self.t_upscale, self.frames_to_trim
+        out.decoder = cut(self.decoder, stages)
+        return out.train(self.training)
 
     def load(self, state: Mapping[str, torch.Tensor]) -> TAEHV:
         """Load madebyollin's weights as published (the encoder's keys, if any, are left out). A grow that is

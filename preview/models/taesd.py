@@ -81,6 +81,35 @@ def Decoder(latent_channels: int = 4, use_midblock_gn: bool = False) -> nn.Seque
     )
 
 
+def _factor(m: nn.Module) -> int:
+    """An upsampling layer's scale factor; 1 for any other layer, and for an nn.Upsample switched off (scale 1,
+    as TAEHV's space_upscale leaves one)."""
+    if not isinstance(m, nn.Upsample) or m.scale_factor is None:
+        return 1
+    f = m.scale_factor
+    return int(f if isinstance(f, (int, float)) else f[0])
+
+
+def upsample_factors(layers: nn.Sequential) -> tuple[int, ...]:
+    """The scale factor of each upsampling stage of a decoder's layers, in order (TAESD's: (2, 2, 2))."""
+    return tuple(f for f in map(_factor, layers) if f > 1)
+
+
+def cut(layers: nn.Sequential, stages: int) -> nn.Sequential:
+    """The same layers with the last `stages` upsampling stages left out: each such nn.Upsample becomes an
+    identity, every conv and block stays (their widths do not change), so the blocks after it run at the lower
+    resolution and the output is smaller per side by those stages' factors. The modules are shared, not copied:
+    the same weights, on the same device, at no memory cost. Indices are kept, as SD.Next's reduced TAESD keeps
+    them. Raises ValueError past the stages there are."""
+    ups = [i for i, m in enumerate(layers) if _factor(m) > 1]
+    if not 0 <= stages <= len(ups):
+        raise ValueError(f"stages={stages}: this decoder has {len(ups)} upsampling stages to leave out")
+    if stages == 0:
+        return layers
+    gone = set(ups[len(ups) - stages:])
+    return nn.Sequential(*(nn.Identity() if i in gone else m for i, m in enumerate(layers)))
+
+
 def _from_combined(state: Mapping[str, torch.Tensor], part: Part) -> dict[str, torch.Tensor]:
     """madebyollin's combined .safetensors on the Hugging Face hub (taef2.safetensors, and diffusers'
     AutoencoderTiny files) name layers `encoder.layers.N` / `decoder.layers.N`; the decoder's count skips the
