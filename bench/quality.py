@@ -6,7 +6,7 @@ Each decoder runs whole (the image's size, as decode_at=full makes it) and at ea
 any decoder on latents halved per side (half latents). Each reduced image is compared with the same decoder's
 whole image resized to its size (bilinear with antialias, as frames.py resizes a preview): PSNR in dB, and
 scikit-image's SSIM when it is installed (the bench extra). ms per preview: the median of --repeats decodes after
-one warm-up, on this process's torch threads.
+one warm-up, the cuts interleaved, on this process's torch threads (--threads).
 
 Models:
   taef2  the real TAEF2 weights (tests/data/taef2, madebyollin/taesd, MIT) on grace_hopper.jpg (public domain,
@@ -93,24 +93,23 @@ def ssim(a: torch.Tensor, b: torch.Tensor) -> float | None:
     return float(structural_similarity(x, y, channel_axis=2, data_range=1.0, win_size=win))
 
 
-def timed(make: Callable[[], torch.Tensor], repeats: int) -> tuple[torch.Tensor, float]:
-    """The image of one warm-up call and the median ms of `repeats` more."""
-    with torch.inference_mode():
-        image = make()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            make()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return image, statistics.median(times)
-
-
 def measure(model: str, decoder: str, image: Image, factors: tuple[int, ...], repeats: int) -> list[Row]:
-    """One decoder at each of its cuts, each compared with its whole image resized to the cut's size."""
+    """One decoder at each of its cuts, each compared with its whole image resized to the cut's size. Each cut
+    is decoded once to warm up (its image is the one compared), then `repeats` times, the cuts interleaved so a
+    slow moment of the machine falls on all of them alike; ms is the median."""
+    every = cuts(factors)
+    times: dict[Cut, list[float]] = {c: [] for c in every}
+    with torch.inference_mode():
+        images = {c: image(c) for c in every}
+        for _ in range(repeats):
+            for c in every:
+                t0 = time.perf_counter()
+                image(c)
+                times[c].append((time.perf_counter() - t0) * 1e3)
+    whole, whole_ms = images[WHOLE], statistics.median(times[WHOLE])
     rows: list[Row] = []
-    whole, whole_ms = timed(lambda: image(WHOLE), repeats)
-    for c in cuts(factors):
-        small, ms = (whole, whole_ms) if c == WHOLE else timed(lambda: image(c), repeats)
+    for c in every:
+        small, ms = images[c], statistics.median(times[c])
         h, w = int(small.shape[-2]), int(small.shape[-1])
         ref = resized(whole, h, w)
         same = c == WHOLE
@@ -192,10 +191,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--side", type=ranged("side (0 = the whole photo)", 0, 512), default=0,
                    help="taef2: a centred side x side crop of the photo, a multiple of 8 (0: 512x592)")
     p.add_argument("--steps", type=ranged("steps", 1, 100), default=20, help="demo: steps of its picture")
-    p.add_argument("--repeats", type=ranged("repeats", 1, 100), default=3, help="timed decodes after one warm-up")
+    p.add_argument("--repeats", type=ranged("repeats", 1, 100), default=3,
+                   help="timed decodes of each cut after one warm-up, the cuts interleaved")
+    p.add_argument("--threads", type=ranged("threads (0 = torch's default)", 0, 256), default=0,
+                   help="torch's intra-op threads (a busy machine times more steadily on fewer)")
     args = p.parse_args(argv)
     if args.side % 8 or 0 < args.side < 64:
         p.error(f"--side {args.side}: must be a multiple of 8 from 64 to 512 (the encoder's 1/8), or 0")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; PSNR and SSIM against the same decoder's "
           "whole image resized to the size shown", flush=True)
     rows: list[Row] = []

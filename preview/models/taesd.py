@@ -6,6 +6,8 @@ one nn.Sequential, so the published weights load as they are. TAEF2 adds a Group
 three blocks at the lowest resolution (decoder blocks 3-5, encoder blocks 11-13); the same layout is in
 ComfyUI's comfy/taesd/taesd.py (`use_midblock_gn`), and the published taef2_*.pth keys confirm it.
 
+cut() leaves out a decoder's last upsampling stages, sharing its weights, for a preview smaller than the image.
+
 Every TAE takes latents in the diffusion model's own space (what the UNet or transformer sees, unpacked to
 (B, C, h, w)), never the VAE's unscaled latents: see families.LatentSpace.tae_input.
 """
@@ -100,7 +102,9 @@ def cut(layers: nn.Sequential, stages: int) -> nn.Sequential:
     identity, every conv and block stays (their widths do not change), so the blocks after it run at the lower
     resolution and the output is smaller per side by those stages' factors. The modules are shared, not copied:
     the same weights, on the same device, at no memory cost. Indices are kept, as SD.Next's reduced TAESD keeps
-    them. Raises ValueError past the stages there are."""
+    them. Leaving out the conv after each upsample as well breaks the picture (measured on the real TAEF2 weights
+    and grace_hopper.jpg at 512x592: 8.0 dB at 1/2 against the whole decode resized, 33.4 dB with the convs
+    kept). Raises ValueError past the stages there are."""
     ups = [i for i, m in enumerate(layers) if _factor(m) > 1]
     if not 0 <= stages <= len(ups):
         raise ValueError(f"stages={stages}: this decoder has {len(ups)} upsampling stages to leave out")
