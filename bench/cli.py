@@ -9,7 +9,8 @@ from typing import Callable, NoReturn, Sequence, TypeVar
 
 from previewlab.bench.noise import NOISE_LIMIT_PCT
 from previewlab.preview.models import SYNTHETIC
-from previewlab.preview.names import DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, FrameChoice, N, check, check_frames
+from previewlab.preview.names import (DECODE_ATS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, FrameChoice, N, check,
+                                     check_frames)
 from previewlab.preview.settings import (MAX_BATCH, MAX_EVERY, MAX_NUM_FRAMES, MAX_SIDE, MAX_STEPS, MIN_SIDE,
                                         PreviewSettings, RunSettings, SettingsError)
 
@@ -169,6 +170,9 @@ def parser() -> Parser:
                    "repo id) of its family whose configs and tokenizers to use; SD 1.x/2.x/XL have shipped ones")
     p.add_argument("--quality", type=quality_value, default=80, help="JPEG/WebP quality 1..100")
     p.add_argument("--preview-max", type=preview_max_value, default=0, help="downscale previews to this long side (0 = native)")
+    p.add_argument("--decode-at", type=names("decode_at", DECODE_ATS), default=None,
+                   help="where decoders stop, an axis of preview (a TAE stops at --preview-max), full (the image's size, "
+                        "then resized), half_latents (latents halved first); default: preview, not an axis")
     p.add_argument("--direct", action="store_true",
                    help="also time the bare diffusers call, paired with decoder none (the engine's own cost)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder for runs.csv and steps.csv")
@@ -234,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         frames: tuple[FrameChoice, ...] = (args.frames or ("first", "middle", "all")) if video else ()
         plan = Plan(settings, args.decoders, every, args.repeats, args.warmup, args.direct, args.modes,
                     args.budget if args.budget is not None else 10.0, args.inflight, comp == "decoder",
-                    args.target if len(args.target) > 1 else (), frames)
+                    args.target if len(args.target) > 1 else (), frames, args.decode_at or ())
         total = len(list(plan.schedule()))
         synth = "synthetic " if model.synthetic else ""
         print(f"{label}{synth}model {model.name} ({model.space.describe()}) on {model.device} {dtype}, loaded in "
@@ -259,7 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta = (f"{model.label} | "
                 f"{r0['device_name']} {', '.join(args.dtype)} threads={r0['threads']} | {settings.width}x{settings.height}"
                 + (f" x {settings.num_frames} frames" if video else "") + " "
-                f"{settings.steps} steps | encoder {r0['encoder'] or args.encoder} q{args.quality} | torch {r0['torch']} "
+                f"{settings.steps} steps | encoder {r0['encoder'] or args.encoder} q{args.quality}"
+                + (f" preview_max {args.preview_max}" if args.preview_max else "") + f" | torch {r0['torch']} "
                 f"diffusers {r0['diffusers']}")
     ids = {x["run_id"] for x in runs}
     # the summary reads the CSVs back, as report and compare do: one figure, the same everywhere

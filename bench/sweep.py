@@ -15,7 +15,7 @@ from previewlab.preview.models import Model
 from previewlab.preview.csv_writer import CsvAppender
 from previewlab.preview.records import RUN_COLUMNS, STEP_COLUMNS
 from previewlab.preview.decoders import DecoderName
-from previewlab.preview.names import FrameChoice
+from previewlab.preview.names import DecodeAt, FrameChoice
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
 from previewlab.preview.targets import Target
 
@@ -38,6 +38,7 @@ class Plan:
     compile: bool = False
     targets: tuple[Target, ...] = ()  # an axis of what previews show; () keeps the base settings' target
     frames: tuple[FrameChoice, ...] = ()  # a clip's preview frames, an axis; () keeps the base settings' frames
+    decode_ats: tuple[DecodeAt, ...] = ()  # where decoders stop (preview, full, half_latents), an axis; () keeps the base's
 
     def configs(self) -> list[PreviewSettings]:
         base, out = self.settings.preview, []
@@ -48,21 +49,26 @@ class Plan:
                 for m in self.modes:
                     for t in self.targets or (base.target,):
                         for f in self.frames or (base.frames,):
-                            if e == "auto":
-                                out.append(replace(base, decoder=d, every=1, budget=self.budget, mode=m, target=t,
-                                                   frames=f))
-                            else:
-                                out.append(replace(base, decoder=d, every=int(e), budget=0.0, mode=m, target=t,
-                                                   frames=f))
+                            for a in self.decode_ats or (base.decode_at,):
+                                auto = e == "auto"
+                                out.append(replace(base, decoder=d, every=1 if auto else int(e),
+                                                   budget=self.budget if auto else 0.0, mode=m, target=t, frames=f,
+                                                   decode_at=a))
         return out
+
+    def name(self, p: PreviewSettings | None, clip: bool = False) -> str:
+        """A configuration's name, its decode_at named when the sweep has that axis."""
+        return config_name(p, clip, at=bool(self.decode_ats))
 
     def schedule(self) -> Iterator[tuple[str, int, PreviewSettings | None]]:
         """(role, repeat, preview settings or None for a direct call), in the order they run."""
         none = replace(self.settings.preview, decoder="none", every=1, budget=0.0, mode=self.modes[0])
         # a clip's decoders warm up on the most frames the sweep asks, so no measured run pays first allocations
         most = ("all" if "all" in self.frames else self.frames[-1]) if self.frames else none.frames
-        warm = [none] + [replace(none, decoder=d, mode=m, frames=most) for d in dict.fromkeys(self.decoders)
-                         if d != "none" for m in self.modes]
+        # each place a decoder stops is its own graph: warm each, so no measured run pays its first allocations
+        warm = [none] + [replace(none, decoder=d, mode=m, frames=most, decode_at=a)
+                         for d in dict.fromkeys(self.decoders) if d != "none" for m in self.modes
+                         for a in self.decode_ats or (none.decode_at,)]
         for _ in range(self.warmup):
             for p in warm:
                 yield "warmup", 0, p
@@ -77,9 +83,9 @@ class Plan:
                 yield "baseline", r, none
 
 
-def config_name(p: PreviewSettings | None, clip: bool = False) -> str:
-    """A configuration's name in the CSVs and the summary: decoder/interval/mode, the target when not auto, and
-    for a clip (clip: a video model) the frames a preview shows."""
+def config_name(p: PreviewSettings | None, clip: bool = False, at: bool = False) -> str:
+    """A configuration's name in the CSVs and the summary: decoder/interval/mode, the target when not auto, for a
+    clip (clip: a video model) the frames a preview shows, and where the decoder stops (at: a decode_at axis)."""
     if p is None:
         return "direct"
     if p.decoder == "none":
@@ -87,7 +93,8 @@ def config_name(p: PreviewSettings | None, clip: bool = False) -> str:
     every = f"auto{p.budget:g}%" if p.budget > 0 else f"every{p.every}"
     shown = "" if p.target == "auto" else f"/{p.target}"
     frames = f"/frames-{p.frames}" if clip else ""
-    return f"{p.decoder}/{every}/{p.mode}{shown}{frames}"
+    where = f"/at-{p.decode_at}" if at else ""
+    return f"{p.decoder}/{every}/{p.mode}{shown}{frames}{where}"
 
 
 def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Path | None,
@@ -146,7 +153,7 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
             elif role in ("config", "direct") and baselines:
                 overhead = 100 * (wall / statistics.median(baselines) - 1)
                 pair = 100 * (wall / last_baseline - 1) if last_baseline else None
-            extra = {"config": label + config_name(p, model.space.video), "role": role, "repeat": rep}
+            extra = {"config": label + plan.name(p, model.space.video), "role": role, "repeat": rep}
             if role == "direct":  # the engine's own cost: decoder none against the bare call that follows
                 last_baseline = None
             row = {**extra, **run.record.__dict__, "overhead_pct": overhead, "pair_overhead_pct": pair}
@@ -172,7 +179,7 @@ def traced_run(model: Model, plan: Plan, out: Path, kind: str, label: str = "") 
 
     cfg = (plan.configs() or [replace(plan.settings.preview, decoder="none")])[0]
     settings = replace(plan.settings, preview=cfg)
-    name = (label + config_name(cfg, model.space.video)).replace("/", "_").replace(" ", "_").replace("%", "pct")
+    name = (label + plan.name(cfg, model.space.video)).replace("/", "_").replace(" ", "_").replace("%", "pct")
     out.mkdir(parents=True, exist_ok=True)
     rid = time.strftime("%Y%m%dT%H%M%S") + f"-{kind}"
     if kind == "trace":
@@ -192,5 +199,5 @@ def traced_run(model: Model, plan: Plan, out: Path, kind: str, label: str = "") 
         t0 = time.perf_counter()
         path = out / f"cprofile-{name}.prof"
         pr.dump_stats(str(path))
-    return {"config": label + config_name(cfg, model.space.video), "kind": kind, "path": str(path), "wall_s": run.record.wall_s,
+    return {"config": label + plan.name(cfg, model.space.video), "kind": kind, "path": str(path), "wall_s": run.record.wall_s,
             "export_s": time.perf_counter() - t0}

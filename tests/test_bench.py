@@ -210,3 +210,22 @@ def test_a_noisy_sweep_says_so_first_and_last_and_strict_fails_it(tmp_path):
     assert p.stdout.splitlines()[0] == first and "latent2rgb/every1/overlap" in p.stdout
     runs = rows(tmp_path / "runs.csv")
     assert {r["threads"] for r in runs} == {"1"}  # --threads pinned torch's CPU threads
+
+
+def test_decode_at_is_an_axis_whose_rows_say_where_the_decoder_stopped(tmp_path):
+    """Issue 24, item 4: --decode-at sweeps where a decoder stops. synthetic:tiny's TAE has one upsampling stage
+    (its latents are at 1/2): at a preview_max of a quarter of the image, taesd at preview leaves it out and
+    makes half the side, at full it makes the image's size; both are resized to the quarter that is sent."""
+    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "none,taesd", "--every", "1", "--steps", "2",
+                   "--repeats", "1", "--warmup", "1", "--preview-max", "16", "--decode-at", "preview,full",
+                   "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr[-2000:]
+    runs = [r for r in rows(tmp_path / "runs.csv") if r["role"] == "config"]
+    assert sorted(r["config"] for r in runs) == ["taesd/every1/overlap/at-full", "taesd/every1/overlap/at-preview"]
+    ids = {r["run_id"]: r["config"] for r in runs}
+    made = {(ids[s["run_id"]], s["decode_at"], s["decode_width"], s["preview_width"])
+            for s in rows(tmp_path / "steps.csv") if s["run_id"] in ids and s["preview"] == "1"}
+    assert made == {("taesd/every1/overlap/at-preview", "preview", "32", "16"),
+                    ("taesd/every1/overlap/at-full", "full", "64", "16")}
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "preview_max 16" in summary.splitlines()[1] and "at-preview" in summary
