@@ -57,5 +57,8 @@ def test_ctrl_c_while_the_model_loads_is_a_stop_not_a_traceback():
     time.sleep(3)  # inside the load: building SD1.5's 1 B parameters takes longer
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 130 and "Traceback" not in err and "previewlab serve: stopped" in err.splitlines(), err
+    # exit status 130, or killed by the SIGINT itself (a signal that lands as Python exits): a shell reports
+    # both as 130, the status of a stop by Ctrl-C; either way one line, no traceback
+    assert p.returncode in (130, -signal.SIGINT), (p.returncode, err)
+    assert "Traceback" not in err and "previewlab serve: stopped" in err.splitlines(), err
     assert "http://" not in out
