@@ -177,7 +177,7 @@ def parser() -> Parser:
                    help="also time the bare diffusers call, paired with decoder none (the engine's own cost)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder for runs.csv and steps.csv")
     p.add_argument("--threads", type=ranged("threads", 1, 1024), default=None,
-                   help="torch's CPU threads (default: torch's own choice); fewer, pinned threads steady a busy machine")
+                   help="torch's CPU threads (default: torch's own choice); fewer threads than cores steady a busy machine")
     p.add_argument("--noise-limit", type=noise_limit_value, default=NOISE_LIMIT_PCT,
                    help="percent: baselines whose IQR over median is above it mark the machine as noisy")
     p.add_argument("--strict", action="store_true",

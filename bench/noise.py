@@ -85,7 +85,9 @@ def spread_pct(xs: Sequence[float]) -> float:
     return 100 * (percentile(xs, 75) - percentile(xs, 25)) / statistics.median(xs)
 
 
-def _steady(r: dict[str, Any]) -> bool:
+def is_steady(r: dict[str, Any]) -> bool:
+    """A run statistics are taken over: neither a warm-up round nor the first run after the model loaded (both
+    kept in runs.csv). `first_run` is 0/1, or "0"/"1" as read back from the CSV."""
     return bool(r["role"] != "warmup" and not int(r["first_run"]))
 
 
@@ -95,10 +97,10 @@ def pair_overheads(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
     they ran, as runs.csv holds them."""
     out: dict[str, list[float]] = {}
     for i, r in enumerate(runs):
-        if r["role"] not in ("config", "direct") or not _steady(r):
+        if r["role"] not in ("config", "direct") or not is_steady(r):
             continue
         j = i + 1 if r["role"] == "direct" else i - 1
-        if 0 <= j < len(runs) and runs[j]["role"] == "baseline" and _steady(runs[j]):
+        if 0 <= j < len(runs) and runs[j]["role"] == "baseline" and is_steady(runs[j]):
             out.setdefault(r["config"], []).append(100 * (float(r["wall_s"]) / float(runs[j]["wall_s"]) - 1))
     return out
 
@@ -123,7 +125,7 @@ class Noise:
             return f"noise: {said}, within the {self.limit_pct:g} % limit"
         return (f"NOISY MACHINE: {said}, over the {self.limit_pct:g} % limit: an overhead inside its interval is "
                 f"noise, and the intervals are wide. Remedies: more --repeats, a quiet machine (no other jobs), or "
-                f"pinned threads (--threads N)")
+                f"fewer torch threads than cores (--threads N, with taskset to pin them)")
 
 
 def baseline_noise(runs: Sequence[dict[str, Any]], limit_pct: float = NOISE_LIMIT_PCT) -> Noise | None:
@@ -131,7 +133,7 @@ def baseline_noise(runs: Sequence[dict[str, Any]], limit_pct: float = NOISE_LIMI
     named; None with fewer than two baselines, where no spread can be judged."""
     groups: dict[str, list[float]] = {}
     for r in runs:
-        if r["role"] == "baseline" and _steady(r):
+        if r["role"] == "baseline" and is_steady(r):
             groups.setdefault(r["config"], []).append(float(r["wall_s"]))
     judged = [(spread_pct(xs), len(xs), statistics.median(xs)) for xs in groups.values() if len(xs) >= 2]
     if not judged:

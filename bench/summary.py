@@ -4,7 +4,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Sequence
 
-from previewlab.bench.noise import LEVEL_PCT, Estimate, Noise, estimate, pair_overheads, percentile
+from previewlab.bench.noise import (LEVEL_PCT, Estimate, Noise, estimate, is_steady, pair_overheads,
+                                   percentile)
 from previewlab.preview.records import PREVIEW_STAGES
 
 STAGES = ("denoise_ms",) + PREVIEW_STAGES
@@ -12,9 +13,8 @@ __all__ = ["STAGES", "percentile", "steady", "summarize", "overhead_of", "verdic
 
 
 def steady(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The runs statistics are taken over: neither warm-up rounds nor the first run after the model loaded
-    (both kept in runs.csv). `first_run` is 0/1, or "0"/"1" as read back from the CSV."""
-    return [r for r in runs if r["role"] != "warmup" and not int(r["first_run"])]
+    """The runs statistics are taken over (noise.is_steady)."""
+    return [r for r in runs if is_steady(r)]
 
 
 def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -205,7 +205,7 @@ def test_a_noisy_sweep_says_so_first_and_last_and_strict_fails_it(tmp_path):
     assert p.returncode == 3, p.stderr[-2000:]
     first = (tmp_path / "summary.txt").read_text().splitlines()[0]
     assert first.startswith("NOISY MACHINE: the 3 no-preview baselines spread") and "over the 0.001 % limit" in first
-    assert "more --repeats, a quiet machine (no other jobs), or pinned threads (--threads N)" in first
+    assert "more --repeats, a quiet machine (no other jobs), or fewer torch threads than cores (--threads N, with taskset to pin them)" in first
     assert p.stderr.strip().splitlines()[-1] == f"previewlab bench: {first}"
     assert p.stdout.splitlines()[0] == first and "latent2rgb/every1/overlap" in p.stdout
     runs = rows(tmp_path / "runs.csv")
