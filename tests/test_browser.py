@@ -371,3 +371,82 @@ def test_a_scripts_page_offers_no_start_and_shows_what_the_script_ran(tmp_path):
             browser.close()
     finally:
         w.remove()
+
+
+def test_decode_at_is_a_live_control_and_its_runs_record_where_the_decoder_stopped(make_app):
+    """Issue 24: the page offers decode_at beside Max size, its values from hello. A TAESD run at 64 px sent at
+    32 px, started decoding at full size then switched live to the preview's size, records each row's decode_at
+    and decode size; the caption names the decode size while it differs from the size sent; a second tab shows
+    the run's live value; a value the server refuses shows the error banner."""
+    srv, app = make_app()
+    with live_server(app) as addr, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        hellos: list[dict] = []
+        page.on("websocket", lambda ws: ws.on(
+            "framereceived", lambda f: hellos.append(json.loads(f)) if isinstance(f, str) and '"hello"' in f else None))
+        page.goto(f"http://{addr}/")
+        page.wait_for_selector("#conn.ok")
+        wait_js(page, "document.getElementById('decode_at').options.length > 0")
+        offered = hellos[0]["choices"]["decode_at"]
+        assert offered == ["preview", "full", "half_latents"]
+        options = page.eval_on_selector_all("#decode_at option", "os => os.map((o) => o.value)")
+        assert options == offered
+        assert page.input_value("#decode_at") == "preview"  # the server's default, from hello
+        tip = page.evaluate("document.getElementById('decode_at').closest('label').title")
+        assert all(f"{v}:" in tip for v in offered), tip
+        # a value the server does not know: the start is refused, the banner names the field, a valid one clears it
+        page.evaluate("document.getElementById('decode_at').append(Object.assign(document.createElement('option'), "
+                      "{ textContent: 'sideways' }))")
+        page.select_option("#decode_at", "sideways")
+        page.click("#start")
+        page.wait_for_selector("#error:not([hidden])")
+        assert (page.text_content("#error") or "").startswith("decode_at='sideways': allowed are")
+        page.evaluate("document.querySelector('#decode_at option:last-child').remove()")
+        page.select_option("#decode_at", "full")
+        page.wait_for_selector("#error", state="hidden")
+
+        page.fill("#steps", "1000")  # stopped once both halves are seen
+        page.fill("#width", "64")
+        page.fill("#height", "64")
+        page.select_option("#decoder", "taesd")
+        page.select_option("#mode", "sync")  # every step's preview on the path: each row has its decode
+        page.fill("#preview_max", "32")
+        page.click("#start")
+        wait_js(page, "document.getElementById('caption').textContent.includes('decoded 64x64, sent 32x32')")
+        # another tab shows the run's live settings, not the page's default
+        other = browser.new_page()
+        other.goto(f"http://{addr}/")
+        other.wait_for_selector("#conn.ok")
+        wait_js(other, "document.getElementById('decode_at').value === 'full'", 10)
+        other.close()
+        switched = int(page.evaluate("document.getElementById('preview').dataset.step"))
+        page.select_option("#decode_at", "preview")  # a live change, mid-run
+        # previews decoded at the size sent: once the row of a preview after the switch is in, the caption names
+        # one size again
+        wait_js(page, f"(() => {{ const s = Number(document.getElementById('preview').dataset.step);"
+                      f" const r = run.rows.get(s);"
+                      f" return s > {switched} + 2 && !!r && r.decode_at === 'preview' && r.decode_width > 0; }})()")
+        caption = page.text_content("#caption") or ""
+        assert " · 32x32 · " in caption and "decoded" not in caption, caption
+        page.click("#stop")
+        wait_js(page, "document.getElementById('f-status').textContent.startsWith('stopped')", 60)
+        with urllib.request.urlopen(f"http://{addr}/runs") as r:
+            rid = json.loads(r.read())[0]["run_id"]
+        with urllib.request.urlopen(f"http://{addr}/runs/{rid}.csv") as r:
+            rows = list(csv.DictReader(io.StringIO(r.read().decode())))
+        ats = [r["decode_at"] for r in rows]
+        n_full = ats.count("full")
+        assert n_full > 0 and ats == ["full"] * n_full + ["preview"] * (len(ats) - n_full), ats
+        assert len(ats) > n_full
+        decoded = {at: {int(r["decode_width"]) for r in rows if r["decode_at"] == at and r["frames"] != "0"}
+                   for at in ("full", "preview")}
+        # the synthetic TAESD upsamples once (x2): at the preview's size it leaves that stage out
+        assert decoded == {"full": {64}, "preview": {32}}, decoded
+        assert max(decoded["preview"]) < min(decoded["full"])
+        assert {r["preview_width"] for r in rows if r["frames"] != "0"} == {"32"}  # the same size sent either way
+        assert page.is_hidden("#error"), page.text_content("#error")
+        assert errors == []
+        browser.close()

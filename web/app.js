@@ -4,8 +4,8 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const LIVE = ["decoder", "every", "preview_max", "encoder", "quality", "mode", "budget", "target", "batch_preview",
-              "frames"];
+const LIVE = ["decoder", "every", "preview_max", "decode_at", "encoder", "quality", "mode", "budget", "target",
+              "batch_preview", "frames"];
 const RUN_FIELDS = ["prompt", "steps", "width", "height", "seed", "guidance", "batch", "strength", "num_frames", "fps"];
 const NUMERIC = new Set(["steps", "width", "height", "seed", "guidance", "every", "preview_max", "quality", "budget",
                          "batch", "strength", "num_frames", "fps"]);
@@ -33,6 +33,7 @@ let chartDirty = false;
 let clip = null;         // the clip preview playing: its decoded frames, the frame shown and its timer
 let lastSeq = -1;        // the newest preview this tab has received: a clip still decoding for an older one gives way
 let drawnSeq = -1;       // the newest preview drawn: an older one whose decode finished later is never drawn over it
+let shown = null;        // the preview on the canvas, for its caption: its header, KB and clip note
 const canvas = $("preview");
 const ctx = canvas.getContext("2d");
 
@@ -103,7 +104,7 @@ function onText(msg) {
       banner.dataset.synthetic ??= banner.textContent;  // the page's own text, for synthetic models
       banner.textContent = msg.note ? msg.note[0].toUpperCase() + msg.note.slice(1) + "." : banner.dataset.synthetic;
       $("banner").hidden = !(msg.synthetic || msg.note);
-      // the choices come from the server's registries (decoders, encoders, modes, targets)
+      // the choices come from the server's registries (decoders, encoders, modes, targets, where decoders stop)
       for (const [k, names] of Object.entries(msg.choices || {})) {
         const sel = $(k);
         const all = k === "frames" ? [...names, ...CLIP_COUNTS.filter((n) => n <= msg.max_preview_frames).map(String)] : names;
@@ -158,6 +159,7 @@ function settingsText(m) {
 // Each run starts clean: nothing of the run before stays on the panel (a decoder `none` run draws no preview)
 function resetPanel(meta) {
   stopClip();
+  shown = null;
   ctx.clearRect(0, 0, canvas.width, canvas.height);
   for (const k of ["step", "decoder", "clipFrames", "clipFrame"]) delete canvas.dataset[k];
   canvas.dataset.painted = "0";
@@ -238,6 +240,7 @@ function onStep(msg) {
   Object.assign(row(msg.step), msg);
   run.lastStep = Math.max(run.lastStep, msg.step);
   $("f-step").textContent = `${msg.step} / ${run.meta.steps || "?"}`;
+  if (shown && shown.header.run_id === msg.run_id && shown.header.step === msg.step) showCaption();  // its decode size
   if (msg.event) $("f-status").textContent = `running ${run.meta.run_id} · step ${msg.step}: ${msg.event}`;
   let denoise = 0, preview = 0, n = 0;
   for (const r of run.rows.values()) {
@@ -348,7 +351,8 @@ async function onFrame(buf) {
     const count = blobs.length > 1 ? ` · ${blobs.length} frames at ${(header.fps || DEFAULT_FPS).toFixed(1)} fps` : "";
     canvas.dataset.clipFrames = String(blobs.length);
     canvas.dataset.clipFrame = "0";
-    $("caption").textContent = `step ${header.step} · ${header.decoder} · ${header.width}x${header.height}${count} · ${header.format} · ${(buf.byteLength / 1024).toFixed(1)} KB`;
+    shown = { header, count, kb: (buf.byteLength / 1024).toFixed(1) };
+    showCaption();
     canvas.dataset.step = header.step;
     canvas.dataset.decoder = header.decoder;
     canvas.dataset.painted = String(Number(canvas.dataset.painted || 0) + 1);
@@ -367,6 +371,18 @@ async function onFrame(buf) {
       chartDirty = true;
     }
   });
+}
+
+// The caption of the preview on the canvas. Its step's row (which may come after the frame) says the size the
+// decoder ran at: named when it differs from the size sent (decode_at full, or a cut that still resizes), per image
+// in a batch (a grid sends them side by side)
+function showCaption() {
+  const h = shown.header;
+  const r = run && run.meta.run_id === h.run_id ? run.rows.get(h.step) : undefined;
+  const sent = `${h.width}x${h.height}`;
+  const decoded = r && r.decode_width > 0 ? `${r.decode_width}x${r.decode_height}` : sent;
+  const size = decoded === sent ? sent : `decoded ${decoded}${r.batch > 1 ? " per image" : ""}, sent ${sent}`;
+  $("caption").textContent = `step ${h.step} · ${h.decoder} · ${size}${shown.count} · ${h.format} · ${shown.kb} KB`;
 }
 
 function chartWidth() {
