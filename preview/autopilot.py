@@ -40,17 +40,34 @@ The first preview waits for `min_clean` clean steps. Until a decoder's cost is m
 `prior_ms` (measured in an earlier run) or else one step. When previews are dense, one is skipped now and then so
 that a clean step is seen at least every `refresh` steps (not in the run's last 2 x refresh steps, nor when the
 budget would pay for every step left twice over). A live budget change applies from then on: the steps before it
-keep the share of the old budget. When even `min_previews` previews in the whole run would not fit the budget, it
-falls back to a cheaper decoder (vae -> taesd -> latent2rgb) and says so in `note`.
+keep the share of the old budget.
+
+What it trades, in order (each decision is its `note`, the row's event):
+  1. pixels: when the budget affords previews only sparser than `want` (every step), it first decodes smaller:
+     the preview's long side halved, as far as `sides` allows (Previewer.sides: each smaller side a TAE stage
+     fewer, none under 128 px; a decoder with no stage to leave out, or decode_at full, has no smaller side).
+     A smaller preview's cost is learned anew, taken as SMALLER_COST of the larger one's until measured.
+  2. frequency: the interval follows the pace of what the budget affords at that size.
+  3. the decoder: when even `min_previews` previews in the whole run would not fit the budget at its smallest
+     size (its cost guessed as above until measured), it falls back to a cheaper decoder (vae -> taesd ->
+     latent2rgb), whose previews start at the user's size.
+It never trades back within a run: a live change (budget, decoder, preview size) makes a new autopilot, which
+starts again at the user's size.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 from . import decoders
 from .books import Books
 from .decoders import DecoderName
+
+# What a preview at half the side is taken to cost, of the larger one's, until measured: the decode of a TAE with
+# one stage fewer took 0.40 to 0.58 of the whole one here (bench.quality), and the encode of a quarter of the
+# pixels less; the higher end, so that a guess overspends the budget by no more than the measure corrects.
+SMALLER_COST = 0.6
 
 
 @dataclass
@@ -67,10 +84,15 @@ class Autopilot:
     hysteresis: float = 0.5        # h of the interval's band (or 10 % of the interval when that is more)
     drift: float = 0.15            # how far off the base (relative) two clean steps in a row start a new one
     window: int = 50               # the newest clean steps the base is made from
+    # per decoder: the preview's long side in px at the user's settings, then each smaller one it can decode at
+    # (Previewer.sides); a decoder with one side or none is never made smaller
+    sides: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    want: int = 1                  # the interval it wants: a budget that affords only sparser previews trades pixels
 
     def __post_init__(self) -> None:
         self.interval = 1
         self.note = ""               # what the autopilot changed, for the row's event column
+        self.smaller = 0             # halvings of the preview's side made (an index into sides[decoder])
         self.k = 0                   # due() calls: the step asked about last
         self._told = False           # the first interval was announced
         self._want: int | None = None  # a new interval asked for once; a second time in a row moves it
@@ -101,17 +123,29 @@ class Autopilot:
         return since + 0.5 >= self._pace(c, allowance)
 
     def decide(self) -> int:
-        """The interval (the least spacing between previews); may switch self.decoder (and set self.note)."""
+        """The interval (the least spacing between previews); may decode smaller or switch self.decoder (and set
+        self.note): pixels first, then the interval, then the decoder."""
+        notes: list[str] = []
         self.note = ""
         books = self.books
         if books.n == 0:
             return self.interval
         b, c = books.base_ms(), self._cost()
         cheaper = decoders.cheaper(self.decoder, self.has_taesd)
-        if cheaper and books.measured and c * self.min_previews > self.budget_pct / 100 * self.steps * b:
-            self.note = (f"autopilot: {self.decoder} at {c:.0f} ms per preview cannot fit a "
-                         f"{self.budget_pct:g}% budget ({b:.0f} ms steps); switching to {cheaper}")
+        smallest = c * SMALLER_COST ** (len(self._sides()) - 1 - self.smaller) if self._has_smaller() else c
+        if cheaper and books.measured and smallest * self.min_previews > self.budget_pct / 100 * self.steps * b:
+            # even its smallest preview (its cost as guessed until measured) cannot fit: a cheaper decoder
+            notes.append(f"{self.decoder} at {c:.0f} ms per preview cannot fit a {self.budget_pct:g}% budget "
+                         f"({b:.0f} ms steps); switching to {cheaper}")
             self.switch_decoder(cheaper)
+            c = self._cost()
+        elif books.measured and self._has_smaller() and self.steps - self.k > self.refresh \
+                and self._pace(c, self._allowance(c)) >= self.want + 0.5:
+            was, pace = self._sides()[self.smaller], self._pace(c, self._allowance(c))
+            self.smaller += 1
+            notes.append(f"{self.decoder} at {c:.0f} ms per preview fits one every {pace:.1f} steps in a "
+                         f"{self.budget_pct:g}% budget; smaller previews first: {self.preview_max} px, was {was} px")
+            books.new_decoder(SMALLER_COST * c)
             c = self._cost()
         allowance = self._allowance(c)
         if allowance >= c or not self._told:  # with less than one preview left the pace says little: keep it
@@ -121,18 +155,25 @@ class Autopilot:
             if not self._told or not n - h <= pace < n + 1 + h:
                 n = max(1, int(min(pace, self.steps)))
             if n != self.interval or not self._told:
-                if self._told and not self.note and self.hysteresis > 0 and n != self._want:
+                if self._told and not notes and self.hysteresis > 0 and n != self._want:
                     self._want = n  # asked once: it may be a row seen before its preview's next one; ask again
                     return self.interval
-                if not self.note:
-                    self.note = f"autopilot: every {n}"
+                notes.append(f"every {n}")
                 self.interval, self._told = n, True
             self._want = None
+        if notes:
+            self.note = "autopilot: " + "; ".join(notes)
         return self.interval
 
+    @property
+    def preview_max(self) -> int:
+        """The long side the autopilot decodes this decoder's previews at, px; 0: the user's settings."""
+        return self._sides()[self.smaller] if self.smaller else 0
+
     def switch_decoder(self, decoder: DecoderName, prior_ms: float | None = None) -> None:
-        """Previews now come from another decoder: its cost is learned anew (taken as prior_ms until measured)."""
-        self.decoder = decoder
+        """Previews now come from another decoder, at the user's size: its cost is learned anew (taken as prior_ms
+        until measured)."""
+        self.decoder, self.smaller = decoder, 0
         self.books.new_decoder(prior_ms)
 
     def keep_books(self, old: Autopilot, new_cost: bool = False) -> None:
@@ -148,7 +189,7 @@ class Autopilot:
             now = books.nop_ms() + max(0, self.k - books.n) * books.base_ms()
             self._credit += old.budget_pct / 100 * (now - self._nop_from)
             self._nop_from = now
-        if self.decoder != old.decoder or new_cost:
+        if self.decoder != old.decoder or new_cost or old.smaller:  # this one starts at the user's size
             books.new_decoder(self.prior_ms)
 
     # ---- inside -----------------------------------------------------------------------------------------------
@@ -170,6 +211,13 @@ class Autopilot:
     def _pace(self, c: float, allowance: float) -> float:
         m = allowance / c
         return (self.steps - self.books.last_start) / (m + 1) if m > 0 else math.inf
+
+    def _sides(self) -> tuple[int, ...]:
+        return self.sides.get(self.decoder, ())
+
+    def _has_smaller(self) -> bool:
+        """A smaller decode of this decoder is left to trade for."""
+        return self.smaller + 1 < len(self._sides())
 
     def _stale(self) -> bool:
         """The newest clean step is over `refresh` steps old, and the run has more than 2 x refresh steps left."""

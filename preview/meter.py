@@ -163,17 +163,28 @@ class StepMeter:
         old = self.pilot
         recost = ("frames" in change.fields and self.model.space.video) or bool(RESIZES & change.fields)
         if old is None or old.budget_pct != s.budget or "decoder" in change.fields or recost:
+            shown = 1 if s.batch_preview == "first" else self.batch
+            # the smaller previews it may trade for, per decoder it may fall back to
+            sides: dict[str, tuple[int, ...]] = {d: self.prev.sides(d, s, self.width, self.height, shown)
+                                                 for d in decoders.DECODER_NAMES if d != "none"}
             pilot = self.pilot = Autopilot(s.budget, self.steps, s.decoder, has_taesd=self.model.taesd is not None,
-                                           prior_ms=self.prev.cost_ms.get(self._cost_key(s.decoder, s)))
+                                           prior_ms=self.prev.cost_ms.get(self._cost_key(s.decoder, s)),
+                                           sides=sides)
             if old is not None:  # a live change keeps the run's books
                 pilot.keep_books(old, new_cost=recost)
             return pilot
         return old
 
     def _cost_key(self, decoder: str, s: PreviewSettings) -> str:
-        """What a preview's cost prior is kept under: its decoder, and for a clip the frames it shows (all of a
-        clip costs up to T times its first frame)."""
-        return f"{decoder} frames={s.frames}" if self.model.space.video else decoder
+        """What a preview's cost prior is kept under: its decoder, where it stops and its size, and for a clip
+        the frames it shows (all of a clip costs up to T times its first frame)."""
+        key = f"{decoder} decode_at={s.decode_at} preview_max={s.preview_max}"
+        return f"{key} frames={s.frames}" if self.model.space.video else key
+
+    def _sized(self, s: PreviewSettings) -> PreviewSettings:
+        """The settings a preview is made with: the user's, at the smaller size the autopilot traded for."""
+        side = self.pilot.preview_max if self.pilot is not None else 0
+        return s.changed(preview_max=side) if side else s
 
     def _due(self, row: StepRow) -> bool:
         """This step gets a preview: the autopilot says so, or without one the fixed interval does."""
@@ -189,7 +200,7 @@ class StepMeter:
     def _preview(self, p: Any, row: StepRow, marks: _Marks, s: PreviewSettings, kw: dict[str, Any]) -> None:
         """Make this step's preview with row.decoder: in the callback (sync) or handed to the encode thread
         (overlap). Any failure on the way becomes the row's event and a cheaper decoder, never the run's end."""
-        decoder = row.decoder
+        decoder, s = row.decoder, self._sized(s)
         ps = s if decoder == s.decoder else s.changed(decoder=decoder)
         try:
             prev = self.prev
@@ -326,7 +337,9 @@ class StepMeter:
         traceback.print_exc(limit=2)
         self.controls.set(decoder=fallback, note=False)
         if self.pilot is not None:
-            self.pilot.switch_decoder(fallback, prior_ms=self.prev.cost_ms.get(self._cost_key(fallback, s)))
+            # the fallback starts at the user's size: its prior is kept under their settings
+            prior = self.prev.cost_ms.get(self._cost_key(fallback, self.controls.get()))
+            self.pilot.switch_decoder(fallback, prior_ms=prior)
         row.event = _also(row.event, msg)
         row.preview = 0
         if self.on_error:
@@ -358,7 +371,7 @@ class StepMeter:
                 books = pilot.books
                 books.observe(m.row.denoise_ms + m.row.on_path_ms, m.touched)
                 if books.measured and books.cost_ms is not None:
-                    key = self._cost_key(pilot.decoder, self.controls.get())
+                    key = self._cost_key(pilot.decoder, self._sized(self.controls.get()))
                     self.prev.cost_ms[key] = books.cost_ms  # a prior for later runs
             self.rows.append(m.row)
             if self.on_row:

@@ -11,6 +11,8 @@ from .frames import grid_size
 from .models import Model
 from .settings import PreviewSettings
 
+SMALLEST_SIDE = 128  # px: the autopilot decodes no preview smaller on its long side (too little to judge a picture)
+
 
 class Previewer:
     """Builds decoders and encoders on demand and keeps them for the run (a switch back costs nothing). A decoder
@@ -34,6 +36,24 @@ class Previewer:
             self._factors[name] = decoders.upsample_factors(name, self.model)
         return decoders.cut_for(s.decode_at, self._factors[name], max(grid_size(batch, width, height)),
                                 s.preview_max)
+
+    def sides(self, name: str, s: PreviewSettings, width: int, height: int, batch: int = 1,
+              smallest: int | None = None) -> tuple[int, ...]:
+        """The long sides, px, that decoder `name` can make a preview at for the autopilot to trade: the preview's
+        at settings s, then each half the one before while that leaves one more of its stages out (so it decodes
+        fewer pixels, not only sends them), down to `smallest` (None: SMALLEST_SIDE). One side: nothing smaller
+        to trade (no stages, decode_at full or half_latents, or a preview small already)."""
+        smallest = SMALLEST_SIDE if smallest is None else smallest
+        long = max(grid_size(batch, width, height))
+        side = min(long, s.preview_max) if s.preview_max else long
+        out, cut = [side], self.cut(name, s, width, height, batch)
+        while side // 2 >= smallest:
+            smaller = self.cut(name, s.changed(preview_max=side // 2), width, height, batch)
+            if smaller.stages <= cut.stages:
+                break
+            side, cut = side // 2, smaller
+            out.append(side)
+        return tuple(out)
 
     def decoder(self, name: str, cut: Cut = WHOLE) -> decoders.Decode | None:
         key = (name, cut)

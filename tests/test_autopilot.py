@@ -28,7 +28,8 @@ def simulate(ap: Autopilot, steps: int, cost, *, mode: str = "sync", on_path: fl
     """A run as the step meter drives the autopilot: at each step decide(), then due(since), then
     preview_started() when one is made; the step rows reach books.observe() `lag` steps late, all of them at the end.
 
-    A step costs BASE (or step_ms(step)) x (1 +- jitter). A preview costs cost[decoder] x (1 +- 10 %): in sync
+    A step costs BASE (or step_ms(step)) x (1 +- jitter). A preview costs cost[decoder] (or cost(autopilot): its
+    decoder at the size it decodes at) x (1 +- 10 %): in sync
     mode all of it lands on its own step; in overlap mode `on_path` of it does and the rest slows the next step,
     during which it is still in flight (so that step is touched too). `after` x the cost more slows the step after
     that, untouched (cold caches on a CPU). at(step, ap) may return a replacement autopilot (a live change).
@@ -55,7 +56,7 @@ def simulate(ap: Autopilot, steps: int, cost, *, mode: str = "sync", on_path: fl
             ap.preview_started()
             since = 0
             run.made.append(i)
-            c = (price[ap.decoder] if price else cost) * rng.uniform(0.9, 1.1)
+            c = (cost(ap) if callable(cost) else price[ap.decoder] if price else cost) * rng.uniform(0.9, 1.1)
             share = 1.0 if mode == "sync" else on_path
             extra[i] += share * c
             touch[i] = True
@@ -275,3 +276,92 @@ def test_follows_a_change_in_step_cost():
         assert ap.books.base_ms() == pytest.approx(50.0, rel=0.03)
         assert set(run.intervals[150:200]) == {2} and min(run.intervals[-150:]) >= 4
         assert abs(run.overhead - 10) <= 1, (mode, run.overhead)
+
+
+# ---- pixels before frequency (issue 24): a smaller decode first, then the interval, then the decoder -------------
+
+SIDES = {"taesd": (512, 256, 128)}  # Previewer.sides for TAESD on a 1024 px image shown at 512 px
+
+
+def sized(full: float, ratios: tuple[float, ...] = (1.0, 0.45, 0.2), others: dict[str, float] | None = None):
+    """A preview's cost at the size the autopilot decodes it: `full` at the user's size, then each ratio of it
+    (TAESD a stage fewer took 0.40 to 0.58 of the whole decode in bench.quality, two stages 0.13 to 0.22)."""
+    def cost(ap: Autopilot) -> float:
+        return full * ratios[ap.smaller] if ap.decoder == "taesd" else (others or {})[ap.decoder]
+    return cost
+
+
+def test_trades_pixels_before_frequency():
+    # 60 ms previews on 100 ms steps: a 10 % budget affords one every 6 steps at full size
+    run = simulate(Autopilot(10, 60, "taesd", sides=SIDES), 60, sized(60.0))
+    smaller = [(i, n) for i, n in run.notes if "smaller previews first" in n]
+    assert [n.split("first: ")[1].split(";")[0] for _, n in smaller] == ["256 px, was 512 px", "128 px, was 256 px"]
+    assert smaller[0][1].startswith("autopilot: taesd at 6") and "in a 10% budget" in smaller[0][1]
+    assert run.ap.smaller == 2 and run.ap.preview_max == 128 and set(run.decoders) == {"taesd"}
+    assert smaller[0][0] > run.made[0]  # only once a preview at full size was measured
+    # the interval after the trades is narrower than the one the same budget holds at full size
+    plain = simulate(Autopilot(10, 60, "taesd"), 60, 60.0)
+    assert max(run.intervals[smaller[-1][0] + 5:-2]) < min(plain.intervals[20:-2])
+    assert len(run.made) > 2 * len(plain.made)
+    assert abs(run.overhead - 10) <= tolerance(60.0 * 0.2, 60) and abs(plain.overhead - 10) <= tolerance(60.0, 60)
+
+
+def test_keeps_its_pixels_when_the_budget_affords_the_interval_it_wants():
+    cheap = simulate(Autopilot(10, 60, "taesd", sides=SIDES), 60, sized(5.0))  # every step costs 5 %
+    assert cheap.ap.smaller == 0 and not any("smaller" in n for _, n in cheap.notes)
+    assert set(cheap.intervals[15:]) == {1}
+    # wanting a preview every 3 steps, 20 ms previews fit a 10 % budget at full size
+    every3 = simulate(Autopilot(10, 60, "taesd", sides=SIDES, want=3), 60, sized(20.0))
+    assert every3.ap.smaller == 0 and not any("smaller" in n for _, n in every3.notes)
+    # decode_at full (or a decoder with no stage to leave out): one side, nothing to trade; the interval widens
+    full = simulate(Autopilot(10, 60, "taesd", sides={"taesd": (512,)}), 60, sized(60.0))
+    assert full.ap.smaller == 0 and not any("smaller" in n for _, n in full.notes)
+    assert min(full.intervals[20:-2]) >= 4
+
+
+@pytest.mark.parametrize("mode,lag", [("sync", 0), ("overlap", 1)])
+def test_smaller_previews_still_land_within_a_point_of_the_budget(mode, lag):
+    checked, traded = 0, 0
+    for budget, ratio, steps, seed in itertools.product((5, 10, 20), (0.5, 1, 2, 3), (30, 50, 100), (0, 1)):
+        full = ratio * BASE
+        smallest = 0.2 * full
+        if not reachable(budget, smallest, steps) or not 2 * 1.1 * full <= budget / 100 * steps * BASE:
+            continue  # the first preview, at full size, must fit too
+        ap = Autopilot(budget, steps, "taesd", sides=SIDES)
+        run = simulate(ap, steps, sized(full), mode=mode, lag=lag, seed=seed)
+        paid = full * (1.0, 0.45, 0.2)[run.ap.smaller]  # the previews after the last trade cost this
+        assert abs(run.overhead - budget) <= tolerance(paid, steps), \
+            (budget, ratio, steps, seed, run.overhead, run.made, run.notes)
+        checked += 1
+        traded += run.ap.smaller > 0
+    assert checked >= 30 and traded >= checked // 2
+
+
+def test_pixels_then_interval_then_decoder():
+    # the VAE has no stage to leave out: it falls back to TAESD, which then decodes smaller before it widens
+    # (600 ms: two cost more than a 10 % budget of 100 steps; what the first left pays for TAESD's previews)
+    run = simulate(Autopilot(10, 100, "vae", sides=SIDES), 100, sized(60.0, others={"vae": 600.0}))
+    kinds = ["switching" if "switching to taesd" in n else "smaller" if "smaller" in n else "every"
+             for _, n in run.notes]
+    assert kinds.index("switching") < kinds.index("smaller") and run.ap.decoder == "taesd" and run.ap.smaller > 0
+    # TAESD that even at its smallest would not fit two previews: straight to latent2rgb, no pixels traded
+    run = simulate(Autopilot(5, 30, "taesd", sides=SIDES), 30, sized(2000.0, others={"latent2rgb": 1.0}))
+    assert run.ap.decoder == "latent2rgb" and not any("smaller" in n for _, n in run.notes)
+    assert [n.split(" ms per preview")[1] for _, n in run.notes if "switching" in n] == \
+        [" cannot fit a 5% budget (100 ms steps); switching to latent2rgb"]
+
+
+def test_a_live_change_starts_again_at_the_users_size():
+    seen: list[tuple[int, int, bool]] = []
+
+    def raise_budget(i: int, ap: Autopilot) -> Autopilot:
+        if i != 31:
+            return ap
+        new = Autopilot(40, ap.steps, ap.decoder, sides=ap.sides)
+        new.keep_books(ap)
+        seen.append((ap.smaller, new.smaller, new.books.measured))
+        return new
+
+    run = simulate(Autopilot(10, 80, "taesd", sides=SIDES), 80, sized(60.0), at=raise_budget)
+    assert seen == [(2, 0, False)]  # it had traded down; the new budget starts at 512 px, its cost learned anew
+    assert run.ap.budget_pct == 40 and abs(run.overhead - 25) <= 2.5

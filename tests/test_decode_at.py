@@ -11,12 +11,15 @@ import pytest
 import torch
 from diffusers import AutoencoderTiny
 
+from fake_device import FakeClock
 from previewlab.bench import quality
+from previewlab.preview import previewer as previewer_module
 from previewlab.preview import decoders, models
 from previewlab.preview.clips import pick
 from previewlab.preview.controls import Controls
 from previewlab.preview.decoders import WHOLE, Cut, cut_for
 from previewlab.preview.engine import generate
+from previewlab.preview.stopwatch import Stopwatch
 from previewlab.preview.models.presets import TINY
 from previewlab.preview.models.taehv import TAEHV, Layout
 from previewlab.preview.models.taesd import Decoder, _from_combined, cut, upsample_factors
@@ -166,6 +169,57 @@ def test_decode_at_switches_live_and_each_row_records_the_decoded_and_the_sent_s
     assert [r.preview_width for r in rows] == [32, 32, 32, 32, 64]  # the resize did only what was left
     assert rows[1].event == "set decode_at=full" and rows[4].event == "set preview_max=0 decode_at=preview"
     assert {"decode_at", "decode_width", "decode_height"} <= set(STEP_COLUMNS)
+
+
+def test_the_sides_the_autopilot_may_trade_are_the_ones_that_decode_fewer_pixels(tiny_xl):
+    prev = Previewer(tiny_xl)  # its TAESD: the real architecture's 3 upsampling stages are stood in by factors
+    prev._factors["taesd"] = (2, 2, 2)
+    at = PreviewSettings(decoder="taesd", preview_max=512)
+    assert prev.sides("taesd", at, 1024, 1024) == (512, 256, 128)  # each a stage fewer; none under 128 px
+    assert prev.sides("taesd", at.changed(preview_max=0), 512, 512) == (512, 256, 128)
+    assert prev.sides("taesd", at, 768, 768) == (512, 256, 128)  # 768 decodes whole, 384, then 192
+    assert prev.sides("taesd", at, 1024, 1024, smallest=256) == (512, 256)
+    assert prev.sides("taesd", at.changed(preview_max=64), 1024, 1024) == (64,)  # small already
+    assert prev.sides("taesd", at.changed(decode_at="full"), 1024, 1024) == (512,)  # the user asked for full
+    assert prev.sides("taesd", at.changed(decode_at="half_latents"), 1024, 1024) == (512,)
+    for name in ("vae", "latent2rgb"):  # no stage to leave out: a smaller preview would only send fewer pixels
+        assert prev.sides(name, at, 1024, 1024) == (512,)
+    # a batch's 2x2 grid is 2048 px wide: 512 px leaves two of the 3 stages out already, 256 the third
+    assert prev.sides("taesd", at, 1024, 512, batch=4) == (512, 256)
+
+
+def test_the_autopilot_decodes_smaller_before_it_widens_the_interval(tiny, monkeypatch):
+    """The real engine with a clock on which the UNet takes 100 s a step and TAESD's upsampling stage 120 s
+    (so the host's own milliseconds, which a busy machine stretches, do not count): a 10 % budget affords a
+    whole preview only every 9 steps, so once one is measured the autopilot cuts the stage (the 64 px image's
+    preview at 32 px), measures that, and then previews every step; each decision is on its row."""
+    monkeypatch.setattr(previewer_module, "SMALLEST_SIDE", 32)  # synthetic:tiny's images are 64 px
+    clock = FakeClock()
+
+    def takes(module: torch.nn.Module, ms: float) -> Any:
+        return module.register_forward_hook(lambda *_: clock.block_until(clock() + ms / 1e3))
+
+    ups = [m for m in tiny.taesd.decoder.modules() if isinstance(m, torch.nn.Upsample)]
+    assert len(ups) == 1  # a cut decoder replaces it with an identity: the hook runs only in a whole decode
+    hooks = [takes(tiny.pipe.unet, 100_000.0), takes(ups[0], 120_000.0)]
+    try:
+        s = RunSettings(steps=30, width=64, height=64,
+                        preview=PreviewSettings(decoder="taesd", mode="sync", budget=10))
+        run = generate(tiny, s, run_id="px", clock=clock, stopwatch=Stopwatch(clock=clock))
+    finally:
+        for h in hooks:
+            h.remove()
+    rows = run.rows
+    notes = [(r.step, r.event) for r in rows if r.event]
+    traded = [i for i, e in notes if "smaller previews first: 32 px, was 64 px" in e]
+    assert len(traded) == 1 and notes[0][0] < traded[0] and notes[0][1].startswith("autopilot: every "), notes
+    made = [r for r in rows if r.preview]
+    before = [r for r in made if r.step < traded[0]]
+    after = [r for r in made if r.step > traded[0]]
+    assert [(r.decode_width, r.preview_width) for r in before] == [(64, 64)]  # the one that measured it
+    assert len(after) >= 10 and all((r.decode_width, r.preview_width) == (32, 32) for r in after)
+    assert any(i > traded[0] and e == "autopilot: every 1" for i, e in notes)  # then the interval follows
+    assert all(r.decoder == "taesd" and r.decode_at == "preview" for r in made)
 
 
 def test_the_real_taef2_half_side_decode_is_within_28_db_of_its_whole_decode_resized():
