@@ -71,6 +71,7 @@ class _Direct:
     budget: float = 0.0
     target: str = ""
     frames: str = ""
+    decode_at: str = ""
 
 
 def run_record(model: Model, run_id: str, rows: list[StepRow], asked: Asked | RunMeta, phases: Phases, *,
@@ -104,7 +105,7 @@ def run_record(model: Model, run_id: str, rows: list[StepRow], asked: Asked | Ru
                      strength=asked.strength if asked.task == "img2img" else None,
                      batch=rows[0].batch if rows else asked.batch, steps_run=len(rows),
                      num_frames=asked.num_frames, fps=asked.fps, frames=str(p.frames),
-                     frames_sent=sum(r.frames for r in rows))
+                     frames_sent=sum(r.frames for r in rows), decode_at=p.decode_at)
 
 
 def cpu_schedule(scheduler: Any, steps: int) -> list[float]:

@@ -160,6 +160,7 @@ class RunRecord:
     fps: float = 0.0      # the clip's playback rate (0: an image)
     frames: str = "first"  # a clip's preview frames at the start of the run (first | middle | all | N)
     frames_sent: int = 0  # frames in all the previews sent (a clip preview sends several in one message)
+    decode_at: str = "preview"  # where the preview decoder stopped at the start of the run (each row says its own)
 
     @property
     def preview_ms(self) -> float:

@@ -223,6 +223,8 @@ def test_decode_at_is_an_axis_whose_rows_say_where_the_decoder_stopped(tmp_path)
     runs = [r for r in rows(tmp_path / "runs.csv") if r["role"] == "config"]
     assert sorted(r["config"] for r in runs) == ["taesd/every1/overlap/at-full", "taesd/every1/overlap/at-preview"]
     ids = {r["run_id"]: r["config"] for r in runs}
+    assert {r["config"]: r["decode_at"] for r in runs} == {"taesd/every1/overlap/at-full": "full",
+                                                          "taesd/every1/overlap/at-preview": "preview"}
     made = {(ids[s["run_id"]], s["decode_at"], s["decode_width"], s["preview_width"])
             for s in rows(tmp_path / "steps.csv") if s["run_id"] in ids and s["preview"] == "1"}
     assert made == {("taesd/every1/overlap/at-preview", "preview", "32", "16"),
