@@ -2,6 +2,7 @@
 table, each with a ratio, previews and skipped, and the profiler reference."""
 from __future__ import annotations
 
+import csv
 import re
 import subprocess
 import sys
@@ -11,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ROWS = ("engine, decoder none / bare diffusers call", "taesd every step, overlap / no previews",
         "vae every step: overlap overhead / sync overhead", "latent2rgb every step, overlap / no previews",
         "autopilot taesd, budget 10 % / no previews", "nvjpeg / turbojpeg, transfer+encode per preview",
-        "nvjpeg every step, overlap / no previews", "hidden syncs in the step callback (overlap, live switches)")
+        "nvjpeg every step, overlap / no previews", "hidden syncs in the step callback (overlap, live switches)",
+        "sdxl 64 px, preview_max 32: taesd every step, sync, decode_at preview / full")
 VIDEO_ROWS = ("wan21 5 frames: taesd first frame every step, overlap / no previews",
               "wan21 5 frames: taesd whole clip every step, overlap / no previews",
               "wan21 5 frames: latent2rgb whole clip every step, overlap / no previews",
@@ -41,8 +43,8 @@ def test_dry_run_prints_every_row(tmp_path):
     sent = {label: int(re.search(r"(\d+) frames sent", rows[label][1]).group(1)) for label in measured}  # type: ignore[union-attr]
     assert list(sent.values()) == [3, 15, 6] and all(rows[label][2] == "3/0" for label in measured), rows
     assert "not run: no CUDA device" in rows[VIDEO_ROWS[3]][1]
-    not_run = ROWS[-3:]  # both nvjpeg rows and the hidden syncs need CUDA
-    for label in ROWS[:-3]:
+    not_run = ROWS[-4:-1]  # both nvjpeg rows and the hidden syncs need CUDA
+    for label in ROWS[:-4] + ROWS[-1:]:
         ratio, figure, previews, skipped = rows[label]
         if ratio == "n/a":  # only a sync run that cost nothing leaves the overlap/sync ratio undefined
             assert label.startswith("vae") and re.search(r"sync [-+]0\.0 %|sync -", figure), figure
@@ -52,6 +54,14 @@ def test_dry_run_prints_every_row(tmp_path):
     assert rows["taesd every step, overlap / no previews"][2] == "4/0"  # a preview after each of 4 steps
     assert rows["vae every step: overlap overhead / sync overhead"][2].endswith("/4")  # sync never skips
     assert all("not run: no CUDA device" in rows[label][1] for label in not_run), [rows[x] for x in not_run]
+    # decode_at (tiny-xl, 3 steps): TAESD stops at the 32 px preview, one stage short of the 64 px image
+    xl = rows[ROWS[-1]]
+    assert xl[2] == "3/3" and re.search(r"decode [\d.]+ vs [\d.]+ ms/preview at 32x32 vs 64x64 px, on-path", xl[1]), xl
+    with open(tmp_path / "steps.csv", newline="") as f:
+        made = [r for r in csv.DictReader(f) if r["config"].startswith("xl-") and r["preview"] == "1"]
+    sizes = {(r["config"], r["role"], r["decode_at"], r["decode_width"], r["preview_width"]) for r in made}
+    assert sizes == {("xl-taesd/at-preview", role, "preview", "32", "32") for role in ("warmup", "config")} | \
+        {("xl-taesd/at-full", role, "full", "64", "32") for role in ("warmup", "config")}, sizes
     assert re.search(r"^  denoise\s+4\s", p.stdout, re.M) and re.search(r"^  decode\s+4\s", p.stdout, re.M)
     summary = (tmp_path / "summary.txt").read_text()
     assert "torch " in summary and "diffusers " in summary and ROWS[0] in summary

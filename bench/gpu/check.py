@@ -28,6 +28,7 @@ from previewlab.preview import encoders
 from previewlab.preview.encoders import ENCODERS
 from previewlab.preview.models import Model, load
 from previewlab.preview.csv_writer import CsvAppender
+from previewlab.preview.records import on_path_ms
 from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings
 
 NONE = PreviewSettings(decoder="none", mode="overlap")
@@ -61,6 +62,15 @@ VIDEO_GROUPS = (("none", "taesd/first", "taesd/all", "latent2rgb/all"),)
 GROUPS = (("direct", "none"), ("none", "taesd/overlap"), ("none", "vae/sync", "vae/overlap"),
           ("none", "latent2rgb/overlap"), ("none", "autopilot"), ("turbojpeg/sync", "nvjpeg/sync"),
           ("none", "nvjpeg/overlap"))
+# Previews priced by pixels (issue 24): TAESD every step on SDXL's architecture, previews preview_max px on the
+# long side, decoded at that size (its last upsampling stages left out) against the whole image then resized.
+# Sync mode: the whole preview is on the denoising path, so its cost shows in wall time.
+XL_GROUPS = (("taesd/at-full", "taesd/at-preview"),)
+
+
+def xl_arms(preview_max: int) -> dict[str, PreviewSettings | None]:
+    return {f"taesd/at-{at}": PreviewSettings(decoder="taesd", mode="sync", preview_max=preview_max, decode_at=at)
+            for at in ("full", "preview")}
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,16 @@ VIDEO_GPU_FRAMES = 33
 DRY = Setup("synthetic:tiny", "cpu", "float32", 64, 10, 3, 1, 60.0)
 VIDEO_DRY = Setup("synthetic:tiny-wan21", "cpu", "float32", 64, 3, 1, 1, 30.0)
 VIDEO_DRY_FRAMES = 5
+# SDXL base 1.0 (synthetic:sdxl: its real UNet, text encoders and VAE, TAESD's architecture, random weights) at
+# 1024x1024, 8 steps: 2 warm-ups of 3 steps, then 2 runs a repeat (estimated about a second each on an H200, not
+# yet run there); runs_s keeps the repeats to 30 s. Building its 3.5 B random weights on the CPU took 97 s on a
+# shared 2-core CPU (13.4 GiB peak), and they move to the GPU in float16 (7 GB) after
+XL_GPU = Setup("synthetic:sdxl", "cuda", "float16", 1024, 8, 3, 0, 30.0)
+XL_GPU_PREVIEW_MAX = 512
+# The same code path in seconds: tiny-xl's TAESD has one upsampling stage, so a 32 px preview of its 64 px image
+# leaves it out, as 512 px previews of a 1024 px image leave out TAESD's last one
+XL_DRY = Setup("synthetic:tiny-xl", "cpu", "float32", 64, 3, 1, 1, 20.0)
+XL_DRY_PREVIEW_MAX = 32
 
 
 def nvjpeg_missing(model: Model) -> str:
@@ -244,6 +264,39 @@ def video_rows(setup: Setup, frames: int, out: Path, log: Any) -> list[list[str]
     return rows
 
 
+def _per_row(runs: Sequence[Run], cuda: bool) -> tuple[float, float, str]:
+    """Medians over the runs' previews of (decode ms, on-path ms), and the size the decoder made (px)."""
+    rows = [r for run in runs for r in run.rows if r.preview]
+    sizes = sorted({f"{r.decode_width}x{r.decode_height}" for r in rows})
+    return (statistics.median(r.decode_ms for r in rows), statistics.median(on_path_ms(r, cuda) for r in rows),
+            "/".join(sizes))
+
+
+def xl_rows(setup: Setup, preview_max: int, out: Path, log: Any) -> list[list[str]]:
+    """The decode_at row: TAESD every step (sync) with previews of preview_max px, decoding at the preview's
+    size against the whole image resized, in interleaved pairs; the wall ratio, and per preview the median
+    decode ms and on-path ms of each side. A model that cannot be built here is a row that says why."""
+    label = f"sdxl {setup.size} px, preview_max {preview_max}: taesd every step, sync, decode_at preview / full"
+    try:
+        model = load(setup.model, device=setup.device, dtype=setup.dtype)
+    except Exception as e:  # the other rows stand without this one; say why it is missing
+        return [[f"{label}: not run", "-", f"{type(e).__name__}: {str(e)[:120]}", "-", "-"]]
+    log(f"gpu_check: SYNTHETIC {setup.model} {setup.dtype} {setup.size}x{setup.size}, preview_max {preview_max}, "
+        f"{setup.steps} steps, {setup.repeats} repeats; built in {model.load_s:.1f} s")
+    base = RunSettings(steps=setup.steps, width=setup.size, height=setup.size)
+    try:
+        pairs = measure(model, base, XL_GROUPS, setup.repeats, out, log, setup.runs_s, xl_arms(preview_max), "xl-")
+    except Exception as e:  # as for the load: the other rows and the reference still get written
+        return [[f"{label}: failed", "-", f"{type(e).__name__}: {str(e)[:120]}", "-", "-"]]
+    ps = pairs["taesd/at-preview"]
+    cuda = model.device.type == "cuda"
+    (p_dec, p_path, p_px), (f_dec, f_path, f_px) = _per_row([p[0] for p in ps], cuda), _per_row([p[1] for p in ps], cuda)
+    row = _wall_row(label, ps)
+    row[2] = (f"decode {p_dec:.2f} vs {f_dec:.2f} ms/preview at {p_px} vs {f_px} px, on-path {p_path:.2f} vs "
+              f"{f_path:.2f} ms/preview")
+    return [row]
+
+
 def table(rows: list[list[str]]) -> str:
     head = ["check (A / B)", "ratio", "figure", "previews A/B", "skipped A/B"]
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
@@ -296,8 +349,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     pairs = measure(model, base, groups, setup.repeats, args.out, log, setup.runs_s)
     image_rows = figures(pairs, why) + [sync_row(model, base)]
+    xl = (XL_DRY, XL_DRY_PREVIEW_MAX) if args.dry_run else (XL_GPU, XL_GPU_PREVIEW_MAX)
     video = (VIDEO_DRY, VIDEO_DRY_FRAMES) if args.dry_run else (VIDEO_GPU, VIDEO_GPU_FRAMES)
     t_measured = time.perf_counter()
+    image_rows += xl_rows(xl[0], xl[1], args.out, log)
+    t_xl = time.perf_counter()
     text = table(image_rows + video_rows(video[0], video[1], args.out, log))
     t_video = time.perf_counter()
     # Sync mode: each stage has its own range on one thread. 10 steps bound the profiler's parse time.
@@ -310,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ref = f"reference: not run ({type(e).__name__}: {e})"
     encoders = sorted({r.record.encoder for ps in pairs.values() for p in ps for r in p if r.record.encoder})
     took = (f"previewlab gpu-check: {time.perf_counter() - t0:.0f} s (model {model.load_s:.0f} s, runs {t_measured - t0 - model.load_s:.0f} s, "
-            f"video {t_video - t_measured:.0f} s, reference {time.perf_counter() - t_video:.0f} s); JPEG encoders that "
+            f"sdxl {t_xl - t_measured:.0f} s, video {t_video - t_xl:.0f} s, reference {time.perf_counter() - t_video:.0f} s); JPEG encoders that "
             f"ran: {', '.join(encoders)}")
     summary = "\n".join([info, f"{'SYNTHETIC (random weights) ' if model.synthetic else ''}{setup.model} {setup.dtype} "
                          f"{setup.size}x{setup.size} {setup.steps} steps, {len(pairs['taesd/overlap'])} repeats", text, ref, took])
