@@ -27,7 +27,7 @@ from .names import DECODER_NAMES, DecodeAt, DecoderName, check
 from .models import fit, taesd
 from .models.families import CHANNELS, vae_of
 from .models.latent_formats import LATENT_RGB, latent2rgb
-from .models.taehv import FAMILY_FILES, NO_TAE, TAEHV
+from .models.taehv import FAMILY_FILES, NO_TAE, TAEHV, take as _take
 from .models.taesd import PREFIXES
 from .models import Model
 
@@ -306,15 +306,6 @@ def causal(name: str, model: Model) -> bool:
     return name == "taesd" and isinstance(model.taesd, TAEHV)
 
 
-def _take(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
-    """x[:, idx] from views: indexing a CUDA tensor with a Python list copies the list to the device with a
-    blocking host-to-device copy, a hidden sync on every preview. A slice is a view; several frames are a stack
-    of views (one device-side copy, queued like any kernel)."""
-    if idx == list(range(idx[0], idx[0] + len(idx))):
-        return x[:, idx[0]:idx[0] + len(idx)]
-    return torch.stack([x[:, k] for k in idx], 1)
-
-
 def _shown(clip: torch.Tensor, pick: Pick) -> torch.Tensor:
     """The frames a pick shows of a decoded clip (B, F, 3, H, W). A decoder that made fewer frames than the
     pick counted on (a VAE whose decode of a prefix is shorter than 1 + (n - 1) x temporal) shows its last frame
@@ -350,13 +341,15 @@ def _vae_clip(model: Model, cut: Cut) -> ClipDecode:
 
 
 def _tae_clip(model: Model, cut: Cut) -> ClipDecode:
-    """TAEHV decodes the model's own latents, frames before channels, the prefix a pick reads; a cut leaves out
-    its last spatial upsamples (the frames stay the clip's)."""
+    """TAEHV decodes the model's own latents, frames before channels, the prefix a pick reads, making only the
+    frames it shows; a cut leaves out its last spatial upsamples (the frames stay the clip's)."""
     tiny, space, shrink = model.taesd, model.space, _shrink(cut)
     assert isinstance(tiny, TAEHV)
     net = tiny.smaller(cut.stages)
-    return lambda latents, h, w, pick: _shown(net(shrink(_reads(space.clip_of(latents, h, w), pick)).to(model.dtype)),
-                                              pick)
+    # only the frames shown go through its last stage (TAEHV.forward's keep: exact, and the time grow's other
+    # frames never made)
+    return lambda latents, h, w, pick: net(shrink(_reads(space.clip_of(latents, h, w), pick)).to(model.dtype),
+                                           keep=pick.shown)
 
 
 def _per_frame(decode: Decode, model: Model) -> ClipDecode:

@@ -81,3 +81,35 @@ def test_a_file_that_is_not_a_taehv_decoder_is_one_line(tmp_path):
     with pytest.raises(TaeError) as e:
         load_taehv({f"decoder.{k}": v for k, v in Decoder(16).state_dict().items()})
     assert str(e.value).startswith("not a madebyollin TAEHV decoder") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("layout", [Layout(16, 1, (1, 2, 2)), Layout(48, 2, (1, 2, 2)),
+                                    Layout(16, 1, (1, 2, 2), cogvideox=True)], ids=["wan21", "wan22", "cogvideox"])
+def test_keeping_the_frames_shown_is_the_whole_decode_s_frames_from_less_work(layout):
+    """issue 24: the time grow's frames that a preview does not show are never made, exactly."""
+    torch.manual_seed(0)
+    net = TAEHV(layout).eval()
+    last = net.decoder[-1]
+    seen: list[int] = []
+    hook = last.register_forward_hook(lambda mod, args, out: seen.append(int(args[0].shape[0])))
+    try:
+        with torch.inference_mode():
+            for t in (1, 2, 3):
+                x = torch.randn(2, t, layout.channels, 3, 4)
+                whole = net(x)
+                frames = int(whole.shape[1])
+                for keep in ([0], [frames - 1], [frames // 2], [0, frames - 1], list(range(frames)), [frames + 5],
+                             [3, 1]):
+                    seen.clear()
+                    part = net(x, keep=keep)
+                    clamped = [min(k, frames - 1) for k in keep]
+                    assert torch.allclose(part, whole[:, clamped], atol=1e-5), (t, keep)
+                    # the last conv ran on the frames kept, not on every frame the grows made (the warm-up too)
+                    made = 4 * t  # what the whole decode's last conv runs on: the trimmed warm-up frames too
+                    everything = clamped == list(range(frames)) and frames == made
+                    assert seen == [2 * (made if everything else len(keep))], (t, keep, seen)
+            small = net.smaller(1)  # a cut keeps the same frames at half the side
+            x = torch.randn(1, 2, layout.channels, 3, 4)
+            assert torch.allclose(small(x, keep=[4]), small(x)[:, [4]], atol=1e-5)
+    finally:
+        hook.remove()

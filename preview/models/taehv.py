@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -152,23 +152,62 @@ class TAEHV(nn.Module):
             raise TaeError(f"not a madebyollin TAEHV decoder state dict ({(lines[1] if len(lines) > 1 else lines[0])[:200]})") from None
         return self
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """latents (N, T, C, h, w) -> frames (N, T', 3, H, W) in [0, 1], all frames at once."""
+    def forward(self, x: torch.Tensor, keep: Sequence[int] | None = None) -> torch.Tensor:
+        """latents (N, T, C, h, w) -> frames (N, T', 3, H, W) in [0, 1], all frames at once; with `keep`, only
+        those of the T' frames (indices past the last are the last), in that order.
+
+        keep is exact and cheaper: the layers after the last memory block work on each frame alone, so only the
+        frames a kept one grows from go through the last upsample and temporal grow, and only the kept frames
+        through the convs after it (the time upscale switched off where its frames are not shown: a one-frame
+        preview of Wan's first latent frame runs one frame, not four, through the largest convs)."""
         n, t, c, h, w = x.shape
+        layers = list(self.decoder)
+        last_mem = max(i for i, block in enumerate(layers) if isinstance(block, MemBlock))
         y = x.reshape(n * t, c, h, w)
-        for block in self.decoder:
+        for block in layers[:last_mem + 1]:
             if isinstance(block, MemBlock):
                 frames = y.reshape(n, -1, *y.shape[1:])
                 past = F.pad(frames, (0, 0, 0, 0, 0, 0, 1, 0))[:, :frames.shape[1]]  # the previous frame; zeros first
                 y = block(y, past.reshape(y.shape))
             else:
                 y = block(y)
+        tail = layers[last_mem + 1:]
+        grow_at = max((i for i, block in enumerate(tail) if isinstance(block, TGrow)), default=-1)
+        stride = 1
+        for block in tail[:grow_at + 1]:
+            stride *= block.stride if isinstance(block, TGrow) else 1
+        before = int(y.shape[0]) // n  # frames before the last grow
+        trim = 0 if self.layout.cogvideox and t % 2 == 0 else self.frames_to_trim
+        want = None if keep is None else [min(k, before * stride - trim - 1) + trim for k in keep]
+        if want is not None and want == list(range(before * stride)):
+            want = None  # every frame the grows make (no warm-up to trim), in order: the whole decode
+        if want is None:
+            for block in tail:
+                y = block(y)
+        else:
+            grown = sorted({u // stride for u in want})
+            y = take(y.reshape(n, before, *y.shape[1:]), grown)
+            y = y.reshape(-1, *y.shape[2:])
+            for block in tail[:grow_at + 1]:
+                y = block(y)
+            at = {g: i for i, g in enumerate(grown)}  # after the grow, frame u is at at[u // stride] x stride + ...
+            y = take(y.reshape(n, -1, *y.shape[1:]), [at[u // stride] * stride + u % stride for u in want])
+            y = y.reshape(-1, *y.shape[2:])
+            for block in tail[grow_at + 1:]:
+                y = block(y)
         if self.layout.patch > 1:
             y = F.pixel_shuffle(y, self.layout.patch)
         y = y.clamp(0, 1).reshape(n, -1, *y.shape[1:])
-        if self.layout.cogvideox and t % 2 == 0:
-            return y
-        return y[:, self.frames_to_trim:]
+        return y if want is not None else y[:, trim:]
+
+
+def take(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
+    """x[:, idx] from views: indexing a CUDA tensor with a Python list copies the list to the device with a
+    blocking host-to-device copy, a hidden sync on every preview. A slice is a view; several frames are a stack
+    of views (one device-side copy, queued like any kernel)."""
+    if idx == list(range(idx[0], idx[0] + len(idx))):
+        return x[:, idx[0]:idx[0] + len(idx)]
+    return torch.stack([x[:, k] for k in idx], 1)
 
 
 def is_taehv(state: Mapping[str, torch.Tensor]) -> bool:
