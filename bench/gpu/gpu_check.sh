@@ -2,9 +2,10 @@
 # The GPU check, on the GPU machine as it is (FACTS.md, "The GPU machine"): what it lacks comes from .whl/
 # (made by bench/gpu/gpu_wheels.sh on a networked machine; the device tool must carry .whl). synthetic:sd15 (the
 # real SD1.5 architectures, random weights), 512x512 float16, 20 steps: previewlab gpu-check prints one
-# table of ratios, each measured within this run, then Wan 2.1 1.3B's clip rows (synthetic:wan21-1.3b, 33 frames
-# at 256x256), and a profiler reference. Estimated 3-5 minutes on an H200 (not yet run there); a repeat that
-# would end past 200 s of image runs, or 90 s of clip runs, is not started, to stay inside 7 minutes.
+# table of ratios, each measured within this run, then SDXL's decode_at row (synthetic:sdxl at 1024x1024), Wan 2.1
+# 1.3B's clip rows (synthetic:wan21-1.3b, 33 frames at 256x256) and a profiler reference. Estimated 5-8 minutes
+# on an H200 (not yet run there; building SDXL's 3.5 B random weights on the CPU is most of what its row adds); a
+# repeat that would end past 200 s of image runs, 30 s of the SDXL row's or 90 s of clip runs is not started.
 #   --dry-run   the same steps on the CPU with synthetic:tiny (under 2 minutes on a 2-core machine)
 # PYTHON=/path/to/python picks the interpreter (default python3). Writes runs.csv, steps.csv and summary.txt to
 # $OUT when set (the device tool collects it), else runs/gpu-check.

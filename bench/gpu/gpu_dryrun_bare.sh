@@ -31,6 +31,7 @@ for row in "engine, decoder none / bare diffusers call" "taesd every step, overl
     "vae every step: overlap overhead / sync overhead" "latent2rgb every step, overlap / no previews" \
     "autopilot taesd, budget 10 % / no previews" "nvjpeg / turbojpeg, transfer+encode per preview" \
     "hidden syncs in the step callback" "wan21 5 frames: taesd whole clip every step" \
+    "preview_max 32: taesd every step, sync, decode_at preview / full" \
     "reference: "; do
   if ! grep -qF "$row" "$tmp/table.txt"; then
     echo "gpu_dryrun_bare: FAILED, no row '$row' in the dry run's table" >&2
