@@ -43,10 +43,13 @@ budget would pay for every step left twice over). A live budget change applies f
 keep the share of the old budget.
 
 What it trades, in order (each decision is its `note`, the row's event):
-  1. pixels: when the budget affords previews only sparser than `want` (every step), it first decodes smaller:
+  1. pixels: when the budget affords previews only sparser than WANT (every step), it first decodes smaller:
      the preview's long side halved, as far as `sides` allows (Previewer.sides: each smaller side a TAE stage
      fewer, none under 128 px; a decoder with no stage to leave out, or decode_at full, has no smaller side).
-     A smaller preview's cost is learned anew, taken as SMALLER_COST of the larger one's until measured.
+     It trades a size only after TRADE_AFTER of its previews were measured (a run's first pays first-call costs),
+     and while the budget still pays for one more. A smaller preview's cost is learned anew, taken as
+     prior_of's (an earlier run's, at that size) or else SMALLER_COST of the larger one's until measured.
+     Every step at a smaller size may cost less than the budget: previews every step, under budget.
   2. frequency: the interval follows the pace of what the budget affords at that size.
   3. the decoder: when even `min_previews` previews in the whole run would not fit the budget at its smallest
      size (its cost guessed as above until measured), it falls back to a cheaper decoder (vae -> taesd ->
@@ -58,7 +61,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from . import decoders
 from .books import Books
@@ -68,6 +71,8 @@ from .decoders import DecoderName
 # one stage fewer took 0.40 to 0.58 of the whole one here (bench.quality), and the encode of a quarter of the
 # pixels less; the higher end, so that a guess overspends the budget by no more than the measure corrects.
 SMALLER_COST = 0.6
+WANT = 1       # the interval the autopilot wants: a budget that affords only sparser previews trades pixels first
+TRADE_AFTER = 2  # previews measured at a size before it trades it: a run's first preview pays first-call costs
 
 
 @dataclass
@@ -87,7 +92,8 @@ class Autopilot:
     # per decoder: the preview's long side in px at the user's settings, then each smaller one it can decode at
     # (Previewer.sides); a decoder with one side or none is never made smaller
     sides: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    want: int = 1                  # the interval it wants: a budget that affords only sparser previews trades pixels
+    # a cost per preview measured earlier for (decoder, the long side it decodes at, 0: the user's), if any
+    prior_of: Callable[[str, int], float | None] = lambda decoder, side: None
 
     def __post_init__(self) -> None:
         self.interval = 1
@@ -137,15 +143,16 @@ class Autopilot:
             # even its smallest preview (its cost as guessed until measured) cannot fit: a cheaper decoder
             notes.append(f"{self.decoder} at {c:.0f} ms per preview cannot fit a {self.budget_pct:g}% budget "
                          f"({b:.0f} ms steps); switching to {cheaper}")
-            self.switch_decoder(cheaper)
+            self.switch_decoder(cheaper, self.prior_of(cheaper, 0))
             c = self._cost()
-        elif books.measured and self._has_smaller() and self.steps - self.k > self.refresh \
-                and self._pace(c, self._allowance(c)) >= self.want + 0.5:
+        elif self._trades(c):
             was, pace = self._sides()[self.smaller], self._pace(c, self._allowance(c))
             self.smaller += 1
+            side = self.preview_max
             notes.append(f"{self.decoder} at {c:.0f} ms per preview fits one every {pace:.1f} steps in a "
-                         f"{self.budget_pct:g}% budget; smaller previews first: {self.preview_max} px, was {was} px")
-            books.new_decoder(SMALLER_COST * c)
+                         f"{self.budget_pct:g}% budget; smaller previews first: {side} px, was {was} px")
+            prior = self.prior_of(self.decoder, side)
+            books.new_decoder(SMALLER_COST * c if prior is None else prior)
             c = self._cost()
         allowance = self._allowance(c)
         if allowance >= c or not self._told:  # with less than one preview left the pace says little: keep it
@@ -167,8 +174,10 @@ class Autopilot:
 
     @property
     def preview_max(self) -> int:
-        """The long side the autopilot decodes this decoder's previews at, px; 0: the user's settings."""
-        return self._sides()[self.smaller] if self.smaller else 0
+        """The long side the autopilot decodes this decoder's previews at, px; 0: the user's settings. (A
+        fallback on the encode thread may have just switched the decoder: its sides, clamped.)"""
+        sides = self._sides()
+        return sides[min(self.smaller, len(sides) - 1)] if self.smaller and sides else 0
 
     def switch_decoder(self, decoder: DecoderName, prior_ms: float | None = None) -> None:
         """Previews now come from another decoder, at the user's size: its cost is learned anew (taken as prior_ms
@@ -214,6 +223,14 @@ class Autopilot:
 
     def _sides(self) -> tuple[int, ...]:
         return self.sides.get(self.decoder, ())
+
+    def _trades(self, c: float) -> bool:
+        """Trade pixels now: a smaller size is left, this size's cost was measured (TRADE_AFTER previews), the
+        budget affords previews only sparser than WANT at it, yet still one more (not spent, nor the run's end)."""
+        if not (self._has_smaller() and self.books.measured_n >= TRADE_AFTER and self.steps - self.k > self.refresh):
+            return False
+        allowance = self._allowance(c)
+        return allowance >= SMALLER_COST * c / 2 and WANT + 0.5 < self._pace(c, allowance) < math.inf
 
     def _has_smaller(self) -> bool:
         """A smaller decode of this decoder is left to trade for."""

@@ -136,6 +136,11 @@ class Books:
         return self._done > 0
 
     @property
+    def measured_n(self) -> int:
+        """Previews of the current decoder seen to their end in this run."""
+        return self._done
+
+    @property
     def cost_ms(self) -> float | None:
         """What one preview of the current decoder costs in wall time: measured, else the prior, else None.
 

@@ -272,6 +272,11 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
     shown = 1 if start_settings.batch_preview == "first" else settings.batch  # the images its previews show
     compile_ms = prev.warm(start_settings.decoder, settings.height, settings.width,
                            prev.cut(start_settings.decoder, start_settings, settings.width, settings.height, shown))
+    if prev.compile and start_settings.budget > 0:  # the smaller cuts the autopilot may trade for, compiled now:
+        for side in prev.sides(start_settings.decoder, start_settings, settings.width, settings.height, shown)[1:]:
+            at = start_settings.changed(preview_max=side)  # a compile inside a measured preview would skew it
+            compile_ms += prev.warm(start_settings.decoder, settings.height, settings.width,
+                                    prev.cut(start_settings.decoder, at, settings.width, settings.height, shown))
     final_decode = final_decoder(model)  # its constants built before the clock starts
     start_encoder = prev.encoder(start_settings.encoder).name
     # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.

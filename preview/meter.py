@@ -30,7 +30,7 @@ from .targets import X0Tap, choose
 
 
 # the live changes that move where a decoder stops (decoders.Cut), and so what a preview costs
-RESIZES = frozenset({"decode_at", "preview_max"})
+RESIZES = frozenset({"decode_at", "preview_max", "batch_preview"})  # (a batch's grid, or its first image)
 
 
 @dataclass
@@ -167,9 +167,12 @@ class StepMeter:
             # the smaller previews it may trade for, per decoder it may fall back to
             sides: dict[str, tuple[int, ...]] = {d: self.prev.sides(d, s, self.width, self.height, shown)
                                                  for d in decoders.DECODER_NAMES if d != "none"}
+            def prior_of(decoder: str, side: int) -> float | None:  # what an earlier run measured at that size
+                at = s.changed(preview_max=side) if side else s
+                return self.prev.cost_ms.get(self._cost_key(decoder, at))
+
             pilot = self.pilot = Autopilot(s.budget, self.steps, s.decoder, has_taesd=self.model.taesd is not None,
-                                           prior_ms=self.prev.cost_ms.get(self._cost_key(s.decoder, s)),
-                                           sides=sides)
+                                           prior_ms=prior_of(s.decoder, 0), sides=sides, prior_of=prior_of)
             if old is not None:  # a live change keeps the run's books
                 pilot.keep_books(old, new_cost=recost)
             return pilot

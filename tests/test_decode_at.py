@@ -191,7 +191,7 @@ def test_the_sides_the_autopilot_may_trade_are_the_ones_that_decode_fewer_pixels
 def test_the_autopilot_decodes_smaller_before_it_widens_the_interval(tiny, monkeypatch):
     """The real engine with a clock on which the UNet takes 100 s a step and TAESD's upsampling stage 120 s
     (so the host's own milliseconds, which a busy machine stretches, do not count): a 10 % budget affords a
-    whole preview only every 9 steps, so once one is measured the autopilot cuts the stage (the 64 px image's
+    whole preview only every 9 steps, so once two are measured the autopilot cuts the stage (the 64 px image's
     preview at 32 px), measures that, and then previews every step; each decision is on its row."""
     monkeypatch.setattr(previewer_module, "SMALLEST_SIDE", 32)  # synthetic:tiny's images are 64 px
     clock = FakeClock()
@@ -203,12 +203,17 @@ def test_the_autopilot_decodes_smaller_before_it_widens_the_interval(tiny, monke
     assert len(ups) == 1  # a cut decoder replaces it with an identity: the hook runs only in a whole decode
     hooks = [takes(tiny.pipe.unet, 100_000.0), takes(ups[0], 120_000.0)]
     try:
-        s = RunSettings(steps=30, width=64, height=64,
+        s = RunSettings(steps=40, width=64, height=64,
                         preview=PreviewSettings(decoder="taesd", mode="sync", budget=10))
-        run = generate(tiny, s, run_id="px", clock=clock, stopwatch=Stopwatch(clock=clock))
+        prev = Previewer(tiny)
+        run = generate(tiny, s, run_id="px", clock=clock, stopwatch=Stopwatch(clock=clock), previewer=prev)
     finally:
         for h in hooks:
             h.remove()
+    # what it learned is kept for later runs under the size it was measured at
+    assert set(prev.cost_ms) == {"taesd decode_at=preview preview_max=0", "taesd decode_at=preview preview_max=32"}
+    assert prev.cost_ms["taesd decode_at=preview preview_max=0"] > 100_000 > 1_000 > \
+        prev.cost_ms["taesd decode_at=preview preview_max=32"]
     rows = run.rows
     notes = [(r.step, r.event) for r in rows if r.event]
     traded = [i for i, e in notes if "smaller previews first: 32 px, was 64 px" in e]
@@ -216,10 +221,26 @@ def test_the_autopilot_decodes_smaller_before_it_widens_the_interval(tiny, monke
     made = [r for r in rows if r.preview]
     before = [r for r in made if r.step < traded[0]]
     after = [r for r in made if r.step > traded[0]]
-    assert [(r.decode_width, r.preview_width) for r in before] == [(64, 64)]  # the one that measured it
+    assert [(r.decode_width, r.preview_width) for r in before] == [(64, 64)] * 2  # the two that measured it
     assert len(after) >= 10 and all((r.decode_width, r.preview_width) == (32, 32) for r in after)
     assert any(i > traded[0] and e == "autopilot: every 1" for i, e in notes)  # then the interval follows
     assert all(r.decoder == "taesd" and r.decode_at == "preview" for r in made)
+
+
+def test_with_compile_every_size_the_autopilot_may_trade_for_is_compiled_before_the_run(tiny, monkeypatch):
+    """A compile inside a measured preview would make that size look dear to the autopilot: with a budget, each
+    cut of its sides is warmed (compiled) ahead of the run's clock. (torch.compile itself is left out here: what
+    is checked is which cuts are warmed.)"""
+    monkeypatch.setattr(previewer_module, "SMALLEST_SIDE", 32)
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    s = RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode="sync", budget=10))
+    prev = Previewer(tiny, compile=True)
+    generate(tiny, s, run_id="c", previewer=prev)
+    assert set(prev.compile_ms) == {("taesd", WHOLE), ("taesd", Cut(1, 2))}
+    fixed = Previewer(tiny, compile=True)  # no budget: only the cut the settings name
+    generate(tiny, RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode="sync")),
+             run_id="f", previewer=fixed)
+    assert set(fixed.compile_ms) == {("taesd", WHOLE)}
 
 
 def test_the_real_taef2_half_side_decode_is_within_28_db_of_its_whole_decode_resized():

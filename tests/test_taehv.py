@@ -111,5 +111,13 @@ def test_keeping_the_frames_shown_is_the_whole_decode_s_frames_from_less_work(la
             small = net.smaller(1)  # a cut keeps the same frames at half the side
             x = torch.randn(1, 2, layout.channels, 3, 4)
             assert torch.allclose(small(x, keep=[4]), small(x)[:, [4]], atol=1e-5)
+            with pytest.raises(ValueError, match="keep: name at least one frame"):
+                net(x, keep=[])
     finally:
         hook.remove()
+    # a decoder whose last grow is switched off (one frame per frame there): the same, from the same weights
+    late = TAEHV(layout, time_upscale=(True, True, False)).eval()
+    with torch.inference_mode():
+        x = torch.randn(1, 3, layout.channels, 3, 4)
+        whole = late(x)
+        assert torch.allclose(late(x, keep=[0, int(whole.shape[1]) - 1]), whole[:, [0, -1]], atol=1e-5)

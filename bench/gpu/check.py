@@ -85,8 +85,8 @@ class Setup:
     runs_s: float  # no repeat starts that would likely end past this many seconds of measuring
 
 
-# About 13 runs of ~1 s per repeat on an H200: 5 repeats take a minute or two; runs_s keeps the whole check
-# inside its 6 minutes if the machine is slower than that.
+# About 13 runs of ~1 s per repeat on an H200: 5 repeats take a minute or two; runs_s keeps these runs inside
+# 200 s if the machine is slower than that (the whole check, with the SDXL and clip rows: gpu_check.sh's header).
 GPU = Setup("synthetic:sd15", "cuda", "float16", 512, 20, 5, 0, 200.0)
 # Wan 2.1 T2V 1.3B (its real transformer and VAE, random weights): 33 frames (9 latent) at 256x256, 10 steps;
 # 4 warm-ups and 4 runs a repeat; runs_s keeps the repeats to a minute and a half, and building the model's
@@ -234,6 +234,11 @@ def figures(pairs: dict[str, list[tuple[Run, Run]]], nvjpeg_why: str) -> list[li
     return rows
 
 
+def _missing(label: str, what: str, e: Exception) -> list[str]:
+    """The row of a check that could not be measured here (its model not built, or its runs failed): why."""
+    return [f"{label}: {what}", "-", f"{type(e).__name__}: {str(e)[:120]}", "-", "-"]
+
+
 def video_rows(setup: Setup, frames: int, out: Path, log: Any) -> list[list[str]]:
     """The clip rows: Wan 2.1's previews of its first latent frame and of the whole clip, each against no
     previews, in the same interleaved pairs. A model that cannot be built here is a row that says why."""
@@ -241,7 +246,7 @@ def video_rows(setup: Setup, frames: int, out: Path, log: Any) -> list[list[str]
     try:
         model = load(setup.model, device=setup.device, dtype=setup.dtype)
     except Exception as e:  # the image table stands without these rows; say why they are missing
-        return [[f"{label}: not run", "-", f"{type(e).__name__}: {str(e)[:120]}", "-", "-"]]
+        return [_missing(label, "not run", e)]
     log(f"gpu_check: SYNTHETIC {setup.model} {setup.dtype} {setup.size}x{setup.size} x {frames} frames, "
         f"{setup.steps} steps, {setup.repeats} repeats; built in {model.load_s:.1f} s")
     base = RunSettings(steps=setup.steps, width=setup.size, height=setup.size, num_frames=frames,
@@ -250,7 +255,7 @@ def video_rows(setup: Setup, frames: int, out: Path, log: Any) -> list[list[str]
     try:
         pairs = measure(model, base, VIDEO_GROUPS, setup.repeats, out, log, setup.runs_s, VIDEO_ARMS, "wan21-")
     except Exception as e:  # as for the load: the image table and the reference still get written
-        return [[f"{label}: failed", "-", f"{type(e).__name__}: {str(e)[:120]}", "-", "-"]]
+        return [_missing(label, "failed", e)]
     rows = []
     for arm, what in (("taesd/first", "taesd first frame"), ("taesd/all", "taesd whole clip"),
                       ("latent2rgb/all", "latent2rgb whole clip")):
@@ -265,8 +270,10 @@ def video_rows(setup: Setup, frames: int, out: Path, log: Any) -> list[list[str]
 
 
 def _per_row(runs: Sequence[Run], cuda: bool) -> tuple[float, float, str]:
-    """Medians over the runs' previews of (decode ms, on-path ms), and the size the decoder made (px)."""
-    rows = [r for run in runs for r in run.rows if r.preview]
+    """Medians over the runs' TAESD previews of (decode ms, on-path ms), and the size the decoder made (px)."""
+    rows = [r for run in runs for r in run.rows if r.preview and r.decoder == "taesd"]  # not a fallback's
+    if not rows:
+        raise ValueError("no taesd preview was made")
     sizes = sorted({f"{r.decode_width}x{r.decode_height}" for r in rows})
     return (statistics.median(r.decode_ms for r in rows), statistics.median(on_path_ms(r, cuda) for r in rows),
             "/".join(sizes))
@@ -280,17 +287,18 @@ def xl_rows(setup: Setup, preview_max: int, out: Path, log: Any) -> list[list[st
     try:
         model = load(setup.model, device=setup.device, dtype=setup.dtype)
     except Exception as e:  # the other rows stand without this one; say why it is missing
-        return [[f"{label}: not run", "-", f"{type(e).__name__}: {str(e)[:120]}", "-", "-"]]
+        return [_missing(label, "not run", e)]
     log(f"gpu_check: SYNTHETIC {setup.model} {setup.dtype} {setup.size}x{setup.size}, preview_max {preview_max}, "
         f"{setup.steps} steps, {setup.repeats} repeats; built in {model.load_s:.1f} s")
     base = RunSettings(steps=setup.steps, width=setup.size, height=setup.size)
     try:
         pairs = measure(model, base, XL_GROUPS, setup.repeats, out, log, setup.runs_s, xl_arms(preview_max), "xl-")
+        ps = pairs["taesd/at-preview"]
+        cuda = model.device.type == "cuda"
+        (p_dec, p_path, p_px), (f_dec, f_path, f_px) = (_per_row([p[0] for p in ps], cuda),
+                                                        _per_row([p[1] for p in ps], cuda))
     except Exception as e:  # as for the load: the other rows and the reference still get written
-        return [[f"{label}: failed", "-", f"{type(e).__name__}: {str(e)[:120]}", "-", "-"]]
-    ps = pairs["taesd/at-preview"]
-    cuda = model.device.type == "cuda"
-    (p_dec, p_path, p_px), (f_dec, f_path, f_px) = _per_row([p[0] for p in ps], cuda), _per_row([p[1] for p in ps], cuda)
+        return [_missing(label, "failed", e)]
     row = _wall_row(label, ps)
     row[2] = (f"decode {p_dec:.2f} vs {f_dec:.2f} ms/preview at {p_px} vs {f_px} px, on-path {p_path:.2f} vs "
               f"{f_path:.2f} ms/preview")

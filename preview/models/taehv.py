@@ -160,22 +160,18 @@ class TAEHV(nn.Module):
         frames a kept one grows from go through the last upsample and temporal grow, and only the kept frames
         through the convs after it (the time upscale switched off where its frames are not shown: a one-frame
         preview of Wan's first latent frame runs one frame, not four, through the largest convs)."""
+        if keep is not None and not keep:
+            raise ValueError("keep: name at least one frame, or None for all of them")
         n, t, c, h, w = x.shape
-        layers = list(self.decoder)
-        last_mem = max(i for i, block in enumerate(layers) if isinstance(block, MemBlock))
+        body, tail, grow_at, stride = self._parts()
         y = x.reshape(n * t, c, h, w)
-        for block in layers[:last_mem + 1]:
+        for block in body:
             if isinstance(block, MemBlock):
                 frames = y.reshape(n, -1, *y.shape[1:])
                 past = F.pad(frames, (0, 0, 0, 0, 0, 0, 1, 0))[:, :frames.shape[1]]  # the previous frame; zeros first
                 y = block(y, past.reshape(y.shape))
             else:
                 y = block(y)
-        tail = layers[last_mem + 1:]
-        grow_at = max((i for i, block in enumerate(tail) if isinstance(block, TGrow)), default=-1)
-        stride = 1
-        for block in tail[:grow_at + 1]:
-            stride *= block.stride if isinstance(block, TGrow) else 1
         before = int(y.shape[0]) // n  # frames before the last grow
         trim = 0 if self.layout.cogvideox and t % 2 == 0 else self.frames_to_trim
         want = None if keep is None else [min(k, before * stride - trim - 1) + trim for k in keep]
@@ -199,6 +195,22 @@ class TAEHV(nn.Module):
             y = F.pixel_shuffle(y, self.layout.patch)
         y = y.clamp(0, 1).reshape(n, -1, *y.shape[1:])
         return y if want is not None else y[:, trim:]
+
+
+    def _parts(self) -> tuple[list[nn.Module], list[nn.Module], int, int]:
+        """The decoder up to its last memory block, the per-frame layers after it, the index in those of the
+        last temporal grow (-1: none) and the frames it makes of each: read once per decoder (and per cut)."""
+        parts = self.__dict__.get("_split")
+        if parts is None:
+            layers = list(self.decoder)
+            last_mem = max(i for i, block in enumerate(layers) if isinstance(block, MemBlock))
+            tail = layers[last_mem + 1:]
+            grow_at = max((i for i, block in enumerate(tail) if isinstance(block, TGrow)), default=-1)
+            stride = 1
+            for block in tail[:grow_at + 1]:
+                stride *= block.stride if isinstance(block, TGrow) else 1
+            parts = self.__dict__["_split"] = (layers[:last_mem + 1], tail, grow_at, stride)
+        return parts
 
 
 def take(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
