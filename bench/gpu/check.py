@@ -239,16 +239,25 @@ def _missing(label: str, what: str, e: Exception) -> list[str]:
     return [f"{label}: {what}", "-", f"{type(e).__name__}: {str(e)[:120]}", "-", "-"]
 
 
+def _built(setup: Setup, label: str, what: str, log: Any) -> Model | list[str]:
+    """The model of a check's own rows, built here and logged with `what` they run, or the row that says why it
+    could not be (the other rows stand without it)."""
+    try:
+        model = load(setup.model, device=setup.device, dtype=setup.dtype)
+    except Exception as e:
+        return _missing(label, "not run", e)
+    log(f"gpu_check: SYNTHETIC {setup.model} {setup.dtype} {setup.size}x{setup.size}{what}, {setup.steps} steps, "
+        f"{setup.repeats} repeats; built in {model.load_s:.1f} s")
+    return model
+
+
 def video_rows(setup: Setup, frames: int, out: Path, log: Any) -> list[list[str]]:
     """The clip rows: Wan 2.1's previews of its first latent frame and of the whole clip, each against no
     previews, in the same interleaved pairs. A model that cannot be built here is a row that says why."""
     label = f"wan21 {frames} frames"
-    try:
-        model = load(setup.model, device=setup.device, dtype=setup.dtype)
-    except Exception as e:  # the image table stands without these rows; say why they are missing
-        return [_missing(label, "not run", e)]
-    log(f"gpu_check: SYNTHETIC {setup.model} {setup.dtype} {setup.size}x{setup.size} x {frames} frames, "
-        f"{setup.steps} steps, {setup.repeats} repeats; built in {model.load_s:.1f} s")
+    model = _built(setup, label, f" x {frames} frames", log)
+    if not isinstance(model, Model):
+        return [model]
     base = RunSettings(steps=setup.steps, width=setup.size, height=setup.size, num_frames=frames,
                        fps=model.fps, max_frames=MAX_NUM_FRAMES, frame_step=model.space.temporal,
                        guidance=5.0)
@@ -284,12 +293,9 @@ def xl_rows(setup: Setup, preview_max: int, out: Path, log: Any) -> list[list[st
     size against the whole image resized, in interleaved pairs; the wall ratio, and per preview the median
     decode ms and on-path ms of each side. A model that cannot be built here is a row that says why."""
     label = f"sdxl {setup.size} px, preview_max {preview_max}: taesd every step, sync, decode_at preview / full"
-    try:
-        model = load(setup.model, device=setup.device, dtype=setup.dtype)
-    except Exception as e:  # the other rows stand without this one; say why it is missing
-        return [_missing(label, "not run", e)]
-    log(f"gpu_check: SYNTHETIC {setup.model} {setup.dtype} {setup.size}x{setup.size}, preview_max {preview_max}, "
-        f"{setup.steps} steps, {setup.repeats} repeats; built in {model.load_s:.1f} s")
+    model = _built(setup, label, f", preview_max {preview_max}", log)
+    if not isinstance(model, Model):
+        return [model]
     base = RunSettings(steps=setup.steps, width=setup.size, height=setup.size)
     try:
         pairs = measure(model, base, XL_GROUPS, setup.repeats, out, log, setup.runs_s, xl_arms(preview_max), "xl-")
