@@ -145,8 +145,8 @@ class Autopilot:
                          f"({b:.0f} ms steps); switching to {cheaper}")
             self.switch_decoder(cheaper, self.prior_of(cheaper, 0))
             c = self._cost()
-        elif self._trades(c):
-            was, pace = self._sides()[self.smaller], self._pace(c, self._allowance(c))
+        elif (pace := self._trade_pace(c)) is not None:
+            was = self._sides()[self.smaller]
             self.smaller += 1
             side = self.preview_max
             notes.append(f"{self.decoder} at {c:.0f} ms per preview fits one every {pace:.1f} steps in a "
@@ -224,13 +224,15 @@ class Autopilot:
     def _sides(self) -> tuple[int, ...]:
         return self.sides.get(self.decoder, ())
 
-    def _trades(self, c: float) -> bool:
-        """Trade pixels now: a smaller size is left, this size's cost was measured (TRADE_AFTER previews), the
-        budget affords previews only sparser than WANT at it, yet still one more (not spent, nor the run's end)."""
+    def _trade_pace(self, c: float) -> float | None:
+        """The pace at this size when pixels are to be traded now, else None: a smaller size is left, this size's
+        cost was measured (TRADE_AFTER previews), and the budget affords previews only sparser than WANT at it,
+        yet still one more (not spent, nor the run's end). The allowance is read only past the cheap checks."""
         if not (self._has_smaller() and self.books.measured_n >= TRADE_AFTER and self.steps - self.k > self.refresh):
-            return False
+            return None
         allowance = self._allowance(c)
-        return allowance >= SMALLER_COST * c / 2 and WANT + 0.5 < self._pace(c, allowance) < math.inf
+        pace = self._pace(c, allowance)
+        return pace if allowance >= SMALLER_COST * c / 2 and WANT + 0.5 < pace < math.inf else None
 
     def _has_smaller(self) -> bool:
         """A smaller decode of this decoder is left to trade for."""
