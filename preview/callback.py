@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 import torch
@@ -38,7 +38,9 @@ from .clips import clip_length
 from .names import BatchPreview, DecodeAt, FrameChoice
 from .settings import Mode, PreviewSettings, check_fps
 from .stopwatch import Clock, Device, Stopwatch
+from .steps import Source, Step, StepTap, source_of
 from .targets import Target, X0Tap
+from . import modular
 
 
 def model_of(pipe: Any, taesd: str | None) -> Model:
@@ -109,12 +111,15 @@ class Watch(PipelineCallback):
                  budget: float = 0.0, target: Target = "auto", batch_preview: BatchPreview = "grid",
                  frames: FrameChoice = "first", decode_at: DecodeAt = "preview", fps: float = 0.0, inflight: int = 2,
                  clock: Clock = time.perf_counter, device: Device | None = None,
-                 size: tuple[int, int] | None = None) -> None:
+                 size: tuple[int, int] | None = None, source: Source | Literal["auto"] = "auto") -> None:
         """size: (height, width) of the images, for FLUX pipelines at a non-square size (their packed latents
         do not say it). frames: a clip's preview frames (first, middle, all, or N spread evenly); fps: the
         clip's playback rate, for the page's animated previews (0: its family's). decode_at: where the preview
-        decoder stops (settings.PreviewSettings.decode_at). clock and device are for tests: a fake host
-        clock and a fake asynchronous device."""
+        decoder stops (settings.PreviewSettings.decode_at). source: where the steps come from (steps.py):
+        `callback` (pass the watch as callback_on_step_end), `scheduler` (the scheduler's own step, for the call;
+        call the pipeline as it is) or `modular` (a block in a Modular pipeline's denoising loop); `auto` takes
+        the callback where the pipeline has one that hands over latents, the block for a Modular pipeline, else
+        the scheduler. clock and device are for tests: a fake host clock and a fake asynchronous device."""
         super().__init__()
         self.pipe = pipe
         self.model = model_of(pipe, taesd)
@@ -124,11 +129,16 @@ class Watch(PipelineCallback):
                                                  decode_at=decode_at))
         # a clip's rate: the one given, else its family's (what diffusers' own examples export at)
         self.fps = check_fps(fps) or (clip_defaults(pipe, self.model.family)[1] if self.model.space.video else 0.0)
-        if decoder == "taesd" and self.model.taesd is None:
+        if decoder == "taesd" and self.model.taesd is None and not self.model.space.pixel:
             raise DecoderError(taesd_refusal(self.model).replace("--taesd PATH", "taesd=PATH"))
         self.previewer = Previewer(self.model)
         self.inflight, self.size = inflight, size
-        self.tap = X0Tap(pipe.scheduler)
+        self.source: Source = source_of(pipe, source)
+        self.tap = X0Tap(getattr(pipe, "scheduler", None))
+        self.step_tap = StepTap(getattr(pipe, "scheduler", None), x0=self.tap, pipe=pipe,
+                                on_step=self._on_step if self.source == "scheduler" else None)
+        # a Modular pipeline's loop block, feeding this watch
+        self._block = modular.attach(pipe, self._on_step) if self.source == "modular" else None
         self._rows: list[StepRow] = []         # the rows of the latest call, in step order
         self.clock = clock
         self.sw = Stopwatch(self.model.device, clock, backend=device)
@@ -163,9 +173,10 @@ class Watch(PipelineCallback):
             if te is not None:
                 self._hooks.append(te.register_forward_pre_hook(lambda *a: self._text_start()))
                 self._hooks.append(te.register_forward_hook(lambda *a: self._text_end()))
-        dec = vae_of(self.pipe).decoder
-        self._hooks.append(dec.register_forward_pre_hook(lambda *a: self._decode_start()))
-        self._hooks.append(dec.register_forward_hook(lambda *a: self._decode_end()))
+        vae = vae_of(self.pipe)
+        if vae is not None:  # pixel space has no final decode
+            self._hooks.append(vae.decoder.register_forward_pre_hook(lambda *a: self._decode_start()))
+            self._hooks.append(vae.decoder.register_forward_hook(lambda *a: self._decode_end()))
         self._arm()
 
     def _arm(self) -> None:
@@ -192,8 +203,8 @@ class Watch(PipelineCallback):
         if self._unet_hook is not None:
             self._unet_hook.remove()
             self._unet_hook = None
-        if not self.tap.installed:  # for this call only: the user's scheduler is left as it was after it
-            self.tap.install()
+        if not self.step_tap.installed:  # for this call only: the user's scheduler is left as it was after it
+            self.step_tap.install()
 
     def _text_start(self) -> None:
         if self._call.finished:
@@ -208,6 +219,8 @@ class Watch(PipelineCallback):
 
     # the pipeline's own final decode, not a preview's (a preview may run the same VAE)
     def _decode_start(self) -> None:
+        if not self._previewing and self.meter is not None and not self._call.finished:
+            self._end_denoise()  # a loop that ended before its last step (stopped, or fewer steps than planned)
         if not self._previewing and self._call.finished:
             self._call.decode0 = self.sw.mark()
 
@@ -215,32 +228,43 @@ class Watch(PipelineCallback):
         if not self._previewing and self._call.finished:
             self._call.decode1, self._call.t_decoded = self.sw.mark(), self.clock()
 
-    # -- the step callback --------------------------------------------------------------------------------------
+    # -- the steps, from whichever source ----------------------------------------------------------------------
     def callback_fn(self, pipeline: Any, step_index: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
-        if step_index == 0 or self.meter is None:
-            self._begin(pipeline, callback_kwargs["latents"])
+        """diffusers' step callback: the step source when the watch's source is `callback` (a watch fed by
+        another source passed as the callback too sees each step once, from its own source)."""
+        if self.source == "callback":
+            total = int(getattr(pipeline, "num_timesteps", 0) or 0)
+            if self._on_step(Step(step_index, timestep, callback_kwargs["latents"], pipeline, total)):
+                pipeline._interrupt = True
+        return callback_kwargs
+
+    def _on_step(self, step: Step) -> bool:
+        """The end of a step from the watch's source; True when the run should stop."""
+        if step.index == 0 or self.meter is None:
+            self._begin(step)
         assert self.meter is not None
         self._previewing = True
         try:
-            out = self.meter(pipeline, step_index, timestep, callback_kwargs)
+            stop = self.meter.step(step)
         finally:
             self._previewing = False
-        if step_index + 1 >= getattr(pipeline, "num_timesteps", 10**9) or getattr(pipeline, "_interrupt", False):
+        if step.index + 1 >= (step.total or 10**9) or getattr(step.pipe, "_interrupt", False):
             self._end_denoise()
-        return out
+        return stop
 
-    def _begin(self, pipeline: Any, latents: torch.Tensor) -> None:
+    def _begin(self, step: Step) -> None:
         if self.meter is not None:
             self._close_call()
         self._n += 1
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{self._n % 1000:03d}"
-        steps = int(getattr(pipeline, "num_timesteps", 0) or 0)
+        steps, latents, sched = step.total, step.latents, self.step_tap.sched
         # img2img and inpaint run the tail of the schedule the pipeline set (its length is host metadata)
-        set_ts = getattr(pipeline.scheduler, "timesteps", None)
-        order = max(1, int(getattr(pipeline.scheduler, "order", 1) or 1))  # Heun-like: two entries a step
+        set_ts = getattr(sched, "timesteps", None)
+        order = max(1, int(getattr(sched, "order", 1) or 1))  # Heun-like: two entries a step
         total = len(set_ts) // order if set_ts is not None else steps
-        timesteps = cpu_schedule(pipeline.scheduler, max(total, steps))[-steps:] if steps else []
-        h, w = image_size(self.model, latents, self.size, self._latent_hw)
+        timesteps = cpu_schedule(sched, max(total, steps))[-steps:] if steps else []
+        known = (step.height, step.width) if step.height and step.width else None
+        h, w = image_size(self.model, latents, self.size or known, self._latent_hw)
         self._rows = []
         events, rid = self.events, self.run_id
         space = self.model.space
@@ -279,7 +303,7 @@ class Watch(PipelineCallback):
         # `rows` is read: waiting for them here would add a device wait inside the user's loop.
         c = self._call
         c.finished, c.t_denoised, c.denoised = True, self.clock(), self.sw.mark()
-        self.tap.remove()
+        self.step_tap.remove()
         self._arm()
 
     # -- the end of the request ------------------------------------------------------------------------------
@@ -355,7 +379,10 @@ class Watch(PipelineCallback):
         if self._unet_hook is not None:
             self._unet_hook.remove()
             self._unet_hook = None
-        self.tap.remove()
+        self.step_tap.remove()
+        if self._block is not None:
+            modular.detach(self.pipe, self._block)
+            self._block = None
         if self._close_events is not None:
             self._close_events()
 

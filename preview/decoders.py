@@ -142,7 +142,8 @@ def fp32_decoder(pipe: Any) -> _Fp32Decoder:
 
 def copy_mb(pipe: Any) -> float:
     """Memory held by previewlab's float32 decoder copy of this pipeline's VAE (0 when none was made)."""
-    dec = _FP32.get(vae_of(pipe))
+    vae = vae_of(pipe)
+    dec = _FP32.get(vae) if vae is not None else None
     return dec.bytes / 2**20 if dec is not None else 0.0
 
 
@@ -234,7 +235,7 @@ def _taesd(model: Model, note: Note, cut: Cut) -> Decode:
 def has_factors(model: Model) -> bool:
     """latent2rgb has factors for this model before any preview: its own, its family's, or a fit made earlier."""
     family = model.space.family
-    known = family is not None and family in LATENT_RGB
+    known = family is not None and family in LATENT_RGB or model.space.pixel
     return model.latent_rgb is not None or known or fit.cached(vae_of(model.pipe)) is not None
 
 
@@ -381,4 +382,21 @@ def build(name: str, model: Model, note: Note = lambda text: None, cut: Cut = WH
     preview goes (the row's event); cut: where it stops short of the image's size (cut_for). Raises
     DecoderError, and ValueError for a cut past the stages it has."""
     factory = DECODERS[check_name(name)].build
+    if factory is not None and model.space.pixel:
+        return _pixels(name, note, cut)
     return None if factory is None else factory(model, note, cut)
+
+
+def _pixels(name: str, note: Note, cut: Cut) -> Decode:
+    """Pixel space (IF, DDIM): the latents are the image in [-1, 1], so every decoder is the identity (and the
+    preview's resize). Its first preview's row says so."""
+    shrink = _shrink(cut)
+    told: list[bool] = []
+
+    def decode(latents: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        if not told:
+            told.append(True)
+            note(f"pixel space: the latents are the image, so {name} shows them as they are (no decoder runs)")
+        return ((shrink(latents) + 1) / 2).clamp(0, 1)
+
+    return decode

@@ -22,6 +22,7 @@ from .records import PREVIEW_STAGES, RunRecord, StepRow, on_path_ms
 from .run import Asked, RunMeta
 from .settings import PreviewSettings, RunSettings
 from .stopwatch import Clock, Stopwatch
+from .steps import StepTap, step_callback
 from .targets import X0Tap
 
 __all__ = ["Controls", "Frame", "Phases", "Previewer", "Run", "StepMeter", "TaskError", "final_image", "final_u8",
@@ -282,6 +283,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
     # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.
     timesteps = cpu_schedule(pipe.scheduler, settings.steps)
     tap = X0Tap(pipe.scheduler)  # x0 for previews: references to what each step computed anyway
+    step_tap = StepTap(pipe.scheduler, x0=tap)
     meter = StepMeter(model, controls, run_id, width=settings.width, height=settings.height, steps=settings.steps,
                       timesteps=timesteps, previewer=prev, on_row=on_row,
                       on_frame=on_frame, on_error=on_error, should_stop=should_stop, inflight=inflight,
@@ -301,14 +303,15 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             mark_te = sw.mark()
             gen = torch.Generator("cpu").manual_seed(settings.seed)  # rebuilt for every run
             meter.begin(mark_te)
-            tap.install()
+            step_tap.install()
             task: dict[str, Any] = dict(image=init_image, strength=settings.strength) if img2img else {}
             if settings.batch > 1:
                 task["num_images_per_prompt"] = settings.batch
             task.update(clip_args(model, settings))
             out = pipe(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
                        guidance_scale=settings.guidance, generator=gen, output_type="latent",
-                       callback_on_step_end=meter, callback_on_step_end_tensor_inputs=["latents"], **task, **embeds)
+                       callback_on_step_end=step_callback(meter.step), callback_on_step_end_tensor_inputs=["latents"],
+                       **task, **embeds)
             latents = out.frames if model.space.video else out.images  # a clip's final image: its first frame
             rng.end("denoise")
             loop_end = sw.mark()
@@ -335,7 +338,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             meter.drain()  # every completed step still reaches on_row
             raise
         finally:
-            tap.remove()
+            step_tap.remove()
         meter.drain()
 
     phases = Phases(wall_ms=(t_end - t_start) * 1e3, text_encode_ms=sw.ms(mark0, mark_te),

@@ -24,6 +24,7 @@ from .previewer import Previewer
 from .ranges import Ranges
 from .records import StepRow, on_path_ms
 from .settings import PreviewSettings, should_preview
+from .steps import Step
 from .stopwatch import Clock, Stopwatch
 from .streams import jpeg_stream
 from .targets import X0Tap, choose
@@ -97,38 +98,40 @@ class StepMeter:
         self.last = mark if mark is not None else self.sw.mark()
         self.rng.begin("denoise")
 
-    def __call__(self, p: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
-        """The pipeline's callback after step i (0-based): schedule the step, preview it when due, hand over the
-        rows whose times are known. Its first mark is where the step's denoising ended, its last where the next
-        step's begins: everything between them is on the denoising path."""
+    def step(self, step: Step) -> bool:
+        """The end of a step, from whichever source (steps.py): schedule the step, preview it when due, hand over
+        the rows whose times are known; True when the run should stop. Its first mark is where the step's
+        denoising ended, its last where the next step's begins: everything between them is on the denoising
+        path."""
         cb = self.sw.mark()
         self.rng.end("denoise")
         if self._first:
-            self._read_call(p, kw)
+            self._read_call(step)
         s = self.controls.get()
-        row = self._scheduled_row(i, s)
+        row = self._scheduled_row(step.index, s)
         marks = _Marks(row, self.last, cb, touched=self.in_flight)
         if self._due(row):
-            self._preview(p, row, marks, s, kw)
+            self._preview(row, marks, s, step.latents)
         # the next step is touched when a preview may still be running beside it
         self.in_flight = s.mode == "overlap" and (marks.touched and row.preview == 1 or
                                                   (self.overlap is not None and self.overlap.flight.count > 0))
         self.pending.append(marks)
         self.emit(False)
-        if self.should_stop and self.should_stop():
-            p._interrupt = True
+        stop = bool(self.should_stop and self.should_stop())
         self.rng.begin("denoise")
         self.last = marks.end = self.sw.mark()
-        return kw
+        return stop
 
-    def _read_call(self, p: Any, kw: dict[str, Any]) -> None:
+    def _read_call(self, step: Step) -> None:
         """At the first step: the batch (from the latents' shape, no device read) and the steps the pipeline
         really runs (img2img below strength 1 runs fewer than asked), which the autopilot plans for."""
         self._first = False
-        latents = kw.get("latents")
+        latents = step.latents
         if isinstance(latents, torch.Tensor) and latents.dim() >= 3:
             self.batch = int(latents.shape[0])
-        n = getattr(p, "_num_timesteps", None)
+        n = getattr(step.pipe, "_num_timesteps", None)
+        if not isinstance(n, int) and 0 < step.total:
+            n = step.total
         if isinstance(n, int) and 0 < n < self.steps:
             self.steps = n
             self.timesteps = self.timesteps[-n:]  # the schedule's tail: img2img starts part-way down
@@ -200,7 +203,7 @@ class StepMeter:
 
     # ---- preview dispatch ----------------------------------------------------------------------------------------
 
-    def _preview(self, p: Any, row: StepRow, marks: _Marks, s: PreviewSettings, kw: dict[str, Any]) -> None:
+    def _preview(self, row: StepRow, marks: _Marks, s: PreviewSettings, latents: torch.Tensor) -> None:
         """Make this step's preview with row.decoder: in the callback (sync) or handed to the encode thread
         (overlap). Any failure on the way becomes the row's event and a cheaper decoder, never the run's end."""
         decoder, s = row.decoder, self._sized(s)
@@ -208,10 +211,10 @@ class StepMeter:
         try:
             prev = self.prev
             enc = prev.encoder(s.encoder)
-            shown, row.target = choose(s.target, self.tap, kw["latents"])
-            if s.target == "x0" and row.target != "x0" and not self._x0_told:
+            shown, row.target = choose(s.target, self.tap, latents)
+            if s.target == "x0" and row.target != "x0" and not self._x0_told and self.tap is not None:
                 self._x0_told = True
-                row.event = _also(row.event, _no_x0(p))
+                row.event = _also(row.event, _no_x0(self.tap.sched))
             if s.batch_preview == "first":  # a grid decodes the whole batch: the cost of showing it all
                 shown = shown[:1]
             # where the decoder stops: the preview's size, for the grid of the images shown (no device read)
@@ -406,5 +409,5 @@ def _compiled(decoder: str, ms: float, cut: decoders.Cut = decoders.WHOLE) -> st
     return f"compiled {decoder}{at} in {ms:.0f} ms"
 
 
-def _no_x0(p: Any) -> str:
-    return f"x0 is not available with {type(p.scheduler).__name__}: previews show the latents"
+def _no_x0(scheduler: Any) -> str:
+    return f"x0 is not available with {type(scheduler).__name__}: previews show the latents"

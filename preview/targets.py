@@ -1,7 +1,7 @@
 """What a preview shows: the model's prediction of the clean image at this step (x0, what ComfyUI and A1111
 preview, readable from the first steps), or the noisy latents the step hands on.
 
-x0 is read without changing the run: a tap wraps the scheduler's `step` for one pipeline call and keeps
+x0 is read without changing the run: the wrapper around the scheduler's `step` (steps.StepTap) hands this tap
 references to what the step already computed. Nothing is computed unless a preview asks for it, and the
 step's own output is returned untouched, so the final image is bit-identical to a plain call.
 
@@ -23,31 +23,17 @@ Shown = Literal["x0", "latents"]
 
 
 class X0Tap:
-    """Wraps scheduler.step for one call (install ... remove) and hands out each step's x0 on request."""
+    """Each step's x0, kept as references by the scheduler's step wrapper (steps.StepTap) and handed out on
+    request."""
 
     def __init__(self, scheduler: Any) -> None:
         self.sched = scheduler
         self._lazy: tuple[Any, ...] | None = None
-        self.installed = False
 
-    def install(self) -> None:
-        sched, orig = self.sched, self.sched.step
-
-        def step(model_output: torch.Tensor, timestep: Any, sample: torch.Tensor, *a: Any, **kw: Any) -> Any:
-            out = orig(model_output, timestep, sample, *a, **kw)
-            self._keep(model_output, sample, out)
-            return out
-
-        sched.step = step  # an instance attribute over the class's method, removed by remove()
-        self.installed = True
-
-    def remove(self) -> None:
-        if self.installed:
-            del self.sched.step
-            self.installed = False
+    def forget(self) -> None:
         self._lazy = None
 
-    def _keep(self, model_output: torch.Tensor, sample: torch.Tensor, out: Any) -> None:
+    def keep(self, model_output: torch.Tensor, sample: torch.Tensor, out: Any) -> None:
         """References only: what this step computed anyway (no tensor work here)."""
         sched = self.sched
         pred = out[1] if isinstance(out, tuple) and len(out) > 1 else getattr(out, "pred_original_sample", None)

@@ -251,10 +251,12 @@ def test_pipelines_with_nothing_to_preview_are_refused_in_one_line(presets):
     assert refused(object()).startswith("object has no step callback")
     pixart = PixArtAlphaPipeline(tokenizer=None, text_encoder=None, vae=presets["synthetic:tiny-sd3"][0].vae,
                                  transformer=None, scheduler=None)
-    assert "diffusers gives its __call__ no callback_on_step_end" in refused(pixart)
+    # without a scheduler, a pipeline with no step callback has no step to preview from
+    assert refused(pixart) == ("PixArtAlphaPipeline has no step callback, no Modular denoising loop and no "
+                               "scheduler with a step method: previewlab has no step to preview from")
     no_vae = FluxPipeline(**{**presets["synthetic:tiny-flux1"][0].components, "vae": None})
-    assert refused(no_vae) == ("FluxPipeline has no VAE (no vae or movq component): previews and the final decode "
-                               "need one")
+    assert refused(no_vae) == ("FluxPipeline has no VAE (no vae or movq component) and does not denoise in pixel "
+                               "space: previews need one or the other")
     sound = AutoencoderOobleck(encoder_hidden_size=8, downsampling_ratios=[2, 2], decoder_channels=8,
                                decoder_input_channels=4, audio_channels=1, channel_multiples=[1, 2])
     dit = LongCatAudioDiTTransformer(dit_dim=16, dit_depth=1, dit_heads=2, dit_text_dim=8, latent_dim=4)

@@ -140,6 +140,7 @@ class LatentSpace:
     # the decoder takes a timestep: the pipeline's default decode_timestep is 0.0 with no noise mixed in
     # (decode_noise_scale defaults to it), and previews decode at that default (decoders._decode_args)
     timestep: bool = False
+    pixel: bool = False          # pixel space (IF, DDIM): the latents are the image in [-1, 1], no VAE
     unpack: Unpack | None = field(default=None, compare=False, repr=False)
     unpack_clip: UnpackClip | None = field(default=None, compare=False, repr=False)
 

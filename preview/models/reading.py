@@ -38,31 +38,44 @@ def _unpack_of(cls: type) -> tuple[Callable[..., torch.Tensor] | None, Packing |
 
 
 def refusal(pipe: Any) -> str | None:
-    """Why previewlab cannot preview this pipeline, in one line; None when it can."""
+    """Why previewlab cannot preview this pipeline, in one line; None when it can. A step comes from its step
+    callback, its scheduler's step or a Modular loop block (preview/steps.py): only a pipeline with none of them
+    has no step to preview from."""
+    from ..steps import SourceError, source_of
+
     cls = type(pipe)
     name = cls.__name__
-    call = getattr(cls, "__call__", None)
-    params = inspect.signature(call).parameters if callable(call) and cls is not object else {}
-    if "callback_on_step_end" not in params:
-        return (f"{name} has no step callback: diffusers gives its __call__ no callback_on_step_end, so no "
-                "preview can be taken from it")
-    inputs = list(getattr(pipe, "_callback_tensor_inputs", None) or [])
-    if "latents" not in inputs:
-        return (f"{name}'s step callback does not hand over latents (it offers {', '.join(inputs) or 'nothing'}), "
-                "so there is nothing to preview")
+    try:
+        source_of(pipe)
+    except SourceError as e:
+        return str(e)
     vae = vae_of(pipe)
     cfg = getattr(vae, "config", None) or {}
     sound = [k for k in ("audio_channels", "sample_rate", "sampling_rate") if k in cfg]
-    if getattr(pipe, "vocoder", None) is not None or sound:
-        what = "it has a vocoder" if getattr(pipe, "vocoder", None) is not None else f"its VAE has {sound[0]}"
+    video = getattr(pipe, "video_processor", None) is not None  # LTX-2: a clip, its audio beside it
+    if getattr(pipe, "vocoder", None) is not None and not video or sound:
+        what = f"its VAE has {sound[0]}" if sound else "it has a vocoder and no video"
         return f"{name} makes audio ({what}): previewlab previews images, and audio has none to show"
-    if vae is None:
-        return f"{name} has no VAE (no vae or movq component): previews and the final decode need one"
+    if vae is None and not _pixel(pipe):
+        return (f"{name} has no VAE (no vae or movq component) and does not denoise in pixel space: previews "
+                "need one or the other")
     _, _, odd = _unpack_of(cls)
     if odd is not None:
         return (f"{name} packs its latents and unpacks them with {odd}, which needs more than the image size: "
                 "previewlab cannot unpack them")
     return None
+
+
+def denoiser_config(pipe: Any) -> Any:
+    model = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
+    return getattr(model, "config", None)
+
+
+def _pixel(pipe: Any) -> bool:
+    """The pipeline denoises images, not latents: no VAE, and its denoiser takes and makes 3 channels (IF's UNet
+    makes 6: a learned variance beside the image, which its scheduler splits off)."""
+    cfg = denoiser_config(pipe)
+    return cfg is not None and getattr(cfg, "in_channels", None) == 3
 
 
 @functools.lru_cache(maxsize=None)
@@ -190,6 +203,10 @@ def latent_space(pipe: Any) -> LatentSpace:
     if why is not None:
         raise FamilyError(why)
     vae = vae_of(pipe)
+    if vae is None:  # refusal() let it through: pixel space
+        return LatentSpace(family=None, channels=3, factor=1, packing="spatial", unscale="none",
+                           vae="none (pixel space)", pipeline=type(pipe).__name__, pixel=True,
+                           video=getattr(pipe, "video_processor", None) is not None)
     cfg = vae.config
     channels = int(getattr(cfg, "latent_channels", 0) or getattr(cfg, "z_dim", 0) or 0)
     if channels <= 0:

@@ -1,0 +1,214 @@
+"""Where a step comes from: the seam between a pipeline's denoising loop and the meter.
+
+A source hands the meter one `Step` at the end of each denoising step, and the meter answers whether the run
+should stop. The meter never knows which source called it. Three sources:
+
+- the step callback (`step_callback`): diffusers' `callback_on_step_end`, for the pipelines that have one;
+- the scheduler's own `step` (`StepTap`): any pipeline whose loop steps a scheduler, with or without a callback;
+- a Modular Diffusers loop block (preview/modular.py): `PreviewBlock`, in the pipeline's own block tree.
+
+`StepTap` is also the one wrapper that keeps each step's x0 (targets.X0Tap) for every source.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Protocol
+
+import torch
+
+from .targets import X0Tap
+
+Source = Literal["callback", "scheduler", "modular"]
+SOURCES: tuple[Source, ...] = ("callback", "scheduler", "modular")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One denoising step, as it ends. index: 0-based pipeline step (never a count of `scheduler.step` calls);
+    total: the steps this call runs, as the source knows them; latents: the pipeline's own layout at the end of
+    the step (packed tokens, (B, C, h, w), (B, C, T, h, w), ...), never copied; pipe: the pipeline (a Modular
+    pipeline's components); height, width (px) and frames: the call's own, where the source can read them (a
+    Modular loop's block_state), else None and the meter reads them from the latents."""
+    index: int
+    timestep: Any
+    latents: torch.Tensor
+    pipe: Any
+    total: int
+    height: int | None = None
+    width: int | None = None
+    frames: int | None = None
+
+
+class OnStep(Protocol):
+    def __call__(self, step: Step) -> bool: ...  # True: stop the run (where the loop can be stopped)
+
+
+def step_callback(on_step: OnStep) -> Callable[[Any, int, Any, dict[str, Any]], dict[str, Any]]:
+    """diffusers' callback_on_step_end, driving `on_step`; it returns the pipeline's kwargs untouched."""
+    def callback(pipe: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
+        total = int(getattr(pipe, "num_timesteps", 0) or 0)
+        if on_step(Step(i, t, kw["latents"], pipe, total)):
+            pipe._interrupt = True
+        return kw
+    return callback
+
+
+def host_schedule(scheduler: Any, steps: int) -> list[float]:
+    """Every timestep value `set_timesteps(steps)` gives, from a CPU copy of the scheduler, so reading one never
+    waits for the device; [] when the schedule depends on the call (FLUX's resolution-dependent shift needs `mu`).
+    PNDM and Heun-like schedulers repeat a value: the entries of one step."""
+    sched = copy.deepcopy(scheduler)
+    try:
+        sched.set_timesteps(steps, device="cpu")
+        return [float(t) for t in sched.timesteps]
+    except Exception:
+        return []
+
+
+def step_ends(schedule: list[float]) -> list[bool]:
+    """Which calls of `step` end a pipeline step: a call is followed by another for the same step when the
+    schedule's next value is its own (PNDM's [901, 901, 1] is 2 steps of 3 calls; Heun's [t0, t1, t1, ...])."""
+    return [k + 1 == len(schedule) or schedule[k + 1] != schedule[k] for k in range(len(schedule))]
+
+
+class StepTap:
+    """Wraps one scheduler's `step` for one pipeline call (install ... remove): keeps each step's x0 for the
+    previews (x0), and, with on_step, is the step source of a pipeline that has no step callback.
+
+    The wrapper keeps `step`'s signature (pipelines read it to decide whether to pass `eta` and `generator`) and is
+    bound to the scheduler instance, so a deep copy (LTX-2's audio_scheduler) steps its own state and is never
+    reported. Only this scheduler is reported, and only on latents of 3 or more dimensions: a prior's scheduler
+    steps embeddings. The step's output is returned untouched: the run is bit-identical to a plain call."""
+
+    def __init__(self, scheduler: Any, x0: X0Tap | None = None, on_step: OnStep | None = None,
+                 pipe: Any = None) -> None:
+        self.sched, self.x0, self.on_step, self.pipe = scheduler, x0, on_step, pipe
+        self.installed = False
+        self._before: Any = None     # an instance-level `step` that was there before ours
+        self._ends: list[bool] = []  # per call of this call's schedule: does it end a pipeline step
+        self._calls = 0
+        self._index = 0
+        self._total = 0
+
+    def install(self) -> None:
+        if self.installed or not callable(getattr(self.sched, "step", None)):
+            return
+        sched, tap = self.sched, self
+        own = type(sched).step
+        before = vars(sched).get("step")
+
+        @functools.wraps(own)
+        def step(this: Any, *args: Any, **kwargs: Any) -> Any:
+            if this is not tap.sched:  # a deep copy of the scheduler (LTX-2's audio one): its own step, unseen
+                return own(this, *args, **kwargs)
+            out = before(*args, **kwargs) if before is not None else own(this, *args, **kwargs)
+            tap._stepped(args, kwargs, out)
+            return out
+
+        self._before = before
+        sched.step = types.MethodType(step, sched)  # an instance attribute over the class's method
+        self.installed = True
+        self._calls = self._index = 0
+        self._ends = []
+        if self.on_step is not None:
+            self._plan()
+
+    def remove(self) -> None:
+        if self.installed:
+            if self._before is not None:
+                self.sched.step = self._before
+            else:
+                del self.sched.step
+            self.installed = False
+        if self.x0 is not None:
+            self.x0.forget()
+
+    def _plan(self) -> None:
+        """The call's steps, from the schedule the pipeline has set (host metadata: its length, and a CPU copy's
+        values): how many, and which calls end one."""
+        sched = self.sched
+        timesteps = getattr(sched, "timesteps", None)
+        n = len(timesteps) if timesteps is not None else 0
+        asked = getattr(sched, "num_inference_steps", None)
+        schedule = host_schedule(sched, asked) if isinstance(asked, int) and asked > 0 else []
+        begin = int(getattr(sched, "begin_index", None) or 0)
+        if len(schedule) != n:  # set with custom sigmas or timesteps: a copy cannot repeat it
+            schedule = []
+        self._ends = step_ends(schedule[begin:])
+        self._total = sum(self._ends) if self._ends else max(0, n - begin) // max(1, int(getattr(sched, "order", 1)))
+
+    def _stepped(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        model_output = args[0] if len(args) > 0 else kwargs.get("model_output")
+        sample = args[2] if len(args) > 2 else kwargs.get("sample")
+        timestep = args[1] if len(args) > 1 else kwargs.get("timestep")
+        if self.x0 is not None and isinstance(model_output, torch.Tensor) and isinstance(sample, torch.Tensor):
+            self.x0.keep(model_output, sample, out)
+        if self.on_step is None or not isinstance(sample, torch.Tensor) or sample.dim() < 3:
+            return
+        k = self._calls
+        self._calls += 1
+        if k < len(self._ends) and not self._ends[k]:
+            return  # the step goes on in the next call (PNDM's warm-up, Heun's first order)
+        latents = out[0] if isinstance(out, tuple) else getattr(out, "prev_sample", out)
+        index, self._index = self._index, self._index + 1
+        if self.on_step(Step(index, timestep, latents, self.pipe, max(self._total, index + 1))):
+            self.stop()
+
+    def stop(self) -> None:
+        """Ask the loop to stop, where it reads `interrupt` (classic pipelines that have a callback do)."""
+        if self.pipe is not None and hasattr(type(self.pipe), "interrupt"):
+            self.pipe._interrupt = True
+
+
+class SourceError(ValueError):
+    """A step source that cannot drive this pipeline, in one line: what is wrong and what would do."""
+
+
+def is_modular(pipe: Any) -> bool:
+    """A Modular Diffusers pipeline (its denoising is a block tree, not a __call__ loop)."""
+    return any(c.__name__ == "ModularPipeline" and c.__module__.startswith("diffusers.") for c in type(pipe).__mro__)
+
+
+def has_callback(pipe: Any) -> bool:
+    """Its __call__ takes callback_on_step_end, and the callback hands over latents."""
+    call = getattr(type(pipe), "__call__", None)
+    params = inspect.signature(call).parameters if callable(call) and type(pipe) is not object else {}
+    return "callback_on_step_end" in params and "latents" in list(getattr(pipe, "_callback_tensor_inputs", None) or [])
+
+
+def has_scheduler(pipe: Any) -> bool:
+    return callable(getattr(getattr(pipe, "scheduler", None), "step", None))
+
+
+def source_of(pipe: Any, asked: Source | Literal["auto"] = "auto") -> Source:
+    """The step source for `pipe`: the one asked, else the callback where the pipeline has one that hands over
+    latents, a loop block for a Modular pipeline whose loop runs per step, else the scheduler's step. Raises
+    SourceError for a source this pipeline cannot have."""
+    from . import modular  # diffusers' modular package: imported only where a watch is made
+
+    name = type(pipe).__name__
+    if asked not in ("auto", *SOURCES):
+        raise SourceError(f"source={asked!r}: allowed are auto, {', '.join(SOURCES)}")
+    blocks = is_modular(pipe) and bool(modular.step_loops(pipe))
+    if asked == "callback" and not has_callback(pipe):
+        raise SourceError(f"source='callback': {name}'s __call__ has no callback_on_step_end that hands over "
+                          "latents; use source='scheduler' (or 'auto')")
+    if asked == "modular" and not blocks:
+        what = "is not a Modular pipeline" if not is_modular(pipe) else "has no denoising loop that runs per step"
+        raise SourceError(f"source='modular': {name} {what}; use source='scheduler' (or 'auto')")
+    if asked == "scheduler" and not has_scheduler(pipe):
+        raise SourceError(f"source='scheduler': {name} has no scheduler with a step method; use 'auto'")
+    if asked != "auto":
+        return asked
+    if blocks:
+        return "modular"
+    if not is_modular(pipe) and has_callback(pipe):
+        return "callback"
+    if has_scheduler(pipe):
+        return "scheduler"
+    raise SourceError(f"{name} has no step callback, no Modular denoising loop and no scheduler with a step "
+                      "method: previewlab has no step to preview from")
