@@ -11,7 +11,6 @@ should stop. The meter never knows which source called it. Three sources:
 """
 from __future__ import annotations
 
-import copy
 import functools
 import inspect
 import types
@@ -57,22 +56,12 @@ def step_callback(on_step: OnStep) -> Callable[[Any, int, Any, dict[str, Any]], 
     return callback
 
 
-def host_schedule(scheduler: Any, steps: int) -> list[float]:
-    """Every timestep value `set_timesteps(steps)` gives, from a CPU copy of the scheduler, so reading one never
-    waits for the device; [] when the schedule depends on the call (FLUX's resolution-dependent shift needs `mu`).
-    PNDM and Heun-like schedulers repeat a value: the entries of one step."""
-    sched = copy.deepcopy(scheduler)
-    try:
-        sched.set_timesteps(steps, device="cpu")
-        return [float(t) for t in sched.timesteps]
-    except Exception:
-        return []
-
-
-def step_ends(schedule: list[float]) -> list[bool]:
-    """Which calls of `step` end a pipeline step: a call is followed by another for the same step when the
-    schedule's next value is its own (PNDM's [901, 901, 1] is 2 steps of 3 calls; Heun's [t0, t1, t1, ...])."""
-    return [k + 1 == len(schedule) or schedule[k + 1] != schedule[k] for k in range(len(schedule))]
+def step_ends(calls: int, steps: int, order: int) -> list[bool]:
+    """Which of a loop's `calls` calls of `step` end a pipeline step, by the rule diffusers' own loops count steps
+    with (their progress bar): past the warm-up calls (calls - steps x order), every order-th call, and the last.
+    PNDM (2 steps, 3 calls, order 1): its first step takes 2 calls; Heun (order 2): every second call."""
+    warmup = max(calls - steps * order, 0)
+    return [k + 1 == calls or (k + 1 > warmup and (k + 1) % order == 0) for k in range(calls)]
 
 
 class StepTap:
@@ -128,18 +117,15 @@ class StepTap:
             self.x0.forget()
 
     def _plan(self) -> None:
-        """The call's steps, from the schedule the pipeline has set (host metadata: its length, and a CPU copy's
-        values): how many, and which calls end one."""
+        """The call's steps, from the schedule the pipeline has set (host metadata: its length, the steps asked,
+        the scheduler's order): how many, and which calls end one."""
         sched = self.sched
         timesteps = getattr(sched, "timesteps", None)
-        n = len(timesteps) if timesteps is not None else 0
+        calls = (len(timesteps) if timesteps is not None else 0) - int(getattr(sched, "begin_index", None) or 0)
         asked = getattr(sched, "num_inference_steps", None)
-        schedule = host_schedule(sched, asked) if isinstance(asked, int) and asked > 0 else []
-        begin = int(getattr(sched, "begin_index", None) or 0)
-        if len(schedule) != n:  # set with custom sigmas or timesteps: a copy cannot repeat it
-            schedule = []
-        self._ends = step_ends(schedule[begin:])
-        self._total = sum(self._ends) if self._ends else max(0, n - begin) // max(1, int(getattr(sched, "order", 1)))
+        order = max(1, int(getattr(sched, "order", 1) or 1))
+        self._ends = step_ends(calls, asked if isinstance(asked, int) and asked > 0 else calls, order)
+        self._total = sum(self._ends)
 
     def _stepped(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         model_output = args[0] if len(args) > 0 else kwargs.get("model_output")

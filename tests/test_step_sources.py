@@ -1,0 +1,262 @@
+"""Where a step comes from (preview/steps.py, preview/modular.py), on real diffusers classes.
+
+The scheduler's step wrapper on real schedulers: it keeps `step`'s signature, steps a deep copy's own state and
+never reports it, counts pipeline steps (PNDM: 3 calls, 2 steps), ignores a prior's embeddings and leaves the
+scheduler as it was. Then watch() on each kind of hook, on tiny versions of real pipelines (tests/tiny_hooks.py):
+PixArt-Sigma and IF (no step callback: the scheduler's step), FLUX.3 and Wan 2.2 (Modular: the loop block), LTX-2
+with its audio (the scheduler's step on request, and the callback): one row per step, a preview at every step
+with latent2rgb and vae, an output bit-identical to a plain call's, and the run's record closed with its phases.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from previewlab import watch as preview_watch
+from previewlab.preview import decoders
+from previewlab.preview.modular import NAME, PreviewBlock, step_loops
+from previewlab.preview.steps import SourceError, Step, StepTap, source_of
+from tests.tiny_hooks import Tiny, build
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def _sample(shape: tuple[int, ...] = (1, 4, 8, 8)) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(0))
+
+
+# ----------------------------------------------------------------------------------------------- the wrapper
+
+
+def test_the_wrapper_keeps_steps_signature_and_leaves_the_scheduler_as_it_was():
+    from diffusers import DDPMScheduler
+
+    sched = DDPMScheduler()
+    before = inspect.signature(sched.step)
+    tap = StepTap(sched, on_step=lambda s: False)
+    tap.install()
+    # pipelines read this to decide whether to pass eta and generator (IF, StableUnCLIP)
+    assert inspect.signature(sched.step) == before and "generator" in inspect.signature(sched.step).parameters
+    tap.remove()
+    assert "step" not in vars(sched) and sched.step.__func__ is DDPMScheduler.step
+
+
+def test_a_deep_copy_steps_its_own_state_and_is_never_reported():
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    sched = FlowMatchEulerDiscreteScheduler()
+    sched.set_timesteps(4)
+    seen: list[Step] = []
+    tap = StepTap(sched, on_step=lambda s: seen.append(s) is None and False)
+    tap.install()
+    audio = copy.deepcopy(sched)  # what LTX-2 does for its audio latents
+    x = _sample()
+    audio.step(x, audio.timesteps[0], x)
+    audio.step(x, audio.timesteps[1], x)
+    assert audio.step_index == 2 and sched.step_index is None  # the original's state is untouched
+    assert seen == []
+    sched.step(x, sched.timesteps[0], x)
+    assert [s.index for s in seen] == [0] and sched.step_index == 1 and audio.step_index == 2
+    tap.remove()
+
+
+def test_pndm_counts_pipeline_steps_not_step_calls():
+    from diffusers import PNDMScheduler
+
+    sched = PNDMScheduler(skip_prk_steps=True)
+    sched.set_timesteps(2)
+    assert len(sched.timesteps) == 3  # 3 calls of step for 2 steps
+    seen: list[Step] = []
+    tap = StepTap(sched, on_step=lambda s: seen.append(s) is None and False)
+    tap.install()
+    x = _sample()
+    outs = [sched.step(x * (k + 1), t, x).prev_sample for k, t in enumerate(sched.timesteps)]
+    tap.remove()
+    assert [(s.index, s.total) for s in seen] == [(0, 2), (1, 2)]
+    # PLMS's first step takes two calls: the second redoes it from the same sample with both model outputs
+    assert torch.equal(seen[0].latents, outs[1]) and not torch.equal(outs[0], outs[1])
+    assert torch.equal(seen[1].latents, outs[2])
+
+
+def test_heun_counts_a_step_per_two_calls():
+    from diffusers import HeunDiscreteScheduler
+
+    sched = HeunDiscreteScheduler()
+    sched.set_timesteps(3)
+    assert len(sched.timesteps) == 5 and sched.order == 2
+    seen: list[Step] = []
+    tap = StepTap(sched, on_step=lambda s: seen.append(s) is None and False)
+    tap.install()
+    x = _sample()
+    outs = []
+    for k, t in enumerate(sched.timesteps):
+        outs.append(sched.step(x * (k + 1), t, x).prev_sample)
+        ended = sched.state_in_first_order  # Heun's own word: the second-order half is done
+        assert (k in (1, 3, 4)) == ended or k == 4
+    tap.remove()
+    assert [s.index for s in seen] == [0, 1, 2]
+    assert [torch.equal(s.latents, outs[k]) for s, k in zip(seen, (1, 3, 4))] == [True] * 3
+
+
+def test_a_priors_embeddings_are_not_steps():
+    from diffusers import DDPMScheduler
+
+    sched = DDPMScheduler()
+    sched.set_timesteps(2)
+    seen: list[Step] = []
+    tap = StepTap(sched, on_step=lambda s: seen.append(s) is None and False)
+    tap.install()
+    sched.step(torch.randn(2, 32), sched.timesteps[0], torch.randn(2, 32))  # (B, D): an embedding
+    tap.remove()
+    assert seen == []
+
+
+def test_sources_are_refused_in_one_line_where_a_pipeline_cannot_have_them():
+    pixart = build("pixart_sigma").pipe
+    assert source_of(pixart) == "scheduler"
+    with pytest.raises(SourceError) as e:
+        source_of(pixart, "callback")
+    assert str(e.value) == ("source='callback': PixArtSigmaPipeline's __call__ has no callback_on_step_end that "
+                            "hands over latents; use source='scheduler' (or 'auto')")
+    with pytest.raises(SourceError) as e:
+        source_of(pixart, "modular")
+    assert "is not a Modular pipeline" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(SourceError) as e:
+        source_of(pixart, "every")  # type: ignore[arg-type]
+    assert str(e.value) == "source='every': allowed are auto, callback, scheduler, modular"
+
+
+# ----------------------------------------------------------------------------------------------- watch() on each hook
+
+# name -> (the source auto picks, the source asked, passes the watch as its callback)
+HOOKS: dict[str, tuple[str, str, bool]] = {
+    "pixart_sigma": ("scheduler", "auto", False),
+    "if": ("scheduler", "auto", False),    # pixel space
+    "flux3_modular": ("modular", "auto", False),
+    "wan22_modular": ("modular", "auto", False),
+    "ltx2_audio": ("scheduler", "scheduler", False),  # has a callback; the scheduler's step on request
+    "ltx2_audio_callback": ("callback", "auto", True),
+}
+
+
+@pytest.fixture(scope="module")
+def tinies() -> dict[str, Tiny]:
+    return {}
+
+
+def tiny_of(tinies: dict[str, Tiny], name: str) -> Tiny:
+    base = name.removesuffix("_callback")
+    if base not in tinies:
+        tinies[base] = build(base)
+    return tinies[base]
+
+
+def arrays(out: Any) -> list[np.ndarray]:
+    """A call's output as arrays: a classic pipeline's images or frames, a Modular one's output as it is."""
+    for name in ("images", "frames"):
+        out = getattr(out, name, out)
+    if isinstance(out, (torch.Tensor, np.ndarray)):
+        return [np.asarray(out)]
+    return [a for x in out for a in arrays(x)] if isinstance(out, (list, tuple)) else [np.asarray(out)]
+
+
+def plain(t: Tiny, **extra: Any) -> list[np.ndarray]:
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        return arrays(t.pipe(**{**t.kwargs(), **extra}))
+
+
+@pytest.mark.parametrize("name", list(HOOKS))
+def test_watch_previews_every_kind_of_hook_bit_identically(tinies, name):
+    t = tiny_of(tinies, name)
+    picked, asked, as_callback = HOOKS[name]
+    ref = plain(t)
+    steps = t.kwargs()["num_inference_steps"]
+    for decoder in ("none", "latent2rgb", "vae"):
+        w = preview_watch(t.pipe, decoder=decoder, mode="sync", size=(t.height, t.width), source=asked)
+        try:
+            assert w.source == picked
+            extra = dict(callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs) if as_callback else {}
+            out = plain(t, **extra)
+            rows, record = w.rows, w.record
+        finally:
+            w.remove()
+        assert all(np.array_equal(a, b) for a, b in zip(ref, out)) and len(ref) == len(out), (name, decoder)
+        assert [r.step for r in rows] == list(range(1, steps + 1)), (name, decoder)
+        made = [r.preview for r in rows]
+        assert made == ([0] * steps if decoder == "none" else [1] * steps), (name, decoder, [r.event for r in rows])
+        assert all("failed" not in r.event for r in rows)
+        assert record is not None and record.status == "done" and record.steps_run == steps
+        # the phases and the steps' stages lie inside the call's wall time
+        assert record.other_ms >= 0, (name, decoder, record)
+    # the hooks are gone: the scheduler's own step, no previewlab block left in a Modular loop
+    assert "step" not in vars(t.pipe.scheduler)
+    if picked == "modular":
+        assert all(NAME not in loop.sub_blocks for loop in step_loops(t.pipe))
+
+
+def test_pixel_space_previews_say_there_is_no_decoder(tinies):
+    t = tiny_of(tinies, "if")
+    w = preview_watch(t.pipe, decoder="vae", mode="sync", size=(t.height, t.width))
+    try:
+        plain(t)
+        rows = w.rows
+    finally:
+        w.remove()
+    assert w.model.space.pixel and rows[0].event.startswith("pixel space: the latents are the image")
+    assert rows[0].decode_width == t.width
+
+
+def test_the_scheduler_source_sees_the_latents_the_vae_decodes(tinies):
+    """The last step's latents, as the scheduler's step hands them on, decode to the pipeline's own image."""
+    t = tiny_of(tinies, "pixart_sigma")
+    w = preview_watch(t.pipe, decoder="none", mode="sync", size=(t.height, t.width))
+    seen: list[Step] = []
+    on_step = w.step_tap.on_step
+    assert on_step is not None
+    w.step_tap.on_step = lambda s: seen.append(s) is None and on_step(s)
+    try:
+        out = plain(t)
+    finally:
+        w.remove()
+    vae = decoders.build("vae", w.model)
+    assert vae is not None
+    with torch.inference_mode():
+        image = vae(seen[-1].latents, t.height, t.width)
+    mine = image.permute(0, 2, 3, 1).float().numpy()
+    assert np.abs(mine - out[0]).max() < 1e-5
+
+
+def test_a_block_a_user_inserted_before_init_pipeline_feeds_the_watch(tinies):
+    """Modular Diffusers' own way: a block in the loop's sub_blocks before init_pipeline(). pipe.blocks is a copy:
+    a block put there changes nothing, and the watch finds the user's block, not a copy of its own."""
+    t = tiny_of(tinies, "flux3_modular")
+    pipe = t.pipe
+    loop = step_loops(pipe)[0]
+    copied = step_loops_of(pipe.blocks)
+    assert copied and all(c is not loop for c in copied)
+    copied[0].sub_blocks["mine"] = PreviewBlock()
+    assert "mine" not in loop.sub_blocks  # inserting into pipe.blocks does nothing
+    mine = PreviewBlock()
+    loop.sub_blocks["mine"] = mine  # the pipeline's own tree, as blocks.sub_blocks[...] before init_pipeline()
+    try:
+        w = preview_watch(pipe, decoder="latent2rgb", mode="sync", size=(t.height, t.width))
+        assert w._block is mine and NAME not in loop.sub_blocks
+        plain(t)
+        rows = w.rows
+        w.remove()
+        assert [r.preview for r in rows] == [1, 1]
+        assert loop.sub_blocks.get("mine") is mine and mine.on_step is None  # the user's block stays, detached
+    finally:
+        del loop.sub_blocks["mine"]
+
+
+def step_loops_of(blocks: Any) -> list[Any]:
+    from previewlab.preview.modular import denoising, loops, per_step
+
+    return [lp for lp in loops(blocks) if denoising(lp) and per_step(lp)]
