@@ -16,6 +16,7 @@ import torch
 
 from fake_device import FakeClock, FakeDevice, FakeJpeg
 from previewlab.preview.callback import Watch
+from previewlab.preview.modular import step_loops
 from previewlab.preview.engine import generate
 from previewlab.preview.decoders import DecoderName
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
@@ -90,24 +91,54 @@ def test_overlap_costs_the_drain_and_sync_costs_the_decodes(tiny):
     assert extra_over < TAESD_MS + COPY_MS + real_over
 
 
+@pytest.fixture(scope="module")
+def modular_xl(tiny_xl: Any) -> Any:
+    """A Modular SDXL pipeline (StableDiffusionXLAutoBlocks) sharing tiny-xl's modules: the fake device's hooks
+    on them see its work."""
+    from diffusers.modular_pipelines import StableDiffusionXLAutoBlocks
+
+    pipe = StableDiffusionXLAutoBlocks().init_pipeline()
+    pipe.update_components(**{k: v for k, v in tiny_xl.pipe.components.items() if v is not None})
+    for loop in step_loops(pipe):
+        loop.set_progress_bar_config(disable=True)
+    return pipe
+
+
+@pytest.mark.parametrize("source", ["callback", "scheduler", "modular"])
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
-def test_callback_ends_at_the_device_boundary(tiny, mode):
-    with fake_gpu(tiny) as (clock, dev):
-        w = Watch(tiny.pipe, decoder="latent2rgb", mode=mode, clock=clock, device=dev)
+def test_every_step_source_ends_at_the_device_boundary(tiny, tiny_xl, modular_xl, mode, source):
+    """Whichever source hands the meter its steps (steps.py), each step's denoise is its own UNet forward, the
+    call's wall time covers the device's work, and nothing is counted twice."""
+    model, pipe = (tiny_xl, modular_xl) if source == "modular" else (tiny, tiny.pipe)
+    forwards: list[int] = []
+    counter = model.pipe.unet.register_forward_hook(lambda *a: forwards.append(1))
+    with fake_gpu(model) as (clock, dev):
+        w = Watch(pipe, decoder="latent2rgb", mode=mode, clock=clock, device=dev, source=source)
         try:
             t0 = time.perf_counter()
-            tiny.pipe(prompt="a cat", num_inference_steps=STEPS, width=64, height=64, callback_on_step_end=w,
-                      callback_on_step_end_tensor_inputs=w.tensor_inputs, output_type="np")
+            kw: dict[str, Any] = dict(prompt="a cat", num_inference_steps=STEPS, width=64, height=64)
+            if source == "callback":
+                kw.update(callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs)
+            if source == "modular":
+                pipe(**kw, output="images")
+            else:
+                pipe(**kw, output_type="np")
             rec = w.record
             real_ms = (time.perf_counter() - t0) * 1e3
         finally:
             w.remove()
-    assert rec is not None and rec.status == "done"
+            counter.remove()
+    assert rec is not None and rec.status == "done" and w.source == source
     # the pipeline's own final copy is not seen by the fake device, so only a device boundary covers its work
     assert rec.wall_s * 1e3 >= TEXT_MS + STEPS * UNET_MS + VAE_MS
     assert 0 <= rec.other_ms <= real_ms
     assert VAE_MS - 0.01 <= rec.final_decode_ms <= VAE_MS + real_ms
+    assert [x.step for x in w.rows] == list(range(1, STEPS + 1))
     assert all(x.sync_ms < 0.5 for x in w.rows)
+    # each step's denoise is its UNet forwards on the device (one with CFG batched, two with Modular's guider
+    # running each half alone), wherever the step ends
+    step_ms = len(forwards) // STEPS * UNET_MS
+    assert all(step_ms - 0.01 <= x.denoise_ms <= step_ms + real_ms for x in w.rows[1:]), [x.denoise_ms for x in w.rows]
 
 
 def test_waits_report_only_what_events_do_not_time():
