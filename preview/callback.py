@@ -38,7 +38,7 @@ from .clips import clip_length
 from .names import BatchPreview, DecodeAt, FrameChoice
 from .settings import Mode, PreviewSettings, check_fps
 from .stopwatch import Clock, Device, Stopwatch
-from .steps import Source, Step, StepTap, source_of
+from .steps import Source, Step, StepTap, chunked, source_of
 from .targets import Target, X0Tap
 from . import modular
 
@@ -136,7 +136,7 @@ class Watch(PipelineCallback):
         self.source: Source = source_of(pipe, source)
         self.tap = X0Tap(getattr(pipe, "scheduler", None))
         self.step_tap = StepTap(getattr(pipe, "scheduler", None), x0=self.tap, pipe=pipe,
-                                on_step=self._on_step if self.source == "scheduler" else None)
+                                on_step=self._on_step if self.source == "scheduler" else None, chunked=chunked(pipe))
         # a Modular pipeline's loop block, feeding this watch
         self._block = modular.attach(pipe, self._on_step) if self.source == "modular" else None
         self._rows: list[StepRow] = []         # the rows of the latest call, in step order

@@ -74,8 +74,11 @@ class StepTap:
     steps embeddings. The step's output is returned untouched: the run is bit-identical to a plain call."""
 
     def __init__(self, scheduler: Any, x0: X0Tap | None = None, on_step: OnStep | None = None,
-                 pipe: Any = None) -> None:
-        self.sched, self.x0, self.on_step, self.pipe = scheduler, x0, on_step, pipe
+                 pipe: Any = None, chunked: bool = False) -> None:
+        """chunked: the pipeline denoises its output chunk by chunk (Helios), setting the schedule anew for each:
+        steps are numbered across chunks, and their total is not known ahead (0)."""
+        self.sched, self.x0, self.on_step, self.pipe, self.chunked = scheduler, x0, on_step, pipe, chunked
+        self._planned: Any = None    # the timesteps tensor the plan was made for
         self.installed = False
         self._before: Any = None     # an instance-level `step` that was there before ours
         self._ends: list[bool] = []  # per call of this call's schedule: does it end a pipeline step
@@ -101,7 +104,7 @@ class StepTap:
         self._before = before
         sched.step = types.MethodType(step, sched)  # an instance attribute over the class's method
         self.installed = True
-        self._calls = self._index = 0
+        self._index = 0
         self._ends = []
         if self.on_step is not None:
             self._plan()
@@ -120,7 +123,8 @@ class StepTap:
         """The call's steps, from the schedule the pipeline has set (host metadata: its length, the steps asked,
         the scheduler's order): how many, and which calls end one."""
         sched = self.sched
-        timesteps = getattr(sched, "timesteps", None)
+        timesteps = self._planned = getattr(sched, "timesteps", None)
+        self._calls = 0
         calls = (len(timesteps) if timesteps is not None else 0) - int(getattr(sched, "begin_index", None) or 0)
         asked = getattr(sched, "num_inference_steps", None)
         order = max(1, int(getattr(sched, "order", 1) or 1))
@@ -135,13 +139,16 @@ class StepTap:
             self.x0.keep(model_output, sample, out)
         if self.on_step is None or not isinstance(sample, torch.Tensor) or sample.dim() < 3:
             return
+        if self.chunked and getattr(self.sched, "timesteps", None) is not self._planned:
+            self._plan()  # the next chunk's schedule
         k = self._calls
         self._calls += 1
         if k < len(self._ends) and not self._ends[k]:
             return  # the step goes on in the next call (PNDM's warm-up, Heun's first order)
         latents = out[0] if isinstance(out, tuple) else getattr(out, "prev_sample", out)
         index, self._index = self._index, self._index + 1
-        if self.on_step(Step(index, timestep, latents, self.pipe, max(self._total, index + 1))):
+        total = 0 if self.chunked else max(self._total, index + 1)
+        if self.on_step(Step(index, timestep, latents, self.pipe, total)):
             self.stop()
 
     def stop(self) -> None:
@@ -168,6 +175,14 @@ def has_callback(pipe: Any) -> bool:
 
 def has_scheduler(pipe: Any) -> bool:
     return callable(getattr(getattr(pipe, "scheduler", None), "step", None))
+
+
+def chunked(pipe: Any) -> bool:
+    """A Modular pipeline whose denoising loops run per chunk, not per step (Helios, Wan-Animate 2)."""
+    from . import modular
+
+    return is_modular(pipe) and not modular.step_loops(pipe) and any(modular.denoising(lp)
+                                                                      for lp in modular.loops(pipe._blocks))
 
 
 def source_of(pipe: Any, asked: Source | Literal["auto"] = "auto") -> Source:

@@ -97,7 +97,8 @@ def modular_xl(tiny_xl: Any) -> Any:
     on them see its work."""
     from diffusers.modular_pipelines import StableDiffusionXLAutoBlocks
 
-    pipe = StableDiffusionXLAutoBlocks().init_pipeline()
+    blocks: Any = StableDiffusionXLAutoBlocks()
+    pipe = blocks.init_pipeline()
     pipe.update_components(**{k: v for k, v in tiny_xl.pipe.components.items() if v is not None})
     for loop in step_loops(pipe):
         loop.set_progress_bar_config(disable=True)

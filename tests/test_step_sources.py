@@ -4,7 +4,8 @@ The scheduler's step wrapper on real schedulers: it keeps `step`'s signature, st
 never reports it, counts pipeline steps (PNDM: 3 calls, 2 steps), ignores a prior's embeddings and leaves the
 scheduler as it was. Then watch() on each kind of hook, on tiny versions of real pipelines (tests/tiny_hooks.py):
 PixArt-Sigma and IF (no step callback: the scheduler's step), FLUX.3 and Wan 2.2 (Modular: the loop block), LTX-2
-with its audio (the scheduler's step on request, and the callback): one row per step, a preview at every step
+with its audio (the scheduler's step on request, and the callback), HunyuanVideo 1.5, a PNDM-scheduled T2I-Adapter pipeline, StableUnCLIP
+(a prior's scheduler beside the denoiser's) and Helios (a Modular loop per chunk: the scheduler's step): one row per step, a preview at every step
 with latent2rgb and vae, an output bit-identical to a plain call's, and the run's record closed with its phases.
 """
 from __future__ import annotations
@@ -33,10 +34,18 @@ def _sample(shape: tuple[int, ...] = (1, 4, 8, 8)) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------- the wrapper
 
 
+def collect(seen: list[Step]) -> Any:
+    """An OnStep that keeps each step and never asks to stop."""
+    def on_step(step: Step) -> bool:
+        seen.append(step)
+        return False
+    return on_step
+
+
 def test_the_wrapper_keeps_steps_signature_and_leaves_the_scheduler_as_it_was():
     from diffusers import DDPMScheduler
 
-    sched = DDPMScheduler()
+    sched: Any = DDPMScheduler()
     before = inspect.signature(sched.step)
     tap = StepTap(sched, on_step=lambda s: False)
     tap.install()
@@ -49,12 +58,12 @@ def test_the_wrapper_keeps_steps_signature_and_leaves_the_scheduler_as_it_was():
 def test_a_deep_copy_steps_its_own_state_and_is_never_reported():
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    sched = FlowMatchEulerDiscreteScheduler()
+    sched: Any = FlowMatchEulerDiscreteScheduler()
     sched.set_timesteps(4)
     seen: list[Step] = []
-    tap = StepTap(sched, on_step=lambda s: seen.append(s) is None and False)
+    tap = StepTap(sched, on_step=collect(seen))
     tap.install()
-    audio = copy.deepcopy(sched)  # what LTX-2 does for its audio latents
+    audio: Any = copy.deepcopy(sched)  # what LTX-2 does for its audio latents
     x = _sample()
     audio.step(x, audio.timesteps[0], x)
     audio.step(x, audio.timesteps[1], x)
@@ -68,11 +77,11 @@ def test_a_deep_copy_steps_its_own_state_and_is_never_reported():
 def test_pndm_counts_pipeline_steps_not_step_calls():
     from diffusers import PNDMScheduler
 
-    sched = PNDMScheduler(skip_prk_steps=True)
+    sched: Any = PNDMScheduler(skip_prk_steps=True)
     sched.set_timesteps(2)
     assert len(sched.timesteps) == 3  # 3 calls of step for 2 steps
     seen: list[Step] = []
-    tap = StepTap(sched, on_step=lambda s: seen.append(s) is None and False)
+    tap = StepTap(sched, on_step=collect(seen))
     tap.install()
     x = _sample()
     outs = [sched.step(x * (k + 1), t, x).prev_sample for k, t in enumerate(sched.timesteps)]
@@ -86,11 +95,11 @@ def test_pndm_counts_pipeline_steps_not_step_calls():
 def test_heun_counts_a_step_per_two_calls():
     from diffusers import HeunDiscreteScheduler
 
-    sched = HeunDiscreteScheduler()
+    sched: Any = HeunDiscreteScheduler()
     sched.set_timesteps(3)
     assert len(sched.timesteps) == 5 and sched.order == 2
     seen: list[Step] = []
-    tap = StepTap(sched, on_step=lambda s: seen.append(s) is None and False)
+    tap = StepTap(sched, on_step=collect(seen))
     tap.install()
     x = _sample()
     outs = []
@@ -106,10 +115,10 @@ def test_heun_counts_a_step_per_two_calls():
 def test_a_priors_embeddings_are_not_steps():
     from diffusers import DDPMScheduler
 
-    sched = DDPMScheduler()
+    sched: Any = DDPMScheduler()
     sched.set_timesteps(2)
     seen: list[Step] = []
-    tap = StepTap(sched, on_step=lambda s: seen.append(s) is None and False)
+    tap = StepTap(sched, on_step=collect(seen))
     tap.install()
     sched.step(torch.randn(2, 32), sched.timesteps[0], torch.randn(2, 32))  # (B, D): an embedding
     tap.remove()
@@ -141,7 +150,12 @@ HOOKS: dict[str, tuple[str, str, bool]] = {
     "wan22_modular": ("modular", "auto", False),
     "ltx2_audio": ("scheduler", "scheduler", False),  # has a callback; the scheduler's step on request
     "ltx2_audio_callback": ("callback", "auto", True),
+    "hunyuan15": ("scheduler", "auto", False),
+    "pndm_adapter": ("scheduler", "auto", False),   # 3 step calls for 2 steps
+    "stable_unclip": ("scheduler", "auto", False),  # its prior's scheduler steps embeddings too
+    "helios_modular": ("scheduler", "auto", False),  # a loop per chunk: every step of both chunks
 }
+CHUNKS = {"helios_modular": 2}  # steps are numbered across the chunks of a clip
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +195,7 @@ def test_watch_previews_every_kind_of_hook_bit_identically(tinies, name):
     t = tiny_of(tinies, name)
     picked, asked, as_callback = HOOKS[name]
     ref = plain(t)
-    steps = t.kwargs()["num_inference_steps"]
+    steps = t.kwargs()["num_inference_steps"] * CHUNKS.get(name, 1)
     for decoder in ("none", "latent2rgb", "vae"):
         w = preview_watch(t.pipe, decoder=decoder, mode="sync", size=(t.height, t.width), source=asked)
         try:
@@ -224,7 +238,7 @@ def test_the_scheduler_source_sees_the_latents_the_vae_decodes(tinies):
     seen: list[Step] = []
     on_step = w.step_tap.on_step
     assert on_step is not None
-    w.step_tap.on_step = lambda s: seen.append(s) is None and on_step(s)
+    w.step_tap.on_step = lambda s: collect(seen)(s) or on_step(s)
     try:
         out = plain(t)
     finally:
