@@ -16,13 +16,14 @@ from . import clips, decoders
 from .controls import Controls
 from .frames import Frame, grid, preview_size, tile, to_uint8_hwc
 from .meter import StepMeter
+from . import modular_run
 from .previewer import Previewer
 from .models import Model
 from .records import PREVIEW_STAGES, RunRecord, StepRow, on_path_ms
 from .run import Asked, RunMeta
 from .settings import PreviewSettings, RunSettings
 from .stopwatch import Clock, Stopwatch
-from .steps import StepTap, step_callback
+from .steps import StepTap, is_modular, step_callback
 from .targets import X0Tap
 
 __all__ = ["Controls", "Frame", "Phases", "Previewer", "Run", "StepMeter", "TaskError", "final_image", "final_u8",
@@ -267,6 +268,11 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
     img2img = settings.init is not None
     if img2img and init_image is None:
         raise TaskError(f"init={settings.init}: img2img needs that run's final image")
+    modular = is_modular(model.pipe)
+    if modular and (img2img or model.space.video):
+        what = "image to image" if img2img else "a clip"
+        raise TaskError(f"{type(model.pipe).__name__}: a Modular pipeline runs text to image in the server and the "
+                        f"bench, not {what} yet; use watch() in your own script")
     pipe = img2img_pipe(model) if img2img else model.pipe
     prev = previewer or Previewer(model, compile_decoder)
     start_settings = controls.get()
@@ -278,7 +284,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             at = start_settings.changed(preview_max=side)  # a compile inside a measured preview would skew it
             compile_ms += prev.warm(start_settings.decoder, settings.height, settings.width,
                                     prev.cut(start_settings.decoder, at, settings.width, settings.height, shown))
-    final_decode = final_decoder(model)  # its constants built before the clock starts
+    final_decode = None if modular else final_decoder(model)  # its constants built before the clock starts
     start_encoder = prev.encoder(start_settings.encoder).name
     # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.
     timesteps = cpu_schedule(pipe.scheduler, settings.steps)
@@ -297,34 +303,43 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
         mark0 = sw.mark()
         sw.anchor(mark0, t_start)  # the device is idle here: the previous run ended with a copy to the host
         try:
-            rng.begin("text_encode")
-            embeds = encode_prompt(model, settings.prompt, settings.guidance, pipe)
-            rng.end("text_encode")
-            mark_te = sw.mark()
             gen = torch.Generator("cpu").manual_seed(settings.seed)  # rebuilt for every run
-            meter.begin(mark_te)
-            step_tap.install()
-            task: dict[str, Any] = dict(image=init_image, strength=settings.strength) if img2img else {}
-            if settings.batch > 1:
-                task["num_images_per_prompt"] = settings.batch
-            task.update(clip_args(model, settings))
-            out = pipe(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
-                       guidance_scale=settings.guidance, generator=gen, output_type="latent",
-                       callback_on_step_end=step_callback(meter.step), callback_on_step_end_tensor_inputs=["latents"],
-                       **task, **embeds)
-            latents = out.frames if model.space.video else out.images  # a clip's final image: its first frame
-            rng.end("denoise")
-            loop_end = sw.mark()
-            peak = meter.finish_previews()  # previews in flight finish before the final decode uses the VAE
-            dec0 = sw.mark()
-            rng.begin("final_decode")
-            u8 = final_u8(model, latents, settings.height, settings.width, final_decode)
-            dec1 = sw.mark()
-            sw.wait(dec1)  # the wait the copy below makes anyway, split off so the copy alone is timed
-            t_copy = clock()
-            image = u8.cpu().numpy()
-            rng.end("final_decode")
-            t_dec1 = clock()
+            if modular:  # one call, as a user makes it: its phases marked by hooks (modular_run.py)
+                step_tap.install()
+                image, m = modular_run.call(model, settings, gen, meter, sw, clock)
+                mark_te, loop_end, dec0, dec1, peak = m.denoise0, m.loop_end, m.decode0, m.decode1, m.peak
+                sw.wait(dec1)  # passed already: the pipeline's own postprocess copied the image
+                device_end = sw.host_time(dec1)
+                t_copy = max(m.t_decode1 or t_start, device_end if device_end is not None else t_start)
+                t_dec1 = clock()  # the pipeline's postprocess and copy, after the decode
+            else:
+                rng.begin("text_encode")
+                embeds = encode_prompt(model, settings.prompt, settings.guidance, pipe)
+                rng.end("text_encode")
+                mark_te = sw.mark()
+                meter.begin(mark_te)
+                step_tap.install()
+                task: dict[str, Any] = dict(image=init_image, strength=settings.strength) if img2img else {}
+                if settings.batch > 1:
+                    task["num_images_per_prompt"] = settings.batch
+                task.update(clip_args(model, settings))
+                out = pipe(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
+                           guidance_scale=settings.guidance, generator=gen, output_type="latent",
+                           callback_on_step_end=step_callback(meter.step),
+                           callback_on_step_end_tensor_inputs=["latents"], **task, **embeds)
+                latents = out.frames if model.space.video else out.images  # a clip's final image: its first frame
+                rng.end("denoise")
+                loop_end = sw.mark()
+                peak = meter.finish_previews()  # previews in flight finish before the final decode uses the VAE
+                dec0 = sw.mark()
+                rng.begin("final_decode")
+                u8 = final_u8(model, latents, settings.height, settings.width, final_decode)
+                dec1 = sw.mark()
+                sw.wait(dec1)  # the wait the copy below makes anyway, split off so the copy alone is timed
+                t_copy = clock()
+                image = u8.cpu().numpy()
+                rng.end("final_decode")
+                t_dec1 = clock()
             rng.begin("final_encode")
             png = save_image(image)
             rng.end("final_encode")

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -28,6 +28,21 @@ def tiny() -> Model:
 @pytest.fixture(scope="session")
 def tiny_xl() -> Model:
     return load("synthetic:tiny-xl", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def modular_folder(tmp_path_factory: Any) -> Path:
+    """A real Modular pipeline folder (modular_model_index.json): tiny-xl's SDXL components in
+    StableDiffusionXLAutoBlocks, written by ModularPipeline.save_pretrained."""
+    from diffusers.modular_pipelines import StableDiffusionXLAutoBlocks
+
+    xl = load("synthetic:tiny-xl", device="cpu")
+    blocks: Any = StableDiffusionXLAutoBlocks()
+    pipe = blocks.init_pipeline()
+    pipe.update_components(**{k: v for k, v in xl.pipe.components.items() if v is not None})
+    folder = tmp_path_factory.mktemp("modular") / "tiny-xl-modular"
+    pipe.save_pretrained(str(folder))
+    return folder
 
 
 ROOT = Path(__file__).resolve().parents[1]

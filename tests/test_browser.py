@@ -450,3 +450,37 @@ def test_decode_at_is_a_live_control_and_its_runs_record_where_the_decoder_stopp
         assert page.is_hidden("#error"), page.text_content("#error")
         assert errors == []
         browser.close()
+
+
+def test_the_page_watches_a_modular_pipeline_folder(make_app, modular_folder, tmp_path):
+    """Issue 32: a Modular Diffusers folder (modular_model_index.json) as --model; the page runs it, paints its
+    previews from previewlab's loop block, switches the decoder live, and shows the pipeline's own image."""
+    from previewlab.preview.models import load
+
+    model = load(str(modular_folder), device="cpu")
+    srv, app = make_app(tmp_path / "runs", model=model)
+    with live_server(app) as addr, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"http://{addr}/")
+        page.wait_for_selector("#conn.ok")
+        page.fill("#steps", "12")
+        page.fill("#width", "64")
+        page.fill("#height", "64")
+        page.select_option("#decoder", "latent2rgb")
+        page.select_option("#mode", "sync")
+        page.click("#start")
+        wait_js(page, "Number(document.getElementById('preview').dataset.painted || 0) >= 2")
+        page.select_option("#decoder", "vae")  # a live change, mid-run
+        wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 120)
+        rid = page.evaluate("document.getElementById('f-status').textContent").split()[1]
+        page.wait_for_selector("#final-box:not([hidden])")
+        assert page.evaluate("document.getElementById('final').naturalWidth") == 64
+        with urllib.request.urlopen(f"http://{addr}/runs/{rid}.csv") as r:
+            rows = list(csv.DictReader(io.StringIO(r.read().decode())))
+        assert [int(x["step"]) for x in rows] == list(range(1, 13))
+        assert all(x["preview"] == "1" for x in rows) and {x["decoder"] for x in rows} == {"latent2rgb", "vae"}
+        assert errors == []
+        browser.close()

@@ -293,6 +293,18 @@ def _load_local(name: str, dtype: torch.dtype, variant: str | None, config: str 
         raise ModelError(str(e)) from None
 
 
+def quiet(pipe: Any) -> None:
+    """No progress bars: the pipeline's, and a Modular pipeline's loops' (its own setting reaches only the top)."""
+    pipe.set_progress_bar_config(disable=True)
+    from ..steps import is_modular
+
+    if is_modular(pipe):
+        from ..modular import loops
+
+        for loop in loops(pipe._blocks):
+            loop.set_progress_bar_config(disable=True)
+
+
 OFFLOADS = ("none", "model", "sequential")
 
 
@@ -368,7 +380,7 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
         pipe.enable_sequential_cpu_offload(device=dev)
     else:
         pipe.to(dev)  # load on the CPU, then move
-    pipe.set_progress_bar_config(disable=True)
+    quiet(pipe)
     if tiny is not None:
         tiny.to(dev, tdtype).eval().requires_grad_(False)
     return Model(name=name, pipe=pipe, family=family, synthetic=synthetic, taesd=tiny, taesd_kind=kind,

@@ -70,6 +70,8 @@ def local_pipeline(name: str, dtype: torch.dtype, variant: str | None = None) ->
 
     p = Path(name)
     looks_like_path = p.is_absolute() or name.startswith(".") or p.exists() or name.count("/") != 1
+    if looks_like_path and (p / MODULAR_INDEX).is_file() and not (p / "model_index.json").is_file():
+        return modular_pipeline(p, dtype)
     if looks_like_path and not (p / "model_index.json").is_file():
         raise LoadError(f"--model {name}: no diffusers folder there (model_index.json not found); give a local "
                         "diffusers folder, a repo id already in the local Hugging Face cache, or a synthetic preset")
@@ -89,6 +91,38 @@ def local_pipeline(name: str, dtype: torch.dtype, variant: str | None = None) ->
         family = latent_space(pipe).family
     except FamilyError as e:
         raise LoadError(f"--model {name}: {e}") from None
+    return pipe, family
+
+
+MODULAR_INDEX = "modular_model_index.json"  # a Modular Diffusers pipeline's folder (ModularPipeline.save_pretrained)
+
+
+def modular_pipeline(folder: Path, dtype: torch.dtype) -> tuple[Any, Family | None]:
+    """A Modular Diffusers pipeline folder -> (pipeline on the CPU with its components loaded, its family).
+    Its blocks come from the folder's modular_model_index.json, its components from the places it names (the
+    folder's own subfolders for a pipeline saved there). Raises LoadError."""
+    from diffusers import ModularPipeline
+
+    try:
+        pipe = ModularPipeline.from_pretrained(str(folder), local_files_only=True)
+        pipe.load_components(dtype=dtype)
+    except Exception as e:  # diffusers raises several types for a missing file, class or component
+        detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+        raise LoadError(f"--model {folder}: cannot load its Modular pipeline ({detail}); "
+                        f"found {_found(folder)}") from None
+    # load_components() only warns about a component it could not load: name them, and where the index looks
+    index = json.loads((folder / MODULAR_INDEX).read_text())
+    named = {k: v[2].get("pretrained_model_name_or_path") for k, v in index.items()
+             if isinstance(v, list) and len(v) == 3 and isinstance(v[2], dict) and v[2].get("pretrained_model_name_or_path")}
+    missing = [k for k in named if getattr(pipe, k, None) is None]
+    if missing:
+        where = sorted({str(named[k]) for k in missing})
+        raise LoadError(f"--model {folder}: cannot load its Modular pipeline's {', '.join(missing)} (its "
+                        f"modular_model_index.json looks for them in {', '.join(where)})")
+    try:
+        family = latent_space(pipe).family
+    except FamilyError as e:
+        raise LoadError(f"--model {folder}: {e}") from None
     return pipe, family
 
 
