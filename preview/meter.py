@@ -15,23 +15,21 @@ import numpy as np
 import torch
 
 from . import clips, decoders, encoders
-from .autopilot import Autopilot
-from .controls import Change, Controls
+from .controls import Controls
 from .frames import Frame, grid, tile, to_uint8_chw, to_uint8_hwc
 from .models import Model
 from .overlap import Overlap
 from .previewer import Previewer
 from .ranges import Ranges
 from .records import StepRow, on_path_ms
-from .settings import PreviewSettings, should_preview
+from .planner import Planner, also as _also
+from .settings import PreviewSettings
 from .steps import Step
 from .stopwatch import Clock, Stopwatch
 from .streams import jpeg_stream
 from .targets import X0Tap, choose
 
 
-# the live changes that move where a decoder stops (decoders.Cut), and so what a preview costs
-RESIZES = frozenset({"decode_at", "preview_max", "batch_preview"})  # (a batch's grid, or its first image)
 
 
 @dataclass
@@ -86,11 +84,10 @@ class StepMeter:
         self._x0_told = False
         self.rng = Ranges(ranges)
         self.overlap: Overlap | None = None  # made on first use: sync-only runs never start its thread
-        self.pilot: Autopilot | None = None
+        self.plan = Planner(model, controls, self.prev, width, height, steps)
         self.rows: list[StepRow] = []
         self.pending: list[_Marks] = []
         self.last: Any = None  # the mark where the current step's denoising began
-        self.since = 0         # steps since the last preview (autopilot schedule)
         self.in_flight = False  # a preview may still be running beside the next step
 
     def begin(self, mark: Any = None) -> None:
@@ -110,7 +107,7 @@ class StepMeter:
         s = self.controls.get()
         row = self._scheduled_row(step.index, s)
         marks = _Marks(row, self.last, cb, touched=self.in_flight)
-        if self._due(row):
+        if self.plan.due(row.step, row.decoder, row.every):
             self._preview(row, marks, s, step.latents)
         # the next step is touched when a preview may still be running beside it
         self.in_flight = s.mode == "overlap" and (marks.touched and row.preview == 1 or
@@ -128,85 +125,28 @@ class StepMeter:
         self._first = False
         latents = step.latents
         if isinstance(latents, torch.Tensor) and latents.dim() >= 3:
-            self.batch = int(latents.shape[0])
+            self.batch = self.plan.batch = int(latents.shape[0])
         n = getattr(step.pipe, "_num_timesteps", None)
         if not isinstance(n, int) and 0 < step.total:
             n = step.total
         if isinstance(n, int) and 0 < n < self.steps:
-            self.steps = n
+            self.steps = self.plan.steps = n
             self.timesteps = self.timesteps[-n:]  # the schedule's tail: img2img starts part-way down
 
-    # ---- scheduling: which decoder, what interval, whether this step gets a preview ------------------------------
-
     def _scheduled_row(self, i: int, s: PreviewSettings) -> StepRow:
-        """Step i's row as scheduled: its decoder and interval (the autopilot's while a budget is set), and the
-        event text of what changed since the last step (a live control, the autopilot's note)."""
-        change = self.controls.take()
-        decoder, every, event = s.decoder, s.every, change.text
-        pilot = self._pilot(s, change)
-        if pilot is not None:
-            every = pilot.decide()
-            if pilot.decoder != s.decoder:
-                self.controls.set(decoder=pilot.decoder, note=False)  # the autopilot's own note says why
-                decoder = pilot.decoder
-            if pilot.note:
-                event = _also(event, pilot.note)
+        """Step i's row as the planner schedules it: its decoder, interval and event."""
+        decoder, every, event = self.plan.plan(s)
         ts = self.timesteps[i] if i < len(self.timesteps) else -1.0
         return StepRow(self.run_id, i + 1, ts, decoder=decoder, every=every, encoder="", quality=s.quality,
                        width=self.width, height=self.height, mode=s.mode, event=event, batch=self.batch,
                        task=self.task, strength=self.strength, decode_at=s.decode_at)
-
-    def _pilot(self, s: PreviewSettings, change: Change) -> Autopilot | None:
-        """The autopilot for these settings: made at the first step with a budget, made anew on a live budget,
-        decoder, clip frames or decode size change (it keeps the run's books; a preview of other frames, or
-        decoded at another size, costs anew), dropped when the budget or the previews are off."""
-        if not (s.budget > 0 and s.decoder != "none"):
-            self.pilot = None
-            return None
-        old = self.pilot
-        recost = ("frames" in change.fields and self.model.space.video) or bool(RESIZES & change.fields)
-        if old is None or old.budget_pct != s.budget or "decoder" in change.fields or recost:
-            shown = 1 if s.batch_preview == "first" else self.batch
-            # the smaller previews it may trade for, per decoder it may fall back to
-            sides: dict[str, tuple[int, ...]] = {d: self.prev.sides(d, s, self.width, self.height, shown)
-                                                 for d in decoders.DECODER_NAMES if d != "none"}
-            def prior_of(decoder: str, side: int) -> float | None:  # what an earlier run measured at that size
-                at = s.changed(preview_max=side) if side else s
-                return self.prev.cost_ms.get(self._cost_key(decoder, at))
-
-            pilot = self.pilot = Autopilot(s.budget, self.steps, s.decoder, has_taesd=self.model.taesd is not None,
-                                           prior_ms=prior_of(s.decoder, 0), sides=sides, prior_of=prior_of)
-            if old is not None:  # a live change keeps the run's books
-                pilot.keep_books(old, new_cost=recost)
-            return pilot
-        return old
-
-    def _cost_key(self, decoder: str, s: PreviewSettings) -> str:
-        """What a preview's cost prior is kept under: its decoder, where it stops and its size, and for a clip
-        the frames it shows (all of a clip costs up to T times its first frame)."""
-        key = f"{decoder} decode_at={s.decode_at} preview_max={s.preview_max}"
-        return f"{key} frames={s.frames}" if self.model.space.video else key
-
-    def _sized(self, s: PreviewSettings) -> PreviewSettings:
-        """The settings a preview is made with: the user's, at the smaller size the autopilot traded for."""
-        side = self.pilot.preview_max if self.pilot is not None else 0
-        return s.changed(preview_max=side) if side else s
-
-    def _due(self, row: StepRow) -> bool:
-        """This step gets a preview: the autopilot says so, or without one the fixed interval does."""
-        self.since += 1
-        due = should_preview(row.step, row.every) if self.pilot is None else self.pilot.due(self.since)
-        if row.decoder == "none" or not due:
-            return False
-        self.since = 0
-        return True
 
     # ---- preview dispatch ----------------------------------------------------------------------------------------
 
     def _preview(self, row: StepRow, marks: _Marks, s: PreviewSettings, latents: torch.Tensor) -> None:
         """Make this step's preview with row.decoder: in the callback (sync) or handed to the encode thread
         (overlap). Any failure on the way becomes the row's event and a cheaper decoder, never the run's end."""
-        decoder, s = row.decoder, self._sized(s)
+        decoder, s = row.decoder, self.plan.sized(s)
         ps = s if decoder == s.decoder else s.changed(decoder=decoder)
         try:
             prev = self.prev
@@ -236,8 +176,7 @@ class StepMeter:
             marks.dec0 = None
         if not row.skipped:  # preview work ran (made, or failed on the way)
             marks.touched = True
-            if self.pilot is not None:
-                self.pilot.preview_started()
+            self.plan.started()
 
     def _render(self, decoder: str, s: PreviewSettings, latents: torch.Tensor, cut: decoders.Cut,
                 row: StepRow) -> _Render:
@@ -342,10 +281,7 @@ class StepMeter:
               f"continuing with {fallback}"
         traceback.print_exc(limit=2)
         self.controls.set(decoder=fallback, note=False)
-        if self.pilot is not None:
-            # the fallback starts at the user's size: its prior is kept under their settings
-            prior = self.prev.cost_ms.get(self._cost_key(fallback, self.controls.get()))
-            self.pilot.switch_decoder(fallback, prior_ms=prior)
+        self.plan.fell_back(fallback)
         row.event = _also(row.event, msg)
         row.preview = 0
         if self.on_error:
@@ -359,7 +295,7 @@ class StepMeter:
         return (m.future is None or m.future.done()) and self.sw.ready(m.copied or m.res1 or m.cb)
 
     def emit(self, force: bool) -> None:
-        sw, pilot = self.sw, self.pilot
+        sw = self.sw
         while self.pending and (force or self._ready(self.pending[0])):
             m = self.pending.pop(0)
             if m.future is not None:
@@ -373,12 +309,7 @@ class StepMeter:
             if sw.cuda and m.row.mode == "overlap":  # the callback's own span of the main stream: no stage holds it
                 m.row.on_path_ms = sw.ms(m.cb, m.end)
             m.row.on_path_ms = on_path_ms(m.row, sw.cuda)
-            if pilot is not None:  # the autopilot holds the wall cost of steps, previews' or not, to its budget
-                books = pilot.books
-                books.observe(m.row.denoise_ms + m.row.on_path_ms, m.touched)
-                if books.measured and books.cost_ms is not None:
-                    key = self._cost_key(pilot.decoder, self._sized(self.controls.get()))
-                    self.prev.cost_ms[key] = books.cost_ms  # a prior for later runs
+            self.plan.observe(m.row.denoise_ms + m.row.on_path_ms, m.touched)
             self.rows.append(m.row)
             if self.on_row:
                 self.on_row(m.row)
@@ -398,11 +329,6 @@ class StepMeter:
         self.emit(True)
 
 # ---- event texts: what a row's event column says, every note of its step joined by "; " --------------------------
-
-def _also(event: str, text: str) -> str:
-    """The event column with one more note."""
-    return event + "; " + text if event else text
-
 
 def _compiled(decoder: str, ms: float, cut: decoders.Cut = decoders.WHOLE) -> str:
     at = "" if cut == decoders.WHOLE else f" at {cut.label}"
