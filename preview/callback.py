@@ -38,7 +38,7 @@ from .clips import clip_length
 from .names import BatchPreview, DecodeAt, FrameChoice
 from .settings import Mode, PreviewSettings, check_fps
 from .stopwatch import Clock, Device, Stopwatch
-from .steps import Source, Step, StepTap, chunked, source_of
+from .steps import CallbackSteps, Source, Step, StepTap, chunked, source_of
 from .targets import Target, X0Tap
 from . import modular
 
@@ -139,6 +139,7 @@ class Watch(PipelineCallback):
                                 on_step=self._on_step if self.source == "scheduler" else None, chunked=chunked(pipe))
         # a Modular pipeline's loop block, feeding this watch
         self._block = modular.attach(pipe, self._on_step) if self.source == "modular" else None
+        self._callback_steps = CallbackSteps()  # a PNDM or Heun loop calls the callback more often than it steps
         self._rows: list[StepRow] = []         # the rows of the latest call, in step order
         self.clock = clock
         self.sw = Stopwatch(self.model.device, clock, backend=device)
@@ -233,8 +234,8 @@ class Watch(PipelineCallback):
         """diffusers' step callback: the step source when the watch's source is `callback` (a watch fed by
         another source passed as the callback too sees each step once, from its own source)."""
         if self.source == "callback":
-            total = int(getattr(pipeline, "num_timesteps", 0) or 0)
-            if self._on_step(Step(step_index, timestep, callback_kwargs["latents"], pipeline, total)):
+            step = self._callback_steps.step(pipeline, step_index, timestep, callback_kwargs["latents"])
+            if step is not None and self._on_step(step):
                 pipeline._interrupt = True
         return callback_kwargs
 

@@ -46,22 +46,59 @@ class OnStep(Protocol):
     def __call__(self, step: Step) -> bool: ...  # True: stop the run (where the loop can be stopped)
 
 
+class CallbackSteps:
+    """The steps of diffusers' callback_on_step_end: it is called once per loop iteration, and a PNDM or Heun loop
+    iterates more often than it steps. Calls that do not end a pipeline step are not steps (plan())."""
+
+    def __init__(self) -> None:
+        self._ends: list[bool] = []
+        self._index = 0
+
+    def step(self, pipe: Any, i: int, t: Any, latents: torch.Tensor) -> Step | None:
+        """Loop iteration i's Step, or None when the step goes on in the next iteration."""
+        if i == 0 or not self._ends:
+            calls = getattr(pipe, "_num_timesteps", None)
+            self._ends = plan(getattr(pipe, "scheduler", None), calls if isinstance(calls, int) else None)
+            self._index = 0
+        if i < len(self._ends) and not self._ends[i]:
+            return None
+        index, self._index = self._index, self._index + 1
+        return Step(index, t, latents, pipe, max(sum(self._ends), index + 1))
+
+
 def step_callback(on_step: OnStep) -> Callable[[Any, int, Any, dict[str, Any]], dict[str, Any]]:
-    """diffusers' callback_on_step_end, driving `on_step`; it returns the pipeline's kwargs untouched."""
+    """diffusers' callback_on_step_end, driving `on_step` once per pipeline step; it returns the pipeline's kwargs
+    untouched."""
+    steps = CallbackSteps()
+
     def callback(pipe: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
-        total = int(getattr(pipe, "num_timesteps", 0) or 0)
-        if on_step(Step(i, t, kw["latents"], pipe, total)):
+        step = steps.step(pipe, i, t, kw["latents"])
+        if step is not None and on_step(step):
             pipe._interrupt = True
         return kw
     return callback
 
 
-def step_ends(calls: int, steps: int, order: int) -> list[bool]:
-    """Which of a loop's `calls` calls of `step` end a pipeline step, by the rule diffusers' own loops count steps
-    with (their progress bar): past the warm-up calls (calls - steps x order), every order-th call, and the last.
-    PNDM (2 steps, 3 calls, order 1): its first step takes 2 calls; Heun (order 2): every second call."""
-    warmup = max(calls - steps * order, 0)
+def step_ends(calls: int, warmup: int, order: int) -> list[bool]:
+    """Which of a loop's `calls` iterations end a pipeline step, by the rule diffusers' own loops count steps with
+    (their progress bar): past the warm-up iterations, every order-th one, and the last."""
     return [k + 1 == calls or (k + 1 > warmup and (k + 1) % order == 0) for k in range(calls)]
+
+
+def plan(scheduler: Any, calls: int | None = None) -> list[bool]:
+    """Which of a loop's iterations end a pipeline step, from the schedule the pipeline has set (host metadata: its
+    length, the steps asked, the scheduler's order). The warm-up is the schedule's extra entries: PNDM's schedule
+    for 2 steps is [501, 1, 1], its first step two iterations; Heun's (order 2) has an entry per half step. calls:
+    the loop's own count where the pipeline says it (img2img runs the schedule's tail), else the schedule's length
+    from its begin index."""
+    timesteps = getattr(scheduler, "timesteps", None)
+    length = len(timesteps) if timesteps is not None else 0
+    asked = getattr(scheduler, "num_inference_steps", None)
+    order = max(1, int(getattr(scheduler, "order", 1) or 1))
+    warmup = max(length - asked * order, 0) if isinstance(asked, int) and asked > 0 else 0
+    if calls is None:
+        calls = length - int(getattr(scheduler, "begin_index", None) or 0)
+    return step_ends(calls, warmup, order)
 
 
 class StepTap:
@@ -122,13 +159,9 @@ class StepTap:
     def _plan(self) -> None:
         """The call's steps, from the schedule the pipeline has set (host metadata: its length, the steps asked,
         the scheduler's order): how many, and which calls end one."""
-        sched = self.sched
-        timesteps = self._planned = getattr(sched, "timesteps", None)
+        self._planned = getattr(self.sched, "timesteps", None)
         self._calls = 0
-        calls = (len(timesteps) if timesteps is not None else 0) - int(getattr(sched, "begin_index", None) or 0)
-        asked = getattr(sched, "num_inference_steps", None)
-        order = max(1, int(getattr(sched, "order", 1) or 1))
-        self._ends = step_ends(calls, asked if isinstance(asked, int) and asked > 0 else calls, order)
+        self._ends = plan(self.sched)
         self._total = sum(self._ends)
 
     def _stepped(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:

@@ -279,3 +279,33 @@ def step_loops_of(blocks: Any) -> list[Any]:
     from previewlab.preview.modular import denoising, loops, per_step
 
     return [lp for lp in loops(blocks) if denoising(lp) and per_step(lp)]
+
+
+def test_the_callback_and_the_engine_count_pipeline_steps_with_pndm(tiny):
+    """SD1.5's own scheduler is PNDM: its loop calls the step callback 4 times for 3 steps. A row is a step."""
+    from diffusers import PNDMScheduler
+
+    from previewlab.preview.engine import generate
+    from previewlab.preview.settings import PreviewSettings, RunSettings
+
+    pipe, own = tiny.pipe, tiny.pipe.scheduler
+    pipe.scheduler = PNDMScheduler.from_config(own.config, skip_prk_steps=True)
+    calls: list[int] = []
+    w = preview_watch(pipe, decoder="latent2rgb", mode="sync")
+    try:
+        def callback(p: Any, i: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
+            calls.append(i)
+            return w.callback_fn(p, i, t, kw)
+
+        with torch.inference_mode():
+            pipe(prompt="a cat", num_inference_steps=3, width=64, height=64, callback_on_step_end=callback,
+                 callback_on_step_end_tensor_inputs=w.tensor_inputs, output_type="np")
+        rows = w.rows
+        run = generate(tiny, RunSettings(steps=3, width=64, height=64, preview=PreviewSettings(decoder="latent2rgb")),
+                       run_id="pndm")
+    finally:
+        w.remove()
+        pipe.scheduler = own
+    assert calls == [0, 1, 2, 3]
+    assert [r.step for r in rows] == [1, 2, 3] and [r.preview for r in rows] == [1, 1, 1]
+    assert [r.step for r in run.rows] == [1, 2, 3] and run.record.status == "done" and run.record.steps_run == 3
