@@ -14,6 +14,7 @@ pixels, so nothing is thrown away by the resize); any decoder can take latents h
 from __future__ import annotations
 
 import copy
+import inspect
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -147,17 +148,21 @@ def copy_mb(pipe: Any) -> float:
     return dec.bytes / 2**20 if dec is not None else 0.0
 
 
-def _decode_args(model: Model, z: torch.Tensor) -> dict[str, Any]:
-    """What the pipeline's final decode hands vae.decode besides the latents z: Kandinsky's MoVQ
-    force_not_quantize=True; a timestep-conditioned VAE (LTX-Video 0.9.1 and later) `temb`, the pipeline's
-    default decode_timestep 0.0 for each clip of the batch, with no noise mixed in (its decode_noise_scale
-    defaults to that timestep). A run that passes another decode_timestep or decode_noise_scale decodes its
-    final clip with those; previews keep the default. The zeros are a fill on the device: no host copy."""
+def _decode_args(model: Model) -> Callable[[torch.Tensor], dict[str, Any]]:
+    """What the pipeline's final decode hands vae.decode besides the latents z, read once per decoder built:
+    Kandinsky's MoVQ force_not_quantize=True; a timestep-conditioned VAE (LTX-Video 0.9.1 and later) `temb`, the
+    pipeline's default decode_timestep 0.0 for each clip of the batch, with no noise mixed in (its
+    decode_noise_scale defaults to that timestep), a fill on the device, no host copy; Stable Video Diffusion's
+    temporal decoder `num_frames` (a preview decodes each frame alone). A run that passes another
+    decode_timestep or decode_noise_scale decodes its final clip with those; previews keep the default."""
     if model.space.quantized:
-        return {"force_not_quantize": True}
+        return lambda z: {"force_not_quantize": True}
     if model.space.timestep:
-        return {"temb": torch.zeros(int(z.shape[0]), device=z.device, dtype=z.dtype)}
-    return {}
+        return lambda z: {"temb": torch.zeros(int(z.shape[0]), device=z.device, dtype=z.dtype)}
+    param = inspect.signature(vae_of(model.pipe).decode).parameters.get("num_frames")
+    if param is not None and param.default is inspect.Parameter.empty:
+        return lambda z: {"num_frames": 1}
+    return lambda z: {}
 
 
 def vae_decoder(model: Model, cut: Cut = WHOLE) -> Decode:
@@ -170,6 +175,7 @@ def vae_decoder(model: Model, cut: Cut = WHOLE) -> Decode:
     dtype = torch.float32 if fp32 else vae.dtype
     to_vae = space.vae_input(model.pipe, model.device, dtype)
     dec = fp32_decoder(model.pipe) if fp32 else None
+    args = _decode_args(model)
     shrink = _shrink(cut)
 
     def decode(latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -177,7 +183,7 @@ def vae_decoder(model: Model, cut: Cut = WHOLE) -> Decode:
         if dec is not None:
             return dec(z)
         z = z.to(vae.dtype)
-        image = vae.decode(z, return_dict=False, **_decode_args(model, z))[0]
+        image = vae.decode(z, return_dict=False, **args(z))[0]
         return image[:, :, 0] if space.frames else image  # a Wan-style VAE: the image is frame 0
 
     return decode
@@ -325,6 +331,7 @@ def _vae_clip(model: Model, cut: Cut) -> ClipDecode:
     """A 3-D VAE decodes the prefix of latent frames a pick reads, unscaled as the pipeline's final decode
     unscales the whole clip (per channel, so frame by frame is the same arithmetic); half_latents halves them."""
     vae, space = vae_of(model.pipe), model.space
+    args = _decode_args(model)
     dtype = vae.dtype
     to_vae = space.vae_input(model.pipe, model.device, dtype)
     shrink = _shrink(cut)
@@ -335,7 +342,7 @@ def _vae_clip(model: Model, cut: Cut) -> ClipDecode:
         frames = z.reshape(b * n, *z.shape[2:])
         one = to_vae(frames.to(dtype) if space.cast_first else frames, height, width)  # (B*n, C, 1, h, w)
         clip = shrink(one.reshape(b, n, *one.shape[1:2], *one.shape[3:]).transpose(1, 2))  # (B, C, n, h, w)
-        video = vae.decode(clip, return_dict=False, **_decode_args(model, clip))[0]  # (B, 3, F, H, W) in [-1, 1]
+        video = vae.decode(clip, return_dict=False, **args(clip))[0]  # (B, 3, F, H, W) in [-1, 1]
         return ((_shown(video.transpose(1, 2), pick) + 1) / 2).clamp(0, 1)
 
     return decode

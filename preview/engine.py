@@ -23,7 +23,7 @@ from .records import PREVIEW_STAGES, RunRecord, StepRow, on_path_ms
 from .run import Asked, RunMeta
 from .settings import PreviewSettings, RunSettings
 from .stopwatch import Clock, Stopwatch
-from .steps import StepTap, is_modular, step_callback
+from .steps import StepTap, is_modular, source_of, step_callback
 from .targets import X0Tap
 
 __all__ = ["Controls", "Frame", "Phases", "Previewer", "Run", "StepMeter", "TaskError", "final_image", "final_u8",
@@ -193,6 +193,8 @@ def final_decoder(model: Model) -> FinalDecode:
             return to_uint8_hwc(tile(clip(latents, height, width, whole)[:, :1])[0])  # the first frame's grid
 
         return decode_clip
+    if model.space.pixel:  # the latents are the image in [-1, 1]
+        return lambda latents, height, width: to_uint8_hwc(((grid(latents).float() + 1) / 2).clamp(0, 1))
     vae = decoders.vae_decoder(model)
     return lambda latents, height, width: to_uint8_hwc(((grid(vae(latents, height, width)).float() + 1) / 2)
                                                        .clamp(0, 1))
@@ -202,6 +204,15 @@ def final_u8(model: Model, latents: torch.Tensor, height: int, width: int,
              decode: FinalDecode | None = None) -> torch.Tensor:
     """Latents -> uint8 (H, W, 3) on the device (final_decoder; decode: one built before the run)."""
     return (decode or final_decoder(model))(latents, height, width)
+
+
+def takes(pipe: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments the pipeline's __call__ takes (HunyuanVideo 1.5 takes no guidance_scale: its guider
+    holds it); all of them where it takes **kwargs."""
+    params = inspect.signature(type(pipe).__call__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
 
 
 def clip_args(model: Model, settings: RunSettings) -> dict[str, Any]:
@@ -289,12 +300,14 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
     # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.
     timesteps = cpu_schedule(pipe.scheduler, settings.steps)
     tap = X0Tap(pipe.scheduler)  # x0 for previews: references to what each step computed anyway
-    step_tap = StepTap(pipe.scheduler, x0=tap)
     meter = StepMeter(model, controls, run_id, width=settings.width, height=settings.height, steps=settings.steps,
                       timesteps=timesteps, previewer=prev, on_row=on_row,
                       on_frame=on_frame, on_error=on_error, should_stop=should_stop, inflight=inflight,
                       ranges=ranges, clock=clock, sw=stopwatch or Stopwatch(model.device, clock), tap=tap,
                       task=settings.task, strength=settings.strength if img2img else None, fps=settings.fps)
+    # a pipeline without a step callback: the scheduler's step is the step source (steps.py)
+    by_scheduler = not modular and source_of(pipe) == "scheduler"
+    step_tap = StepTap(pipe.scheduler, x0=tap, on_step=meter.step if by_scheduler else None, pipe=pipe)
     sw, rng = meter.sw, meter.rng
     status = "done"  # a failure raises; the caller records it
 
@@ -323,10 +336,14 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
                 if settings.batch > 1:
                     task["num_images_per_prompt"] = settings.batch
                 task.update(clip_args(model, settings))
-                out = pipe(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
-                           guidance_scale=settings.guidance, generator=gen, output_type="latent",
-                           callback_on_step_end=step_callback(meter.step),
-                           callback_on_step_end_tensor_inputs=["latents"], **task, **embeds)
+                if not by_scheduler:
+                    task.update(callback_on_step_end=step_callback(meter.step),
+                                callback_on_step_end_tensor_inputs=["latents"])
+                call = dict(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
+                            guidance_scale=settings.guidance, generator=gen,
+                            output_type="pt" if model.space.pixel else "latent",  # IF's "pt": its raw [-1, 1] image
+                            **task, **embeds)
+                out = pipe(**takes(pipe, call))
                 latents = out.frames if model.space.video else out.images  # a clip's final image: its first frame
                 rng.end("denoise")
                 loop_end = sw.mark()

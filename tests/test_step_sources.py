@@ -309,3 +309,21 @@ def test_the_callback_and_the_engine_count_pipeline_steps_with_pndm(tiny):
     assert calls == [0, 1, 2, 3]
     assert [r.step for r in rows] == [1, 2, 3] and [r.preview for r in rows] == [1, 1, 1]
     assert [r.step for r in run.rows] == [1, 2, 3] and run.record.status == "done" and run.record.steps_run == 3
+
+
+@pytest.mark.parametrize("name", ["if", "hunyuan15"])
+def test_the_engine_runs_a_pipeline_without_a_step_callback(tinies, name):
+    """The server's and the bench's engine: a pipeline without a callback (HunyuanVideo 1.5), or in pixel space
+    (IF), runs with the scheduler's step as its step source."""
+    from previewlab.preview.callback import model_of
+    from previewlab.preview.engine import generate
+    from previewlab.preview.settings import PreviewSettings, RunSettings
+
+    t = tiny_of(tinies, name)
+    model = model_of(t.pipe, None)
+    s = RunSettings(steps=3, width=64, height=64, prompt="a fox", num_frames=model.num_frames,
+                    preview=PreviewSettings(decoder="latent2rgb", mode="sync"))
+    run = generate(model, s, run_id=name)
+    assert [r.step for r in run.rows] == [1, 2, 3] and [r.preview for r in run.rows] == [1, 1, 1]
+    assert run.record.status == "done" and run.image is not None and run.image.shape == (64, 64, 3)
+    assert "step" not in vars(t.pipe.scheduler)

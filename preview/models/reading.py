@@ -72,10 +72,12 @@ def denoiser_config(pipe: Any) -> Any:
 
 
 def _pixel(pipe: Any) -> bool:
-    """The pipeline denoises images, not latents: no VAE, and its denoiser takes and makes 3 channels (IF's UNet
-    makes 6: a learned variance beside the image, which its scheduler splits off)."""
+    """The pipeline denoises images, not latents: no VAE, and a UNet that takes an RGB image (IF's super-resolution
+    stages take 6 channels: the image and the low-resolution one beside it) and makes it (or 6: a learned
+    variance beside it, which the scheduler splits off)."""
     cfg = denoiser_config(pipe)
-    return cfg is not None and getattr(cfg, "in_channels", None) == 3
+    return (getattr(pipe, "unet", None) is not None and cfg is not None
+            and getattr(cfg, "in_channels", None) in (3, 6) and getattr(cfg, "out_channels", None) in (3, 6))
 
 
 @functools.lru_cache(maxsize=None)
