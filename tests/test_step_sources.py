@@ -327,3 +327,31 @@ def test_the_engine_runs_a_pipeline_without_a_step_callback(tinies, name):
     assert [r.step for r in run.rows] == [1, 2, 3] and [r.preview for r in run.rows] == [1, 1, 1]
     assert run.record.status == "done" and run.image is not None and run.image.shape == (64, 64, 3)
     assert "step" not in vars(t.pipe.scheduler)
+
+
+def test_a_modular_pipelines_packed_latents_are_unpacked_by_its_own_code():
+    """FLUX.1 as a Modular pipeline: its loop's latents are packed 2x2 tokens, and the pipeline class has no
+    _unpack_latents; its package's own (modular_pipelines/flux/decoders.py) unpacks them."""
+    from diffusers.modular_pipelines import FluxAutoBlocks
+
+    from previewlab.preview.models import load
+    from previewlab.preview.models.reading import latent_space
+
+    flux = load("synthetic:tiny-flux1", device="cpu")
+    blocks: Any = FluxAutoBlocks()
+    pipe = blocks.init_pipeline()
+    pipe.update_components(**{k: v for k, v in flux.pipe.components.items() if v is not None})
+    for loop in step_loops(pipe):
+        loop.set_progress_bar_config(disable=True)
+    space = latent_space(pipe)
+    assert (space.family, space.packing) == ("flux1", "packed") and space.unpack is not None
+    assert space.unpack.__module__ == "diffusers.modular_pipelines.flux.decoders"
+    w = preview_watch(pipe, decoder="latent2rgb", mode="sync")
+    try:
+        with torch.inference_mode():
+            pipe(prompt="a fox", num_inference_steps=2, height=64, width=64, output="images",
+                 generator=torch.Generator().manual_seed(0))
+        rows = w.rows
+    finally:
+        w.remove()
+    assert w.source == "modular" and [r.preview for r in rows] == [1, 1] and all(not r.event for r in rows)

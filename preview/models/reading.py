@@ -37,6 +37,33 @@ def _unpack_of(cls: type) -> tuple[Callable[..., torch.Tensor] | None, Packing |
     return None, None, f"_unpack_latents({shown})"
 
 
+def _modular_unpack(pipe: Any) -> tuple[Callable[..., torch.Tensor] | None, Packing | None]:
+    """A Modular pipeline's own unpacking of packed latents: a component's `unpack_latents` (Qwen-Image's and
+    LTX-Video's pachifier), else a module-level `_unpack_latents` of its package (FLUX's, LTX-2's), when it takes
+    one of UNPACKS' signatures, or LTX's without the patch sizes (a pachifier knows its own). (None, None) for a
+    pipeline whose latents are not packed."""
+    found: list[Callable[..., torch.Tensor]] = []
+    for name in getattr(pipe, "components", {}) or {}:
+        part = getattr(pipe, name, None)
+        method = getattr(part, "unpack_latents", None)
+        if callable(method) and not isinstance(part, torch.nn.Module):
+            found.append(method)
+    package = type(pipe).__module__.rsplit(".", 1)[0]
+    for module_name, module in sorted(sys.modules.items()):
+        if module is not None and module_name.startswith(package + "."):
+            fn = vars(module).get("_unpack_latents")
+            if callable(fn):
+                found.append(fn)
+    for fn in found:
+        params = tuple(p for p in inspect.signature(fn).parameters if p != "self")
+        if params in UNPACKS:
+            return fn, UNPACKS[params]
+        if params == ("latents", "num_frames", "height", "width"):
+            own = fn
+            return (lambda z, f, h, w, p=1, pt=1: own(z, f, h, w)), "ltx"
+    return None, None
+
+
 def refusal(pipe: Any) -> str | None:
     """Why previewlab cannot preview this pipeline, in one line; None when it can. A step comes from its step
     callback, its scheduler's step or a Modular loop block (preview/steps.py): only a pipeline with none of them
@@ -214,7 +241,11 @@ def latent_space(pipe: Any) -> LatentSpace:
     if channels <= 0:
         raise FamilyError(f"{type(pipe).__name__}: its {type(vae).__name__} config names no latent_channels or "
                           "z_dim, so its latents cannot be read")
+    from ..steps import is_modular
+
     unpack, packed, _ = _unpack_of(type(pipe))
+    if unpack is None and is_modular(pipe):
+        unpack, packed = _modular_unpack(pipe)
     unscale = _unscale(pipe, vae, cfg)
     packing: Packing = "flux2" if unscale == "batch_norm" else packed or "spatial"
     patch, patch_t = _patches(pipe) if packing == "ltx" else (1, 1)
