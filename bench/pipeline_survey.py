@@ -1279,6 +1279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also keep the results as JSON lines here; with --only or --again, "
                    "the cases not rerun are kept from it")
     p.add_argument("--again", action="store_true", help="with --json: run only the cases it holds no pass for")
+    p.add_argument("--resume", action="store_true", help="with --json: run only the cases it holds no result for")
     p.add_argument("--timeout", type=int, default=120, help="seconds for a case's build, and again for its calls")
     p.add_argument("--only", action="append", default=[], help="cases whose name or file contains this (repeatable)")
     p.add_argument("--list", action="store_true", help="list the cases and stop")
@@ -1303,14 +1304,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     keys = {c.name + (c.test or c.parts) for c in cases}
     kept: dict[str, Result] = {}
-    if args.json is not None and args.json.is_file() and (args.only or args.again):
+    if args.json is not None and args.json.is_file() and (args.only or args.again or args.resume):
         for line in args.json.read_text().splitlines():
             r = Result(**json.loads(line))
             if r.name + r.test in keys or args.only:
                 kept[r.name + r.test] = r
-    if args.again:
+    if args.again or args.resume:
         cases = [c for c in cases if kept.get(c.name + (c.test or c.parts), None) is None
-                 or kept[c.name + (c.test or c.parts)].result != "pass"]
+                 or (args.again and kept[c.name + (c.test or c.parts)].result != "pass")]
     header = _header(tests, list(argv if argv is not None else sys.argv[1:]), args.note)
     results: dict[str, Result] = dict(kept)
     for i, case in enumerate(cases, 1):
