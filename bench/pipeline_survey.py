@@ -36,6 +36,7 @@ import argparse
 import ast
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -327,7 +328,7 @@ class NoStandIn(RuntimeError):
     """A hub load inside the test's components that has no offline stand-in here: the case is not built."""
 
 
-STOOD_IN: list[str] = []  # the hub loads this worker served offline, in order
+STOOD_IN: list[str] = []  # what this worker stood in for (hub loads served offline, ...), in order: notes
 
 
 class OverTime(BaseException):
@@ -559,7 +560,7 @@ def _install_stand_ins() -> None:
             made = make(cls, repo, kwargs)
             if made is None:
                 raise refuse(cls, repo)
-            STOOD_IN.append(f"{cls.__name__}.from_pretrained({repo!r})")
+            STOOD_IN.append(f"served offline: {cls.__name__}.from_pretrained({repo!r})")
             return made
         owner.from_pretrained = classmethod(from_pretrained)
 
@@ -966,7 +967,7 @@ def _build_modular(tests: Path, case: Case) -> _Built:
 
         torch.manual_seed(1)
         parts["transformer_2"] = type(parts["transformer"]).from_config(parts["transformer"].config).eval()
-        STOOD_IN.append("transformer_2: a second transformer of the test's transformer config")
+        STOOD_IN.append("stand-in: transformer_2, a second transformer of the test's transformer config")
     # its models, tokenizers and schedulers, and config values; the guiders stay the blocks' own (a classic test's
     # guider is set for its own checks: HunyuanVideo 1.5's CFG 1.0 leaves the modular text step without negatives)
     specs = pipe._component_specs
@@ -1146,7 +1147,7 @@ def worker(tests: Path, case: Case, timeout_s: int) -> Result:
     finally:
         signal.alarm(0)
         res.seconds = round(time.perf_counter() - start, 1)
-        res.notes += [f"served offline: {s}" for s in dict.fromkeys(STOOD_IN)]
+        res.notes += list(dict.fromkeys(STOOD_IN))
     return res
 
 
@@ -1260,7 +1261,7 @@ def _header(tests: Path, argv: Sequence[str], notes: Sequence[str]) -> list[str]
     import transformers
 
     return [f"# previewlab pipeline survey (issue 32), {time.strftime('%Y-%m-%d %H:%M')}",
-            f"# command: python -m previewlab.bench.pipeline_survey {' '.join(argv)}",
+            f"# command: python -m previewlab.bench.pipeline_survey {shlex.join(argv)}",
             f"# previewlab: {_repo()} ({_git(_repo())})",
             f"# tests: {tests}"] + [f"# {n}" for n in notes] + [
             f"# diffusers {diffusers.__version__}, transformers {transformers.__version__}, torch {torch.__version__},"
@@ -1283,6 +1284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--timeout", type=int, default=120, help="seconds for a case's build, and again for its calls")
     p.add_argument("--only", action="append", default=[], help="cases whose name or file contains this (repeatable)")
     p.add_argument("--list", action="store_true", help="list the cases and stop")
+    p.add_argument("--report", action="store_true", help="rewrite --out from --json and stop (the header kept)")
     p.add_argument("--note", action="append", default=[], help="a line for the results file's header (repeatable)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -1313,6 +1315,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         cases = [c for c in cases if kept.get(c.name + (c.test or c.parts), None) is None
                  or (args.again and kept[c.name + (c.test or c.parts)].result != "pass")]
     header = _header(tests, list(argv if argv is not None else sys.argv[1:]), args.note)
+    if args.report:
+        if args.json is None or args.out is None:
+            p.error("--report needs --json and --out")
+        if args.out.is_file():
+            header = [line for line in args.out.read_text().splitlines() if line.startswith("#")] or header
+        stored = [Result(**json.loads(line)) for line in args.json.read_text().splitlines()]
+        args.out.write_text(report(stored, header))
+        print("\n".join(summary(stored)))
+        return 0
     results: dict[str, Result] = dict(kept)
     for i, case in enumerate(cases, 1):
         res = run_case(tests, case, args.timeout)
