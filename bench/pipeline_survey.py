@@ -766,7 +766,7 @@ def _seed() -> None:
     random.seed(0)
 
 
-def _arrays(out: Any) -> list[Any]:
+def arrays(out: Any) -> list[Any]:
     """Every tensor or array in a call's result (an output dataclass, a tuple, a dict, a list of pictures)."""
     import numpy as np
     import torch
@@ -780,7 +780,7 @@ def _arrays(out: Any) -> list[Any]:
     if isinstance(out, dict) or hasattr(out, "to_tuple"):
         out = list(out.values())
     if isinstance(out, (list, tuple)):
-        return [a for item in out for a in _arrays(item)]
+        return [a for item in out for a in arrays(item)]
     return []
 
 
@@ -1020,7 +1020,7 @@ def _watched(built: _Built, decoder: str, ref: list[Any], steps: int | None) -> 
         _seed()
         _Bars.opened.clear()
         try:
-            out = _arrays(built.call(built.pipe, kw))
+            out = arrays(built.call(built.pipe, kw))
         except Exception as e:
             return "failed: the watched call raised " + first_line(e), source
         rows, record = list(w.rows), w.record
@@ -1083,7 +1083,7 @@ def worker(tests: Path, case: Case, timeout_s: int) -> Result:
         _seed()
         _Bars.opened.clear()
         try:
-            ref = _arrays(built.call(built.pipe, kw))
+            ref = arrays(built.call(built.pipe, kw))
         except Exception as e:
             if not built.fallback:
                 raise
@@ -1093,14 +1093,14 @@ def worker(tests: Path, case: Case, timeout_s: int) -> Result:
             kw = built.inputs()
             _seed()
             _Bars.opened.clear()
-            ref = _arrays(built.call(built.pipe, kw))
+            ref = arrays(built.call(built.pipe, kw))
         res.steps = _Bars.steps()
         if not ref:
             res.result = "not built: the call returns no array to compare"
             return res
         kw = built.inputs()
         _seed()
-        gap = _differs(ref, _arrays(built.call(built.pipe, kw)))
+        gap = _differs(ref, arrays(built.call(built.pipe, kw)))
         if gap:
             res.result = f"nondeterministic: two plain calls differ ({gap})"
             return res
@@ -1114,7 +1114,7 @@ def worker(tests: Path, case: Case, timeout_s: int) -> Result:
         _phase = "the plain call after remove()"
         kw = built.inputs()
         _seed()
-        gap = _differs(ref, _arrays(built.call(built.pipe, kw)))
+        gap = _differs(ref, arrays(built.call(built.pipe, kw)))
         if gap and res.result == "pass":
             res.result = f"failed: a plain call after remove() differs from the first ({gap})"
         if res.steps is None:

@@ -87,12 +87,19 @@ def loops(blocks: Any) -> Iterator[Any]:
 
 def per_step(loop: Any) -> bool:
     """The loop's iterations are denoising steps: its __call__ hands its sub-blocks the step index `i` (Helios's
-    chunk loop hands `k`). Unreadable source: assume so."""
-    try:
-        text = inspect.getsource(type(loop).__call__)
-    except (OSError, TypeError):
-        return True
-    return "loop_step(" not in text or "i=i" in text
+    chunk loop hands `k`). Unreadable source: assume so. Read once per loop class: a server run attaches its
+    block inside its timed span."""
+    cls = type(loop)
+    if cls not in _PER_STEP:
+        try:
+            text = inspect.getsource(cls.__call__)
+            _PER_STEP[cls] = "loop_step(" not in text or "i=i" in text
+        except (OSError, TypeError):
+            _PER_STEP[cls] = True
+    return _PER_STEP[cls]
+
+
+_PER_STEP: dict[type, bool] = {}
 
 
 def denoising(loop: Any) -> bool:

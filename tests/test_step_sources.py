@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from previewlab import watch as preview_watch
+from previewlab.bench.pipeline_survey import arrays
 from previewlab.preview import decoders
 from previewlab.preview.modular import NAME, PreviewBlock, step_loops
 from previewlab.preview.steps import SourceError, Step, StepTap, source_of
@@ -168,15 +169,6 @@ def tiny_of(tinies: dict[str, Tiny], name: str) -> Tiny:
     if base not in tinies:
         tinies[base] = build(base)
     return tinies[base]
-
-
-def arrays(out: Any) -> list[np.ndarray]:
-    """A call's output as arrays: a classic pipeline's images or frames, a Modular one's output as it is."""
-    for name in ("images", "frames"):
-        out = getattr(out, name, out)
-    if isinstance(out, (torch.Tensor, np.ndarray)):
-        return [np.asarray(out)]
-    return [a for x in out for a in arrays(x)] if isinstance(out, (list, tuple)) else [np.asarray(out)]
 
 
 _calls = iter(range(10**6))

@@ -120,6 +120,7 @@ import torch
 from torch import nn
 
 from previewlab.preview.models.presets import clip_tokenizer, t5_tokenizer
+from previewlab.bench.pipeline_survey import arrays
 from tests import tiny_pipes
 from tests.tiny_pipes import Tiny, _call, _seeded, _t5, _tiny, qwen2_tokenizer
 
@@ -583,19 +584,6 @@ def denoise_loops(pipe: Any) -> list[tuple[str, Any]]:
 Step = tuple[str, float, tuple[int, ...]]  # scheduler, timestep, shape of the sample it steps
 
 
-def _arrays(out: Any) -> list[np.ndarray]:
-    """Every tensor or array in a call's result (an output dataclass, a tuple, a dict, a list of pictures)."""
-    if isinstance(out, torch.Tensor):
-        return [out.detach().float().cpu().numpy()]
-    if isinstance(out, np.ndarray):
-        return [out]
-    if hasattr(out, "getpixel"):  # a PIL image
-        return [np.asarray(out)]
-    if isinstance(out, dict) or hasattr(out, "to_tuple"):
-        out = list(out.values())
-    if isinstance(out, (list, tuple)):
-        return [a for item in out for a in _arrays(item)]
-    return []
 
 
 def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
@@ -644,7 +632,7 @@ def _spy(path: str, seen: list[str]) -> Any:
 
 def _run(tiny: Tiny) -> tuple[float, list[np.ndarray]]:
     start = time.perf_counter()
-    out = _arrays(tiny.pipe(**tiny.kwargs()))
+    out = arrays(tiny.pipe(**tiny.kwargs()))
     return time.perf_counter() - start, out
 
 
