@@ -159,8 +159,11 @@ def test_generate_previews_each_frames_choice(video, mode):
         assert run.image is not None and run.image.shape == (video.default_size, video.default_size, 3)
         if mode == "sync":
             check_rows(video, decoder, rows, frames)
-        else:  # overlap on the CPU: every preview made, the frames setting as it stood
-            assert all((r.preview, r.frames, r.latent_frames) == (1, 1, 1) for r in rows)
+        else:  # overlap: a preview is made at the frames setting as it stood, or skipped while the pipeline is full
+            assert rows[0].preview == 1  # nothing is in flight at the first step
+            for r in rows:
+                made = (r.preview, r.frames, r.latent_frames) == (1, 1, 1) and not r.skipped
+                assert made or (r.skipped, r.preview, r.frames) == (1, 0, 0), r
 
 
 @pytest.fixture(scope="module")
