@@ -164,6 +164,22 @@ class StepTap:
         self._ends = plan(self.sched)
         self._total = sum(self._ends)
 
+    def _tail(self, timestep: Any) -> None:
+        """img2img runs the tail of the schedule, and a scheduler without a begin index does not say where it
+        starts; the loop's first timestep does, where it is an element of the schedule itself (the loop iterates
+        a slice of scheduler.timesteps): its offset in the schedule's storage, an address, so no device read."""
+        ts = self._planned
+        if not (isinstance(timestep, torch.Tensor) and isinstance(ts, torch.Tensor) and timestep.dim() == 0
+                and ts.dim() == 1 and timestep.device == ts.device and timestep.dtype == ts.dtype):
+            return
+        if timestep.untyped_storage().data_ptr() != ts.untyped_storage().data_ptr():
+            return
+        at = (timestep.data_ptr() - ts.data_ptr()) // ts.element_size()
+        begin = int(getattr(self.sched, "begin_index", None) or 0)
+        if begin < at < len(ts):
+            self._ends = plan(self.sched, len(ts) - at)
+            self._total = sum(self._ends)
+
     def _stepped(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         model_output = args[0] if len(args) > 0 else kwargs.get("model_output")
         sample = args[2] if len(args) > 2 else kwargs.get("sample")
@@ -174,6 +190,8 @@ class StepTap:
             return
         if self.chunked and getattr(self.sched, "timesteps", None) is not self._planned:
             self._plan()  # the next chunk's schedule
+        if self._calls == 0 and not self.chunked:
+            self._tail(timestep)
         k = self._calls
         self._calls += 1
         if k < len(self._ends) and not self._ends[k]:

@@ -328,3 +328,41 @@ def test_real_size_sd35_medium_counts_on_the_meta_device():
     assert counts == {"vae": 83_819_683, "text_encoder": 123_650_304, "text_encoder_2": 694_659_840,
                       "transformer": 2_243_171_520}
     assert sum(counts.values()) * 4 < 24 * 2**30 * 0.6  # float32 weights leave room in 24 GiB
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_a_clips_layout_is_read_from_where_the_vae_channels_sit(first):
+    """A clip's step latents come (B, C, T, h, w) (Wan), (B, T, C, h, w) (CogVideoX; AnyFlow's rollout, whose
+    prepare_latents names channels first) or channels last with conditioning channels after them (Kandinsky 5,
+    which decodes [..., :C]): each becomes the same (B, T, C, h, w) clip, and its first frame the same image."""
+    from previewlab.preview.models.families import LatentSpace
+
+    space = LatentSpace(family=None, channels=16, factor=8, packing="spatial", unscale="scale", vae="X",
+                        frames=True, video=True, frames_first=first, temporal=4)
+    clip = torch.randn(1, 3, 16, 2, 5)  # (B, T, C, h, w)
+    layouts = {"channels first": clip.transpose(1, 2), "frames first": clip,
+               "channels last": torch.cat([clip.permute(0, 1, 3, 4, 2), torch.randn(1, 3, 2, 5, 17)], dim=-1)}
+    image = space.tae_input(_no_pipe(), torch.device("cpu"), torch.float32)
+    for name, z in layouts.items():
+        assert space.latent_frames(z, 16, 40) == 3, name
+        assert torch.equal(space.clip_of(z, 16, 40), clip), name
+        assert torch.equal(image(z, 16, 40), clip[:, 0]), name
+    with pytest.raises(FamilyError, match="no axis of the VAE's 16 latent channels"):
+        space.clip_of(torch.randn(1, 3, 4, 2, 5), 16, 40)
+
+
+def test_latents_stacked_per_target_preview_the_first():
+    """Marigold Intrinsics denoises one 4-channel latent per target stacked on the channels (8 for albedo and
+    shading): a preview shows the first target's."""
+    from previewlab.preview.models.families import LatentSpace
+
+    space = LatentSpace(family=None, channels=4, factor=8, packing="spatial", unscale="scale", vae="X")
+    z = torch.randn(1, 8, 3, 3)
+    assert torch.equal(space.tae_input(_no_pipe(), torch.device("cpu"), torch.float32)(z, 24, 24), z[:, :4])
+
+
+def _no_pipe() -> Any:
+    """A pipeline object with only the attribute tae_input reads for a spatial space (its vae_scale_factor)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(vae_scale_factor=8)

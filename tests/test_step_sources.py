@@ -223,6 +223,34 @@ def test_pixel_space_previews_say_there_is_no_decoder(tinies):
     assert rows[0].decode_width == t.width
 
 
+def test_the_scheduler_source_counts_the_tail_img2img_runs(tinies):
+    """IF img2img runs the last half of a 4-step schedule on a DDPM scheduler that has no begin index: the watch
+    counts the 2 steps the loop runs (from where its first timestep sits in the schedule), and closes the run
+    after its last, though a pixel-space pipeline has no final decode to close it."""
+    from diffusers import IFImg2ImgPipeline
+
+    t = tiny_of(tinies, "if")
+    pipe = IFImg2ImgPipeline(**t.pipe.components)
+    pipe.set_progress_bar_config(disable=True)
+    image = torch.rand(1, 3, t.height, t.width, generator=torch.Generator().manual_seed(1)) * 2 - 1
+
+    def call() -> list[np.ndarray]:
+        kw = {**t.kwargs(), "image": image, "strength": 0.5, "num_inference_steps": 4}  # a fresh generator
+        kw.pop("height", None), kw.pop("width", None)
+        with torch.inference_mode():
+            return arrays(pipe(**kw))
+    ref = call()
+    w = preview_watch(pipe, decoder="latent2rgb", mode="sync")
+    try:
+        out = call()
+        rows, record = w.rows, w.record
+    finally:
+        w.remove()
+    assert all(np.array_equal(a, b) for a, b in zip(ref, out))
+    assert [r.step for r in rows] == [1, 2] and [r.preview for r in rows] == [1, 1]
+    assert record is not None and record.status == "done" and record.steps_run == 2
+
+
 def test_the_scheduler_source_sees_the_latents_the_vae_decodes(tinies):
     """The last step's latents, as the scheduler's step hands them on, decode to the pipeline's own image."""
     t = tiny_of(tinies, "pixart_sigma")

@@ -172,14 +172,31 @@ class LatentSpace:
             return self._token_frames(z, height, width) * self.patch_t
         if not self.video or z.dim() != 5:
             return 1
-        return int(z.shape[1] if self.frames_first else z.shape[2])
+        return int(self._frames_of(z).shape[1])
 
     def clip_of(self, z: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """A clip's callback latents as (B, T, C, h, w), frames before channels (a view, no copy; LTX's tokens
         go through the pipeline's own _unpack_latents, a view too for patches of 1)."""
         if self.packing == "ltx" and z.dim() == 3:
             return self._unpack_tokens(z, height, width).transpose(1, 2)
-        return z if self.frames_first else z.transpose(1, 2)
+        return self._frames_of(z)
+
+    def _frames_of(self, z: torch.Tensor) -> torch.Tensor:
+        """5-D clip latents -> a (B, T, C, h, w) view, the layout read from where the VAE's C channels sit (shapes
+        only). The pipeline's own prepare_latents decides a tie (frames_first); otherwise (B, C, T, h, w) as
+        most pipelines, (B, T, C, h, w) as CogVideoX and AnyFlow's rollout, or channels last (B, T, h, w, C') as
+        Kandinsky 5, which appends conditioning channels and decodes [..., :C]."""
+        c = self.channels
+        if self.frames_first and z.shape[2] == c:
+            return z
+        if z.shape[1] == c:
+            return z.transpose(1, 2)
+        if z.shape[2] == c:
+            return z
+        if z.shape[-1] >= c:
+            return z[..., :c].permute(0, 1, 4, 2, 3)
+        raise FamilyError(f"{self.pipeline or 'the pipeline'}: its step callback hands a clip of shape "
+                          f"{tuple(z.shape)}, with no axis of the VAE's {c} latent channels")
 
     def callback_shape(self, height: int, width: int, batch: int = 1, latent_frames: int = 1) -> tuple[int, ...]:
         """The shape of the callback's latents for an image (or a clip of `latent_frames`) of height x width px."""
@@ -231,13 +248,17 @@ class LatentSpace:
             if self.frames:  # Qwen-Image: (B, C, 1, h, w)
                 return lambda z, height, width: own(z, height, width, vae_scale_factor)[:, :, 0]
             return lambda z, height, width: own(z, height, width, vae_scale_factor)
-        what, c, first = (f"{self.pipeline}: " if self.pipeline else ""), self.channels, self.frames_first
+        what, c = (f"{self.pipeline}: " if self.pipeline else ""), self.channels
 
         def spatial(z: torch.Tensor, height: int, width: int) -> torch.Tensor:
+            if z.dim() == 4 and z.shape[1] > c and z.shape[1] % c == 0:
+                # one latent per target stacked on the channels (Marigold Intrinsics: albedo, shading, ...):
+                # the first target's
+                return z[:, :c]
             if z.dim() == 4:  # shape checks only, no device read
                 return z
             if self.video and z.dim() == 5:  # a clip: its first latent frame, (B, C, h, w)
-                return z[:, 0] if first else z[:, :, 0]
+                return self._frames_of(z)[:, 0]
             if z.dim() == 5 and z.shape[1] == 1 and z.shape[-1] >= c:
                 # one frame, channels last, conditioning channels after the latent ones: Kandinsky 5's image
                 # pipelines hand (B, 1, h, w, C'), and keep [..., :C] for the decode

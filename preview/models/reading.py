@@ -23,18 +23,40 @@ UNPACKS: dict[tuple[str, ...], Packing] = {
 }
 
 
-def _unpack_of(cls: type) -> tuple[Callable[..., torch.Tensor] | None, Packing | None, str | None]:
-    """The class's own static _unpack_latents and its packing when it takes one of UNPACKS' signatures;
-    (None, None, its signature) when it has one previewlab cannot call; (None, None, None) when it has none."""
+# what else a packed (FLUX.1-like) _unpack_latents may ask for beyond the latents, the image size and the scale
+# factor, and where the pipeline keeps it: its patch size, on itself (Krea 2) or its transformer's config
+# (NucleusMoE), which its final decode passes
+def _patch_size(pipe: Any) -> Any:
+    own = getattr(pipe, "patch_size", None)
+    return own if isinstance(own, int) else getattr(getattr(getattr(pipe, "transformer", None), "config", None),
+                                                    "patch_size", None)
+
+
+def _unpack_of(pipe: Any) -> tuple[Callable[..., torch.Tensor] | None, Packing | None, str | None]:
+    """The pipeline's own _unpack_latents and its packing when previewlab can call it: one of UNPACKS' static
+    signatures, or a packed one (a method too) that also takes the patch size the pipeline keeps; (None, None,
+    its signature) when it cannot; (None, None, None) when it has none."""
+    cls = type(pipe)
     own = inspect.getattr_static(cls, "_unpack_latents", None)
     if own is None:
         return None, None, None
-    fn = own.__func__ if isinstance(own, staticmethod) else None
+    fn = own.__func__ if isinstance(own, staticmethod) else own if inspect.isfunction(own) else None
     params = tuple(inspect.signature(fn).parameters) if fn is not None else ()
-    if fn is not None and params in UNPACKS:
+    if isinstance(own, staticmethod) and params in UNPACKS:
         return fn, UNPACKS[params], None
-    shown = ", ".join(params) if fn is not None else "self, ..."
-    return None, None, f"_unpack_latents({shown})"
+    bound = getattr(pipe, "_unpack_latents", None)
+    args = params[1:] if not isinstance(own, staticmethod) else params
+    patch = _patch_size(pipe)
+    packed = {"latents", "height", "width"} <= set(args) <= {"latents", "height", "width", "vae_scale_factor",
+                                                             "patch_size"}
+    if bound is not None and args and args[0] == "latents" and packed and (patch is not None or "patch_size" not in args):
+        call = bound
+
+        def unpack(z: torch.Tensor, height: int, width: int, vae_scale_factor: int) -> torch.Tensor:
+            known = {"height": height, "width": width, "vae_scale_factor": vae_scale_factor, "patch_size": patch}
+            return call(z, *(known[a] for a in args[1:]))
+        return unpack, "packed", None
+    return None, None, f"_unpack_latents({', '.join(params) if fn is not None else 'self, ...'})"
 
 
 def _modular_unpack(pipe: Any) -> tuple[Callable[..., torch.Tensor] | None, Packing | None]:
@@ -64,6 +86,11 @@ def _modular_unpack(pipe: Any) -> tuple[Callable[..., torch.Tensor] | None, Pack
     return None, None
 
 
+def makes_video(pipe: Any) -> bool:
+    """The pipeline makes a clip: it has a video processor (LTX-2 HDR's is hdr_video_processor)."""
+    return any(getattr(pipe, name, None) is not None for name in ("video_processor", "hdr_video_processor"))
+
+
 def refusal(pipe: Any) -> str | None:
     """Why previewlab cannot preview this pipeline, in one line; None when it can. A step comes from its step
     callback, its scheduler's step or a Modular loop block (preview/steps.py): only a pipeline with none of them
@@ -79,14 +106,14 @@ def refusal(pipe: Any) -> str | None:
     vae = vae_of(pipe)
     cfg = getattr(vae, "config", None) or {}
     sound = [k for k in ("audio_channels", "sample_rate", "sampling_rate") if k in cfg]
-    video = getattr(pipe, "video_processor", None) is not None  # LTX-2: a clip, its audio beside it
+    video = makes_video(pipe)  # LTX-2: a clip, its audio beside it
     if getattr(pipe, "vocoder", None) is not None and not video or sound:
         what = f"its VAE has {sound[0]}" if sound else "it has a vocoder and no video"
         return f"{name} makes audio ({what}): previewlab previews images, and audio has none to show"
     if vae is None and not _pixel(pipe):
         return (f"{name} has no VAE (no vae or movq component) and does not denoise in pixel space: previews "
                 "need one or the other")
-    _, _, odd = _unpack_of(cls)
+    _, _, odd = _unpack_of(pipe)
     if odd is not None:
         return (f"{name} packs its latents and unpacks them with {odd}, which needs more than the image size: "
                 "previewlab cannot unpack them")
@@ -207,12 +234,17 @@ def _family(pipe: Any, vae: Any, channels: int, packing: Packing, unscale: Unsca
     return None
 
 
+def _takes(fn: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _timestep(vae: Any) -> bool:
     """The VAE's decoder is conditioned on a timestep (LTX-Video 0.9.1 and later: timestep_conditioning), and its
     decode takes it as `temb`, as LTXPipeline hands it."""
-    decode = getattr(vae, "decode", None)
-    takes = callable(decode) and "temb" in inspect.signature(decode).parameters
-    return bool(getattr(vae.config, "timestep_conditioning", False)) and takes
+    return bool(getattr(vae.config, "timestep_conditioning", False)) and _takes(getattr(vae, "decode", None), "temb")
 
 
 def _patches(pipe: Any) -> tuple[int, int]:
@@ -235,7 +267,7 @@ def latent_space(pipe: Any) -> LatentSpace:
     if vae is None:  # refusal() let it through: pixel space
         return LatentSpace(family=None, channels=3, factor=1, packing="spatial", unscale="none",
                            vae="none (pixel space)", pipeline=type(pipe).__name__, pixel=True,
-                           video=getattr(pipe, "video_processor", None) is not None)
+                           video=makes_video(pipe))
     cfg = vae.config
     channels = int(getattr(cfg, "latent_channels", 0) or getattr(cfg, "z_dim", 0) or 0)
     if channels <= 0:
@@ -243,15 +275,16 @@ def latent_space(pipe: Any) -> LatentSpace:
                           "z_dim, so its latents cannot be read")
     from ..steps import is_modular
 
-    unpack, packed, _ = _unpack_of(type(pipe))
+    unpack, packed, _ = _unpack_of(pipe)
     if unpack is None and is_modular(pipe):
         unpack, packed = _modular_unpack(pipe)
     unscale = _unscale(pipe, vae, cfg)
     packing: Packing = "flux2" if unscale == "batch_norm" else packed or "spatial"
     patch, patch_t = _patches(pipe) if packing == "ltx" else (1, 1)
     # a VAE with 3-D convolutions takes (B, C, T, h, w) (Wan's, Qwen-Image's, HunyuanVideo's, CogVideoX's, ...)
-    frames = any(isinstance(m, torch.nn.Conv3d) for m in vae.modules())
-    video = getattr(pipe, "video_processor", None) is not None
+    # (SVD's temporal decoder has 3-D convolutions too, but takes frames as a batch with num_frames)
+    frames = any(isinstance(m, torch.nn.Conv3d) for m in vae.modules()) and not _takes(vae.decode, "num_frames")
+    video = makes_video(pipe)
     return LatentSpace(family=_family(pipe, vae, channels, packing, unscale), channels=channels,
                        factor=_factor(pipe, vae, packing), packing=packing, unscale=unscale, vae=type(vae).__name__,
                        frames=frames, quantized=type(vae).__name__ == "VQModel", pipeline=type(pipe).__name__,
