@@ -366,3 +366,21 @@ def _no_pipe() -> Any:
     from types import SimpleNamespace
 
     return SimpleNamespace(vae_scale_factor=8)
+
+
+def test_unpatched_tokens_and_a_stack_of_items_show_the_image_being_made():
+    """Bria Fibo without do_patching hands a token per latent pixel, (B, h*w, C), and unpacks them itself with
+    _unpack_latents_no_patch; JoyImage Edit hands (B, items, C, T, h, w), the references first and the image
+    being made last."""
+    from previewlab.preview.models.families import LatentSpace
+
+    z = torch.randn(1, 16, 2, 3)
+    patched = LatentSpace(family=None, channels=16, factor=16, packing="packed", unscale="scale", vae="X",
+                          frames=True, unpack=lambda *a: pytest.fail("the 2x2 unpack is for patched tokens"))
+    tokens = z.permute(0, 2, 3, 1).reshape(1, 6, 16)
+    pipe = _no_pipe()
+    pipe.vae_scale_factor = 16
+    assert torch.equal(patched.tae_input(pipe, torch.device("cpu"), torch.float32)(tokens, 32, 48), z)
+    items = LatentSpace(family=None, channels=16, factor=8, packing="spatial", unscale="scale", vae="X", frames=True)
+    stack = torch.stack([torch.randn(1, 16, 1, 2, 3), z.unsqueeze(2)], dim=1)
+    assert torch.equal(items.tae_input(_no_pipe(), torch.device("cpu"), torch.float32)(stack, 16, 24), z)

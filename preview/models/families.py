@@ -242,13 +242,19 @@ class LatentSpace:
             return lambda z, height, width: _flux2_unpack(z, height, width, vae_scale_factor)
         if self.packing == "ltx":  # the clip's first latent frame; 4-D latents (one frame each) as they are
             return lambda z, height, width: z if z.dim() == 4 else self._unpack_tokens(z, height, width)[:, :, 0]
-        unpack = self.unpack
+        unpack, c = self.unpack, self.channels
         if self.packing == "packed" and unpack is not None:
             own = unpack
-            if self.frames:  # Qwen-Image: (B, C, 1, h, w)
-                return lambda z, height, width: own(z, height, width, vae_scale_factor)[:, :, 0]
-            return lambda z, height, width: own(z, height, width, vae_scale_factor)
-        what, c = (f"{self.pipeline}: " if self.pipeline else ""), self.channels
+
+            def packed(z: torch.Tensor, height: int, width: int) -> torch.Tensor:
+                h, w = height // vae_scale_factor, width // vae_scale_factor
+                if z.dim() == 3 and z.shape[-1] == c and z.shape[1] == h * w:
+                    # a token per latent pixel, no 2x2 patch (Bria Fibo unless do_patching): (B, h*w, C)
+                    return z.view(z.shape[0], h, w, c).permute(0, 3, 1, 2)
+                x = own(z, height, width, vae_scale_factor)
+                return x[:, :, 0] if x.dim() == 5 else x  # Qwen-Image's comes (B, C, 1, h, w)
+            return packed
+        what = f"{self.pipeline}: " if self.pipeline else ""
 
         def spatial(z: torch.Tensor, height: int, width: int) -> torch.Tensor:
             if z.dim() == 4 and z.shape[1] > c and z.shape[1] % c == 0:
@@ -265,6 +271,10 @@ class LatentSpace:
                 return z[:, 0, :, :, :c].permute(0, 3, 1, 2)
             if z.dim() == 5 and z.shape[2] == 1 and z.shape[1] == c:  # one frame of (B, C, T, h, w)
                 return z[:, :, 0]
+            if z.dim() == 6 and z.shape[2] == c:
+                # (B, items, C, T, h, w): the reference images, then the one being made (JoyImage Edit), whose
+                # first frame the final decode shows
+                return z[:, -1, :, 0]
             raise FamilyError(f"{what}its step callback hands latents of shape {tuple(z.shape)}, not (B, C, h, w), "
                               "and the pipeline has no _unpack_latents(latents, height, width, vae_scale_factor) "
                               "to unpack them")
