@@ -33,6 +33,7 @@ from .models import Model, default_size, denoiser, previews_of
 from .models.video_presets import clip_defaults
 from .csv_writer import to_csv_text
 from .records import STEP_COLUMNS, RunRecord, StepRow
+from .run_ids import SCRIPT_IDS
 from .run import RunEnd, RunEvents, RunMeta, ScriptCall
 from .clips import clip_length
 from .names import BatchPreview, DecodeAt, FrameChoice
@@ -148,7 +149,6 @@ class Watch(PipelineCallback):
         self._call = _Call()                   # marks of the call in progress
         self._previewing = False
         self._stop = threading.Event()
-        self._n = 0
         self._hooks: list[Any] = []
         self._unet_hook: Any = None
         self._latent_hw: tuple[int, int] | None = None  # LTX: the latent height and width of the call's clip
@@ -256,8 +256,9 @@ class Watch(PipelineCallback):
     def _begin(self, step: Step) -> None:
         if self.meter is not None:
             self._close_call()
-        self._n += 1
-        self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{self._n % 1000:03d}"
+        # the store's id where a server shows the run (serve(watch)), else the same scheme within the process
+        new_id = getattr(self.events, "new_id", None)
+        self.run_id = new_id() if callable(new_id) else SCRIPT_IDS.new()
         steps, latents, sched = step.total, step.latents, self.step_tap.sched
         # img2img and inpaint run the tail of the schedule the pipeline set (its length is host metadata)
         set_ts = getattr(sched, "timesteps", None)

@@ -15,7 +15,7 @@ server: `watch` and `serve` import what they need when they are called.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from previewlab.preview.callback import Watch
@@ -33,12 +33,15 @@ def watch(pipe: Any, **kw: Any) -> "Watch":
     return Watch(pipe, **kw)
 
 
-def serve(w: "Watch", *, host: str = "127.0.0.1", port: int = 8000, data_dir: str | Path = Path("runs")) -> "Embedded":
+def serve(w: "Watch", *, host: str = "127.0.0.1", port: int = 8000, data_dir: str | Path = Path("runs"),
+          allow_remote: bool = False, token: str | None = None, allow_hosts: Sequence[str] = ()) -> "Embedded":
     """The live page for a watch: uvicorn in a thread, on host:port (0: a free port), runs kept in data_dir.
-    `w.remove()` or the returned object's `close()` stops it."""
+    `w.remove()` or the returned object's `close()` stops it. By `previewlab serve`'s rules: loopback unless
+    allow_remote=True, and then only with a token (printed in the URL unless given)."""
     from previewlab.server.embedded import serve as start
 
-    return start(w, host=host, port=port, data_dir=data_dir)
+    return start(w, host=host, port=port, data_dir=data_dir, allow_remote=allow_remote, token=token,
+                 allow_hosts=allow_hosts)
 
 
 __all__ = ["watch", "serve"]

@@ -7,15 +7,16 @@ import functools
 import importlib.resources
 import logging
 import re
+import stat
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
@@ -35,7 +36,8 @@ from .hub import Client, Hub, Packed
 from .limits import DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS, MAX_EVENT_CHARS, clip
 from .metrics import Metrics
 from .session import SessionLimits, serve_client
-from .store import RUN_ID, Damaged, Store
+from .exports import Slots, stream
+from .store import EXPORT_CHUNK, RUN_ID, Damaged, Store, export_header
 from .worker import Busy, RunOwner, TaskError, Worker
 from .writes import OrderedWrites
 
@@ -116,6 +118,7 @@ class Server:
         self.access, self.limits, self.runs = access, limits, runs
         self.store = Store(data_dir, keep_runs=keep_runs)  # never raises for a damaged run: it names it
         self.disk = DiskReads()
+        self.exports = Slots()  # CSV exports streaming at once (exports.py)
         self.writes = OrderedWrites()  # rows, deliveries and a run's end: written off the loop, then announced
         self.announced: str | None = None  # the run whose `run` message has gone out; its frames may follow
         self._held: dict[str, Frame] = {}  # per run: its newest frame from before its `run` message went out
@@ -307,6 +310,10 @@ class Server:
                               encoders=self.encoders, running=self.current, starts=self.source is None)
 
 
+def _attachment(name: str) -> dict[str, str]:
+    return {"Content-Disposition": f'attachment; filename="{name}"'}
+
+
 def page_args(query: Any) -> tuple[int, str | None, str | None]:
     """?limit=N (1..RUNS_PAGE_MAX), ?before=ID, ?after=ID of /runs; ValueError with the line to answer."""
     raw = query.get("limit", str(RUNS_PAGE))
@@ -333,20 +340,28 @@ def build_app(server: Server) -> ASGIApp:
             return PlainTextResponse(str(e), status_code=400)
         return JSONResponse(await server.disk.run(server.store.runs, limit, before, after))
 
+    def export(request: Request, name: str, pieces: Iterator[str]) -> Response:
+        """A CSV streamed a piece at a time, if the client may start one now (exports.Slots)."""
+        client = request.client.host if request.client else "?"
+        why = server.exports.take(client)
+        if why:
+            return PlainTextResponse(why, status_code=429, headers={"Retry-After": "5"})
+        return StreamingResponse(stream(server.disk, pieces, lambda: server.exports.give(client)),
+                                 media_type="text/csv", headers=_attachment(name))
+
     async def run_csv(request: Request) -> Response:
         rid = request.path_params["rid"]
-
-        def read() -> str | None:
-            return server.store.csv([rid], skip_damaged=False) if server.store.known(rid) else None
-        try:
-            text = await server.disk.run(read)
+        if not await server.disk.run(server.store.known, rid):
+            return PlainTextResponse(f"unknown run id {protocol.short(rid)}", status_code=404)
+        if request.method == "HEAD":  # what a GET would send, without the work
+            return Response(media_type="text/csv", headers=_attachment(f"previewlab-{rid}.csv"))
+        try:  # one run is bounded (store.MAX_STEP_ROWS): read it first, so damage is a 500, not a torn stream
+            text = await server.disk.run(server.store.run_rows_csv, rid)
         except Damaged as e:
             return PlainTextResponse(f"run {rid} is damaged: {e}; the other runs export normally\n",
                                      status_code=500)
-        if text is None:
-            return PlainTextResponse(f"unknown run id {protocol.short(rid)}", status_code=404)
-        return PlainTextResponse(text, media_type="text/csv",
-                                 headers={"Content-Disposition": f'attachment; filename="previewlab-{rid}.csv"'})
+        return export(request, f"previewlab-{rid}.csv",
+                      iter([export_header()] + [text[i:i + EXPORT_CHUNK] for i in range(0, len(text), EXPORT_CHUNK)]))
 
     async def run_image(request: Request) -> Response:
         """A run's final image (a batch's grid, a clip's first frame), by id: the CSV route's checks."""
@@ -356,7 +371,11 @@ def build_app(server: Server) -> ASGIApp:
             if not server.store.known(rid):
                 return False, None
             path = server.store.final_image_path(rid)
-            return True, path if path.is_file() else None
+            try:
+                st = path.lstat()  # a link is not the run's image, nor is an empty file (a disk that filled)
+            except OSError:
+                return True, None
+            return True, path if stat.S_ISREG(st.st_mode) and st.st_size > 0 else None
         known, image = await server.disk.run(find)
         if not known:
             return PlainTextResponse(f"unknown run id {protocol.short(rid)}", status_code=404)
@@ -374,9 +393,10 @@ def build_app(server: Server) -> ASGIApp:
 
     async def all_csv(request: Request) -> Response:
         """Every run the data folder holds, oldest first; a damaged run is left out (and logged once)."""
-        text = await server.disk.run(lambda: server.store.csv(server.store.ids()))
-        return PlainTextResponse(text, media_type="text/csv",
-                                 headers={"Content-Disposition": 'attachment; filename="previewlab-runs.csv"'})
+        if request.method == "HEAD":
+            return Response(media_type="text/csv", headers=_attachment("previewlab-runs.csv"))
+        ids = await server.disk.run(server.store.ids)
+        return export(request, "previewlab-runs.csv", server.store.csv_chunks(ids))
 
     async def ws_endpoint(ws: WebSocket) -> None:
         await serve_client(server, ws)
@@ -392,6 +412,7 @@ def build_app(server: Server) -> ASGIApp:
         await server.writes.drain()
         server.writes.close()
         server.disk.close()
+        server.store.close()  # the folder is free for another server
 
     app = Starlette(routes=[
         Route("/", index),

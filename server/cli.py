@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence
@@ -58,7 +57,8 @@ def parser() -> Parser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind; beyond loopback needs --allow-remote")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow binding beyond loopback; then a token is required on the page and the WebSocket")
-    p.add_argument("--token", default=None, help="the token for --allow-remote (default: generated and printed)")
+    p.add_argument("--token", default=None, help="a token the page and WebSocket must carry: with --allow-remote generated and printed unless given; "
+                        "on loopback only when given (behind a local reverse proxy)")
     p.add_argument("--allow-host", action="append", default=[],
                    help="an extra Host name the server answers to (repeatable); loopback names always work")
     p.add_argument("--max-clients", type=ranged("--max-clients", 1, 10_000), default=32,
@@ -75,31 +75,6 @@ def parser() -> Parser:
     p.add_argument("--keep-runs", type=int, default=DEFAULT_KEEP_RUNS,
                    help="run folders kept in --data-dir, the oldest removed first (0: keep all)")
     return p
-
-
-WILDCARDS = ("0.0.0.0", "::")
-TOKEN = re.compile(r"^[A-Za-z0-9._~-]{8,256}$")
-
-
-def allowed_hosts(host: str, extra: Sequence[str]) -> tuple[str, ...]:
-    """Host names the Guard accepts besides loopback: --allow-host and a specific bind address. A wildcard
-    bind is not a name anyone can use in a URL, so it adds nothing."""
-    return tuple(extra) + (() if host in WILDCARDS else (host,))
-
-
-def page_url(host: str, port: int, token: str | None, extra: Sequence[str]) -> tuple[str, str]:
-    """The URL to print, one that the Guard built from allowed_hosts() accepts, and a note ("" if none).
-    Bound to every address, it names the first --allow-host, or else loopback with a note on what other
-    machines need."""
-    note = ""
-    name = host
-    if host in WILDCARDS:
-        name = extra[0] if extra else ("::1" if host == "::" else "127.0.0.1")
-        if not extra:
-            note = (f"bound to every address ({host}): this URL works on this machine; other machines need this "
-                    "machine's name or address given with --allow-host NAME, then http://NAME:PORT/?token=...")
-    shown = f"[{name}]" if ":" in name else name
-    return f"http://{shown}:{port}/" + (f"?token={token}" if token else ""), note
 
 
 def port_taken(host: str, port: int) -> str:
@@ -130,24 +105,24 @@ def serve(args: argparse.Namespace) -> int:
     if args.max_pixel_steps < 0 or args.keep_runs < 0:
         print("previewlab serve: --max-pixel-steps and --keep-runs take 0 (no limit) or a positive number", file=sys.stderr)
         return 2
-    import secrets
+    from .exposure import ExposureError, access_for, page_url
 
-    from .guard import is_loopback
-
-    token = None
-    if not is_loopback(args.host):
-        if not args.allow_remote:
-            print(f"previewlab serve: --host {args.host} is beyond loopback: anyone who can reach it could drive the model; "
-                  "add --allow-remote to do it anyway (a token is then required)", file=sys.stderr)
-            return 2
-        token = args.token or secrets.token_urlsafe(18)
-        if not TOKEN.match(token):  # it travels in a URL and a cookie: only characters both keep as they are
-            print("previewlab serve: --token: 8 to 256 letters, digits and - _ . ~", file=sys.stderr)
-            return 2
+    try:  # a token, once given, is always required, on loopback too (a local reverse proxy forwards anyone)
+        access = access_for(args.host, allow_remote=args.allow_remote, token=args.token, allow_hosts=args.allow_host)
+    except ExposureError as e:
+        print(f"previewlab serve: {e}", file=sys.stderr)
+        return 2
+    token = access.token
     taken = port_taken(args.host, args.port)
     if taken:
         print(f"previewlab serve: --host {args.host} --port {args.port}: {taken.lower()}; another server may hold it: "
               "pick another with --port (0: a free one)", file=sys.stderr)
+        return 2
+    from .owner import InUse, in_use
+
+    owned = in_use(args.data_dir)
+    if owned:  # asked before the model loads; the Server takes the lock itself
+        print(f"previewlab serve: --data-dir {args.data_dir}: {owned}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from previewlab.preview.models import ModelError, load
@@ -163,24 +138,24 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import RunOptions, Server, build_app
-    from .guard import Access
+    from .guard import is_loopback
     from .http11 import SHUTDOWN_ABORT_S, abort_all, uvicorn_config
     from .session import SessionLimits
 
     try:
-        server = Server(model, args.data_dir, access=Access(hosts=allowed_hosts(args.host, args.allow_host), token=token),
+        server = Server(model, args.data_dir, access=access,
                         limits=SessionLimits(max_clients=args.max_clients, send_timeout_s=args.send_timeout),
                         runs=RunOptions(max_side=args.max_side, max_pixel_steps=args.max_pixel_steps,
                                         inflight=args.inflight, compile_decoder=args.compile == "decoder"),
                         keep_runs=args.keep_runs)
-    except OSError as e:  # the folder itself cannot be made or listed; a damaged run inside never lands here
+    except (OSError, InUse) as e:  # the folder cannot be made or listed, or has an owner; never a damaged run
         print(f"previewlab serve: --data-dir {args.data_dir}: {e}", file=sys.stderr)
         return 2
     app = build_app(server)
     label = (" (SYNTHETIC model: random weights, real costs, noise pictures)" if model.synthetic
              else f" ({model.note})" if model.note else "")
     url, note = page_url(args.host, args.port, token, args.allow_host)
-    if token:
+    if token and not is_loopback(args.host):
         print(f"WARNING: listening on {args.host}, beyond loopback; the page needs the token in its URL", flush=True)
     print(f"previewlab: {model.name}{label} on {model.device}; open {url}; latent space {model.space.describe()}",
           flush=True)

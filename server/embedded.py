@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from previewlab.preview.frames import Frame
 from previewlab.preview.records import StepRow
@@ -81,6 +81,10 @@ class Embedded:
         self.pipe = pipe
         self._metas: dict[str, RunMeta] = {}  # run id -> its meta as recorded (with the call's guidance)
 
+    def new_id(self) -> str:
+        """The watch's next run id, from the store that keeps its runs (one scheme, ordered, never one it holds)."""
+        return self.server.store.new_id()
+
     def _call(self, fn: Any, *args: Any) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
 
@@ -113,16 +117,24 @@ class Embedded:
     def close(self) -> None:
         self.uv.should_exit = True
         self.thread.join(30)
+        self.server.store.close()
 
 
-def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: str | Path = Path("runs")) -> Embedded:
+def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: str | Path = Path("runs"),
+          allow_remote: bool = False, token: str | None = None, allow_hosts: Sequence[str] = ()) -> Embedded:
     """The live page for `watch` (a previewlab.watch): starts uvicorn in a thread and attaches it to the watch.
-    watch.remove() (or the returned object's close()) stops it."""
+    watch.remove() (or the returned object's close()) stops it. Exposed by `previewlab serve`'s rules
+    (exposure.py): loopback unless allow_remote=True, and then only with a token (generated and printed unless
+    given); allow_hosts: other names the page may be opened by. Raises ValueError (ExposureError) for a host or
+    token the rules refuse, InUse when another server owns data_dir."""
     import uvicorn
 
+    from .exposure import access_for, page_url
+    from .guard import is_loopback
     from .http11 import uvicorn_config
 
-    server = Server(watch.model, Path(data_dir), source=WatchSource(watch))
+    access = access_for(host, allow_remote=allow_remote, token=token, allow_hosts=allow_hosts, cli=False)
+    server = Server(watch.model, Path(data_dir), access=access, source=WatchSource(watch))
     config = uvicorn_config(build_app(server), host, port, server.max_clients)
     uv = uvicorn.Server(config)
     holder: dict[str, Any] = {}
@@ -141,8 +153,11 @@ def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: st
             raise RuntimeError(f"previewlab: the server could not start on {host}:{port}")
         time.sleep(0.02)
     port = uv.servers[0].sockets[0].getsockname()[1] if port == 0 else port
-    url = f"http://{host}:{port}/"
-    print(f"previewlab: watching {watch.model.name}; open {url}", flush=True)
+    url, note = page_url(host, port, access.token, allow_hosts)
+    if not is_loopback(host):
+        print(f"WARNING: previewlab listening on {host}, beyond loopback; the page needs the token in its URL",
+              flush=True)
+    print(f"previewlab: watching {watch.model.name}; open {url}" + (f" ({note})" if note else ""), flush=True)
     embedded = Embedded(server, uv, t, holder["loop"], url, pipe=watch.pipe)
     watch.attach(embedded, close=embedded.close)
     return embedded

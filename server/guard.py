@@ -71,6 +71,30 @@ class Access:
     ws_per_s: float = WS_PER_S
 
 
+def cookie_name(scope: Scope) -> str:
+    """The token's cookie, named for the server's port: cookies are per host, not per port, so one name would
+    go to every app on localhost, and a second server's token would overwrite the first's."""
+    server = scope.get("server") or (None, None)
+    return f"{COOKIE}_{server[1]}" if isinstance(server[1], int) else COOKIE
+
+
+def _data(path: str) -> bool:
+    """The routes that read runs: the list, the exports, a run's image, the metrics."""
+    return path == "/runs" or path.startswith("/runs.") or path.startswith("/runs/") or path == "/metrics"
+
+
+def _cross_site(headers: dict[str, str], host: tuple[str, int | None]) -> bool:
+    """A browser request another origin's page made: Sec-Fetch-Site says so (same-site is another port of this
+    host, or a sibling domain), or an Origin that is not this server's. Tools (curl) send neither."""
+    if headers.get("sec-fetch-site", "").lower() in ("cross-site", "same-site"):
+        return True
+    origin = headers.get("origin")
+    if origin is None:
+        return False
+    o = urlsplit(origin)
+    return not (o.scheme in ("http", "https") and split_host(o.netloc) == host)
+
+
 class Guard:
     def __init__(self, app: ASGIApp, *, hosts: Iterable[str], token: str | None = None,
                  ws_burst: int = WS_BURST, ws_per_s: float = WS_PER_S, clock: Any = time.monotonic) -> None:
@@ -106,7 +130,8 @@ class Guard:
                 c.load(headers["cookie"])
             except Exception:
                 return False
-            given = c[COOKIE].value if COOKIE in c else ""
+            name = cookie_name(scope)
+            given = c[name].value if name in c else ""
         # compare_digest takes str only when both are ASCII (a TypeError otherwise): compare UTF-8 bytes
         return bool(given) and hmac.compare_digest(given.encode("utf-8", "replace"),
                                                    self.token.encode("utf-8", "replace"))
@@ -133,16 +158,20 @@ class Guard:
                     return await self._refuse(scope, receive, send, 403, f"cross-origin WebSocket from {short(origin, 60)}")
             if not self._handshake_allowed(str(client)):
                 return await self._refuse(scope, receive, send, 429, "too many WebSocket handshakes")
+        elif _data(scope.get("path", "")) and _cross_site(headers, parsed):
+            # another site's page (or another port's) cannot make the browser fetch the runs: a CORS-blocked
+            # read still costs the server the export
+            return await self._refuse(scope, receive, send, 403, f"cross-site request for {short(scope.get('path'), 40)}")
         if not self._token_ok(scope, headers):
             return await self._refuse(scope, receive, send, 403, "missing or wrong token")
         if self.token is not None and scope["type"] == "http" and scope.get("path") == "/":
-            return await self.app(scope, receive, self._set_cookie(send))
+            return await self.app(scope, receive, self._set_cookie(send, cookie_name(scope)))
         await self.app(scope, receive, send)
 
-    def _set_cookie(self, send: Send) -> Send:
+    def _set_cookie(self, send: Send, name: str) -> Send:
         async def wrapped(message: Any) -> None:
             if message["type"] == "http.response.start":
-                cookie = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+                cookie = f"{name}={self.token}; Path=/; HttpOnly; SameSite=Strict"
                 message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie.encode())]}
             await send(message)
         return wrapped

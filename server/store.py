@@ -24,34 +24,38 @@ from __future__ import annotations
 import collections
 import contextlib
 import csv
-import datetime
+import errno
 import io
 import json
 import logging
 import os
-import re
 import shutil
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from previewlab.preview.csv_writer import CsvAppender, as_csv_row
 from previewlab.preview.records import STEP_COLUMNS, StepRow
 from previewlab.preview.run import RunEnd, RunMeta
+from previewlab.preview.run_ids import RUN_ID, RunIds, roomy, valid
 
 from .limits import DEFAULT_KEEP_RUNS
+from .owner import FolderLock
 
 log = logging.getLogger("previewlab.server")
 DELIVERY_COLUMNS = ("run_id", "step", "seq", "client", "kind", "send_ms", "ack_rtt_ms", "client_decode_ms",
                     "client_paint_ms")
-RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9]{3}$")
 ACK_FIELDS = ("send_ms", "ack_rtt_ms", "client_decode_ms", "client_paint_ms")
 EXPORT_EXTRA = ("guidance",)  # per run, repeated on each row of the server's CSVs
 EXPORT_COLUMNS = STEP_COLUMNS + EXPORT_EXTRA
 MAX_META_BYTES = 1 << 20  # a meta.json is about 2 KB; anything near this is not one
 WHOLE = ("done", "stopped", "interrupted")  # runs retention counts: their rows are all there is of them
+# a run has a row per step (the server allows 1000, a script's call rarely more) and a delivery per frame and
+# watcher: files beyond these were not written by previewlab, and are read no further than this
+MAX_STEP_ROWS, MAX_DELIVERY_ROWS = 20_000, 200_000
+EXPORT_CHUNK = 64 << 10         # characters per piece of a streamed export
+EXPORT_CACHE_CHARS = 16 << 20   # runs' CSV texts kept between exports, newest use last
 TMP_PREFIX = ".new-"  # a run folder being made; never matches RUN_ID, so no listing sees it
 
 
@@ -66,12 +70,15 @@ class Store:
     def __init__(self, root: Path, keep_runs: int = DEFAULT_KEEP_RUNS) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.owner = FolderLock(self.root)  # raises InUse: another server writes here (owner.py)
         self.keep_runs = keep_runs
         self.damaged: dict[str, str] = {}  # run id -> what is wrong, found by a listing or an export
         self._steps: dict[str, CsvAppender] = {}
         self._deliveries: dict[str, CsvAppender] = {}
         self._warned: set[str] = set()
         self._exports: dict[str, tuple[Any, str]] = {}  # run id -> (its files' stamps, its rows as CSV text)
+        self._export_chars = 0
+        self._cache_lock = threading.Lock()  # exports read on the disk thread, retention prunes on another
         self._lost: dict[str, str] = {}      # open run -> its first write that failed (the run will end failed)
         self._pending: dict[str, dict[str, Any]] = {}  # run -> its end, not yet written to meta.json
         self._status: dict[str, str] = {}    # finished run -> its status, read once (retention)
@@ -80,8 +87,8 @@ class Store:
         for e in os.scandir(self.root):      # a process killed inside begin() left a half-made folder
             if e.name.startswith(TMP_PREFIX) and RUN_ID.match(e.name[len(TMP_PREFIX):]):
                 shutil.rmtree(e.path, ignore_errors=True)
-        ids = self.ids()
-        self._last_id = ids[-1] if ids else ""
+        ids = [rid for rid in self.ids() if roomy(rid)]
+        self._ids = RunIds(ids[-1] if ids else "")
         for rid in ids:
             meta = self._meta_or_none(rid)
             if meta is not None and meta.get("status") == "running":  # the process died mid-run
@@ -93,15 +100,17 @@ class Store:
     def ids(self) -> list[str]:
         """Run ids, oldest first: the names of folders that match RUN_ID, never anything read from a file."""
         with os.scandir(self.root) as it:
-            return sorted(e.name for e in it if RUN_ID.match(e.name) and e.is_dir(follow_symlinks=False))
+            return sorted(e.name for e in it if valid(e.name) and e.is_dir(follow_symlinks=False))
 
     def meta(self, rid: str) -> dict[str, Any]:
         f = self.root / rid / "meta.json"
         try:
-            with open(f, "rb") as fh:
+            with _open_own(f, "rb") as fh:
                 raw = fh.read(MAX_META_BYTES + 1)
         except FileNotFoundError:
             raise Damaged(f, "missing") from None
+        except _LINK:
+            raise Damaged(f, "a link, not a file: never followed out of the data folder") from None
         except OSError as e:
             raise Damaged(f, e.strerror or type(e).__name__) from None
         if len(raw) > MAX_META_BYTES:
@@ -137,7 +146,8 @@ class Store:
         return out
 
     def known(self, rid: str) -> bool:
-        return bool(RUN_ID.match(rid)) and (self.root / rid).is_dir()
+        path = self.root / rid  # a link, even to a run folder, is not one of this folder's runs
+        return valid(rid) and path.is_dir() and not path.is_symlink()
 
     def rows(self, rid: str) -> list[dict[str, Any]]:
         """The run's step rows in the export schema, with the first ack of each frame and its drop count.
@@ -145,8 +155,8 @@ class Store:
         try:
             meta = self.meta(rid)
             d = self.root / rid
-            steps = _read(d / "steps.csv", STEP_COLUMNS)
-            deliveries = _read(d / "deliveries.csv", DELIVERY_COLUMNS)
+            steps = _read(d / "steps.csv", STEP_COLUMNS, MAX_STEP_ROWS)
+            deliveries = _read(d / "deliveries.csv", DELIVERY_COLUMNS, MAX_DELIVERY_ROWS)
         except Damaged as e:
             self._damaged(rid, str(e))
             raise
@@ -170,32 +180,53 @@ class Store:
 
     def csv(self, rids: Iterable[str], skip_damaged: bool = True) -> str:
         """One CSV of the runs' rows; a damaged run is left out (skip_damaged) or raises Damaged."""
-        buf = io.StringIO()
-        csv.writer(buf).writerow(EXPORT_COLUMNS)
-        parts = [buf.getvalue()]
+        return "".join(self.csv_chunks(rids, skip_damaged))
+
+    def csv_chunks(self, rids: Iterable[str], skip_damaged: bool = True) -> Iterator[str]:
+        """The same CSV in pieces of at most EXPORT_CHUNK characters, a run at a time: an export of every run is
+        never whole in memory."""
+        yield export_header()
         for rid in rids:
             try:
-                parts.append(self.run_rows_csv(rid))
+                text = self.run_rows_csv(rid)
             except Damaged:
                 if not skip_damaged:
                     raise
-        return "".join(parts)
+                continue
+            for i in range(0, len(text), EXPORT_CHUNK):
+                yield text[i:i + EXPORT_CHUNK]
 
     def run_rows_csv(self, rid: str) -> str:
-        """The run's rows as CSV text, without the header. Kept until one of its files changes: a finished
-        run's files never do, so exporting every run again costs a stat per file, not a parse (5,000 runs:
-        12 MB of CSV, seconds of work that would otherwise compete with the generation for the interpreter)."""
+        """The run's rows as CSV text, without the header. Kept until one of its files changes, up to
+        EXPORT_CACHE_CHARS of runs (the least recently exported go first): a finished run's files never
+        change, so exporting again costs a stat per file, not a parse, and the kept texts stay bounded."""
         d = self.root / rid
         stamps = tuple(_stamp(d / name) for name in ("meta.json", "steps.csv", "deliveries.csv"))
-        kept = self._exports.get(rid)
-        if kept is not None and kept[0] == stamps:
-            return kept[1]
+        with self._cache_lock:
+            kept = self._forget(rid)
+            if kept is not None and kept[0] == stamps:
+                self._keep(rid, kept)  # now the most recent
+                return kept[1]
         buf = io.StringIO()
         w = csv.writer(buf)
         for r in self.rows(rid):
             w.writerow(as_csv_row(r, EXPORT_COLUMNS))
-        self._exports[rid] = (stamps, buf.getvalue())
-        return buf.getvalue()
+        text = buf.getvalue()
+        with self._cache_lock:
+            self._forget(rid)
+            self._keep(rid, (stamps, text))
+            while self._export_chars > EXPORT_CACHE_CHARS and len(self._exports) > 1:
+                self._forget(next(iter(self._exports)))  # the least recently exported
+        return text
+
+    def _keep(self, rid: str, kept: tuple[Any, str]) -> None:
+        self._exports[rid] = kept
+        self._export_chars += len(kept[1])
+
+    def _forget(self, rid: str) -> tuple[Any, str] | None:
+        kept = self._exports.pop(rid, None)
+        self._export_chars -= len(kept[1]) if kept else 0
+        return kept
 
     def _meta_or_none(self, rid: str) -> dict[str, Any] | None:
         try:
@@ -227,34 +258,36 @@ class Store:
         """UTC to the second plus a sequence, and always after the newest id this folder holds: a clock set
         back (a time-zone change, DST, an NTP step, a restart) never makes a new run sort before a kept one.
         Retention never removes the newest run, so the newest folder carries the order across restarts."""
-        with self._lock:
-            rid = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-000"
-            if rid <= self._last_id:
-                rid = _next_id(self._last_id)
-            self._last_id = rid
-            return rid
+        return self._ids.new()
 
     def begin(self, meta: RunMeta) -> None:
         """Make the run's folder whole (meta.json saying running, both CSVs with their headers) under a
         temporary name, then rename it: a listing never sees a half-made run. Raises OSError when it cannot be
         made, and then leaves nothing behind: no folder, no open file, nothing retention would count."""
         rid = meta.run_id
+        if not RUN_ID.match(rid):
+            raise ValueError(f"run id {rid!r} is not one of the store's (YYYYMMDD-HHMMSS-NNN, from new_id())")
         self.retry_pending()
         tmp, final = self.root / f"{TMP_PREFIX}{rid}", self.root / rid
         opened: list[CsvAppender] = []
+        made: list[Path] = []  # what this call created: all a failure removes, never a folder already there
         try:
+            if os.path.lexists(final):
+                raise FileExistsError(errno.EEXIST, f"run {rid} exists already", str(final))
             tmp.mkdir()
+            made.append(tmp)
             _write_json(tmp / "meta.json", {**meta.to_json(), "status": "running"})
             for name, columns in (("steps.csv", STEP_COLUMNS), ("deliveries.csv", DELIVERY_COLUMNS)):
                 CsvAppender(tmp / name, columns, fsync=False).close()
-            os.rename(tmp, final)
+            os.rename(tmp, final)  # onto an empty folder made meanwhile it would succeed: that folder was empty
+            made[0] = final
             opened.append(CsvAppender(final / "steps.csv", STEP_COLUMNS, fsync=False))
             opened.append(CsvAppender(final / "deliveries.csv", DELIVERY_COLUMNS, fsync=False))
         except OSError:
             for w in opened:
                 with contextlib.suppress(OSError):
                     w.close()
-            for d in (tmp, final):
+            for d in made:
                 shutil.rmtree(d, ignore_errors=True)
             raise
         self._steps[rid], self._deliveries[rid] = opened
@@ -315,6 +348,12 @@ class Store:
             if w:
                 self._best_effort(f"{rid}/{w.path.name}", w.close)
 
+    def close(self) -> None:
+        """Give the folder up (the server's end): another server may own it from now on."""
+        for rid in list(self._steps):
+            self.close_run(rid)
+        self.owner.release()
+
     def final_image_path(self, rid: str) -> Path:
         return self.root / rid / "final.png"
 
@@ -342,7 +381,9 @@ class Store:
             except OSError as e:
                 self._warn_once(f"prune {rid}", f"could not remove old run {rid}: {e}")
                 continue
-            for kept in (self.damaged, self._exports, self._status):
+            with self._cache_lock:
+                self._forget(rid)
+            for kept in (self.damaged, self._status):
                 kept.pop(rid, None)
             removed.append(rid)
         if removed:
@@ -366,13 +407,11 @@ class Store:
         return self._status[rid]
 
 
-def _next_id(rid: str) -> str:
-    """The id right after `rid`: the next sequence number, or the next second's first."""
-    stamp, seq = rid.rsplit("-", 1)
-    if int(seq) < 999:
-        return f"{stamp}-{int(seq) + 1:03d}"
-    t = datetime.datetime.strptime(stamp, "%Y%m%d-%H%M%S") + datetime.timedelta(seconds=1)
-    return t.strftime("%Y%m%d-%H%M%S") + "-000"
+def export_header() -> str:
+    """The exports' header line (EXPORT_COLUMNS), as csv writes it."""
+    buf = io.StringIO()
+    csv.writer(buf).writerow(EXPORT_COLUMNS)
+    return buf.getvalue()
 
 
 def _write_json(path: Path, meta: dict[str, Any]) -> None:
@@ -387,6 +426,21 @@ def _write_json(path: Path, meta: dict[str, Any]) -> None:
         raise
 
 
+class _LINK(OSError):
+    """Opening a link where a run's own file should be (O_NOFOLLOW's ELOOP)."""
+
+
+def _open_own(path: Path, mode: str, **kw: Any) -> Any:
+    """Open a run's file, never through a symbolic link (a hand-placed link would serve files from outside)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _LINK(e.errno, e.strerror, str(path)) from None
+        raise
+    return os.fdopen(fd, mode, **kw)
+
+
 def _stamp(path: Path) -> tuple[int, int] | None:
     try:
         st = path.stat()
@@ -399,14 +453,16 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")  # NaN in a listing would make the whole /runs answer invalid
 
 
-def _read(path: Path, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+def _read(path: Path, columns: tuple[str, ...], limit: int) -> list[dict[str, Any]]:
     """Complete rows of one of a run's CSVs. Raises Damaged for a file that is not UTF-8, a header that is
     torn or not ours, or a cell the csv module refuses (over its 128 KiB field limit, a NUL byte)."""
+    if path.is_symlink():
+        raise Damaged(path, "a link, not a file: never followed out of the data folder")
     if not path.is_file():
         return []
     reader = None
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with _open_own(path, "r", newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
             header = reader.fieldnames
             if header is None:
@@ -416,7 +472,13 @@ def _read(path: Path, columns: tuple[str, ...]) -> list[dict[str, Any]]:
                 raise Damaged(path, f"torn or foreign header (unexpected column {unknown[0][:40]!r})" if unknown
                               else "torn header (no step column)")
             # a kill can leave the last line half-written: keep only complete rows
-            return [r for r in reader if None not in r.values() and None not in r]
+            rows = []
+            for r in reader:
+                if None not in r.values() and None not in r:
+                    rows.append(r)
+                    if len(rows) > limit:  # read no further: a hand-placed file must not fill memory
+                        raise Damaged(path, f"over {limit} rows: not a file previewlab wrote")
+            return rows
     except UnicodeDecodeError:
         raise Damaged(path, "not UTF-8") from None
     except csv.Error as e:

@@ -122,6 +122,7 @@ def test_retention_removes_the_oldest_first_and_never_an_open_run(tmp_path, capl
     store.keep_runs = 2
     # the protected one stays and is not counted; the newest two stay, whatever that protection costs
     assert store.prune(keep={ids[2]}) == [ids[3]]
+    store.close()
     assert Store(tmp_path, keep_runs=0).ids() == [ids[2], ids[4], ids[5]]  # 0 keeps everything
 
 

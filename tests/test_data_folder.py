@@ -1,0 +1,125 @@
+"""Issue 33: the data folder has one owner, one id scheme, and ignores what was placed in it by hand.
+
+Items 1 (two servers on one folder; a failed begin's cleanup), 2 (a script's watch names its runs by the store's
+scheme), 10 (hand-placed folders: names that are not ids, links out of the folder) and 12 (an empty final.png).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from starlette.testclient import TestClient
+
+from previewlab import watch as preview_watch
+from previewlab.preview.models import synthetic_pipeline
+from previewlab.preview.run_ids import valid
+from previewlab.server.embedded import serve
+from previewlab.server.owner import InUse
+from previewlab.server.store import Store
+from tests.conftest import GOOD, SAME_ORIGIN, make_run
+from tests.test_full_disk import meta_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_second_server_on_a_data_folder_is_refused_in_one_line(tmp_path):
+    """Item 1: B's start marked A's live run interrupted and its retention removed it. Now B is refused before
+    it loads a model, in one line naming A's pid; once A has gone, the folder is B's."""
+    store = Store(tmp_path / "runs")
+    live = store.new_id()
+    store.begin(meta_of(live))
+    cli = subprocess.run([sys.executable, "-m", "previewlab", "serve", "--model", "synthetic:tiny", "--port", "0",
+                          "--data-dir", str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert cli.returncode == 2, cli.stderr
+    lines = cli.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"is in use by previewlab pid {os.getpid()}" in lines[0], cli.stderr
+    with pytest.raises(InUse, match="one server per data folder"):  # a second server in this process too
+        Store(tmp_path / "runs")
+    assert store.meta(live)["status"] == "running"  # A's run untouched
+    store.close()
+    again = Store(tmp_path / "runs")
+    assert again.meta(live)["status"] == "interrupted"  # A really ended: the new owner says so
+    again.close()
+
+
+def test_a_failed_begin_never_removes_a_folder_it_did_not_make(tmp_path):
+    """Item 1: when two runs got the same id, the loser's cleanup deleted the winner's folder."""
+    store = Store(tmp_path)
+    rid = store.new_id()
+    theirs = make_run(tmp_path, rid)  # another writer made it first
+    with pytest.raises(FileExistsError):
+        store.begin(meta_of(rid))
+    assert sorted(p.name for p in theirs.iterdir()) == ["meta.json", "steps.csv"]
+    assert not any(p.name.startswith(".new-") for p in tmp_path.iterdir())
+    store.close()
+
+
+def _call(pipe, w):
+    return pipe("a cat", num_inference_steps=2, height=64, width=64, output_type="np",
+                generator=torch.Generator().manual_seed(3), callback_on_step_end=w,
+                callback_on_step_end_tensor_inputs=w.tensor_inputs).images[0]
+
+
+def test_a_watch_names_its_runs_by_the_stores_scheme(tmp_path):
+    """Item 2: a watch named its runs by local time and a per-process counter, so a run could take the id of
+    one the folder holds, and sort before kept runs. Served, its ids come from the store, after the newest
+    folder; alone, they are UTC ids in order."""
+    pipe = synthetic_pipeline("synthetic:tiny")
+    kept = "20991231-235959-000"  # made while a clock read 2099: new runs still sort after it
+    make_run(tmp_path, kept)
+    w = preview_watch(pipe, decoder="none")
+    page = serve(w, port=0, data_dir=tmp_path)
+    try:
+        _call(pipe, w)
+        served = w.run_id
+        deadline = time.monotonic() + 10
+        while not (tmp_path / served).is_dir() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        w.remove()
+    assert served == "20991231-235959-001" and (tmp_path / served / "meta.json").is_file()
+    alone = preview_watch(pipe, decoder="none")
+    try:
+        before = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        _call(pipe, alone)
+        first = alone.run_id
+        _call(pipe, alone)
+        second = alone.run_id
+    finally:
+        alone.remove()
+    assert valid(first) and first[:15] >= before and second > first
+    assert page.server.store.owner.fd is None  # remove() closed the page, which gave the folder up
+
+
+def test_hand_placed_folders_and_links_are_ignored(make_app, tmp_path):
+    """Item 10: a folder named 99991231-235959-999 (an id with none after it) or 20261202-246060-999 (no such
+    time) made every later start fail; a linked run folder or final.png served files from outside the data
+    folder. Item 12: an empty final.png was served as 200 image/png."""
+    data, outside = tmp_path / "runs", tmp_path / "outside"
+    make_run(data, GOOD)
+    make_run(data, "99991231-235959-999")
+    make_run(data, "20261202-246060-999")
+    secret = make_run(outside, "20261130-120000-002")
+    (secret / "final.png").write_bytes(b"\x89PNG secret")
+    os.symlink(secret, data / "20261130-120000-002")  # a linked run folder
+    os.symlink(secret / "final.png", data / GOOD / "final.png")  # a linked image in a real run
+    empty = make_run(data, "20261130-120000-003")
+    (empty / "final.png").write_bytes(b"")
+    srv, app = make_app(data_dir=data)
+    with TestClient(app, headers=SAME_ORIGIN) as client:
+        listed = [r["run_id"] for r in client.get("/runs").json()]
+        linked_csv = client.get("/runs/20261130-120000-002.csv")
+        linked_png = client.get(f"/runs/{GOOD}/final.png")
+        empty_png = client.get("/runs/20261130-120000-003/final.png")
+        rid = srv.store.new_id()
+        srv.store.begin(meta_of(rid))
+    assert listed == ["99991231-235959-999", "20261130-120000-003", GOOD]
+    assert linked_csv.status_code == 404 and b"secret" not in linked_png.content and linked_png.status_code == 404
+    assert empty_png.status_code == 404
+    assert valid(rid) and (data / rid / "meta.json").is_file()  # starts still work

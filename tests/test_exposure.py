@@ -1,0 +1,87 @@
+"""Issue 33, items 3 to 6: the embedded server is gated as the CLI's, a given token is always required, the
+token's cookie belongs to its server's port, and another site's page cannot make the browser read the runs."""
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+from starlette.testclient import TestClient
+
+from previewlab import serve, watch
+from previewlab.preview.models import synthetic_pipeline
+from previewlab.server.exposure import ExposureError, access_for
+from previewlab.server.guard import Access
+
+
+def _get(url: str, headers: dict[str, str] | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_the_embedded_server_applies_the_clis_rules(tmp_path, capsys):
+    """Item 3: serve(watch, host="0.0.0.0") had no gate: a peer read /runs and sent stop; the printed
+    http://0.0.0.0:PORT/ itself got 400. Now: refused without allow_remote=True, in one line; allowed, a token
+    is required and the printed URL (which carries it) opens the page."""
+    w = watch(synthetic_pipeline("synthetic:tiny"), decoder="none")
+    try:
+        with pytest.raises(ExposureError) as refused:
+            serve(w, host="0.0.0.0", port=0, data_dir=tmp_path)
+        assert "host='0.0.0.0' is beyond loopback" in str(refused.value) and "allow_remote=True" in str(refused.value)
+        assert "\n" not in str(refused.value)
+        page = serve(w, host="0.0.0.0", port=0, data_dir=tmp_path, allow_remote=True)
+        out = capsys.readouterr().out
+        token = page.server.access.token
+        assert token and "WARNING" in out and f"?token={token}" in page.url
+        base = page.url.split("?")[0]
+        assert base.startswith("http://127.0.0.1:")  # not 0.0.0.0, which no browser can open
+        assert _get(base + "runs") == 403 and _get(base + f"runs?token={token}") == 200
+        assert _get(page.url) == 200
+    finally:
+        w.remove()
+
+
+def test_a_given_token_is_required_on_loopback_too(make_app):
+    """Item 4: --allow-remote --token X bound to 127.0.0.1 (behind a local reverse proxy) answered /runs
+    without the token."""
+    access = access_for("127.0.0.1", token="proxy-token-1")
+    assert access.token == "proxy-token-1"
+    srv, app = make_app(access=Access(hosts=("testserver",), token=access.token))
+    with TestClient(app) as client:
+        assert client.get("/runs").status_code == 403
+        assert client.get("/runs?token=proxy-token-1").status_code == 200
+    assert access_for("127.0.0.1").token is None  # no token given on loopback: none asked
+    with pytest.raises(ExposureError, match="--token: 8 to 256"):
+        access_for("127.0.0.1", token="short")
+
+
+def test_the_token_cookie_is_named_for_its_servers_port(make_app):
+    """Item 5: every server's cookie was previewlab_token, sent to every app on localhost, and a second
+    token-mode server's overwrote the first's."""
+    srv, app = make_app(access=Access(hosts=("testserver",), token="token-of-8123"))
+    with TestClient(app, base_url="http://testserver:8123") as client:
+        r = client.get("/?token=token-of-8123")
+        assert r.status_code == 200 and r.headers["set-cookie"].startswith("previewlab_token_8123=token-of-8123;")
+        assert client.get("/runs").status_code == 200  # its own cookie
+        client.cookies.clear()
+        other = {"cookie": "previewlab_token_9000=token-of-8123; previewlab_token=token-of-8123"}
+        assert client.get("/runs", headers=other).status_code == 403  # another port's cookie is not its own
+
+
+def test_another_sites_page_cannot_make_the_browser_read_the_runs(make_app):
+    """Item 6: the data routes checked neither Origin nor Sec-Fetch-Site: a cross-site fetch of /runs.csv was
+    CORS-blocked for the page but still cost the server the export."""
+    srv, app = make_app()
+    with TestClient(app) as client:
+        for path in ("/runs", "/runs.csv", "/metrics", "/runs/20261130-120000-001.csv"):
+            for headers in ({"sec-fetch-site": "cross-site"}, {"sec-fetch-site": "same-site"},
+                            {"origin": "http://evil.example"}, {"origin": "null"}):
+                r = client.get(path, headers=headers)
+                assert r.status_code == 403 and "cross-site request" in r.text, (path, headers)
+        assert client.get("/runs", headers={"sec-fetch-site": "same-origin"}).status_code == 200
+        assert client.get("/runs", headers={"origin": "http://testserver", "sec-fetch-site": "same-origin"}).status_code == 200
+        assert client.get("/runs.csv").status_code == 200  # a tool (curl) sends neither
+        assert client.get("/", headers={"sec-fetch-site": "cross-site"}).status_code == 200  # a link to the page
