@@ -1,8 +1,10 @@
 """One measured generation: text encode, denoise with previews in the step callback, final decode, encode, write."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
+import os
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -248,6 +250,20 @@ def final_image(model: Model, latents: torch.Tensor, height: int, width: int) ->
     return final_u8(model, latents, height, width).cpu().numpy()
 
 
+def write_whole(path: Path, data: bytes) -> None:
+    """Write a file whole or not at all: a disk that fills mid-write leaves no empty or torn file behind. The
+    OSError raised names the file."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        e.filename = str(path)  # the file the caller asked for, not its temporary name
+        raise
+
+
 def save_image(image: np.ndarray) -> bytes:
     """The final image as PNG, the way users keep it."""
     import io
@@ -362,7 +378,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
             rng.end("final_encode")
             t_enc1 = clock()
             if image_path is not None:
-                image_path.write_bytes(png)
+                write_whole(image_path, png)
             t_end = clock()
             if len(meter.rows) + len(meter.pending) < meter.steps:  # the steps the pipeline runs
                 status = "stopped"

@@ -6,8 +6,8 @@ on a socket: frames and rows go to callbacks that must return at once (the serve
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -28,6 +28,8 @@ from .steps import Step
 from .stopwatch import Clock, Stopwatch
 from .streams import jpeg_stream
 from .targets import X0Tap, choose
+
+log = logging.getLogger("previewlab")
 
 
 
@@ -279,7 +281,8 @@ class StepMeter:
         detail = str(e).splitlines()[0][:160] if str(e) else ""
         msg = f"preview with decoder {s.decoder} failed at step {row.step} ({type(e).__name__}: {detail}); " \
               f"continuing with {fallback}"
-        traceback.print_exc(limit=2)
+        log.warning("%s: %s", self.run_id, msg)  # one line in the user's terminal; the traceback at debug level
+        log.debug("preview failure at step %d", row.step, exc_info=e)
         self.controls.set(decoder=fallback, note=False)
         self.plan.fell_back(fallback)
         row.event = _also(row.event, msg)

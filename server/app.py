@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import functools
 import importlib.resources
+import json
 import logging
 import re
 import stat
@@ -22,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
+from previewlab.preview.decoders import taesd_refusal
 from previewlab.preview.encoders import ENCODERS
 from previewlab.preview.engine import Frame
 from previewlab.preview.models import Model
@@ -82,6 +84,7 @@ class RunOptions:
     max_pixel_steps: int = DEFAULT_MAX_PIXEL_STEPS
     inflight: int = 2
     compile_decoder: bool = False
+    shutdown_grace_s: float = 10.0  # SIGTERM waits this long for the run's step and final image (graceful)
 
 
 def fitting_frames(frames: int, step: int, pixel_steps: int, limit: int) -> int:
@@ -256,11 +259,18 @@ class Server:
         self._settle()
 
     # -- messages from one client ----------------------------------------------------------------------------
+    def _runnable(self, decoder: str | None) -> None:
+        """A decoder this model can run, asked the same way by start and set: taesd needs TAE weights (before,
+        a start failed its run with a traceback and a set made every preview fail)."""
+        if decoder == "taesd" and self.model.taesd is None:
+            raise protocol.ProtocolError(taesd_refusal(self.model))
+
     def handle(self, c: Client, msg: protocol.Message) -> None:
         """Act on one valid message. A message that cannot be acted on raises ProtocolError: the session
         answers it with an `error` and counts it as a bad message, so no error reply can be flooded."""
         assert self.worker is not None
         if isinstance(msg, protocol.Start):
+            self._runnable(msg.settings.preview.decoder)
             try:
                 self.worker.start(msg.settings)
             except (Busy, TaskError) as e:
@@ -269,6 +279,7 @@ class Server:
                 log.warning("could not start a run: %s", e)
                 raise protocol.ProtocolError(f"could not write the run's folder: {e}") from None
         elif isinstance(msg, protocol.Set):
+            self._runnable(msg.changes.get("decoder"))
             try:
                 self.worker.set(msg.changes)
             except (Busy, SettingsError) as e:
@@ -291,9 +302,20 @@ class Server:
             self._settle()
 
     async def graceful(self) -> None:
-        """SIGTERM / Ctrl-C: stop the run, let the worker write its last rows, close clients with 1001."""
-        if self.worker is not None and self.worker.stop():
-            await self.worker.ended(60.0)  # the stopped run still makes its final image
+        """SIGTERM / Ctrl-C: stop the run at its next step, let it write its last rows and its final image for up
+        to runs.shutdown_grace_s, close clients with 1001. A run still inside a step (or its final decode) after
+        that is recorded `interrupted` with the rows it has, and the worker is abandoned: the process exits
+        without waiting for the step."""
+        grace = self.runs.shutdown_grace_s
+        if self.worker is not None and self.worker.stop() and not await self.worker.ended(grace):
+            self.worker.abandon()
+            await asyncio.sleep(0)  # rows the run handed over before it was abandoned land first
+            meta = self.current
+            if meta is not None:
+                why = (f"the server shut down while the run was still in a step or its final decode after "
+                       f"{grace:g} s (--shutdown-grace): its rows so far are kept, its final image is not")
+                log.warning("shutdown: run %s recorded interrupted after %g s (--shutdown-grace)", meta.run_id, grace)
+                self.ended(RunEnd(meta, "interrupted", error=why))
         self.close_ended()  # no waiting for acks at shutdown
         await self.writes.drain()  # the last rows and the run's end are written and queued to every client
         for _ in range(30):  # and sent, for up to 3 s, before the close frame
@@ -308,6 +330,14 @@ class Server:
         defaults = self.defaults if live is None else replace(self.defaults, preview=live)
         return protocol.hello(self.model, defaults, max_pixel_steps=self.runs.max_pixel_steps,
                               encoders=self.encoders, running=self.current, starts=self.source is None)
+
+
+class AsciiJSON(JSONResponse):
+    """JSON escaped to ASCII: any string that reached the disk (a meta.json written before prompts were checked,
+    or placed by hand, may hold a lone surrogate that UTF-8 cannot encode) still makes a valid answer."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 def _attachment(name: str) -> dict[str, str]:
@@ -338,7 +368,7 @@ def build_app(server: Server) -> ASGIApp:
             limit, before, after = page_args(request.query_params)
         except ValueError as e:
             return PlainTextResponse(str(e), status_code=400)
-        return JSONResponse(await server.disk.run(server.store.runs, limit, before, after))
+        return AsciiJSON(await server.disk.run(server.store.runs, limit, before, after))
 
     def export(request: Request, name: str, pieces: Iterator[str]) -> Response:
         """A CSV streamed a piece at a time, if the client may start one now (exports.Slots)."""

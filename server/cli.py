@@ -72,6 +72,9 @@ def parser() -> Parser:
     p.add_argument("--max-pixel-steps", type=int, default=DEFAULT_MAX_PIXEL_STEPS,
                    help="most steps x width x height one start may ask for (0: no limit); the default is 64 steps "
                         "at 1024x1024, 256 at 512x512, 1000 at 256x256")
+    p.add_argument("--shutdown-grace", type=ranged("--shutdown-grace", 0, 3600, float), default=10.0,
+                   help="seconds SIGTERM waits for the run's current step and final image; after that the run is "
+                        "recorded interrupted with its rows and the process exits")
     p.add_argument("--keep-runs", type=int, default=DEFAULT_KEEP_RUNS,
                    help="run folders kept in --data-dir, the oldest removed first (0: keep all)")
     return p
@@ -146,7 +149,8 @@ def serve(args: argparse.Namespace) -> int:
         server = Server(model, args.data_dir, access=access,
                         limits=SessionLimits(max_clients=args.max_clients, send_timeout_s=args.send_timeout),
                         runs=RunOptions(max_side=args.max_side, max_pixel_steps=args.max_pixel_steps,
-                                        inflight=args.inflight, compile_decoder=args.compile == "decoder"),
+                                        inflight=args.inflight, compile_decoder=args.compile == "decoder",
+                                        shutdown_grace_s=args.shutdown_grace),
                         keep_runs=args.keep_runs)
     except (OSError, InUse) as e:  # the folder cannot be made or listed, or has an owner; never a damaged run
         print(f"previewlab serve: --data-dir {args.data_dir}: {e}", file=sys.stderr)
@@ -191,6 +195,8 @@ def serve(args: argparse.Namespace) -> int:
             for kind, n in abort_all(self.server_state.connections).items():
                 logging.getLogger("previewlab.server").warning("shutdown: cancelled %d %s", n, kind)
 
+    # after a signal uvicorn raises it again once it has shut down, so an abandoned model thread (graceful) is not
+    # waited for at exit
     Graceful(uvicorn_config(app, args.host, args.port, args.max_clients)).run()
     return 0
 

@@ -54,6 +54,9 @@ class WatchSource:
     async def ended(self, timeout_s: float) -> bool:
         return not self.watch.running  # the script's call is the script's: the server does not wait for it
 
+    def abandon(self) -> None:
+        pass  # the script's call is the script's: the server never waits for it
+
     def shutdown(self) -> None:
         pass
 

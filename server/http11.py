@@ -8,7 +8,8 @@ the connection opening, or of the previous response ending; otherwise the connec
 
 A peer that pipelines requests and never reads holds its connection forever too: the response waits on a full
 write buffer, so it never ends and no head deadline is armed again. Here a response must be complete within
-`response_timeout_s` of its request head; otherwise the connection is aborted. A response that completed on a
+`response_timeout_s` of its request head, or have made progress by then (the peer took some of it: a streamed
+export, then each further `response_timeout_s`); otherwise the connection is aborted. A response that completed on a
 connection that is closing keeps that deadline, since the close waits for the peer to take the rest.
 
 h11's max_incomplete_event_size bounds only a head that has not arrived whole: a 60 KiB head sent in one
@@ -52,6 +53,12 @@ class HeadLimitedConnection(h11.Connection):
         super().__init__(h11.SERVER, max_incomplete_event_size=max_head_bytes)
         self.max_head_bytes = max_head_bytes
         self.refusal: str | None = None  # the one line the 400 says, when this connection refused a head
+        self.sent_bytes = 0  # every byte of every response handed to the transport
+
+    def send(self, event: Any) -> bytes | None:
+        out = super().send(event)
+        self.sent_bytes += len(out or b"")
+        return out
 
     def next_event(self) -> Union[h11.Event, Type[h11.NEED_DATA], Type[h11.PAUSED]]:
         event = super().next_event()
@@ -70,6 +77,7 @@ class BoundedH11(H11Protocol):
     conn: HeadLimitedConnection
     _deadline: asyncio.TimerHandle | None = None
     _timed: RequestResponseCycle | None = None  # the request whose response the deadline runs for
+    _taken_mark = 0  # what the peer had taken when the response deadline was last armed
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -116,6 +124,7 @@ class BoundedH11(H11Protocol):
                 # small answers complete into the kernel's buffers, so a peer that pipelines thousands and
                 # never reads meets no deadline; it gets this many, then the connection closes
                 self.cycle.keep_alive = False
+            self._taken_mark = self._taken()
             self._arm(self.response_timeout_s, self._response_expired)
 
     def _arm(self, seconds: float, then: Callable[[], None]) -> None:
@@ -140,9 +149,19 @@ class BoundedH11(H11Protocol):
                      self.head_timeout_s)
             self.transport.close()
 
+    def _taken(self) -> int:
+        """Bytes of responses the peer's side has taken (handed to the transport and gone from its buffer)."""
+        return self.conn.sent_bytes - self.transport.get_write_buffer_size()
+
     def _response_expired(self) -> None:
         self._deadline = None
         if self.transport.get_protocol() is not self:
+            return
+        taken = self._taken()
+        if self._answering() and taken > self._taken_mark:
+            # a streamed export that keeps flowing: each deadline asks for progress, not for the whole of it
+            self._taken_mark = taken
+            self._arm(self.response_timeout_s, self._response_expired)
             return
         log.info("aborted a connection from %s: its response was not complete within %.0f s", self.client,
                  self.response_timeout_s)

@@ -111,10 +111,21 @@ def parse(text: str, *, defaults: RunSettings, max_pixel_steps: int = 0,
         raise ProtocolError(NESTED) from None
     except ValueError:
         raise ProtocolError(f"not JSON: {short(text)}") from None
+    if "\\ud" in text.lower() and _lone_surrogate(msg):  # only an escape makes one: JSON text itself cannot
+        raise ProtocolError("text must be valid Unicode: a lone surrogate escape (\\ud800 to \\udfff without its "
+                            "pair) is not a character")
     try:
         return _message(msg, defaults, max_pixel_steps, encoders)
     except RecursionError:  # a nested value under the parser's depth can still be too deep to quote (repr)
         raise ProtocolError(NESTED) from None
+
+
+def _lone_surrogate(msg: Any) -> bool:
+    try:
+        json.dumps(msg, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 NESTED = "JSON nested too deeply: messages are flat objects"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Literal, Protocol
 
@@ -38,6 +39,7 @@ class RunOwner(Protocol):
     def stop(self) -> bool: ...                             # False: nothing was running
     def live(self) -> PreviewSettings | None: ...           # the preview settings now (None: no run's own)
     async def ended(self, timeout_s: float) -> bool: ...    # the run in progress has ended (False: still going)
+    def abandon(self) -> None: ...                          # shutdown gives up on the run: it reports nothing more
     def shutdown(self) -> None: ...                         # blocks: call it off the loop
 
 
@@ -53,6 +55,7 @@ class Worker:
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="previewlab-model")
         self._first = True
+        self.abandoned = False  # shutdown gave up on the run in progress (abandon)
         self.future: Future[None] | None = None  # the run in progress, or the last one
 
     def start(self, settings: RunSettings) -> RunMeta:
@@ -92,7 +95,8 @@ class Worker:
         return True
 
     def _call(self, fn: Callable[..., None], *args: Any) -> None:
-        self.loop.call_soon_threadsafe(fn, *args)
+        if not self.abandoned:  # an abandoned run's late rows and end would follow the end shutdown recorded
+            self.loop.call_soon_threadsafe(fn, *args)
 
     def _run(self, settings: RunSettings, meta: RunMeta) -> None:
         rid, events = meta.run_id, self.events
@@ -108,9 +112,10 @@ class Worker:
                            first_run=self._first, inflight=self.inflight, previewer=self.previewer)
             self._first = False
             end = RunEnd.of(meta, run.record)
-        except OSError as e:  # the disk (the final image): one line, not a traceback
+        except OSError as e:  # the disk (the final image): one line naming the file, not a traceback
             log.warning("run %s failed: %s", rid, e)
-            end = RunEnd.failed(meta, e)
+            named = f"{Path(e.filename).parent.name}/{Path(e.filename).name}: {e.strerror or e}" if e.filename else None
+            end = RunEnd(meta, "failed", error=named) if named else RunEnd.failed(meta, e)
         except Exception as e:
             log.exception("run %s failed", rid)
             end = RunEnd.failed(meta, e)
@@ -142,6 +147,12 @@ class Worker:
             pass  # _run records every failure itself; one that escapes it still ends the run
         return self.state == "idle"
 
+    def abandon(self) -> None:
+        """Shutdown's grace is over and the run is still inside a step or its final decode: nothing it does from
+        now on reaches the events (the server records its end itself), and shutdown no longer waits for it."""
+        self.abandoned = True
+        self._stop.set()
+
     def shutdown(self) -> None:
         self._stop.set()
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=not self.abandoned, cancel_futures=True)

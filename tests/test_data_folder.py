@@ -123,3 +123,78 @@ def test_hand_placed_folders_and_links_are_ignored(make_app, tmp_path):
     assert linked_csv.status_code == 404 and b"secret" not in linked_png.content and linked_png.status_code == 404
     assert empty_png.status_code == 404
     assert valid(rid) and (data / rid / "meta.json").is_file()  # starts still work
+
+
+def test_a_lone_surrogate_is_refused_at_the_door_and_survives_on_disk(make_app, tmp_path):
+    """Item 9: a start whose prompt held an unpaired surrogate failed, but its meta.json kept the prompt, and
+    every /runs page with the run answered 500 (UnicodeEncodeError) from then on. Now the start is refused in
+    one line, and a meta.json that holds one anyway (written before, or by hand) lists as valid JSON."""
+    import json
+
+    from tests.conftest import recv_until
+
+    data = tmp_path / "runs"
+    make_run(data, "20261130-120000-002", meta={"run_id": "20261130-120000-002", "status": "done",
+                                               "prompt": "\ud800\udfff\ud800 x"})
+    srv, app = make_app(data_dir=data)
+    with TestClient(app) as client:
+        with client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+            ws.send_text('{"type": "start", "steps": 2, "prompt": "\\ud800\\udfff\\ud800 x"}')
+            err = recv_until(ws, "error")["message"]
+        listed = client.get("/runs")
+    assert "lone surrogate" in err and "\n" not in err
+    assert srv.store.ids() == ["20261130-120000-002"]  # no run was made
+    assert listed.status_code == 200
+    assert json.loads(listed.content)[0]["prompt"] == "\U000103ff\ud800 x"  # the pair joined, the lone one kept
+
+
+def test_set_refuses_taesd_where_start_does(make_app, tiny):
+    """Item 12: on a model without TAE weights, `set decoder=taesd` was accepted, and every preview failed (each
+    a traceback in an embedded script's terminal); a start with it failed its run with a traceback. Both are now
+    refused in the same one line, and the run goes on."""
+    import dataclasses
+    import json
+
+    from tests.conftest import recv_until
+
+    srv, app = make_app(model=dataclasses.replace(tiny, taesd=None))
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        ws.send_text(json.dumps({"type": "start", "steps": 2, "decoder": "taesd"}))
+        refused_start = recv_until(ws, "error")["message"]
+        ws.send_text(json.dumps({"type": "start", "steps": 400, "decoder": "latent2rgb"}))
+        recv_until(ws, "step")
+        ws.send_text(json.dumps({"type": "set", "decoder": "taesd"}))
+        refused_set = recv_until(ws, "error")["message"]
+        ws.send_text(json.dumps({"type": "stop"}))
+        done = recv_until(ws, "done")
+    assert "taesd" in refused_start and refused_set == refused_start
+    assert done["status"] == "stopped"
+
+
+def test_a_disk_that_fills_at_the_final_image_names_it_and_leaves_no_empty_file(make_app, monkeypatch):
+    """Item 12: a disk that filled mid-run gave a `done` saying only "OSError: [Errno 28]", and left a 0-byte
+    final.png that was then served as 200 image/png."""
+    import errno
+    import json
+
+    from tests.conftest import recv_until
+
+    real = Path.write_bytes
+
+    def full(self: Path, data: bytes) -> int:
+        if self.name.startswith("final.png"):
+            with open(self, "wb"):  # the file is made, then the disk is full
+                pass
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data)
+
+    srv, app = make_app()
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        ws.send_text(json.dumps({"type": "start", "steps": 2, "decoder": "latent2rgb"}))
+        done = recv_until(ws, "done")
+        rid = done["run_id"]
+        image = client.get(f"/runs/{rid}/final.png")
+    assert done["status"] == "failed" and done["error"] == f"{rid}/final.png: No space left on device"
+    assert sorted(p.name for p in (srv.store.root / rid).iterdir()) == ["deliveries.csv", "meta.json", "steps.csv"]
+    assert image.status_code == 404

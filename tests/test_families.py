@@ -255,7 +255,7 @@ def test_pipelines_with_nothing_to_preview_are_refused_in_one_line(presets):
     assert refused(pixart) == ("PixArtAlphaPipeline has no step callback, no Modular denoising loop and no "
                                "scheduler with a step method: previewlab has no step to preview from")
     no_vae = FluxPipeline(**{**presets["synthetic:tiny-flux1"][0].components, "vae": None})
-    assert refused(no_vae) == ("FluxPipeline has no VAE (no vae or movq component) and does not denoise in pixel "
+    assert refused(no_vae) == ("FluxPipeline has no VAE (no vae, movq or vqvae component) and does not denoise in pixel "
                                "space: previews need one or the other")
     sound = AutoencoderOobleck(encoder_hidden_size=8, downsampling_ratios=[2, 2], decoder_channels=8,
                                decoder_input_channels=4, audio_channels=1, channel_multiples=[1, 2])

@@ -99,3 +99,34 @@ def test_previews_are_never_deflated(tmp_path):
         assert asyncio.run(offered()) is None
     finally:
         w.remove()
+
+
+def test_an_export_that_keeps_flowing_outlives_the_response_deadline(make_app, tmp_path):
+    """Item 7: a cold export of every run took about 12 s, so the 10 s response deadline aborted it. A response
+    now has to make progress within each deadline, not be whole: with a 0.5 s deadline, an export that takes
+    longer but keeps flowing arrives whole, and one whose reader stops is still aborted."""
+    from previewlab.server.http11 import connection_limits
+
+    data = tmp_path / "runs"
+    _big_runs(data, runs=12, steps=1000)
+    srv, app = make_app(data_dir=data)
+    whole = srv.store.csv_chunks
+
+    def slow(rids: Any, skip_damaged: bool = True) -> Iterator[str]:
+        for piece in whole(rids, skip_damaged):
+            time.sleep(0.1)  # the export takes well over the deadline: 12 runs of 4 pieces or more
+            yield piece
+    srv.store.csv_chunks = slow  # type: ignore[method-assign]
+    with live_server(app, sndbuf=4096, **connection_limits(srv.max_clients, response_timeout_s=0.5)) as addr:
+        t0 = time.monotonic()
+        with urllib.request.urlopen(f"http://{addr}/runs.csv", timeout=60) as r:
+            body = r.read().decode()
+        took = time.monotonic() - t0
+        stuck = _stuck(addr, "/runs.csv")
+        deadline = time.monotonic() + 20
+        while srv.exports.busy and time.monotonic() < deadline:
+            time.sleep(0.05)
+        released = srv.exports.busy == 0  # the stuck reader was aborted, its slot given back
+        stuck.close()
+    assert took > 0.5 and body.count("\n") == 1 + 12 * 1000
+    assert released

@@ -199,3 +199,53 @@ def test_a_huge_head_gets_400_and_a_slow_body_is_closed(make_app):
                     break
                 answer += chunk
             assert answer.startswith(b"HTTP/1.1 405") and closed
+
+
+@pytest.mark.slow
+def test_sigterm_does_not_wait_for_the_step_past_its_grace(tmp_path):
+    """Issue 33, item 11: SIGTERM waited for the run's step and final decode (192 s at 768x768 on a CPU), past
+    any supervisor's kill timeout. With --shutdown-grace 0 the run is recorded `interrupted` at once with the
+    rows it has, and the process exits without waiting for the step."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen([sys.executable, "-m", "previewlab", "serve", "--model", "synthetic:tiny", "--port", str(port),
+                          "--data-dir", str(tmp_path), "--shutdown-grace", "0"], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+
+    async def run_then_term() -> str:
+        async with websockets.connect(f"ws://127.0.0.1:{port}/ws") as ws:
+            await ws.send(json.dumps({"type": "start", "steps": 1000, "width": 256, "height": 256}))
+            rid, rows = "", 0
+            while rows < 3:
+                msg = await ws.recv()
+                if isinstance(msg, str):
+                    m = json.loads(msg)
+                    rid = m["run_id"] if m["type"] == "run" else rid
+                    rows += m["type"] == "step"
+            p.send_signal(signal.SIGTERM)
+            return rid
+
+    try:
+        wait_until(lambda: _answers(port), 120, "the server to start")
+        rid = asyncio.run(run_then_term())
+        rc = p.wait(60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    out = p.stdout.read() if p.stdout else ""
+    meta = json.loads((tmp_path / rid / "meta.json").read_text())
+    steps = (tmp_path / rid / "steps.csv").read_text().splitlines()
+    assert rc in (0, -signal.SIGTERM) and "Traceback" not in out, out  # uvicorn raises the signal again at its end
+    assert meta["status"] == "interrupted" and "--shutdown-grace" in meta["error"], meta
+    assert len(steps) >= 1 + 3 and not (tmp_path / rid / "final.png").exists()
+    assert f"shutdown: run {rid} recorded interrupted after 0 s" in out
+
+
+def _answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/runs", timeout=1):
+            return True
+    except OSError:
+        return False

@@ -340,8 +340,8 @@ class LatentSpace:
 
 
 def vae_of(pipe: Any) -> Any:
-    """The pipeline's image decoder: its `vae`, or Kandinsky's `movq`; None when it has neither."""
-    return getattr(pipe, "vae", None) or getattr(pipe, "movq", None)
+    """The pipeline's image decoder: its `vae`, Kandinsky's `movq` or LDM's `vqvae`; None when it has none."""
+    return getattr(pipe, "vae", None) or getattr(pipe, "movq", None) or getattr(pipe, "vqvae", None)
 
 
 def vae_scale_factor(pipe: Any) -> int:

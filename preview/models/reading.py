@@ -111,7 +111,7 @@ def refusal(pipe: Any) -> str | None:
         what = f"its VAE has {sound[0]}" if sound else "it has a vocoder and no video"
         return f"{name} makes audio ({what}): previewlab previews images, and audio has none to show"
     if vae is None and not _pixel(pipe):
-        return (f"{name} has no VAE (no vae or movq component) and does not denoise in pixel space: previews "
+        return (f"{name} has no VAE (no vae, movq or vqvae component) and does not denoise in pixel space: previews "
                 "need one or the other")
     _, _, odd = _unpack_of(pipe)
     if odd is not None:
