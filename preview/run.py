@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .frames import Frame
     from .models import Model
 
-Status = Literal["done", "stopped", "failed"]
+Status = Literal["done", "stopped", "failed", "interrupted"]  # interrupted: the server ended before the run did
 
 
 @dataclass(frozen=True)

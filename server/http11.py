@@ -55,7 +55,7 @@ class HeadLimitedConnection(h11.Connection):
         self.refusal: str | None = None  # the one line the 400 says, when this connection refused a head
         self.sent_bytes = 0  # every byte of every response handed to the transport
 
-    def send(self, event: Any) -> bytes | None:
+    def send(self, event: Any) -> Any:  # type: ignore[override]  # h11's overloads, one body: it only counts
         out = super().send(event)
         self.sent_bytes += len(out or b"")
         return out

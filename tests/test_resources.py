@@ -95,6 +95,7 @@ def test_previews_are_never_deflated(tmp_path):
         async def offered() -> Any:
             async with websockets.connect(page.url.replace("http", "ws") + "ws", compression="deflate") as ws:
                 await ws.recv()  # hello
+                assert ws.response is not None
                 return ws.response.headers.get("Sec-WebSocket-Extensions")
         assert asyncio.run(offered()) is None
     finally:

@@ -230,7 +230,7 @@ def test_the_scheduler_source_counts_the_tail_img2img_runs(tinies):
     from diffusers import IFImg2ImgPipeline
 
     t = tiny_of(tinies, "if")
-    pipe = IFImg2ImgPipeline(**t.pipe.components)
+    pipe: Any = IFImg2ImgPipeline(**t.pipe.components)
     pipe.set_progress_bar_config(disable=True)
     image = torch.rand(1, 3, t.height, t.width, generator=torch.Generator().manual_seed(1)) * 2 - 1
 
