@@ -198,3 +198,28 @@ def test_a_disk_that_fills_at_the_final_image_names_it_and_leaves_no_empty_file(
     assert done["status"] == "failed" and done["error"] == f"{rid}/final.png: No space left on device"
     assert sorted(p.name for p in (srv.store.root / rid).iterdir()) == ["deliveries.csv", "meta.json", "steps.csv"]
     assert image.status_code == 404
+
+
+def test_a_huge_hand_placed_csv_is_read_no_further_than_a_run_can_be(tmp_path):
+    """Item 10: a 53 MB steps.csv pushed the server's peak memory to 1.2 GB: every row was read. Now reading
+    stops past the most rows a run previewlab wrote can have, and the run is listed as damaged."""
+    import csv
+    import io
+
+    from previewlab.preview.records import STEP_COLUMNS
+    from previewlab.server.store import MAX_STEP_ROWS, Damaged
+
+    rid = "20261130-120000-002"
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(STEP_COLUMNS)
+    for step in range(1, MAX_STEP_ROWS + 50):
+        w.writerow([rid if c == "run_id" else step if c == "step" else "" for c in STEP_COLUMNS])
+    make_run(tmp_path, GOOD)
+    make_run(tmp_path, rid, steps=buf.getvalue())
+    store = Store(tmp_path)
+    with pytest.raises(Damaged, match=f"over {MAX_STEP_ROWS} rows"):
+        store.rows(rid)
+    exported = store.csv(store.ids())
+    assert exported.count("\n") == 1 + 2 and rid not in exported  # the good run alone
+    store.close()
