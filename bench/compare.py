@@ -1,20 +1,22 @@
 """previewlab compare A B: two sweeps side by side; exits 1 when a figure got worse past a threshold.
 
-Like with like: two sweeps compare only when they ran the same model, steps, size, frames and device (otherwise
-"not comparable", naming the difference, exit 2). Per configuration, each side's median and its interval
+Like with like: two sweeps compare only when they ran the same model, steps, size, frames and device, and when
+their no-preview baselines agree within their spread (otherwise "not comparable", naming the difference, exit
+2). Each side's noise line comes first, as its own summary says it. Per configuration, each side's median and its interval
 (noise.py). An overhead is compared in percentage points (B - A), a time or a byte count as a ratio B/A. A
 difference that lies inside either side's interval is "within noise", never worse.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from previewlab.bench.noise import Estimate, estimate, pair_overheads
-from previewlab.bench.report import read
+from previewlab.bench.noise import Estimate, baseline_noise, estimate, pair_overheads, spread_pct
+from previewlab.bench.report import NotASweep, read
 from previewlab.bench.summary import steady
 
 
@@ -63,6 +65,27 @@ def differences(a: list[dict[str, str]], b: list[dict[str, str]]) -> list[str]:
         if va != vb:
             out.append(f"{words} {va} vs {vb}")
     return out
+
+
+APART = 1.5  # baselines whose medians differ by this factor, and by more than SPREADS of their spread, ran apart
+SPREADS = 3
+
+
+def baselines_apart(a: list[dict[str, str]], b: list[dict[str, str]]) -> list[str]:
+    """Two sweeps of the same work whose no-preview baselines differ far beyond their spread (0.33 s against
+    3.24 s) did not run on like machines or like loads: every figure between them would mislead."""
+    def walls(runs: list[dict[str, str]]) -> list[float]:
+        return [float(r["wall_s"]) for r in steady(runs) if r.get("role") == "baseline"]
+    wa, wb = walls(a), walls(b)
+    if not wa or not wb:
+        return []
+    ma, mb = statistics.median(wa), statistics.median(wb)
+    lo, hi = sorted((ma, mb))
+    spread = max(spread_pct(wa) if len(wa) > 1 else 0.0, spread_pct(wb) if len(wb) > 1 else 0.0)
+    if lo <= 0 or hi / lo < APART or 100 * (hi / lo - 1) <= SPREADS * spread:
+        return []
+    return [f"the no-preview baselines differ x{hi / lo:.1f} (A {ma:.3g} s, B {mb:.3g} s), far beyond their spread "
+            f"({spread:.1f} %): the machines or their load differ; run both on one quiet machine"]
 
 
 @dataclass(frozen=True)
@@ -123,11 +146,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--threshold", type=float, default=5.0,
                    help="how much worse counts: percentage points for overhead_pct, percent otherwise")
     args = p.parse_args(argv)
-    (ra, _), (rb, _) = read(args.a), read(args.b)
-    diff = differences(ra, rb)
+    try:
+        (ra, _), (rb, _) = read(args.a), read(args.b)
+    except NotASweep as e:
+        print(f"previewlab compare: {e}", file=sys.stderr)
+        return 2
+    diff = differences(ra, rb) or baselines_apart(ra, rb)
     if diff:
         print(f"previewlab compare: not comparable: {'; '.join(diff)}", file=sys.stderr)
         return 2
+    for side, runs in (("A", ra), ("B", rb)):  # each side's noise, as its own summary says it
+        noise = baseline_noise(runs)
+        print(f"{side} {noise.line() if noise is not None else 'noise: unknown (fewer than two no-preview baselines)'}")
     fig = FIGURES[args.figure]
     rows = compare(per_config(ra, args.figure), per_config(rb, args.figure), args.figure, args.threshold)
     if not rows:

@@ -20,11 +20,16 @@ from previewlab.bench.summary import overhead_of, steady, summarize
 PREVIEW_PARTS = ("decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "browser_ms")
 
 
+class NotASweep(ValueError):
+    """A folder that holds no sweep; str() is the line to print after the command's own name."""
+
+
 def read(folder: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """runs.csv and steps.csv of a sweep folder. Raises NotASweep."""
     def load(name: str) -> list[dict[str, str]]:
         p = folder / name
         if not p.is_file():
-            raise SystemExit(f"previewlab report: {p} not found; give a folder written by previewlab bench --out")
+            raise NotASweep(f"{p} not found; give a folder written by previewlab bench --out")
         with open(p, newline="") as f:
             return [r for r in csv.DictReader(f) if None not in r.values()]
     return load("runs.csv"), load("steps.csv")
@@ -218,7 +223,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="previewlab report", description=__doc__)
     p.add_argument("dir", type=Path, help="a folder written by previewlab bench --out")
     args = p.parse_args(argv)
-    runs, steps = read(args.dir)
+    try:
+        runs, steps = read(args.dir)
+    except NotASweep as e:
+        print(f"previewlab report: {e}", file=sys.stderr)
+        return 2
     if not runs:
         print(f"previewlab report: {args.dir}/runs.csv has no runs", file=sys.stderr)
         return 2

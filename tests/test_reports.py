@@ -135,11 +135,14 @@ def test_the_noise_plot_greys_what_is_within_noise():
 def test_compare_of_identical_sweeps_is_within_noise_in_every_row(sweep):
     same = previewlab("compare", str(sweep), str(sweep))
     assert same.returncode == 0, same.stdout + same.stderr
-    rows = same.stdout.splitlines()[2:]
+    lines = same.stdout.splitlines()
+    # each side's noise line first, as its own summary says it (issue 34, item 6)
+    assert lines[0].startswith("A ") and lines[1].startswith("B ") and "no-preview baselines spread" in lines[0]
+    rows = lines[4:]
     assert len(rows) == 8 and all(r.endswith("within noise") for r in rows), same.stdout
     # like with like: an overhead is compared in points, never as a ratio of two percentages
-    assert same.stdout.startswith("overhead against the no-preview baseline beside each run, %")
-    assert "B - A" in same.stdout.splitlines()[1] and "+0.0 points" in rows[0]
+    assert lines[2].startswith("overhead against the no-preview baseline beside each run, %")
+    assert "B - A" in lines[3] and "+0.0 points" in rows[0]
     counts = previewlab("compare", str(sweep), str(sweep), "--figure", "bytes")
     assert counts.returncode == 0 and "preview bytes sent in a run, bytes" in counts.stdout
     vae = next(r for r in counts.stdout.splitlines() if r.startswith("vae/every1/sync"))
@@ -160,6 +163,30 @@ def test_compare_refuses_sweeps_of_different_work(sweep, tmp_path):
     p = previewlab("compare", str(sweep), str(other))
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip() == "previewlab compare: not comparable: steps 4 vs 8; size 64x64 vs 128x64"
+
+
+def test_compare_refuses_baselines_far_apart_and_bad_folders_under_its_own_name(sweep, tmp_path):
+    """Issue 34, item 6: two sweeps whose baselines differed tenfold (0.33 s against 3.24 s, both noisy) were
+    compared, a configuration called WORSE and the exit status 1; a missing folder exited 1 as `previewlab
+    report`."""
+    slow = tmp_path / "slow"
+    shutil.copytree(sweep, slow)
+    with open(slow / "runs.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["wall_s"] = str(float(r["wall_s"]) * 10)  # the same work on a machine ten times slower
+    with open(slow / "runs.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    apart = previewlab("compare", str(sweep), str(slow))
+    assert apart.returncode == 2 and apart.stdout == ""
+    assert apart.stderr.startswith("previewlab compare: not comparable: the no-preview baselines differ x10.0")
+    for cmd, args in (("compare", [str(tmp_path / "nope"), str(sweep)]), ("report", [str(tmp_path / "nope")])):
+        p = previewlab(cmd, *args)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"previewlab {cmd}: "), p.stderr
+        assert "runs.csv not found" in lines[0]
 
 
 def test_compare_calls_a_difference_inside_an_interval_noise_never_worse():
