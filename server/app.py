@@ -8,7 +8,6 @@ import importlib.resources
 import json
 import logging
 import re
-import stat
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -398,14 +397,7 @@ def build_app(server: Server) -> ASGIApp:
         rid = request.path_params["rid"]
 
         def find() -> tuple[bool, Path | None]:  # (a run of that id, its image if it has one)
-            if not server.store.known(rid):
-                return False, None
-            path = server.store.final_image_path(rid)
-            try:
-                st = path.lstat()  # a link is not the run's image, nor is an empty file (a disk that filled)
-            except OSError:
-                return True, None
-            return True, path if stat.S_ISREG(st.st_mode) and st.st_size > 0 else None
+            return server.store.known(rid), server.store.final_image(rid)
         known, image = await server.disk.run(find)
         if not known:
             return PlainTextResponse(f"unknown run id {protocol.short(rid)}", status_code=404)

@@ -12,7 +12,6 @@ import ipaddress
 import logging
 import time
 from dataclasses import dataclass
-from http.cookies import SimpleCookie
 from typing import Any, Iterable
 from urllib.parse import parse_qs, urlsplit
 
@@ -78,6 +77,16 @@ def cookie_name(scope: Scope) -> str:
     return f"{COOKIE}_{server[1]}" if isinstance(server[1], int) else COOKIE
 
 
+def cookie_value(header: str, name: str) -> str:
+    """The value of cookie `name` in a Cookie header ("" if absent), read pair by pair: another app on the same
+    host can set cookies that SimpleCookie cannot parse (a space, a quote, JSON), and it stops at the first."""
+    for pair in header.split(";"):
+        key, sep, value = pair.strip().partition("=")
+        if sep and key == name:
+            return value.strip()
+    return ""
+
+
 def _data(path: str) -> bool:
     """The routes that read runs: the list, the exports, a run's image, the metrics."""
     return path == "/runs" or path.startswith("/runs.") or path.startswith("/runs/") or path == "/metrics"
@@ -125,13 +134,7 @@ class Guard:
             return True
         given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
         if not given and "cookie" in headers:
-            c = SimpleCookie()
-            try:
-                c.load(headers["cookie"])
-            except Exception:
-                return False
-            name = cookie_name(scope)
-            given = c[name].value if name in c else ""
+            given = cookie_value(headers["cookie"], cookie_name(scope))
         # compare_digest takes str only when both are ASCII (a TypeError otherwise): compare UTF-8 bytes
         return bool(given) and hmac.compare_digest(given.encode("utf-8", "replace"),
                                                    self.token.encode("utf-8", "replace"))

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Type, Union
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
-from .limits import FRAME_BURST, FRAME_PER_S, MAX_REQUESTS_PER_CONNECTION
+from .limits import FRAME_BURST, FRAME_PER_S, MAX_CONNECTIONS_PER_ADDRESS, MAX_REQUESTS_PER_CONNECTION
 from .transports import reset
 from .ws_limits import with_frame_budget
 
@@ -78,6 +78,9 @@ class BoundedH11(H11Protocol):
     _deadline: asyncio.TimerHandle | None = None
     _timed: RequestResponseCycle | None = None  # the request whose response the deadline runs for
     _taken_mark = 0  # what the peer had taken when the response deadline was last armed
+    max_per_address = MAX_CONNECTIONS_PER_ADDRESS
+    _open: Counter[str] = Counter()  # HTTP connections open per client address, in this process
+    _address: str | None = None      # this connection's, while it counts
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -85,12 +88,29 @@ class BoundedH11(H11Protocol):
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        host = str((self.client or ("",))[0])
+        if self._open[host] >= self.max_per_address:
+            log.info("closed a connection from %s: %d HTTP connections from that address are open already",
+                     host, self._open[host])
+            reset(transport)
+            return
+        self._open[host] += 1
+        self._address = host
         self._arm(self.head_timeout_s, self._head_expired)
+
+    def _leave(self) -> None:
+        """This connection no longer counts against its address (closed, or upgraded to a WebSocket)."""
+        host, self._address = self._address, None
+        if host is not None:
+            self._open[host] -= 1
+            if self._open[host] <= 0:
+                del self._open[host]
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if self.transport.get_protocol() is not self:
             self._disarm()  # the connection is now a WebSocket
+            self._leave()
         else:
             self._time_response()
 
@@ -104,6 +124,7 @@ class BoundedH11(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._leave()
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:

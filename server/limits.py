@@ -21,6 +21,9 @@ FRAME_BURST, FRAME_PER_S = 1000, 500.0  # WebSocket frames of every kind (pings,
                                         # sends a few messages and an ack per painted frame (60/s at 60 Hz)
 MAX_FRAGMENTS = 64               # frames one WebSocket message may come in (browsers send one), then 1008
 MAX_REQUESTS_PER_CONNECTION = 100  # HTTP requests one connection is answered (the page makes a handful), then closed
+# HTTP connections one address may hold open at once (a WebSocket leaves the count once upgraded): idle sockets
+# from one address filled uvicorn's limit_concurrency and every request, the token holder's included, got 503
+MAX_CONNECTIONS_PER_ADDRESS = 32
 MAX_ERROR_CHARS = 300            # an `error` message never echoes more than this
 MAX_EVENT_CHARS = 1000           # a step's `event` cell: far under the csv module's 128 KiB field limit
 

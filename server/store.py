@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -54,6 +55,7 @@ WHOLE = ("done", "stopped", "interrupted")  # runs retention counts: their rows 
 # a run has a row per step (the server allows 1000, a script's call rarely more) and a delivery per frame and
 # watcher: files beyond these were not written by previewlab, and are read no further than this
 MAX_STEP_ROWS, MAX_DELIVERY_ROWS = 20_000, 200_000
+MAX_IMAGE_BYTES = 1 << 30      # a run's final image read back (an img2img start's input)
 EXPORT_CHUNK = 64 << 10         # characters per piece of a streamed export
 EXPORT_CACHE_CHARS = 16 << 20   # runs' CSV texts kept between exports, newest use last
 TMP_PREFIX = ".new-"  # a run folder being made; never matches RUN_ID, so no listing sees it
@@ -357,6 +359,23 @@ class Store:
     def final_image_path(self, rid: str) -> Path:
         return self.root / rid / "final.png"
 
+    def final_image(self, rid: str) -> Path | None:
+        """The run's final image when it has one: a regular file, not a link (never followed out of the data
+        folder) and not empty (a disk that filled)."""
+        if not self.known(rid):
+            return None
+        path = self.final_image_path(rid)
+        try:
+            st = path.lstat()
+        except OSError:
+            return None
+        return path if stat.S_ISREG(st.st_mode) and st.st_size > 0 else None
+
+    def read_final_image(self, rid: str) -> bytes:
+        """Its bytes, opened without following a link (a link put there after final_image() looked)."""
+        with _open_own(self.final_image_path(rid), "rb") as f:
+            return bytes(f.read(MAX_IMAGE_BYTES))
+
     def open_runs(self) -> set[str]:
         return set(self._steps)
 
@@ -405,6 +424,21 @@ class Store:
                 return status  # it may still end: read it again next time
             self._status[rid] = status
         return self._status[rid]
+
+
+MAX_LINE_CHARS = 256 << 10  # a row previewlab writes is under 2 KB; its longest cell (an event) a few hundred
+
+
+def _lines(f: Any, path: Path) -> Iterator[str]:
+    """A CSV file's lines, none longer than MAX_LINE_CHARS: the csv module builds a whole row before any check,
+    so a hand-placed line of 53 MB of commas would take gigabytes. Raises Damaged."""
+    while True:
+        line = f.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_CHARS:
+            raise Damaged(path, f"a line over {MAX_LINE_CHARS} characters: not a file previewlab wrote")
+        yield line
 
 
 def export_header() -> str:
@@ -463,7 +497,7 @@ def _read(path: Path, columns: tuple[str, ...], limit: int) -> list[dict[str, An
     reader = None
     try:
         with _open_own(path, "r", newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
+            reader = csv.DictReader(_lines(f, path))
             header = reader.fieldnames
             if header is None:
                 return []  # an empty file: the run ended before its first row

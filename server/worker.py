@@ -7,6 +7,7 @@ handed over with call_soon_threadsafe; that thread never waits for the loop.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import threading
 from pathlib import Path
@@ -65,7 +66,7 @@ class Worker:
         if self.state != "idle":
             raise Busy(f"a generation is already running ({self.run_id}); stop it or wait for it to finish")
         if settings.init is not None:
-            if not (self.store.known(settings.init) and self.store.final_image_path(settings.init).is_file()):
+            if self.store.final_image(settings.init) is None:
                 raise TaskError(f"init={settings.init}: no past run with that id has a final image; pick one from "
                                 "the run list")
             img2img_pipe(self.model)  # made once, sharing the loaded components; refuses a model without one
@@ -111,6 +112,8 @@ class Worker:
                            should_stop=self._stop.is_set, image_path=self.store.final_image_path(rid),
                            first_run=self._first, inflight=self.inflight, previewer=self.previewer)
             self._first = False
+            if self.abandoned:  # shutdown recorded the run interrupted, without its image: keep disk and record one
+                self.store.final_image_path(rid).unlink(missing_ok=True)
             end = RunEnd.of(meta, run.record)
         except OSError as e:  # the disk (the final image): one line naming the file, not a traceback
             log.warning("run %s failed: %s", rid, e)
@@ -127,7 +130,7 @@ class Worker:
         height or width): the run's size, its rows and the work limit would not agree otherwise."""
         from PIL import Image
 
-        with Image.open(self.store.final_image_path(rid)) as im:
+        with Image.open(io.BytesIO(self.store.read_final_image(rid))) as im:
             rgb = im.convert("RGB")
         return rgb if rgb.size == (width, height) else rgb.resize((width, height), Image.Resampling.LANCZOS)
 

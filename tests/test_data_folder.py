@@ -223,3 +223,36 @@ def test_a_huge_hand_placed_csv_is_read_no_further_than_a_run_can_be(tmp_path):
     exported = store.csv(store.ids())
     assert exported.count("\n") == 1 + 2 and rid not in exported  # the good run alone
     store.close()
+
+
+def test_a_one_line_csv_is_read_no_further_than_a_line_can_be(tmp_path):
+    """Found by this round's own probe: a steps.csv of one 53 MB line of commas took gigabytes (the csv module
+    builds the whole row before any check) and the run's export was silently empty."""
+    from previewlab.server.store import MAX_LINE_CHARS, Damaged
+
+    rid = "20261130-120000-002"
+    make_run(tmp_path, rid, steps="run_id,step\n1" + "," * (4 * MAX_LINE_CHARS) + "\n")
+    store = Store(tmp_path)
+    with pytest.raises(Damaged, match=f"a line over {MAX_LINE_CHARS} characters"):
+        store.rows(rid)
+    assert store.runs()[0]["damaged"].startswith(f"{rid}/steps.csv: a line over")
+    store.close()
+
+
+def test_an_init_image_is_never_read_through_a_link(make_app, tmp_path):
+    """Found by this round's own probe: a start naming as `init` a run whose final.png is a link opened the
+    file outside the data folder (the image route already answered 404)."""
+    import json
+
+    from tests.conftest import recv_until
+
+    data, outside = tmp_path / "runs", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.png").write_bytes(b"\x89PNG not the run's")
+    run = make_run(data, "20261130-120000-002")
+    os.symlink(outside / "secret.png", run / "final.png")
+    srv, app = make_app(data_dir=data)
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        ws.send_text(json.dumps({"type": "start", "steps": 2, "init": "20261130-120000-002", "strength": 0.5}))
+        err = recv_until(ws, "error")["message"]
+    assert err.startswith("init=20261130-120000-002: no past run with that id has a final image")

@@ -2,6 +2,8 @@
 token's cookie belongs to its server's port, and another site's page cannot make the browser read the runs."""
 from __future__ import annotations
 
+import select
+import time
 import urllib.error
 import urllib.request
 
@@ -85,3 +87,45 @@ def test_another_sites_page_cannot_make_the_browser_read_the_runs(make_app):
         assert client.get("/runs", headers={"origin": "http://testserver", "sec-fetch-site": "same-origin"}).status_code == 200
         assert client.get("/runs.csv").status_code == 200  # a tool (curl) sends neither
         assert client.get("/", headers={"sec-fetch-site": "cross-site"}).status_code == 200  # a link to the page
+
+
+def test_another_apps_cookies_never_hide_the_token(make_app):
+    """Found by this round's own probe: any app on the same host can set cookies the standard parser stops at
+    (a space, JSON, an open quote); the user's own token cookie after them was not read, and every request
+    was 403."""
+    srv, app = make_app(access=Access(hosts=("testserver",), token="token-of-8123"))
+    with TestClient(app, base_url="http://testserver:8123") as client:
+        for junk in ('x=a b', 'ajs_user={"id":1, "n":2}', 'q="open', 'h=\u00e9t\u00e9'):
+            header = f"{junk}; previewlab_token_8123=token-of-8123"
+            r = client.get("/runs", headers=[(b"cookie", header.encode("utf-8"))])
+            assert r.status_code == 200, junk
+        assert client.get("/runs", headers={"cookie": "x=a b; previewlab_token_8123=wrong-token"}).status_code == 403
+
+
+def test_one_address_cannot_hold_every_connection(make_app):
+    """Found by this round's own probe: 100 idle sockets from one address filled uvicorn's connection limit, and
+    every request (the token holder's too, from another address) got 503 for as long as they were reopened.
+    Now one address holds at most MAX_CONNECTIONS_PER_ADDRESS; others are still answered."""
+    import socket
+
+    from previewlab.server.http11 import connection_limits
+    from previewlab.server.limits import MAX_CONNECTIONS_PER_ADDRESS
+    from tests.conftest import live_server
+
+    srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
+    with live_server(app, **connection_limits(srv.max_clients)) as addr:
+        host, port = addr.rsplit(":", 1)
+        idle = []
+        for _ in range(100):  # the default limit is max_clients + 64 = 96
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.connect((host, int(port)))
+            idle.append(s)
+        try:
+            assert _get(f"http://{addr}/runs") == 200  # from 127.0.0.1
+            time.sleep(0.5)
+            readable, _, _ = select.select(idle, [], [], 1.0)  # closed or reset: a read would not block
+            assert len(readable) == 100 - MAX_CONNECTIONS_PER_ADDRESS  # the rest stay open, as any client's
+        finally:
+            for s in idle:
+                s.close()

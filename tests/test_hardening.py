@@ -95,7 +95,7 @@ def test_a_corrupt_data_folder_starts_lists_the_rest_and_exports_the_rest(make_a
     assert all_csv.status_code == 200 and "LEAKED" not in all_csv.text
     assert [r["run_id"] for r in csv.DictReader(io.StringIO(all_csv.text))] == [GOOD, GOOD]
     assert good.status_code == 200
-    assert bad.status_code == 500 and "steps.csv" in bad.text and "field larger than field limit" in bad.text
+    assert bad.status_code == 500 and "steps.csv" in bad.text and "a line over 262144 characters" in bad.text
     assert "steps.csv" in runs_after["20261130-120000-005"]["damaged"]
     for rid in ("20261130-120000-002", "20261130-120000-003", "20261130-120000-004"):
         assert sum(f"{rid}/meta.json" in r.getMessage() for r in caplog.records) == 1, rid

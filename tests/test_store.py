@@ -71,7 +71,7 @@ def test_a_bad_cell_torn_header_or_foreign_bytes_skip_only_that_run(tmp_path, ca
         assert sum(f"{rid}/steps.csv" in r.getMessage() for r in caplog.records) == 1, rid
     listed = {r["run_id"]: r for r in store.runs()}
     assert listed["20261130-120000-002"]["status"] == "done"  # its meta is fine: the CSV is what is damaged
-    assert "field larger than field limit" in listed["20261130-120000-002"]["damaged"]
+    assert "a line over 262144 characters" in listed["20261130-120000-002"]["damaged"]  # read no further
     assert "torn" in listed["20261130-120000-003"]["damaged"]
     assert "damaged" not in listed[GOOD]
 
