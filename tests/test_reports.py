@@ -5,6 +5,7 @@ import csv
 import json
 import shutil
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -149,17 +150,22 @@ def test_compare_of_identical_sweeps_is_within_noise_in_every_row(sweep):
     assert "." not in vae.split("x1.000")[0] and "x1.000" in vae  # a count is an integer; a ratio B/A
 
 
-def test_compare_refuses_sweeps_of_different_work(sweep, tmp_path):
-    other = tmp_path / "other"
-    shutil.copytree(sweep, other)
-    with open(other / "runs.csv", newline="") as f:
+def edited(sweep: Path, dest: Path, edit: Callable[[dict[str, str]], None]) -> Path:
+    """A copy of the sweep folder whose runs.csv rows went through edit()."""
+    shutil.copytree(sweep, dest)
+    with open(dest / "runs.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     for r in rows:
-        r["steps"], r["width"] = "8", "128"
-    with open(other / "runs.csv", "w", newline="") as f:
+        edit(r)
+    with open(dest / "runs.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    return dest
+
+
+def test_compare_refuses_sweeps_of_different_work(sweep, tmp_path):
+    other = edited(sweep, tmp_path / "other", lambda r: r.update(steps="8", width="128"))
     p = previewlab("compare", str(sweep), str(other))
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip() == "previewlab compare: not comparable: steps 4 vs 8; size 64x64 vs 128x64"
@@ -169,19 +175,11 @@ def test_compare_refuses_baselines_far_apart_and_bad_folders_under_its_own_name(
     """Issue 34, item 6: two sweeps whose baselines differed tenfold (0.33 s against 3.24 s, both noisy) were
     compared, a configuration called WORSE and the exit status 1; a missing folder exited 1 as `previewlab
     report`."""
-    slow = tmp_path / "slow"
-    shutil.copytree(sweep, slow)
-    with open(slow / "runs.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        r["wall_s"] = str(float(r["wall_s"]) * 10)  # the same work on a machine ten times slower
-    with open(slow / "runs.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    # the same work on a machine a hundred times slower: far past any spread a loaded machine gives a sweep
+    slow = edited(sweep, tmp_path / "slow", lambda r: r.update(wall_s=str(float(r["wall_s"]) * 100)))
     apart = previewlab("compare", str(sweep), str(slow))
     assert apart.returncode == 2 and apart.stdout == ""
-    assert apart.stderr.startswith("previewlab compare: not comparable: the no-preview baselines differ x10.0")
+    assert apart.stderr.startswith("previewlab compare: not comparable: the no-preview baselines differ x100.0")
     for cmd, args in (("compare", [str(tmp_path / "nope"), str(sweep)]), ("report", [str(tmp_path / "nope")])):
         p = previewlab(cmd, *args)
         lines = p.stderr.strip().splitlines()
