@@ -72,6 +72,7 @@ class StepRow:
     decode_at: str = ""        # where the decoder stopped, as set at this step: preview | full | half_latents
     decode_width: int = 0      # px of one image (one frame) as the decoder made it, before the grid and the resize;
     decode_height: int = 0     # preview_width/height are what was sent. 0: no decode ran
+    mem_mb: float = 0.0        # the preview's peak memory over the level before it, MiB (memory.py; 0: no preview)
     send_ms: float | None = None
     ack_rtt_ms: float | None = None
     client_decode_ms: float | None = None
@@ -161,6 +162,13 @@ class RunRecord:
     frames: str = "first"  # a clip's preview frames at the start of the run (first | middle | all | N)
     frames_sent: int = 0  # frames in all the previews sent (a clip preview sends several in one message)
     decode_at: str = "preview"  # where the preview decoder stopped at the start of the run (each row says its own)
+    peak_mem_mb: float = 0.0  # the run's peak memory, MiB: the device allocator's peak, or on a CPU the peak RSS
+    mem_source: str = ""      # what peak_mem_mb and the rows' mem_mb read: cuda | xpu | mps | rss | "" (none)
+    busy_pct: float | None = None  # the device busy during the denoising, %: NVML on NVIDIA, CPU time on a CPU
+    busy_source: str = ""     # nvml | cpu | "" (not read)
+    timing: str = "host"      # how stages are timed: host (CPU clock) | events (device events) | waits (no events)
+    scheduler: str = ""       # the scheduler class that ran
+    vae: str = ""             # the full-VAE preview's memory mode: "" | tiling | slicing | tiling+slicing
 
     @property
     def preview_ms(self) -> float:
