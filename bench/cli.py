@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable, NoReturn, Sequence, TypeVar
 
 from previewlab.bench.noise import NOISE_LIMIT_PCT
-from previewlab.preview.models import SYNTHETIC
+from previewlab.preview.models import SYNTHETIC, device_arg
 from previewlab.preview.names import (DECODE_ATS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, FrameChoice, N, check,
                                      check_frames)
 from previewlab.preview.settings import (MAX_BATCH, MAX_EVERY, MAX_NUM_FRAMES, MAX_SIDE, MAX_STEPS, MIN_SIDE,
@@ -148,7 +148,8 @@ def parser() -> Parser:
     p.add_argument("--prompt", default=RunSettings.prompt)
     p.add_argument("--repeats", type=repeats_value, default=3, help="measured pairs per configuration")
     p.add_argument("--warmup", type=warmup_value, default=1, help="warm-up rounds (kept in runs.csv, out of statistics)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", type=device_arg, default="auto",
+                   help="auto (CUDA when torch sees one, else cpu), cpu, or cuda, mps, xpu where torch sees them")
     p.add_argument("--dtype", type=listof(str, ["float32", "float16", "bfloat16"]), default=("float32",),
                    help="comma-separated: float32, float16, bfloat16 (one model load each)")
     p.add_argument("--offload", type=listof(str, ["none", "model", "sequential"]), default=("none",),

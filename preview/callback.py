@@ -341,7 +341,7 @@ class Watch(PipelineCallback):
         meta = c.meta
         status = "done" if len(meter.rows) >= meta.steps else "stopped"
         rec = run_record(self.model, meter.run_id, meter.rows, meta, phases, status=status,
-                         preview=meta.preview, inflight_peak=peak, cuda=sw.cuda)
+                         preview=meta.preview, inflight_peak=peak, cuda=sw.cuda, timing=sw.timing)
         self.records.append(rec)
         if self.events:
             self.events.ended(RunEnd.of(meta, rec))

@@ -20,7 +20,7 @@ from .frames import Frame, grid, preview_size, tile, to_uint8_hwc
 from .meter import StepMeter
 from . import modular_run
 from .previewer import Previewer
-from .models import Model
+from .models import Model, device_name
 from .records import PREVIEW_STAGES, RunRecord, StepRow, on_path_ms
 from .run import Asked, RunMeta
 from .settings import PreviewSettings, RunSettings
@@ -44,7 +44,7 @@ def _env(model: Model) -> dict[str, Any]:
     import diffusers
 
     dev = model.device
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    name = device_name(dev)
     return dict(model=model.name, synthetic=int(model.synthetic), model_note=model.note, family=model.space.name,
                 space=model.space.describe(), device=dev.type, device_name=name,
                 dtype=str(model.dtype).removeprefix("torch."), threads=torch.get_num_threads(),
@@ -81,13 +81,14 @@ class _Direct:
 def run_record(model: Model, run_id: str, rows: list[StepRow], asked: Asked | RunMeta, phases: Phases, *,
                status: str, preview: PreviewSettings | None, encoder: str | None = None, first_run: bool = False,
                inflight_peak: int = 0, compiled: bool = False, compile_ms: float = 0.0,
-               cuda: bool | None = None) -> RunRecord:
+               cuda: bool | None = None, timing: str = "host") -> RunRecord:
     """A run's record from what it was asked, its preview settings at the start (None: a direct call), its
     phases and its rows: stage totals from the rows, and other_ms = wall time minus everything measured on the
     denoising path (phases, denoise, the preview stages that ran on it, the final drain). encoder: the one
-    that really ran, when it is not the one asked for."""
+    that really ran, when it is not the one asked for. cuda: the stages ran on an asynchronous device (any
+    accelerator); timing: how the stopwatch timed them (host | events | waits; a direct call's wall: host)."""
     totals: dict[str, Any] = {k: sum(getattr(r, k) for r in rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
-    cuda = model.device.type == "cuda" if cuda is None else cuda  # the stopwatch's device (tests: a fake one)
+    cuda = model.device.type != "cpu" if cuda is None else cuda  # the stopwatch's device (tests: a fake one)
     for r in rows:  # rows from the meter carry it already; the same definition either way
         r.on_path_ms = on_path_ms(r, cuda)
     on_path = sum(r.on_path_ms for r in rows)
@@ -109,7 +110,7 @@ def run_record(model: Model, run_id: str, rows: list[StepRow], asked: Asked | Ru
                      strength=asked.strength if asked.task == "img2img" else None,
                      batch=rows[0].batch if rows else asked.batch, steps_run=len(rows),
                      num_frames=asked.num_frames, fps=asked.fps, frames=str(p.frames),
-                     frames_sent=sum(r.frames for r in rows), decode_at=p.decode_at)
+                     frames_sent=sum(r.frames for r in rows), decode_at=p.decode_at, timing=timing)
 
 
 def cpu_schedule(scheduler: Any, steps: int) -> list[float]:
@@ -395,5 +396,5 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
                     drain_ms=sw.ms(loop_end, dec0))
     record = run_record(model, run_id, meter.rows, settings, phases, status=status, preview=start_settings,
                         encoder=start_encoder, first_run=first_run, inflight_peak=peak, compiled=prev.compile,
-                        compile_ms=compile_ms, cuda=sw.cuda)
+                        compile_ms=compile_ms, cuda=sw.cuda, timing=sw.timing)
     return Run(record, meter.rows, image)

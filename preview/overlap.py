@@ -1,6 +1,7 @@
 """Overlap mode: preview work leaves the denoising thread, with at most K frames in flight.
 
-CUDA: the decode runs on the device's side stream (one per process, preview/streams.py), which waits on an
+On a device (CUDA, MPS, XPU: stopwatch.Accelerator): the decode runs on the device's side stream (one per
+process, preview/streams.py), which waits on an
 event recorded after the step's latents are ready;
 the latents are first cloned on the main stream, so the next step can never change them under the decode.
 Conversion to uint8 and any downscale happen on the device; the copy goes to pinned host memory without

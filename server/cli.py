@@ -34,6 +34,15 @@ def ranged(flag: str, lo: float, hi: float, kind: type = int) -> Callable[[str],
     return parse
 
 
+def device_value(text: str) -> str:
+    """--device: auto and cpu at once; an accelerator only where torch sees it (the model stack loads to ask)."""
+    if text in ("auto", "cpu"):
+        return text
+    from previewlab.preview.models import device_arg
+
+    return device_arg(text)
+
+
 def parser() -> Parser:
     p = Parser(prog="previewlab serve", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="demo",
@@ -45,7 +54,8 @@ def parser() -> Parser:
     p.add_argument("--config", default=None, help="for a single-file checkpoint: a local diffusers folder (or cached "
                    "repo id) of its family whose configs and tokenizers to use; SD 1.x/2.x/XL have shipped ones")
     p.add_argument("--taesd", default=None, help="TAESD weights: AutoencoderTiny folder or taesd_decoder.pth/.safetensors")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", type=device_value, default="auto",
+                   help="auto (CUDA when torch sees one, else cpu), cpu, or cuda, mps, xpu where torch sees them")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
     p.add_argument("--offload", choices=("none", "model", "sequential"), default="none",
                    help="diffusers CPU offload (CUDA only)")

@@ -16,6 +16,10 @@ What CUDA does that the accounting must survive, each off unless a test asks for
 - a module can cost host time too (`on(..., host_ms=)`), so the device waits for the host (host-bound);
 - third-party streams: `FakeJpeg` keeps the stream current when it is first built, as torchvision's nvJPEG
   encoder does.
+
+`FakeApi` is the same device as torch's device-generic API (events made unrecorded and recorded on a stream,
+streams switched by current/set), so `preview.stopwatch.Accelerator`, the one path CUDA, MPS and XPU take, runs
+over it; `FakeApi(dev, timing=False)` is a device whose events cannot time (elapsed_time raises).
 """
 from __future__ import annotations
 
@@ -53,6 +57,9 @@ class FakeStream:
     def __init__(self, warm: bool = False) -> None:
         self.busy_until = 0.0  # host-clock time when the work queued so far is done
         self.warm = warm       # its allocator pool holds the working set already
+
+    def wait_event(self, event: FakeEvent) -> None:
+        self.busy_until = max(self.busy_until, event.t)
 
 
 class FakeEvent:
@@ -100,6 +107,8 @@ class _Ops(TorchFunctionMode):
 
 
 class FakeDevice:
+    timing = "events"
+
     def __init__(self, clock: FakeClock, copy_ms: float = 1.0, malloc_ms: float = 0.0) -> None:
         self.clock, self.copy_ms, self.malloc_ms = clock, copy_ms, malloc_ms
         self.main = FakeStream(warm=True)
@@ -215,6 +224,49 @@ class FakeDevice:
                 ref, t = self._written.get(id(x), (None, 0.0))
                 if ref is not None and ref() is x and t > start + 1e-9:
                     self.races.append(f"{what} read a tensor {1e3 * (t - start):.1f} ms before it was written")
+
+
+class FakeTorchEvent(FakeEvent):
+    """torch.Event as the generic API makes it: unrecorded (passed, as torch says) until record(stream)."""
+
+    def __init__(self, dev: FakeDevice, timing: bool = True) -> None:
+        super().__init__(dev, 0.0)
+        self.timing = timing
+
+    def record(self, stream: FakeStream) -> None:
+        stream.busy_until = max(stream.busy_until, self.dev.clock())
+        self.t = stream.busy_until
+
+    def elapsed_time(self, other: FakeEvent) -> float:
+        if not self.timing:  # what torch says where a backend's events cannot time
+            raise RuntimeError("Backend doesn't support elapsedTime")
+        return super().elapsed_time(other)
+
+
+class FakeApi:
+    """The fake device through torch's device-generic calls (preview.stopwatch.Api). Ops outside modules are
+    timed on the thread that called dev.ops() only: set() switches the stream, not the ops mode."""
+
+    def __init__(self, dev: FakeDevice, timing: bool = True) -> None:
+        self.dev, self.timing = dev, timing
+
+    def event(self) -> FakeTorchEvent:
+        return FakeTorchEvent(self.dev, self.timing)
+
+    def stream(self) -> FakeStream:
+        return FakeStream()
+
+    def current(self) -> FakeStream:
+        return self.dev.current()
+
+    def set(self, stream: FakeStream) -> None:
+        self.dev._cur.stream = stream
+
+    def keep(self, tensor: torch.Tensor, stream: Any) -> None:
+        pass
+
+    def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.dev.to_host(tensor)
 
 
 class FakeJpeg:

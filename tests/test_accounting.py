@@ -4,6 +4,9 @@ Wall time is the host clock; stages are device time (fake events) or host time. 
 the fake device was given, not against other_ms's own definition: every millisecond of queued device work
 is counted, the lag is counted once (other_ms >= 0, sync_ms ~ 0), other_ms is no more than the host's real
 time, and the phases mean the same thing with and without previews, in both modes.
+
+The core checks run twice: with the fake device as a whole backend, and as the Api under
+stopwatch.Accelerator, the one generic path CUDA, MPS and XPU take (`path`).
 """
 from __future__ import annotations
 
@@ -14,16 +17,21 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from fake_device import FakeClock, FakeDevice, FakeJpeg
+from fake_device import FakeApi, FakeClock, FakeDevice, FakeJpeg
 from previewlab.preview.callback import Watch
 from previewlab.preview.modular import step_loops
 from previewlab.preview.engine import generate
 from previewlab.preview.decoders import DecoderName
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
-from previewlab.preview.stopwatch import Stopwatch
+from previewlab.preview.stopwatch import Accelerator, Device, Stopwatch
 
 UNET_MS, TAESD_MS, VAE_MS, TEXT_MS, COPY_MS = 500.0, 150.0, 100.0, 30.0, 2.0
 STEPS = 5
+PATHS = ["fake", "generic"]  # the fake device as a whole backend, or as the Api under the generic one
+
+
+def backend(dev: FakeDevice, path: str = "fake") -> Device:
+    return dev if path == "fake" else Accelerator(FakeApi(dev))
 
 
 @contextmanager
@@ -41,19 +49,21 @@ def fake_gpu(model: Any, unet_ms: float = UNET_MS, taesd_ms: float = TAESD_MS,
             h.remove()
 
 
-def measured(model: Any, mode: Mode, decoder: DecoderName) -> tuple[Any, FakeDevice, float]:
+def measured(model: Any, mode: Mode, decoder: DecoderName, path: str = "fake") -> tuple[Any, FakeDevice, float]:
     with fake_gpu(model) as (clock, dev):
         s = RunSettings(steps=STEPS, width=64, height=64, preview=PreviewSettings(decoder=decoder, mode=mode))
+        sw = Stopwatch(clock=clock, backend=backend(dev, path))
         t0 = time.perf_counter()
-        run = generate(model, s, run_id="fake", clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev))
+        run = generate(model, s, run_id="fake", clock=clock, stopwatch=sw)
         real_ms = (time.perf_counter() - t0) * 1e3
     return run, dev, real_ms
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
 @pytest.mark.parametrize("decoder", ["none", "taesd"])
-def test_every_device_millisecond_is_counted_once(tiny, mode, decoder):
-    run, dev, real_ms = measured(tiny, mode, decoder)
+def test_every_device_millisecond_is_counted_once(tiny, mode, decoder, path):
+    run, dev, real_ms = measured(tiny, mode, decoder, path)
     r = run.record
     wall_ms = r.wall_s * 1e3
     # the host waited for all the device work: wall covers the queued work on the main stream
@@ -105,16 +115,17 @@ def modular_xl(tiny_xl: Any) -> Any:
     return pipe
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("source", ["callback", "scheduler", "modular"])
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
-def test_every_step_source_ends_at_the_device_boundary(tiny, tiny_xl, modular_xl, mode, source):
+def test_every_step_source_ends_at_the_device_boundary(tiny, tiny_xl, modular_xl, mode, source, path):
     """Whichever source hands the meter its steps (steps.py), each step's denoise is its own UNet forward, the
     call's wall time covers the device's work, and nothing is counted twice."""
     model, pipe = (tiny_xl, modular_xl) if source == "modular" else (tiny, tiny.pipe)
     forwards: list[int] = []
     counter = model.pipe.unet.register_forward_hook(lambda *a: forwards.append(1))
     with fake_gpu(model) as (clock, dev):
-        w = Watch(pipe, decoder="latent2rgb", mode=mode, clock=clock, device=dev, source=source)
+        w = Watch(pipe, decoder="latent2rgb", mode=mode, clock=clock, device=backend(dev, path), source=source)
         try:
             t0 = time.perf_counter()
             kw: dict[str, Any] = dict(prompt="a cat", num_inference_steps=STEPS, width=64, height=64)
@@ -142,10 +153,11 @@ def test_every_step_source_ends_at_the_device_boundary(tiny, tiny_xl, modular_xl
     assert all(step_ms - 0.01 <= x.denoise_ms <= step_ms + real_ms for x in w.rows[1:]), [x.denoise_ms for x in w.rows]
 
 
-def test_waits_report_only_what_events_do_not_time():
+@pytest.mark.parametrize("path", PATHS)
+def test_waits_report_only_what_events_do_not_time(path):
     clock = FakeClock()
     dev = FakeDevice(clock)
-    sw = Stopwatch(clock=clock, backend=dev)
+    sw = Stopwatch(clock=clock, backend=backend(dev, path))
     sw.anchor(sw.mark(), clock())
     # the fake clock runs on the real one: a loaded machine may pause this thread anywhere, so each bound below
     # allows the real time that passed (about 0.05 ms on a quiet machine), never more
@@ -255,14 +267,16 @@ def test_nvjpeg_is_ordered_and_waits_for_nothing_else_in_every_run(tiny, monkeyp
         assert all((r.preview_width, r.preview_height) == (64, 64) for r in run.rows)
 
 
-def test_overlap_runs_share_one_side_stream(tiny):
+@pytest.mark.parametrize("path", PATHS)
+def test_overlap_runs_share_one_side_stream(tiny, path):
     """A new stream starts with an empty allocator pool: every run would pay cudaMalloc for the decode's
     working set again, and reserve another pool."""
     MALLOC_MS = 40.0
     with fake_gpu(tiny) as (clock, dev):
         dev.malloc_ms = MALLOC_MS
         s = RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode="overlap"))
-        runs = [generate(tiny, s, run_id=f"r{i}", clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev))
+        back = backend(dev, path)  # one per process and device, as Accelerator.of keeps it
+        runs = [generate(tiny, s, run_id=f"r{i}", clock=clock, stopwatch=Stopwatch(clock=clock, backend=back))
                 for i in range(3)]
     assert dev.pools == 2  # the main stream's and the side stream's, however many runs
     assert [abs(r.rows[0].decode_ms - TAESD_MS) < 0.5 for r in runs[1:]] == [True, True], \
@@ -284,13 +298,14 @@ def test_a_host_bound_callback_is_on_the_path(tiny):
     assert run.record.other_ms < LAUNCH_MS  # never left over as unexplained time
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
-def test_callback_clocks_ignore_the_users_queued_work(tiny, mode):
+def test_callback_clocks_ignore_the_users_queued_work(tiny, mode, path):
     """The user's own GPU work may still be queued when the pipeline call starts: the device reaches the
     call's first mark later than the host. The first wait must not count that work as a sync."""
     USER_MS = 300.0
     with fake_gpu(tiny) as (clock, dev):
-        w = Watch(tiny.pipe, decoder="latent2rgb", mode=mode, clock=clock, device=dev)
+        w = Watch(tiny.pipe, decoder="latent2rgb", mode=mode, clock=clock, device=backend(dev, path))
         try:
             dev.work(USER_MS)  # queued before the call, outside it
             tiny.pipe(prompt="a cat", num_inference_steps=STEPS, width=64, height=64, callback_on_step_end=w,
