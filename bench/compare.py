@@ -34,10 +34,12 @@ FIGURES = {
     "decode_ms": Figure("preview decode time of a run", "ms", 1),
     "encode_ms": Figure("preview encode time of a run", "ms", 1),
     "bytes": Figure("preview bytes sent in a run", "bytes", 0),
+    "peak_mem_mb": Figure("peak memory of a run", "MiB", 0),
 }
 # what must match for two sweeps to measure the same work: (CSV columns, the words that name it)
 SAME_WORK = ((("model",), "model"), (("steps",), "steps"), (("width", "height"), "size"),
-             (("num_frames",), "frames"), (("batch",), "batch"), (("device_name",), "device"), (("dtype",), "dtype"))
+             (("num_frames",), "frames"), (("batch",), "batch"), (("device_name",), "device"), (("dtype",), "dtype"),
+             (("scheduler",), "scheduler"))
 
 
 def per_config(runs: list[dict[str, str]], figure: str) -> dict[str, list[float]]:
@@ -62,7 +64,7 @@ def differences(a: list[dict[str, str]], b: list[dict[str, str]]) -> list[str]:
         if not all(c in (a[0] if a else {}) and c in (b[0] if b else {}) for c in cols):
             continue  # an older CSV without the column: nothing to tell apart
         va, vb = seen(a, cols), seen(b, cols)
-        if va != vb:
+        if va != vb and "" not in (va, vb):  # "": a sweep from before the scheduler was recorded
             out.append(f"{words} {va} vs {vb}")
     return out
 
@@ -74,18 +76,33 @@ SPREADS = 3
 def baselines_apart(a: list[dict[str, str]], b: list[dict[str, str]]) -> list[str]:
     """Two sweeps of the same work whose no-preview baselines differ far beyond their spread (0.33 s against
     3.24 s) did not run on like machines or like loads: every figure between them would mislead."""
-    def walls(runs: list[dict[str, str]]) -> list[float]:
-        return [float(r["wall_s"]) for r in steady(runs) if r.get("role") == "baseline"]
-    wa, wb = walls(a), walls(b)
-    if not wa or not wb:
-        return []
+    def walls(runs: list[dict[str, str]]) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for r in steady(runs):
+            if r.get("role") == "baseline":
+                out.setdefault(r["config"], []).append(float(r["wall_s"]))
+        return out
+    ga, gb = walls(a), walls(b)
+    # each run setup's baselines against its namesake ('none/euler/4steps'); pooled when no name is shared
+    shared = [k for k in ga if k in gb] or ([] if not ga or not gb else [""])
+    for k in shared:
+        wa = ga[k] if k else [x for xs in ga.values() for x in xs]
+        wb = gb[k] if k else [x for xs in gb.values() for x in xs]
+        said = _apart(wa, wb, k if len(shared) > 1 else "")
+        if said:
+            return [said]
+    return []
+
+
+def _apart(wa: list[float], wb: list[float], name: str) -> str:
+    """What baselines_apart says of one group of baselines on each side (name: the group's); '' when alike."""
     ma, mb = statistics.median(wa), statistics.median(wb)
     lo, hi = sorted((ma, mb))
     spread = max(spread_pct(wa) if len(wa) > 1 else 0.0, spread_pct(wb) if len(wb) > 1 else 0.0)
     if lo <= 0 or hi / lo < APART or 100 * (hi / lo - 1) <= SPREADS * spread:
-        return []
-    return [f"the no-preview baselines differ x{hi / lo:.1f} (A {ma:.3g} s, B {mb:.3g} s), far beyond their spread "
-            f"({spread:.1f} %): the machines or their load differ; run both on one quiet machine"]
+        return ""
+    return (f"the no-preview baselines{f' of {name}' if name else ''} differ x{hi / lo:.1f} (A {ma:.3g} s, B {mb:.3g} s), far beyond their spread "
+            f"({spread:.1f} %): the machines or their load differ; run both on one quiet machine")
 
 
 @dataclass(frozen=True)

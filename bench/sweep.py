@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from previewlab.bench.axes import Setup, as_now, schedulers_for, use
 from previewlab.preview.engine import (Phases, Previewer, Run, clip_args, final_image, generate, run_record,
                                       save_image)
 from previewlab.preview.models import Model
@@ -39,6 +40,14 @@ class Plan:
     targets: tuple[Target, ...] = ()  # an axis of what previews show; () keeps the base settings' target
     frames: tuple[FrameChoice, ...] = ()  # a clip's preview frames, an axis; () keeps the base settings' frames
     decode_ats: tuple[DecodeAt, ...] = ()  # where decoders stop (preview, full, half_latents), an axis; () keeps the base's
+    # the run axes, each an axis (named in the configurations) from two values on
+    schedulers: tuple[str, ...] = ()  # axes.SCHEDULERS names; () keeps the model's own scheduler
+    steps: tuple[int, ...] = ()       # denoising steps; () keeps the base settings' steps
+    vaes: tuple[str, ...] = ()        # the VAE's memory mode (none, tiling, ...); () leaves the VAE as it is
+
+    def setups(self) -> list[Setup]:
+        """Every combination of the run axes; each has its own no-preview baselines."""
+        return [Setup(s, n, v) for s in self.schedulers or ("",) for n in self.steps or (0,) for v in self.vaes or ("",)]
 
     def configs(self) -> list[PreviewSettings]:
         base, out = self.settings.preview, []
@@ -56,12 +65,16 @@ class Plan:
                                                    decode_at=a))
         return out
 
-    def name(self, p: PreviewSettings | None, clip: bool = False) -> str:
-        """A configuration's name, its decode_at named when the sweep has that axis."""
-        return config_name(p, clip, at=bool(self.decode_ats))
+    def name(self, p: PreviewSettings | None, clip: bool = False, setup: Setup = Setup()) -> str:
+        """A configuration's name, its decode_at named when the sweep has that axis, then its setup's swept axes
+        ('none/dpmpp_2m/8steps'), so each setup's baseline and configurations are grouped apart."""
+        axes = (setup.scheduler if len(self.schedulers) > 1 else "", f"{setup.steps}steps" if len(self.steps) > 1 else "",
+                f"vae-{setup.vae}" if len(self.vaes) > 1 else "")
+        return config_name(p, clip, at=bool(self.decode_ats)) + "".join(f"/{x}" for x in axes if x)
 
-    def schedule(self) -> Iterator[tuple[str, int, PreviewSettings | None]]:
-        """(role, repeat, preview settings or None for a direct call), in the order they run."""
+    def schedule(self) -> Iterator[tuple[str, int, PreviewSettings | None, Setup]]:
+        """(role, repeat, preview settings or None for a direct call, run setup), in the order they run: each
+        setup's configurations beside its own baselines, every setup in every repeat."""
         none = replace(self.settings.preview, decoder="none", every=1, budget=0.0, mode=self.modes[0])
         # a clip's decoders warm up on the most frames the sweep asks, so no measured run pays first allocations
         most = ("all" if "all" in self.frames else self.frames[-1]) if self.frames else none.frames
@@ -69,18 +82,22 @@ class Plan:
         warm = [none] + [replace(none, decoder=d, mode=m, frames=most, decode_at=a)
                          for d in dict.fromkeys(self.decoders) if d != "none" for m in self.modes
                          for a in self.decode_ats or (none.decode_at,)]
+        # a scheduler or a VAE mode is other code to warm; a step count is not
+        warmed = list({(u.scheduler, u.vae): u for u in self.setups()}.values())
         for _ in range(self.warmup):
-            for p in warm:
-                yield "warmup", 0, p
+            for u in warmed:
+                for p in warm:
+                    yield "warmup", 0, p, u
         for r in range(1, self.repeats + 1):
-            for c in self.configs():
-                yield "baseline", r, none   # A B A B: drift on a noisy machine cancels
-                yield "config", r, c
-            if self.direct:
-                yield "direct", r, None
-                yield "baseline", r, none
-            if not self.configs() and not self.direct:
-                yield "baseline", r, none
+            for u in self.setups():
+                for c in self.configs():
+                    yield "baseline", r, none, u   # A B A B: drift on a noisy machine cancels
+                    yield "config", r, c, u
+                if self.direct:
+                    yield "direct", r, None, u
+                    yield "baseline", r, none, u
+                if not self.configs() and not self.direct:
+                    yield "baseline", r, none, u
 
 
 def config_name(p: PreviewSettings | None, clip: bool = False, at: bool = False) -> str:
@@ -130,13 +147,17 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
     out.mkdir(parents=True, exist_ok=True)
     runs_csv, steps_csv = CsvAppender(out / "runs.csv", RUNS_CSV_COLUMNS), CsvAppender(out / "steps.csv", STEPS_CSV_COLUMNS)
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    baselines: list[float] = []
+    baselines: dict[Setup, list[float]] = {}  # each setup's own: a preview's overhead is a share of its run
     last_baseline: float | None = None
     results: list[dict[str, Any]] = []
+    schedulers = schedulers_for(model.pipe, plan.schedulers, plan.steps or (plan.settings.steps,))
+    back = as_now(model.pipe, bool(plan.schedulers), bool(plan.vaes))
     try:
-        for n, (role, rep, p) in enumerate(plan.schedule()):
+        for n, (role, rep, p, setup) in enumerate(plan.schedule()):
             run_id = f"{stamp}-{n:04d}"
-            settings = plan.settings if p is None else replace(plan.settings, preview=p)
+            use(model.pipe, setup, schedulers)
+            settings = replace(plan.settings, steps=setup.steps or plan.settings.steps)
+            settings = settings if p is None else replace(settings, preview=p)
             if role == "warmup":
                 settings = replace(settings, steps=min(settings.steps, 3))
             image = out / "final.png"
@@ -148,12 +169,12 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
             wall = run.record.wall_s
             overhead = pair = None
             if role == "baseline":
-                baselines.append(wall)
+                baselines.setdefault(setup, []).append(wall)
                 last_baseline = wall
-            elif role in ("config", "direct") and baselines:
-                overhead = 100 * (wall / statistics.median(baselines) - 1)
+            elif role in ("config", "direct") and baselines.get(setup):
+                overhead = 100 * (wall / statistics.median(baselines[setup]) - 1)
                 pair = 100 * (wall / last_baseline - 1) if last_baseline else None
-            extra = {"config": label + plan.name(p, model.space.video), "role": role, "repeat": rep}
+            extra = {"config": label + plan.name(p, model.space.video, setup), "role": role, "repeat": rep}
             if role == "direct":  # the engine's own cost: decoder none against the bare call that follows
                 last_baseline = None
             row = {**extra, **run.record.__dict__, "overhead_pct": overhead, "pair_overhead_pct": pair}
@@ -166,6 +187,7 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
             if progress:
                 progress(1)
     finally:
+        use(model.pipe, *back)  # the model as it came
         runs_csv.close()
         steps_csv.close()
     return results
@@ -178,26 +200,32 @@ def traced_run(model: Model, plan: Plan, out: Path, kind: str, label: str = "") 
     import cProfile
 
     cfg = (plan.configs() or [replace(plan.settings.preview, decoder="none")])[0]
-    settings = replace(plan.settings, preview=cfg)
-    name = (label + plan.name(cfg, model.space.video)).replace("/", "_").replace(" ", "_").replace("%", "pct")
+    setup = plan.setups()[0]
+    settings = replace(plan.settings, preview=cfg, steps=setup.steps or plan.settings.steps)
+    name = (label + plan.name(cfg, model.space.video, setup)).replace("/", "_").replace(" ", "_").replace("%", "pct")
+    back = as_now(model.pipe, bool(plan.schedulers), bool(plan.vaes))
+    use(model.pipe, setup, schedulers_for(model.pipe, plan.schedulers[:1], (settings.steps,)))
     out.mkdir(parents=True, exist_ok=True)
     rid = time.strftime("%Y%m%dT%H%M%S") + f"-{kind}"
-    if kind == "trace":
-        from torch.profiler import ProfilerActivity, profile
+    try:
+        if kind == "trace":
+            from torch.profiler import ProfilerActivity, profile
 
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if model.device.type == "cuda" else [])
-        with profile(activities=acts) as prof:
-            run = generate(model, settings, run_id=rid, ranges=True, inflight=plan.inflight)
-        t0 = time.perf_counter()
-        path = out / f"trace-{name}.json"
-        prof.export_chrome_trace(str(path))
-    else:
-        pr = cProfile.Profile()
-        pr.enable()
-        run = generate(model, settings, run_id=rid, inflight=plan.inflight)
-        pr.disable()
-        t0 = time.perf_counter()
-        path = out / f"cprofile-{name}.prof"
-        pr.dump_stats(str(path))
-    return {"config": label + plan.name(cfg, model.space.video), "kind": kind, "path": str(path), "wall_s": run.record.wall_s,
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if model.device.type == "cuda" else [])
+            with profile(activities=acts) as prof:
+                run = generate(model, settings, run_id=rid, ranges=True, inflight=plan.inflight)
+            t0 = time.perf_counter()
+            path = out / f"trace-{name}.json"
+            prof.export_chrome_trace(str(path))
+        else:
+            pr = cProfile.Profile()
+            pr.enable()
+            run = generate(model, settings, run_id=rid, inflight=plan.inflight)
+            pr.disable()
+            t0 = time.perf_counter()
+            path = out / f"cprofile-{name}.prof"
+            pr.dump_stats(str(path))
+    finally:
+        use(model.pipe, *back)
+    return {"config": label + plan.name(cfg, model.space.video, setup), "kind": kind, "path": str(path), "wall_s": run.record.wall_s,
             "export_s": time.perf_counter() - t0}

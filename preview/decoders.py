@@ -17,7 +17,7 @@ import copy
 import inspect
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import torch
 import torch.nn.functional as F
@@ -165,6 +165,49 @@ def _decode_args(model: Model) -> Callable[[torch.Tensor], dict[str, Any]]:
     return lambda z: {}
 
 
+VaeMemory = Literal["none", "tiling", "slicing", "tiling+slicing"]
+VAE_MEMORY: tuple[VaeMemory, ...] = ("none", "tiling", "slicing", "tiling+slicing")
+
+
+def vae_memory(pipe: Any) -> str:
+    """The VAE's memory mode as a run records it: tiling, slicing, tiling+slicing, or "" (neither, or no VAE)."""
+    vae = vae_of(pipe)
+    return "+".join(m for m in ("tiling", "slicing") if getattr(vae, f"use_{m}", False) is True)
+
+
+def set_vae_memory(pipe: Any, mode: str) -> None:
+    """diffusers' own switches: tiling decodes overlapping tiles of the latents one by one, slicing a batch one
+    image at a time; both lower the decode's peak memory, previews' and the final image's alike."""
+    vae, on = vae_of(pipe), mode.split("+")
+    (vae.enable_tiling if "tiling" in on else vae.disable_tiling)()
+    (vae.enable_slicing if "slicing" in on else vae.disable_slicing)()
+
+
+def _as_vae_would(vae: Any, dec: _Fp32Decoder, z: torch.Tensor) -> torch.Tensor:
+    """The float32 copy decodes as AutoencoderKL.decode would with the VAE's own switches: one image at a time
+    with use_slicing, in overlapping tiles with use_tiling (tiled_decode's tiles, blended by the VAE's own
+    blend_v and blend_h), so tiling lowers an SDXL float16 VAE's memory too."""
+    if getattr(vae, "use_slicing", False) is True and z.shape[0] > 1:
+        return torch.cat([_as_vae_would(vae, dec, one) for one in z.split(1)])
+    size = getattr(vae, "tile_latent_min_size", 0)
+    if getattr(vae, "use_tiling", False) is not True or (z.shape[-1] <= size and z.shape[-2] <= size):
+        return dec(z)
+    step = int(size * (1 - vae.tile_overlap_factor))
+    blend = int(vae.tile_sample_min_size * vae.tile_overlap_factor)
+    keep = vae.tile_sample_min_size - blend
+    rows = [[dec(z[:, :, i:i + size, j:j + size]) for j in range(0, z.shape[3], step)]
+            for i in range(0, z.shape[2], step)]
+    out = []
+    for i, row in enumerate(rows):
+        for j in range(len(row)):
+            if i:
+                row[j] = vae.blend_v(rows[i - 1][j], row[j], blend)
+            if j:
+                row[j] = vae.blend_h(row[j - 1], row[j], blend)
+        out.append(torch.cat([t[:, :, :keep, :keep] for t in row], dim=3))
+    return torch.cat(out, dim=2)
+
+
 def vae_decoder(model: Model, cut: Cut = WHOLE) -> Decode:
     """The pipeline's own VAE, fed exactly what its final decode feeds it: callback latents -> (B, 3, H, W) in
     [-1, 1] (half_latents: the unscaled latents halved first, (B, 3, H/2, W/2)). Constants and the float32 copy
@@ -181,7 +224,7 @@ def vae_decoder(model: Model, cut: Cut = WHOLE) -> Decode:
     def decode(latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
         z = shrink(to_vae(latents.to(dtype) if space.cast_first else latents, height, width))
         if dec is not None:
-            return dec(z)
+            return _as_vae_would(vae, dec, z)
         z = z.to(vae.dtype)
         image = vae.decode(z, return_dict=False, **args(z))[0]
         return image[:, :, 0] if space.frames else image  # a Wan-style VAE: the image is frame 0

@@ -1,0 +1,180 @@
+"""The bench's run axes (issue 34, item 4): schedulers, step counts and the VAE's memory mode, each combination
+with its own no-preview baselines; the refusals before any run; and tiling that really reaches the decode."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from diffusers import (AutoencoderKL, EulerDiscreteScheduler, FlowMatchEulerDiscreteScheduler,
+                       UniPCMultistepScheduler)
+
+from previewlab.bench import cli
+from previewlab.bench.axes import AxisError, schedulers_for
+from previewlab.bench.compare import baselines_apart
+from previewlab.bench.noise import baseline_noise
+from previewlab.bench.summary import mode_ratios
+from previewlab.bench.sweep import Plan, run_sweep
+from previewlab.preview import decoders
+from previewlab.preview.settings import PreviewSettings, RunSettings
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_two_schedulers_by_two_step_counts_each_have_their_own_baselines(tmp_path, capsys):
+    code = cli.main(["--model", "synthetic:tiny", "--decoders", "none,latent2rgb", "--every", "1", "--scheduler",
+                     "euler,dpmpp_2m", "--steps", "1,2", "--repeats", "1", "--warmup", "0", "--out", str(tmp_path)])
+    assert code == 0
+    runs = rows(tmp_path / "runs.csv")
+    got = [(r["config"], r["role"], r["scheduler"], r["steps"], r["steps_run"]) for r in runs]
+    want = []
+    for name, cls in (("euler", "EulerDiscreteScheduler"), ("dpmpp_2m", "DPMSolverMultistepScheduler")):
+        for n in ("1", "2"):
+            want += [(f"none/{name}/{n}steps", "baseline", cls, n, n),
+                     (f"latent2rgb/every1/overlap/{name}/{n}steps", "config", cls, n, n)]
+    assert got == want  # A B per combination: each configuration right after its own baseline
+    # each overhead is against its own setup's baselines alone (one repeat: the median of them is the one beside
+    # it), never the median of all setups' (a 1-step and a 2-step baseline); the CSV's walls are rounded
+    for base, cfg in zip(runs[::2], runs[1::2]):
+        ratio = 100 * (float(cfg["wall_s"]) / float(base["wall_s"]) - 1)
+        assert cfg["overhead_pct"] == cfg["pair_overhead_pct"] and float(cfg["overhead_pct"]) == pytest.approx(ratio, abs=1)
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "none/dpmpp_2m/2steps" in summary and "1,2 steps | scheduler euler,dpmpp_2m" in summary
+    per_run: dict[str, int] = {}
+    for s in rows(tmp_path / "steps.csv"):
+        per_run[s["run_id"]] = per_run.get(s["run_id"], 0) + 1
+    assert [per_run[r["run_id"]] for r in runs] == [int(r["steps"]) for r in runs]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--scheduler", "euler,k_dpm"], "argument --scheduler: unknown 'k_dpm'; allowed are euler, euler_a, dpmpp_2m"),
+    (["--steps", "4,0"], "argument --steps: 0: steps must be from 1 to 1000"),
+    (["--steps", "4,x"], "argument --steps: 'x' is not an integer"),
+    (["--vae-mode", "tiling,tiles"], "argument --vae-mode: unknown 'tiles'; allowed are none, tiling, slicing, "
+                                     "tiling+slicing"),
+])
+def test_bad_axis_values_are_one_line_from_the_parser(argv, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("previewlab bench: ") and needle in err and err.count("\n") == 1
+
+
+def test_one_step_count_stays_one_int_and_names_nothing():
+    args = cli.parser().parse_args(["--steps", "8"])
+    assert args.steps == (8,)
+    plan = Plan(RunSettings(steps=8), ("latent2rgb",), (1,), steps=args.steps, schedulers=("euler",))
+    names = [plan.name(p, setup=u) for _, _, p, u in plan.schedule()]
+    assert names[-2:] == ["none", "latent2rgb/every1/overlap"]  # one value is no axis: today's names
+
+
+def test_a_scheduler_the_model_cannot_take_is_refused_before_any_run(tmp_path, capsys):
+    code = cli.main(["--model", "synthetic:tiny", "--decoders", "latent2rgb", "--scheduler", "euler,flow_euler",
+                     "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and not (tmp_path / "runs.csv").exists()
+    assert err[-1] == ("previewlab bench: --scheduler flow_euler: a noise-prediction model cannot take a flow-matching "
+                       "scheduler (the model's own is EulerDiscreteScheduler); allowed for this model: euler, euler_a, "
+                       "dpmpp_2m, ddim, unipc, heun, lms, pndm")
+
+
+def pipe_with(scheduler: Any) -> Any:
+    return SimpleNamespace(scheduler=scheduler)
+
+
+def test_what_each_family_of_scheduler_may_take():
+    sd3 = pipe_with(FlowMatchEulerDiscreteScheduler(shift=3.0))
+    with pytest.raises(AxisError, match=r"^--scheduler ddim: a flow-matching model needs a flow-matching scheduler "
+                                        r"\(the model's own is FlowMatchEulerDiscreteScheduler\); allowed for this "
+                                        r"model: flow_euler, flow_heun$"):
+        schedulers_for(sd3, ("flow_euler", "ddim"), (4,))
+    built = schedulers_for(sd3, ("flow_heun",), (4, 8))
+    assert type(built["flow_heun"]).__name__ == "FlowMatchHeunDiscreteScheduler"
+    assert built["flow_heun"].config.shift == 3.0  # from the model's own config
+    flux = pipe_with(FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True))
+    with pytest.raises(AxisError, match=r"use_dynamic_shifting.*allowed for this model: flow_euler$"):
+        schedulers_for(flux, ("flow_heun",), (4,))
+    # Wan's UniPC predicts the flow: the multistep solvers carry that over, the DDPM-style ones cannot take it
+    wan = pipe_with(UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0))
+    assert set(schedulers_for(wan, ("dpmpp_2m", "unipc", "flow_euler"), (4,))) == {"dpmpp_2m", "unipc", "flow_euler"}
+    with pytest.raises(AxisError, match="allowed for this model: dpmpp_2m, unipc, flow_euler, flow_heun$"):
+        schedulers_for(wan, ("euler",), (4,))
+    sd15 = pipe_with(EulerDiscreteScheduler(prediction_type="v_prediction"))
+    assert schedulers_for(sd15, ("ddim",), (4,))["ddim"].config.prediction_type == "v_prediction"
+
+
+def test_vae_tiling_is_an_axis_that_reaches_previews_and_the_final_decode(tiny, tmp_path, monkeypatch):
+    tiled: list[bool] = []
+    plain = AutoencoderKL.tiled_decode
+
+    def counted(self: Any, z: torch.Tensor, return_dict: bool = True) -> Any:
+        tiled.append(self.use_tiling)
+        return plain(self, z, return_dict=return_dict)
+    monkeypatch.setattr(AutoencoderKL, "tiled_decode", counted)
+    vae = tiny.pipe.vae
+    own = tiny.pipe.scheduler
+    # 320 px: 40 latents a side, past the tiny VAE's 32-latent tile, so a tiling VAE decodes in tiles
+    plan = Plan(RunSettings(steps=1, width=320, height=320, preview=PreviewSettings(decoder="none")), ("vae",), (1,),
+                repeats=1, warmup=0, vaes=("none", "tiling"), schedulers=("dpmpp_2m",))
+    runs = run_sweep(tiny, plan, tmp_path)
+    assert [(r["config"], r["vae"], r["scheduler"]) for r in runs] == [
+        ("none/vae-none", "", "DPMSolverMultistepScheduler"),
+        ("vae/every1/overlap/vae-none", "", "DPMSolverMultistepScheduler"),
+        ("none/vae-tiling", "tiling", "DPMSolverMultistepScheduler"),
+        ("vae/every1/overlap/vae-tiling", "tiling", "DPMSolverMultistepScheduler")]
+    assert int(runs[-1]["previews"]) == 1
+    assert tiled == [True] * 3  # the tiling baseline's final decode, the config's preview and its final decode
+    assert not vae.use_tiling and tiny.pipe.scheduler is own  # the model as it came
+
+
+def test_the_float32_decoder_copy_tiles_and_slices_as_the_vae_would(tiny):
+    vae = tiny.pipe.vae
+    copy = decoders._Fp32Decoder(vae)
+    z = torch.randn(2, 4, 40, 40, generator=torch.Generator().manual_seed(0))
+    try:
+        decoders.set_vae_memory(tiny.pipe, "tiling+slicing")
+        assert decoders.vae_memory(tiny.pipe) == "tiling+slicing"
+        with torch.inference_mode():
+            want = vae.decode(z).sample
+            got = decoders._as_vae_would(vae, copy, z)
+            whole = copy(z)
+        assert got.shape == want.shape == whole.shape
+        assert torch.allclose(got, want, atol=1e-5) and not torch.allclose(got, whole, atol=1e-5)
+    finally:
+        decoders.set_vae_memory(tiny.pipe, "none")
+    assert decoders.vae_memory(tiny.pipe) == ""
+
+
+def _run(cfg: str, wall: float, role: str) -> dict[str, Any]:
+    return {"run_id": f"{cfg}-{wall}", "config": cfg, "role": role, "first_run": 0, "wall_s": wall,
+            "pair_overhead_pct": ""}
+
+
+def test_the_noise_line_compare_and_mode_ratios_read_each_setups_baseline():
+    runs = [_run("none/euler/4steps", w, "baseline") for w in (1.0, 1.01, 1.02)] + \
+           [_run("none/euler/30steps", w, "baseline") for w in (7.0, 8.0, 9.0)]
+    noise = baseline_noise(runs)
+    assert noise is not None and noise.group == "none/euler/30steps"
+    assert "the 3 no-preview baselines of none/euler/30steps (the noisiest of 2 groups) spread" in noise.line()
+    # the two step counts' baselines lie far apart, yet each is like its namesake in the other sweep
+    assert baselines_apart(runs, runs) == []
+    slow = [dict(r, wall_s=r["wall_s"] * 3) if r["config"] == "none/euler/4steps" else r for r in runs]
+    assert baselines_apart(runs, slow)[0].startswith("the no-preview baselines of none/euler/4steps differ x3.0")
+    row = {"overhead_pct": 10.0, "overhead_n": 6, "overhead_lo": 8.0, "overhead_hi": 12.0, "overhead_level_pct": 96.9}
+    ratios = mode_ratios([dict(row, config="vae/every1/sync/euler/4steps"),
+                          dict(row, config="vae/every1/overlap/euler/4steps", overhead_pct=5.0)])
+    assert "vae/every1/euler/4steps" in ratios and "overlap/sync 0.50" in ratios
+
+
+def test_every_run_records_its_scheduler_and_vae_mode_outside_the_bench_too(tiny):
+    from previewlab.preview.engine import generate
+
+    run = generate(tiny, RunSettings(steps=1, preview=PreviewSettings(decoder="none")), run_id="axes-record")
+    assert (run.record.scheduler, run.record.vae) == (type(tiny.pipe.scheduler).__name__, "")
+    assert run.record.scheduler == "EulerDiscreteScheduler"
