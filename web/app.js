@@ -34,6 +34,7 @@ let clip = null;         // the clip preview playing: its decoded frames, the fr
 let lastSeq = -1;        // the newest preview this tab has received: a clip still decoding for an older one gives way
 let drawnSeq = -1;       // the newest preview drawn: an older one whose decode finished later is never drawn over it
 let shown = null;        // the preview on the canvas, for its caption: its header, KB and clip note
+let offered = null;      // the server's hello: the decoders it offers and whether it has TAESD weights
 const canvas = $("preview");
 const ctx = canvas.getContext("2d");
 
@@ -119,6 +120,7 @@ function onText(msg) {
       $("clip-row").hidden = $("frames-label").hidden = !msg.video;  // a video model: the clip's length, rate, frames
       $("num_frames").max = msg.max_frames;
       $("model").title = msg.space;  // the latent space as the server read it from the VAE
+      offered = { decoders: (msg.choices || {}).decoder || null, taesd: msg.taesd !== false };
       if (msg.running) beginRun(msg.running);
       else if (!$("stop").disabled) {  // the run this tab watched ended while it was away (a server restart)
         $("f-status").textContent = `${run ? run.meta.run_id + " " : ""}ended while disconnected`;
@@ -168,7 +170,9 @@ function resetPanel(meta) {
   $("f-settings").textContent = settingsText(meta);
   $("f-step").textContent = `0 / ${meta.steps || "?"}`;
   for (const [id, text] of [["f-frames", "0"], ["f-dropped", "0"], ["f-bps", "–"], ["f-pps", "–"],
-                            ["f-overhead", "–"], ["f-onpath", "–"]]) $(id).textContent = text;
+                            ["f-overhead", "–"], ["f-onpath", "–"], ["f-mem", "–"], ["f-busy", "–"]]) {
+    $(id).textContent = text;
+  }
   $("final-box").hidden = true;
   $("final").removeAttribute("src");
 }
@@ -189,20 +193,25 @@ function hasFinal(m) {
 
 function beginRun(meta) {
   run = { meta, rows: new Map(), started: performance.now(), frames: 0, bytes: 0, dropped: 0, lastSeq: null,
-          lastStep: 0, ref: referenceFor(meta) };
+          lastStep: 0, live: null };
   resetPanel(meta);
   showError("");
   $("f-status").textContent = `running ${meta.run_id}`;
   $("start").disabled = true;
   $("stop").disabled = false;
   showLive(meta);
+  showAdvice();
   chartDirty = true;
 }
 
 // The live preview controls from a run's settings (every "auto" when it has a budget)
 function showLive(settings) {
   for (const k of LIVE) if (settings[k] !== undefined && k !== "budget") $(k).value = settings[k];
-  if (settings.budget > 0) { $("every").value = "auto"; $("budget").value = settings.budget; }
+  if (settings.budget > 0) {
+    $("every").value = "auto";
+    $("budget").value = settings.budget;
+    $("budget").dataset.set = "1";  // a run's own budget: the advice's too
+  }
 }
 
 function endRun(msg) {
@@ -214,20 +223,79 @@ function endRun(msg) {
   if (run && run.meta.run_id === meta.run_id) {
     const f = figuresOf(meta);
     if (f) {
-      $("f-overhead").textContent = overheadText(f.overhead_pct, f.reference, "");
+      $("f-overhead").textContent = overheadText(f.overhead, f.references, "");
       $("f-onpath").textContent = `${f.on_path_share_pct.toFixed(1)} % (${f.preview_on_path.toFixed(0)} of ${meta.totals.denoise_ms.toFixed(0)} ms)`;
+      $("f-mem").textContent = previewMemText(run.rows) +
+        (f.peak_mem_mb > 0 ? `; run peak ${f.peak_mem_mb.toFixed(0)} MiB (${meta.totals.mem_source})` : "");
+      $("f-busy").textContent = f.busy_pct === null ? "not read" : `${f.busy_pct.toFixed(1)} % (${meta.totals.busy_source})`;
     }
     if (hasFinal(meta)) showFinal(meta.run_id);
   }
 }
 
-function signed(x) {
-  return `${x >= 0 ? "+" : ""}${x.toFixed(1)} %`;
+// Python's f"{x:+.1f}", as bench/noise.py prints its figures
+function num(x) {
+  return `${x >= 0 ? "+" : ""}${x.toFixed(1)}`;
 }
 
-function overheadText(pct, ref, note) {
-  if (ref === null) return "no reference: run these settings once with decoder none";
-  return `${signed(pct)} vs run ${ref} (decoder none, same settings${note})`;
+function signed(x) {
+  return `${num(x)} %`;
+}
+
+// The interval of a median, ported from bench/noise.py (coverage_pct and estimate), which states the rule: the
+// order statistics [x(k), x(n+1-k)] of the sorted values hold the true median with a probability that the
+// binomial distribution alone gives, whatever the noise; k is the largest that keeps it at 95 % or more. Under
+// six values no interval reaches 95 %: it is their whole range at its own level (2: 50 %, 3: 75 %). One value
+// has no interval.
+const LEVEL_PCT = 95;
+
+// 1 - 2 P(Binomial(n, 1/2) < k), in percent; the terms summed from their logs, so 2**n never overflows
+function coveragePct(n, k) {
+  let sum = 0, logTerm = -n * Math.LN2;  // log of C(n, i) / 2**n, from i = 0
+  for (let i = 0; i < k; i++) {
+    sum += Math.exp(logTerm);
+    logTerm += Math.log((n - i) / (i + 1));
+  }
+  return 100 * (1 - 2 * sum);
+}
+
+// The median of xs and its interval: { value, n, lo, hi, level } (lo and hi null under two values)
+function estimate(xs) {
+  const s = [...xs].sort((a, b) => a - b), n = s.length;
+  if (n < 2) return { value: s[0], n: 1, lo: null, hi: null, level: 0 };
+  let k = 1;
+  while (k + 1 <= Math.floor(n / 2) && coveragePct(n, k + 1) >= LEVEL_PCT) k += 1;
+  const mid = Math.floor(n / 2);
+  const median = n % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+  return { value: median, n, lo: s[k - 1], hi: s[n - k], level: coveragePct(n, k) };
+}
+
+// "[+8.1, +16.0]", the level added under 95 % ("[+8.1, +16.0] (75 %)"), as noise.py's Estimate.signed
+function intervalText(e) {
+  if (e.lo === null) return "";
+  return `[${num(e.lo)}, ${num(e.hi)}]` + (e.level >= LEVEL_PCT ? "" : ` (${e.level.toFixed(0)} %)`);
+}
+
+// The interval holds 0: the figure cannot be told apart from no overhead at all
+function withinNoise(e) {
+  return e.lo !== null && e.lo <= 0 && 0 <= e.hi;
+}
+
+// A run's overhead against its references (ids), in words; note: what the figure covers ("the steps so far")
+function overheadText(e, refs, note) {
+  if (!e) return "no reference: run these settings once with decoder none";
+  const tail = note ? `; ${note}` : "";
+  if (e.lo === null) return `${signed(e.value)} vs run ${refs[0]}: one baseline, noise unknown${tail}`;
+  return `${signed(e.value)} ${intervalText(e)} vs ${refs.length} no-preview runs` +
+         (withinNoise(e) ? ", within noise" : "") + tail;
+}
+
+// The latest preview's memory rise over its step and the most so far (the rows' mem_mb, MiB)
+function previewMemText(rows) {
+  const mine = [...rows.values()].filter((r) => r.frames > 0 && r.mem_mb !== undefined).sort((a, b) => a.step - b.step);
+  if (!mine.length) return "no preview yet";
+  const most = Math.max(...mine.map((r) => r.mem_mb));
+  return `${mine[mine.length - 1].mem_mb.toFixed(1)} MiB latest, ${most.toFixed(1)} MiB most so far`;
 }
 
 function row(step) {
@@ -250,12 +318,17 @@ function onStep(msg) {
     n += 1;
   }
   $("f-onpath").textContent = denoise ? `${(100 * preview / denoise).toFixed(1)} % (${preview.toFixed(0)} of ${denoise.toFixed(0)} ms)` : "–";
-  // so far: the steps' wall time on the denoising path against the reference's no-preview step; the whole
-  // run's figure (its wall time) replaces it at the end
-  const ref = run.ref;
-  const refStep = ref ? (ref.totals.denoise_ms + onPath(ref.totals)) / ref.totals.steps_run : 0;
-  $("f-overhead").textContent = !ref ? overheadText(0, null, "") : !n || !refStep ? "–" :
-    overheadText(100 * ((denoise + preview) / (n * refStep) - 1), ref.run_id, "; the steps so far");
+  // so far: the steps' wall time on the denoising path against each reference's no-preview step, one overhead
+  // per reference; their median is the overhead against the median reference step (exactly, for an odd count).
+  // The whole run's figure (its wall time) replaces it at the end
+  const refs = referencesFor(run.meta);
+  const overheads = refs.map((r) => 100 * ((denoise + preview) / (n * (r.totals.denoise_ms + onPath(r.totals)) /
+                                                                  r.totals.steps_run) - 1));
+  run.live = n && refs.length ? { overhead: estimate(overheads), references: refs.map((r) => r.run_id) } : null;
+  $("f-overhead").textContent = !refs.length ? overheadText(null, [], "") : !run.live ? "–" :
+    overheadText(run.live.overhead, run.live.references, "the steps so far");
+  $("f-mem").textContent = previewMemText(run.rows);
+  showAdvice();
   chartDirty = true;
 }
 
@@ -448,37 +521,139 @@ function isReference(r) {
          !r.damaged && !t.first_run && t.steps_run > 0 && t.wall_s > 0;
 }
 
-// The reference of run m: the nearest no-preview run of the same settings, the latest before it (machines
-// drift: the nearest in time is the fairest), else the first after it; null when there is none
-function referenceFor(m) {
-  let before = null, after = null;
-  for (const r of runsById.values()) {
-    if (r.run_id === m.run_id || !isReference(r) || !COST_KEYS.every((k) => (r[k] ?? null) === (m[k] ?? null))) continue;
-    if (r.run_id < m.run_id) { if (!before || r.run_id > before.run_id) before = r; }
-    else if (!after || r.run_id < after.run_id) after = r;
-  }
-  return before || after;
+function sameSettings(a, b) {
+  return COST_KEYS.every((k) => (a[k] ?? null) === (b[k] ?? null));
+}
+
+// The references of run m: every no-preview run of the same settings in the list but m itself, oldest first.
+// All of them, not the nearest one: one run on a loaded machine can be far off, and only several show how far.
+function referencesFor(m) {
+  return [...runsById.values()].filter((r) => r.run_id !== m.run_id && isReference(r) && sameSettings(r, m))
+    .sort((a, b) => (a.run_id < b.run_id ? -1 : 1));
 }
 
 // One run's figures from its totals: what the page's table and comparison show. Per-step figures divide by
-// the steps that ran (fewer for img2img, or a stopped run). overhead_pct has the bench's meaning: the run's
-// wall time against a no-preview run's, the reference's loop scaled to the steps this run did.
+// the steps that ran (fewer for img2img, or a stopped run). The overhead has the bench's meaning: the run's
+// wall time against a no-preview run's, the reference's loop scaled to the steps this run did; one per
+// reference, their median and its interval (estimate) the figure. Memory over none: the run's peak minus the
+// median peak of the references that read memory the same way.
 function figuresOf(m) {
   const t = m.totals;
   if (!t) return null;
   const steps = Math.max(1, t.steps_run || t.steps);
   const onPathMs = onPath(t);
-  const ref = referenceFor(m);
-  let overhead = null;
-  if (ref) {
-    const rt = ref.totals;
+  const refs = referencesFor(m);
+  const overheads = refs.map((r) => {
+    const rt = r.totals;
     const expected = fixedMs(rt) + (rt.wall_s * 1e3 - fixedMs(rt)) / rt.steps_run * steps;  // no previews, ms
-    overhead = 100 * (t.wall_s * 1e3 / expected - 1);
-  }
+    return 100 * (t.wall_s * 1e3 / expected - 1);
+  });
+  const overhead = overheads.length ? estimate(overheads) : null;
+  const peak = t.mem_source && t.peak_mem_mb > 0 ? t.peak_mem_mb : null;
+  const refPeaks = refs.filter((r) => r.totals.mem_source === t.mem_source && r.totals.peak_mem_mb > 0)
+    .map((r) => r.totals.peak_mem_mb);
   return { wall_s: t.wall_s, wall_per_step: t.wall_s * 1e3 / steps, denoise_per_step: t.denoise_ms / steps,
            preview_on_path: onPathMs, on_path_share_pct: t.denoise_ms ? 100 * onPathMs / t.denoise_ms : 0,
-           overhead_pct: overhead, reference: ref ? ref.run_id : null, previews: t.previews,
-           kb_per_frame: t.previews ? t.bytes / t.previews / 1024 : 0, decode_ms: t.decode_ms, encode_ms: t.encode_ms };
+           overhead, overhead_pct: overhead ? overhead.value : null, references: refs.map((r) => r.run_id),
+           previews: t.previews, kb_per_frame: t.previews ? t.bytes / t.previews / 1024 : 0, decode_ms: t.decode_ms,
+           encode_ms: t.encode_ms, peak_mem_mb: peak,
+           mem_over_mb: peak !== null && refPeaks.length ? peak - estimate(refPeaks).value : null,
+           busy_pct: t.busy_pct ?? null };
+}
+
+// What to set, from the runs in the list (bench/advice.py's rules, in its words where they fit). The settings
+// are the running run's, else the latest run's; among the runs of those settings (COST_KEYS) with previews, a
+// configuration (decoder, every, preview_max, mode, decode_at) is measured by its latest steady run's figure,
+// the one the run list shows (the running run's by its live one). A configuration fits when its overhead
+// interval's top is at most the budget (one baseline: no interval, never fits); the best fitting is the most
+// frequent preview, then the largest decoder, then the largest preview. Every number it names is on the page:
+// the overhead figures (run list, This run), the budget (its input, else the default) and the interval it sets.
+const DEFAULT_BUDGET_PCT = 5;  // bench/advice.py's default
+const RANK = { vae: 3, taesd: 2, latent2rgb: 1 };              // how large a decoder is
+const CHEAPER = { vae: "taesd", taesd: "latent2rgb" };          // preview/decoders.py's chain down
+
+function budgetPct() {
+  const b = Number($("budget").value);
+  return $("budget").dataset.set && b > 0 ? b : DEFAULT_BUDGET_PCT;
+}
+
+// The next cheaper decoder this server offers (its hello: the decoders, and whether TAESD weights are there)
+function cheaperDecoder(d) {
+  let next = CHEAPER[d];
+  while (next && offered && ((offered.decoders && !offered.decoders.includes(next)) ||
+                             (next === "taesd" && !offered.taesd))) next = CHEAPER[next];
+  return next || null;
+}
+
+function configKey(m) {
+  return [m.decoder, m.budget > 0 ? `auto${m.budget}` : m.every, m.preview_max || 0, m.mode, m.decode_at || ""].join("|");
+}
+
+function configText(m) {
+  return `${m.decoder} ` + (m.budget > 0 ? `auto ${m.budget} %` : `every ${m.every}`) +
+         (m.preview_max > 0 ? ` max ${m.preview_max} px` : "") + ` ${m.mode}` +
+         (m.decode_at && m.decode_at !== "preview" ? ` decode_at ${m.decode_at}` : "");
+}
+
+function fits(o, budget) {
+  return o.overhead.hi !== null && o.overhead.hi <= budget;
+}
+
+// "+12.3 % [+8.1, +16.0]" with its level, as the overhead figures print it
+function costText(e) {
+  return e.lo === null ? signed(e.value) : `${signed(e.value)} ${intervalText(e)}`;
+}
+
+function adviceText() {
+  const running = run && !$("stop").disabled ? run.meta : null;
+  const latest = [...runsById.values()].filter((r) => r.totals && !r.damaged)
+    .sort((a, b) => (a.run_id < b.run_id ? 1 : -1))[0];
+  const cur = running || latest;
+  if (!cur) return "no advice yet: no run in the list";
+  if (!referencesFor(cur).length && !isReference(cur)) return "no advice yet: run these settings once with decoder none";
+  const options = new Map();  // configuration -> its latest steady run's { meta, overhead, run_id }
+  for (const r of [...runsById.values()].sort((a, b) => (a.run_id < b.run_id ? -1 : 1))) {
+    if (r.decoder === "none" || !r.totals || !r.totals.previews || r.totals.first_run || r.damaged ||
+        !(r.status === "done" || r.status === "stopped") || !sameSettings(r, cur)) continue;
+    const f = figuresOf(r);
+    if (f && f.overhead) options.set(configKey(r), { meta: r, overhead: f.overhead, run_id: r.run_id });
+  }
+  if (running && running.decoder !== "none" && run.live) {
+    options.set(configKey(running), { meta: running, overhead: run.live.overhead, run_id: running.run_id, live: true });
+  }
+  // the configuration asked about: the running run's or the latest run's; after a no-preview run, the latest
+  // configuration measured
+  let c = cur.decoder !== "none" ? options.get(configKey(cur)) : null;
+  if (!c && cur.decoder === "none" && options.size) {
+    c = [...options.values()].sort((a, b) => (a.run_id < b.run_id ? 1 : -1))[0];
+  }
+  if (!c) return "no advice yet: no run with previews of these settings has finished";
+  const budget = budgetPct();
+  const e = c.overhead;
+  let out = `${configText(c.meta)} (run ${c.run_id}${c.live ? ", the steps so far" : ""}): ` +
+            `at this rate previews cost ${costText(e)}`;
+  if (e.lo === null) out += ": one baseline, noise unknown";
+  else if (withinNoise(e)) out += "; within noise: these runs cannot tell it from none";
+  if (fits(c, budget)) return `${out}, under ${budget} %`;
+  const fit = [...options.values()].filter((o) => o.meta.budget <= 0 && fits(o, budget));
+  fit.sort((a, b) => a.meta.every - b.meta.every || (RANK[b.meta.decoder] || 0) - (RANK[a.meta.decoder] || 0) ||
+                     (b.meta.preview_max || 0) - (a.meta.preview_max || 0));
+  if (fit.length) {
+    const best = fit[0];
+    return `${out}; to stay under ${budget} %: ${configText(best.meta)} (run ${best.run_id}: ${costText(best.overhead)})`;
+  }
+  // nothing measured fits: what would, if the cost scales with the previews made
+  const ideas = [];
+  const every = c.meta.budget > 0 ? 0 : c.meta.every;
+  const wider = e.value > 0 && every > 0 ? Math.ceil(every * e.value / budget - 1e-9) : 0;
+  if (wider > every) ideas.push(`about every ${wider}`);
+  const down = cheaperDecoder(c.meta.decoder);
+  if (down) ideas.push(down);
+  return `${out}; to stay under ${budget} %: ${ideas.length ? ideas.join(", or ") : "fewer previews"}`;
+}
+
+function showAdvice() {
+  $("advice").textContent = adviceText();
 }
 
 // The comparison's rows, named in words: [label, figure, kind]; a percentage compares by its difference in
@@ -489,11 +664,13 @@ const COMPARED = [
   ["denoise ms per step done", "denoise_per_step", "ratio"],
   ["preview ms on the denoising path", "preview_on_path", "ratio"],
   ["on-path share (%)", "on_path_share_pct", "points"],
-  ["overhead, wall time vs a no-preview run (%)", "overhead_pct", "points"],
+  ["overhead, wall time vs the no-preview runs (%)", "overhead_pct", "points"],
   ["previews", "previews", "ratio"],
   ["KB per frame", "kb_per_frame", "ratio"],
   ["preview decode ms (all previews)", "decode_ms", "ratio"],
   ["preview encode ms (all previews)", "encode_ms", "ratio"],
+  ["peak memory (MiB)", "peak_mem_mb", "ratio"],
+  ["device busy while denoising (%)", "busy_pct", "points"],
 ];
 
 const picked = [];
@@ -512,16 +689,20 @@ function showCompare() {
     const th = document.createElement("th"); th.textContent = h; head.appendChild(th);
   }
   t.appendChild(head);
-  const shown = (v, kind, key) => (v === null || v === undefined || Number.isNaN(v) ? "–" :
-    key === "previews" ? String(v) : kind === "points" ? signed(v).replace(" %", "") : Number(v).toFixed(2));
+  const shown = (v, kind, key, f) => (v === null || v === undefined || Number.isNaN(v) ? "–" :
+    key === "overhead_pct" ? num(v) + (f.overhead.lo === null ? " (one baseline)" : ` ${intervalText(f.overhead)}`) :
+    key === "previews" ? String(v) : kind === "points" ? num(v) : Number(v).toFixed(2));
+  // two overheads differ within noise when either median lies inside the other's interval
+  const inside = (e, x) => e.lo !== null && e.lo <= x && x <= e.hi;
   for (const [label, key, kind] of COMPARED) {
     const va = fa ? fa[key] : null, vb = fb ? fb[key] : null;
     const known = va !== null && vb !== null && va !== undefined && vb !== undefined;
-    const vs = !known ? "–" : kind === "points" ? `${signed(vb - va).replace(" %", "")} points` :
+    const noise = key === "overhead_pct" && known && (inside(fa.overhead, vb) || inside(fb.overhead, va));
+    const vs = !known ? "–" : kind === "points" ? `${num(vb - va)} points${noise ? ", within noise" : ""}` :
                va ? `×${(vb / va).toFixed(3)}` : "–";
     const tr = document.createElement("tr");
     tr.dataset.figure = key;
-    for (const c of [label, shown(va, kind, key), shown(vb, kind, key), vs]) {
+    for (const c of [label, shown(va, kind, key, fa), shown(vb, kind, key, fb), vs]) {
       const td = document.createElement("td"); td.textContent = c; tr.appendChild(td);
     }
     t.appendChild(tr);
@@ -536,6 +717,7 @@ async function fetchRuns(query) {
 function addRuns(list) {
   for (const m of list) runsById.set(m.run_id, m);
   renderRuns();
+  showAdvice();
 }
 
 // Pages of PAGE runs, newest first; "older runs" asks for the page before the oldest shown.
@@ -581,16 +763,27 @@ function renderRuns() {
                  (m.batch > 1 ? ` ×${m.batch}` : "");
     const steps = m.steps || (m.totals ? m.totals.steps_run : "");
     const guidance = m.guidance === undefined || m.guidance === null ? (m.task === "script" ? "not seen" : "") : m.guidance;
+    const e = f ? f.overhead : null;
+    const interval = !e ? "" : e.lo === null ? "one baseline, noise unknown" :
+                     intervalText(e) + (withinNoise(e) ? ", within noise" : "");
+    const refs = f ? f.references : [];
     const cells = [m.run_id, status, m.decoder, every, m.mode, task, steps, size, guidance,
                    f ? f.wall_s.toFixed(2) : "", f ? f.denoise_per_step.toFixed(1) : "",
                    f ? f.preview_on_path.toFixed(0) : "", f ? f.on_path_share_pct.toFixed(1) : "",
-                   f && f.overhead_pct !== null ? signed(f.overhead_pct).replace(" %", "") : "",
-                   f && f.reference ? f.reference : "", f ? f.previews : "", f ? f.kb_per_frame.toFixed(1) : ""];
-    for (const c of cells) {
+                   e ? num(e.value) : "", interval,
+                   refs.length === 1 ? refs[0] : refs.length ? `${refs.length} no-preview runs` : "",
+                   f ? f.previews : "", f ? f.kb_per_frame.toFixed(1) : "",
+                   f && f.peak_mem_mb !== null ? f.peak_mem_mb.toFixed(0) : "",
+                   f && f.mem_over_mb !== null ? `${f.mem_over_mb >= 0 ? "+" : ""}${f.mem_over_mb.toFixed(0)}` : "",
+                   f && f.busy_pct !== null ? f.busy_pct.toFixed(1) : ""];
+    const titles = { 15: refs.join(" "), 18: m.totals ? m.totals.mem_source : "",
+                     20: m.totals ? m.totals.busy_source : "" };
+    cells.forEach((c, i) => {
       const td = document.createElement("td");
       td.textContent = c === undefined || c === null ? "" : c;
+      if (titles[i]) td.title = titles[i];
       tr.appendChild(td);
-    }
+    });
     if (m.damaged) { tr.title = m.damaged; tr.className = "damaged"; }
     const td = document.createElement("td");
     if (m.status !== "damaged" && !m.damaged) {
@@ -648,6 +841,7 @@ for (const k of LIVE) {
   });
 }
 for (const k of RUN_FIELDS) $(k).addEventListener("input", () => { $(k).dataset.touched = "1"; });
+$("budget").addEventListener("input", () => { $("budget").dataset.set = "1"; showAdvice(); });
 for (const k of [...RUN_FIELDS, ...LIVE]) $(k).addEventListener("input", () => inputEdited(k));
 $("older").addEventListener("click", loadOlder);
 window.addEventListener("resize", () => { if (chart) chart.setSize({ width: chartWidth(), height: 260 }); });
