@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence, TypeVar
 
+from previewlab.bench.axes import SCHEDULERS, VAE_MODES
 from previewlab.bench.noise import NOISE_LIMIT_PCT
 from previewlab.preview.models import SYNTHETIC, device_arg
 from previewlab.preview.names import (DECODE_ATS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, FrameChoice, N, check,
@@ -130,12 +131,22 @@ def parser() -> Parser:
                         "'auto' lets the autopilot pick the interval to fit --budget (default: 1,2,5,10; 1 for a "
                         "video model, whose sweep is the frames axis)")
     p.add_argument("--budget", type=budget_value, default=None,
-                   help="preview overhead budget in percent of denoise time, for --every auto (default 10)")
+                   help="preview overhead budget in percent: the advice's (default 5) and, with --every auto, the "
+                        "autopilot's (default 10)")
     p.add_argument("--modes", type=names("mode", MODES), default=("overlap",),
                    help="sync: preview work inside the step callback (how popular UIs do it); overlap: off the "
                         "denoising path (side CUDA stream, encode thread)")
     p.add_argument("--inflight", type=inflight_value, default=2, help="overlap: most previews in flight at once")
-    p.add_argument("--steps", type=steps_value, default=10, help="denoising steps per run")
+    p.add_argument("--steps", type=listof(steps_value), default=None,
+                   help="denoising steps per run; several (4,8,30) make an axis, each count with its own baselines "
+                        "(default: 10)")
+    p.add_argument("--scheduler", type=listof(str, tuple(SCHEDULERS)), default=None,
+                   help="an axis of diffusers schedulers, each built from the model's scheduler config: "
+                        f"{', '.join(f'{k} ({v[0]})' for k, v in SCHEDULERS.items())} (default: the model's own)")
+    p.add_argument("--vae-mode", type=listof(str, VAE_MODES), default=None,
+                   help="an axis of the VAE's memory mode for the full-VAE preview and the final decode: none, "
+                        "tiling, slicing, tiling+slicing (diffusers' enable_tiling/enable_slicing; default: the VAE "
+                        "as loaded)")
     p.add_argument("--width", type=side, default=None, help="image width in pixels (default: the model's)")
     p.add_argument("--height", type=side, default=None, help="image height in pixels (default: the model's)")
     p.add_argument("--seed", type=seed_value, default=0, help="seed of the latents and of synthetic weights")
@@ -188,10 +199,7 @@ def parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.budget is not None and "auto" not in (args.every or ()):
-        print("previewlab bench: --budget is the autopilot's, and needs --every auto (e.g. --every auto,1 "
-              "--budget 10)", file=sys.stderr)
-        return 2
+    counts: tuple[int, ...] = args.steps or (10,)  # steps per run, an axis from two on
     try:  # before any model loads: a folder that cannot be made is one line now, not a traceback after the first run
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -201,7 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
+    from previewlab.bench.axes import AxisError, check_vae_modes, schedulers_for
     from previewlab.bench.noise import baseline_noise
+    from previewlab.bench.advice import DEFAULT_BUDGET_PCT, of_summary
     from previewlab.bench.summary import mode_ratios, summarize, table
     from previewlab.bench.sweep import Plan, run_sweep, traced_run
     from previewlab.preview.csv_writer import CsvSchemaError
@@ -225,25 +235,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             video = model.space.video
             if not video and (args.frames is not None or (args.num_frames or 1) != 1):
                 raise SettingsError(f"--frames and --num-frames are for a video model; {model.name} makes images")
-            settings = RunSettings(prompt=args.prompt, steps=args.steps, width=args.width or model.default_size,
+            settings = RunSettings(prompt=args.prompt, steps=counts[0], width=args.width or model.default_size,
                                    height=args.height or model.default_size, seed=args.seed, preview=preview,
                                    batch=args.batch, num_frames=args.num_frames or model.num_frames,
                                    fps=model.fps, max_frames=MAX_NUM_FRAMES if video else 1,
                                    frame_step=model.space.temporal if video else 1)
             if "taesd" in args.decoders and model.taesd is None:
                 raise DecoderError(taesd_refusal(model))
-        except (ModelError, SettingsError, DecoderError) as e:
+            schedulers_for(model.pipe, args.scheduler or (), counts)  # refused before any run, in one line
+            check_vae_modes(model.pipe, args.vae_mode or ())
+        except (ModelError, SettingsError, DecoderError, AxisError) as e:
             print(f"previewlab bench: {e}", file=sys.stderr)
             return 2
         every = args.every or ((1,) if video else (1, 2, 5, 10))
         frames: tuple[FrameChoice, ...] = (args.frames or ("first", "middle", "all")) if video else ()
         plan = Plan(settings, args.decoders, every, args.repeats, args.warmup, args.direct, args.modes,
                     args.budget if args.budget is not None else 10.0, args.inflight, comp == "decoder",
-                    args.target if len(args.target) > 1 else (), frames, args.decode_at or ())
+                    args.target if len(args.target) > 1 else (), frames, args.decode_at or (),
+                    args.scheduler or (), counts, args.vae_mode or ())
         total = len(list(plan.schedule()))
         synth = "synthetic " if model.synthetic else ""
         print(f"{label}{synth}model {model.name} ({model.space.describe()}) on {model.device} {dtype}, loaded in "
-              f"{model.load_s:.1f} s; {total} runs of {settings.steps} steps at {settings.width}x{settings.height}"
+              f"{model.load_s:.1f} s; {total} runs of {','.join(map(str, counts))} steps at {settings.width}x{settings.height}"
               + (f" x {settings.num_frames} frames" if video else "") + " "
               f"-> {args.out}", file=sys.stderr)
         bar = progress_bar(total)
@@ -264,7 +277,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta = (f"{model.label} | "
                 f"{r0['device_name']} {', '.join(args.dtype)} threads={r0['threads']} | {settings.width}x{settings.height}"
                 + (f" x {settings.num_frames} frames" if video else "") + " "
-                f"{settings.steps} steps | encoder {r0['encoder'] or args.encoder} q{args.quality}"
+                f"{','.join(map(str, counts))} steps"
+                + (f" | scheduler {','.join(args.scheduler)}" if args.scheduler else "")
+                + (f" | VAE {','.join(args.vae_mode)}" if args.vae_mode else "")
+                + f" | encoder {r0['encoder'] or args.encoder} q{args.quality}"
                 + (f" preview_max {args.preview_max}" if args.preview_max else "") + f" | torch {r0['torch']} "
                 f"diffusers {r0['diffusers']}")
     ids = {x["run_id"] for x in runs}
@@ -282,6 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ratios = mode_ratios(rows)
     if ratios:
         text += "\n" + ratios
+    advice = of_summary(rows, args.budget if args.budget is not None else DEFAULT_BUDGET_PCT)
+    if advice:
+        text += "\n" + "\n".join(advice)
     for t in traces:
         base = next((r["wall_s"] for r in rows if r["config"] == t["config"]), None)
         ref = f" (untraced median {base:.2f} s, {100 * (t['wall_s'] / base - 1):+.1f} %)" if base else ""

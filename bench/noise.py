@@ -95,13 +95,19 @@ def pair_overheads(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
     """Per configuration, each steady run's overhead in percent against the steady baseline right before it
     (the direct call, which runs after a configuration, against the baseline right after it). Runs in the order
     they ran, as runs.csv holds them."""
-    out: dict[str, list[float]] = {}
+    return {cfg: [100 * (float(r["wall_s"]) / float(b["wall_s"]) - 1) for r, b in ps]
+            for cfg, ps in paired(runs).items()}
+
+
+def paired(runs: Sequence[dict[str, Any]]) -> dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]:
+    """Per configuration, each steady run with the steady baseline it is paired with (pair_overheads' rule)."""
+    out: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
     for i, r in enumerate(runs):
         if r["role"] not in ("config", "direct") or not is_steady(r):
             continue
         j = i + 1 if r["role"] == "direct" else i - 1
         if 0 <= j < len(runs) and runs[j]["role"] == "baseline" and is_steady(runs[j]):
-            out.setdefault(r["config"], []).append(100 * (float(r["wall_s"]) / float(runs[j]["wall_s"]) - 1))
+            out.setdefault(r["config"], []).append((r, runs[j]))
     return out
 
 
@@ -112,6 +118,8 @@ class Noise:
     n: int              # baselines in that group
     median_s: float
     limit_pct: float = NOISE_LIMIT_PCT
+    group: str = ""     # that group's baseline, named when there are several (a variant's, a run setup's)
+    groups: int = 1
 
     @property
     def noisy(self) -> bool:
@@ -119,7 +127,8 @@ class Noise:
 
     def line(self) -> str:
         """One line for the summary's top, the report's banner and the bench's last line."""
-        said = (f"the {self.n} no-preview baselines spread {self.spread_pct:.1f} % (IQR over their median "
+        of = f" of {self.group} (the noisiest of {self.groups} groups)" if self.groups > 1 else ""
+        said = (f"the {self.n} no-preview baselines{of} spread {self.spread_pct:.1f} % (IQR over their median "
                 f"{self.median_s:.2f} s)")
         if not self.noisy:
             return f"noise: {said}, within the {self.limit_pct:g} % limit"
@@ -129,14 +138,15 @@ class Noise:
 
 
 def baseline_noise(runs: Sequence[dict[str, Any]], limit_pct: float = NOISE_LIMIT_PCT) -> Noise | None:
-    """The spread of the steady baselines, per variant (each label has its own `none`), the noisiest group
-    named; None with fewer than two baselines, where no spread can be judged."""
+    """The spread of the steady baselines, per variant and run setup (each has its own `none`, as
+    '[float16 ...] none' or 'none/euler/8steps'), the noisiest group named; None with fewer than two baselines
+    in any group, where no spread can be judged."""
     groups: dict[str, list[float]] = {}
     for r in runs:
         if r["role"] == "baseline" and is_steady(r):
             groups.setdefault(r["config"], []).append(float(r["wall_s"]))
-    judged = [(spread_pct(xs), len(xs), statistics.median(xs)) for xs in groups.values() if len(xs) >= 2]
+    judged = [(spread_pct(xs), len(xs), statistics.median(xs), g) for g, xs in groups.items() if len(xs) >= 2]
     if not judged:
         return None
-    s, n, m = max(judged)
-    return Noise(s, n, m, limit_pct)
+    s, n, m, g = max(judged)
+    return Noise(s, n, m, limit_pct, g, len(judged))

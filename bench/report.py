@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from previewlab.bench.advice import DEFAULT_BUDGET_PCT, of_summary
 from previewlab.bench.noise import Estimate, baseline_noise
 from previewlab.bench.summary import overhead_of, steady, summarize
 
@@ -64,7 +65,8 @@ def figures(runs: list[dict[str, str]], steps: list[dict[str, str]]) -> dict[str
         intervals[s["config"]] = e
         dec, every, mode = parse_config(s["config"])
         if every.startswith("every"):
-            overhead.setdefault(f"{dec} {mode}".strip(), []).append((int(every[5:]), e))
+            rest = s["config"].split("] ")[-1].split("/")[3:]  # target, frames, decode_at, run axes: a line each
+            overhead.setdefault(" ".join([dec, mode, *rest]).strip(), []).append((int(every[5:]), e))
     for line in overhead.values():
         line.sort(key=lambda p: p[0])
     parts: dict[str, dict[str, float]] = {}
@@ -143,6 +145,25 @@ def draw_noise(ax: Any, fig: dict[str, Any]) -> None:
     ax.set_title("How much of each overhead is noise", fontsize=9)
 
 
+def draw_memory(ax: Any, fig: dict[str, Any]) -> None:
+    """Memory beside time: per configuration, its runs' peak over the baseline beside each (median) and each
+    preview's rise over its step (median), MiB."""
+    rows = [r for r in fig["summary"] if r.get("peak_mem_mb") is not None]
+    cfgs = [str(r["config"]) for r in rows]
+    at = range(len(cfgs))
+    ax.barh([i - 0.2 for i in at], [r.get("mem_over_mb") or 0.0 for r in rows], height=0.4,
+            label="run's peak over its baseline's (median)")
+    ax.barh([i + 0.2 for i in at], [r.get("mem_mb_p50") or 0.0 for r in rows], height=0.4,
+            label="a preview's rise over its step (median)")
+    ax.set_yticks(list(at), cfgs, fontsize=7)
+    source = next((r["mem_source"] for r in rows if r.get("mem_source")), "")
+    ax.set_xlabel(f"MiB ({source}: " + ("the allocator's counters" if source not in ("rss", "") else
+                                          "resident memory") + ")")
+    ax.axvline(0, color="#444", lw=0.8)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("What previews cost in memory", fontsize=9)
+
+
 def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
     import matplotlib
 
@@ -179,6 +200,11 @@ def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
     ax.tick_params(axis="y", labelsize=7)
     save(f, "preview_breakdown.png")
 
+    if any(r.get("peak_mem_mb") is not None for r in fig["summary"]):
+        f, ax = plt.subplots(figsize=(8, 1.4 + 0.32 * max(1, len(fig["summary"]))))
+        draw_memory(ax, fig)
+        save(f, "memory.png")
+
     f, ax = plt.subplots(figsize=(7, 4))
     for cfg, d in sorted(fig["per_step"].items()):
         ax.plot(list(d), list(d.values()), label=cfg, lw=1)
@@ -197,14 +223,19 @@ def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
     return paths
 
 
-def render_html(fig: dict[str, Any], title: str, images: list[Path]) -> str:
+def _fig(x: Any) -> str:
+    return "" if x is None else f"{float(x):.1f}"
+
+
+def render_html(fig: dict[str, Any], title: str, images: list[Path], advice: Sequence[str] = ()) -> str:
     def overhead(s: dict[str, Any]) -> tuple[str, str]:
         e = overhead_of(s)
         return (e.signed(), s["verdict"]) if e else ("", "")
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v if not isinstance(v, float) else round(v, 2)))}</td>"
                          for v in (s["config"], s["runs"], s["wall_s"], s["decode_ms_p50"], s["encode_ms_p50"],
-                                   *overhead(s))) + "</tr>"
+                                   _fig(s.get("mem_mb_p50")), _fig(s.get("peak_mem_mb")), _fig(s.get("mem_over_mb")),
+                                   _fig(s.get("busy_pct")), *overhead(s))) + "</tr>"
         for s in fig["summary"])
     noise = fig["noise"]
     said = noise.line() if noise else "noise: fewer than two no-preview baselines, so their spread cannot be judged"
@@ -216,12 +247,16 @@ def render_html(fig: dict[str, Any], title: str, images: list[Path]) -> str:
             f"img{{max-width:100%}}.noisy{{background:#fde3b8;border:1px solid #d08a1e;padding:8px}}</style>"
             f"<h1>previewlab report</h1>{warn}<p>{html.escape(title)}</p>"
             f"<table><tr><th>config</th><th>runs</th><th>wall s</th><th>decode ms p50</th><th>encode ms p50</th>"
-            f"<th>overhead % [interval]</th><th>verdict</th></tr>{rows}</table>{imgs}")
+            f"<th>MiB a preview p50</th><th>peak MiB</th><th>peak over baseline MiB</th><th>device busy %</th>"
+            f"<th>overhead % [interval]</th><th>verdict</th></tr>{rows}</table>"
+            f"<pre class=advice>{html.escape(chr(10).join(advice))}</pre>{imgs}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="previewlab report", description=__doc__)
     p.add_argument("dir", type=Path, help="a folder written by previewlab bench --out")
+    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_PCT,
+                   help=f"the preview overhead the advice keeps under, percent (default {DEFAULT_BUDGET_PCT:g})")
     args = p.parse_args(argv)
     try:
         runs, steps = read(args.dir)
@@ -236,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     noise = fig["noise"]
     loud = f"NOISY MACHINE (baselines spread {noise.spread_pct:.1f} %) | " if noise is not None and noise.noisy else ""
     images = plot(fig, loud + title, args.dir)  # a plot copied out of the report still says so
-    (args.dir / "report.html").write_text(render_html(fig, title, images))
+    advice = of_summary(fig["summary"], args.budget)
+    (args.dir / "report.html").write_text(render_html(fig, title, images, advice))
     print(f"wrote {args.dir / 'report.html'} and {len(images)} plots")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Sequence
 
-from previewlab.bench.noise import (LEVEL_PCT, Estimate, Noise, estimate, is_steady, pair_overheads,
+from previewlab.bench.noise import (LEVEL_PCT, Estimate, Noise, estimate, is_steady, pair_overheads, paired,
                                    percentile)
 from previewlab.preview.records import PREVIEW_STAGES
 
@@ -23,6 +23,7 @@ def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -
     interval (noise.py). Warm-up runs and the first run after load are left out. runs in the order they ran."""
     ordered = list(runs)
     pairs = pair_overheads(ordered)
+    with_base = paired(ordered)
     runs = steady(ordered)
     steady_ids = {r["run_id"] for r in runs}
     by_cfg: dict[str, list[dict[str, Any]]] = {}
@@ -60,8 +61,47 @@ def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -
             row[f"{key}_n"] = 0 if e is None else e.n
             row[f"{key}_level_pct"] = None if e is None else e.level_pct
         row["verdict"] = verdict(ov) if ov else ""
+        row.update(_beside(rs, srows, with_base.get(cfg, [])))
         out.append(row)
     return out
+
+
+def _num(r: dict[str, Any], key: str) -> float | None:
+    x = r.get(key)
+    return None if x in (None, "") else float(x)
+
+
+def _per_step(r: dict[str, Any]) -> float | None:
+    ms = _num(r, "denoise_ms")
+    return None if ms is None else ms / max(1, _steps(r))
+
+
+def _steps(r: dict[str, Any]) -> int:
+    """The steps a run did (older CSVs: the steps asked)."""
+    return int(r.get("steps_run") or r.get("steps") or 0)
+
+
+def _beside(runs: list[dict[str, Any]], steps: list[dict[str, Any]],
+            pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """A configuration's settings (from its first run), and what its runs cost beside their baselines: the
+    denoising's slowdown per step (median over the pairs), each preview's memory rise over its step (median,
+    most), the runs' peak and its rise over the baseline beside each run (median), the device's busy share."""
+    mems = [m for s in steps if int(s["preview"]) and (m := _num(s, "mem_mb")) is not None]
+    peaks = [p for r in runs if (p := _num(r, "peak_mem_mb"))]
+    over = [p - b for r, base in pairs if (p := _num(r, "peak_mem_mb")) and (b := _num(base, "peak_mem_mb"))]
+    busy = [b for r in runs if (b := _num(r, "busy_pct")) is not None]
+    slower = [a - b for r, base in pairs if (a := _per_step(r)) is not None and (b := _per_step(base)) is not None]
+    first = runs[0]
+    return {"decoder": first.get("decoder", ""), "every": int(first.get("every") or 0),
+            "budget": _num(first, "budget") or 0.0, "preview_max": int(first.get("preview_max") or 0),
+            "mode": first.get("mode", ""), "steps": statistics.median(_steps(r) for r in runs),
+            # the denoising's slowdown counts only as a finding: its pairs' interval must not hold 0
+            "slower_ms_per_step": e.value if (e := estimate(slower) if slower else None) and e.has_interval
+            and not e.within_noise else None,"mem_mb_p50": percentile(mems, 50) if mems else None, "mem_mb_max": max(mems) if mems else None,
+            "peak_mem_mb": statistics.median(peaks) if peaks else None,
+            "mem_over_mb": statistics.median(over) if over else None,
+            "busy_pct": statistics.median(busy) if busy else None,
+            "mem_source": next((str(r.get("mem_source") or "") for r in runs), "")}
 
 
 def overhead_of(row: dict[str, Any], key: str = "overhead") -> Estimate | None:
@@ -91,7 +131,8 @@ def table(rows: list[dict[str, Any]], meta: str, noise: Noise | None) -> str:
     clips = any(r["previews"] and r.get("frames_per_preview", 1) > 1 for r in rows)  # a clip's previews: frames too
     cw = max([30] + [len(str(r["config"])) + 1 for r in rows])  # a clip's names are longer: the column fits them
     head = f"{'config':<{cw}}{'runs':>5}{'wall s':>9}{'denoise':>9}{'decode':>15}{'resize':>13}{'sync+xfer':>11}" \
-           f"{'encode':>13}{'KB/prev':>9}" + (f"{'frames':>7}{'ms/frame':>9}" if clips else "") \
+           f"{'encode':>13}{'KB/prev':>9}{'MB/prev':>9}{'peak MB':>15}{'busy %':>8}" \
+        + (f"{'frames':>7}{'ms/frame':>9}" if clips else "") \
         + f"  {'overhead % [interval]':<34}verdict"
     first = noise.line() if noise else "noise: fewer than two no-preview baselines, so their spread cannot be judged"
     lines = [first, meta, head, "-" * len(head)]
@@ -104,11 +145,14 @@ def table(rows: list[dict[str, Any]], meta: str, noise: Noise | None) -> str:
             f"{r['config']:<{cw}}{r['runs']:>5}{r['wall_s']:>9.2f}{r['denoise_ms_p50']:>9.1f}"
             f"{r['decode_ms_p50']:>8.1f}/{r['decode_ms_p95']:<6.1f}{r['resize_ms_p50']:>6.2f}/{r['resize_ms_p95']:<6.2f}"
             f"{r['sync_ms_p50'] + r['transfer_ms_p50']:>11.2f}{r['encode_ms_p50']:>6.2f}/{r['encode_ms_p95']:<6.2f}"
-            f"{r['bytes_per_preview'] / 1024:>9.1f}"
+            f"{r['bytes_per_preview'] / 1024:>9.1f}{_fig(r.get('mem_mb_p50'), '.1f'):>9}{_peak(r):>15}"
+            f"{_fig(r.get('busy_pct'), '.0f'):>8}"
             + (f"{r['frames_per_preview']:>7.1f}{r['decode_ms_per_frame_p50']:>9.1f}" if clips else "")
             + f"  {ov:<34}{said}".rstrip())
     lines.append("denoise: median ms per step; decode, resize, sync+xfer, encode: median/p95 ms per preview; "
-                 "KB/prev: KiB per preview" + ("; frames: per preview, ms/frame: median decode ms per frame shown"
+                 "KB/prev: KiB per preview; MB/prev: median MiB a preview raised memory over its step's; peak MB: "
+                 "the runs' median peak memory (+ over the baseline beside each run); busy %: the device busy while "
+                 "denoising" + ("; frames: per preview, ms/frame: median decode ms per frame shown"
                                               if clips else "")
                  + "; overhead: median over the runs of wall vs the no-preview baseline run beside it, "
                  "[the interval that holds the true median with 95 % probability; its level in brackets when too few "
@@ -116,14 +160,28 @@ def table(rows: list[dict[str, Any]], meta: str, noise: Noise | None) -> str:
     return "\n".join(lines)
 
 
+def _fig(x: Any, spec: str) -> str:
+    return "–" if x in (None, "") else format(float(x), spec)
+
+
+def _peak(r: dict[str, Any]) -> str:
+    """The runs' peak memory, with its rise over the baselines beside them where it has one."""
+    peak, over = r.get("peak_mem_mb"), r.get("mem_over_mb")
+    if peak in (None, ""):
+        return "–"
+    return f"{float(peak):.0f}" + ("" if over in (None, "") else f" ({float(over):+.0f})")
+
+
 def mode_ratios(rows: list[dict[str, Any]]) -> str:
     """Per decoder and interval measured in both modes: overlap's overhead as a fraction of sync's."""
     by = {r["config"]: r for r in rows}
     lines = []
-    for name, r in by.items():
-        if not name.endswith("/sync"):
+    for full, r in by.items():
+        name, sync, rest = full.partition("/sync")  # rest: a run setup's axes ('/euler/8steps'), or nothing
+        if not sync or rest[:1] not in ("", "/"):
             continue
-        o = by.get(name[: -len("/sync")] + "/overlap")
+        o = by.get(name + "/overlap" + rest)
+        name += rest
         se, oe = overhead_of(r), (overhead_of(o) if o else None)
         if se is None or oe is None:
             continue
@@ -132,6 +190,6 @@ def mode_ratios(rows: list[dict[str, Any]]) -> str:
             ratio = "n/a (an overhead within noise or n=1)"
         else:
             ratio = f"{oe.value / se.value:.2f}" if se.value > 0 else "n/a (sync overhead <= 0)"
-        lines.append(f"  {name[: -len('/sync')]:<28} sync {se.signed():<24} overlap {oe.signed():<24} "
+        lines.append(f"  {name:<28} sync {se.signed():<24} overlap {oe.signed():<24} "
                      f"overlap/sync {ratio}")
     return ("overhead, overlap against sync:\n" + "\n".join(lines)) if lines else ""

@@ -26,6 +26,7 @@ from diffusers.callbacks import PipelineCallback
 
 from .decoders import DecoderError, DecoderName, taesd_refusal
 from .encoders import EncoderName
+from .digest import digest
 from .engine import Controls, Phases, Previewer, StepMeter, cpu_schedule, run_record, save_image
 from .models.families import Family, FamilyError, vae_of
 from .models.reading import latent_space
@@ -305,6 +306,8 @@ class Watch(PipelineCallback):
         # `rows` is read: waiting for them here would add a device wait inside the user's loop.
         c = self._call
         c.finished, c.t_denoised, c.denoised = True, self.clock(), self.sw.mark()
+        if self.meter is not None:
+            self.meter.denoised()
         self.step_tap.remove()
         self._arm()
 
@@ -341,7 +344,8 @@ class Watch(PipelineCallback):
         meta = c.meta
         status = "done" if len(meter.rows) >= meta.steps else "stopped"
         rec = run_record(self.model, meter.run_id, meter.rows, meta, phases, status=status,
-                         preview=meta.preview, inflight_peak=peak, cuda=sw.cuda, timing=sw.timing)
+                         preview=meta.preview, inflight_peak=peak, cuda=sw.cuda, usage=meter.usage(),
+                         timing=sw.timing)
         self.records.append(rec)
         if self.events:
             self.events.ended(RunEnd.of(meta, rec))
@@ -357,6 +361,14 @@ class Watch(PipelineCallback):
                 device = self.sw.host_time(mark)
                 return max(host, device) if device is not None else host
         return None
+
+    def summary(self, budget: float = 5.0) -> str:
+        """The latest call in a few lines: its cost, where a preview's time went, its memory, and what to set to
+        keep previews under `budget` percent (digest.py). Closes the call if it has finished."""
+        rec = self.record
+        if rec is None:
+            return "no finished call yet"
+        return "\n".join(digest(rec, self.rows, budget))
 
     @property
     def record(self) -> RunRecord | None:

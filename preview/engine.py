@@ -7,7 +7,7 @@ import inspect
 import os
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,7 +17,7 @@ import torch
 from . import clips, decoders
 from .controls import Controls
 from .frames import Frame, grid, preview_size, tile, to_uint8_hwc
-from .meter import StepMeter
+from .meter import StepMeter, Usage
 from . import modular_run
 from .previewer import Previewer
 from .models import Model, device_name
@@ -81,7 +81,7 @@ class _Direct:
 def run_record(model: Model, run_id: str, rows: list[StepRow], asked: Asked | RunMeta, phases: Phases, *,
                status: str, preview: PreviewSettings | None, encoder: str | None = None, first_run: bool = False,
                inflight_peak: int = 0, compiled: bool = False, compile_ms: float = 0.0,
-               cuda: bool | None = None, timing: str = "host") -> RunRecord:
+               cuda: bool | None = None, usage: Usage | None = None, timing: str = "host") -> RunRecord:
     """A run's record from what it was asked, its preview settings at the start (None: a direct call), its
     phases and its rows: stage totals from the rows, and other_ms = wall time minus everything measured on the
     denoising path (phases, denoise, the preview stages that ran on it, the final drain). encoder: the one
@@ -110,7 +110,10 @@ def run_record(model: Model, run_id: str, rows: list[StepRow], asked: Asked | Ru
                      strength=asked.strength if asked.task == "img2img" else None,
                      batch=rows[0].batch if rows else asked.batch, steps_run=len(rows),
                      num_frames=asked.num_frames, fps=asked.fps, frames=str(p.frames),
-                     frames_sent=sum(r.frames for r in rows), decode_at=p.decode_at, timing=timing)
+                     frames_sent=sum(r.frames for r in rows), decode_at=p.decode_at,
+                     timing=timing, vae=decoders.vae_memory(model.pipe), **asdict(usage or Usage()),
+                     scheduler=type(model.pipe.scheduler).__name__ if getattr(model.pipe, "scheduler", None) is not None
+                     else "")
 
 
 def cpu_schedule(scheduler: Any, steps: int) -> list[float]:
@@ -329,6 +332,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
     status = "done"  # a failure raises; the caller records it
 
     with torch.inference_mode():
+        meter.start()  # the run's memory is read from here (on a CPU, earlier runs' freed pages go back first)
         t_start = clock()
         mark0 = sw.mark()
         sw.anchor(mark0, t_start)  # the device is idle here: the previous run ended with a copy to the host
@@ -364,6 +368,7 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
                 latents = out.frames if model.space.video else out.images  # a clip's final image: its first frame
                 rng.end("denoise")
                 loop_end = sw.mark()
+                meter.denoised()
                 peak = meter.finish_previews()  # previews in flight finish before the final decode uses the VAE
                 dec0 = sw.mark()
                 rng.begin("final_decode")
@@ -396,5 +401,5 @@ def generate(model: Model, settings: RunSettings, *, run_id: str, controls: Cont
                     drain_ms=sw.ms(loop_end, dec0))
     record = run_record(model, run_id, meter.rows, settings, phases, status=status, preview=start_settings,
                         encoder=start_encoder, first_run=first_run, inflight_peak=peak, compiled=prev.compile,
-                        compile_ms=compile_ms, cuda=sw.cuda, timing=sw.timing)
+                        compile_ms=compile_ms, cuda=sw.cuda, usage=meter.usage(), timing=sw.timing)
     return Run(record, meter.rows, image)

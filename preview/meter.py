@@ -15,8 +15,10 @@ import numpy as np
 import torch
 
 from . import clips, decoders, encoders
+from .busy import busy_for
 from .controls import Controls
 from .frames import Frame, grid, tile, to_uint8_chw, to_uint8_hwc
+from .memory import Memory, reading_for
 from .models import Model
 from .overlap import Overlap
 from .previewer import Previewer
@@ -47,6 +49,15 @@ class _Marks:
     future: Any = None     # overlap: the encode thread's work for this row
     end: Any = None        # CUDA overlap: the mark where the callback returned (the next row's start)
     touched: bool = False  # preview work ran in this step, or a preview was in flight while it denoised
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a run held and how busy it kept the device (memory.py, busy.py), for its record."""
+    peak_mem_mb: float = 0.0
+    mem_source: str = ""
+    busy_pct: float | None = None
+    busy_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,11 +102,34 @@ class StepMeter:
         self.pending: list[_Marks] = []
         self.last: Any = None  # the mark where the current step's denoising began
         self.in_flight = False  # a preview may still be running beside the next step
+        self.memory = Memory(reading_for(model.device))
+        self._memory_started = False
+        self.busy = busy_for(model.device)
+        self._busy_pct: float | None = None
+
+    def start(self) -> None:
+        """The run starts now: its memory is read from here (else from begin())."""
+        self.memory.start()
+        self._memory_started = True
 
     def begin(self, mark: Any = None) -> None:
         """The denoising starts now (or at an earlier mark)."""
+        if not self._memory_started:
+            self.start()
+        self.busy.start()
         self.last = mark if mark is not None else self.sw.mark()
         self.rng.begin("denoise")
+
+    def denoised(self) -> None:
+        """The denoising loop has ended: how busy it kept the device is known."""
+        if self._busy_pct is None:
+            self._busy_pct = self.busy.stop()
+
+    def usage(self) -> Usage:
+        """The run's peak memory and the device's busy share while it denoised (call at the run's end)."""
+        self.denoised()
+        busy = self._busy_pct
+        return Usage(self.memory.peak_mb(), self.memory.source, busy, self.busy.source if busy is not None else "")
 
     def step(self, step: Step) -> bool:
         """The end of a step, from whichever source (steps.py): schedule the step, preview it when due, hand over
@@ -150,6 +184,7 @@ class StepMeter:
         (overlap). Any failure on the way becomes the row's event and a cheaper decoder, never the run's end."""
         decoder, s = row.decoder, self.plan.sized(s)
         ps = s if decoder == s.decoder else s.changed(decoder=decoder)
+        level = self.memory.before()  # what the step holds: the preview's memory is its peak over this
         try:
             prev = self.prev
             enc = prev.encoder(s.encoder)
@@ -176,6 +211,7 @@ class StepMeter:
         except Exception as e:
             self._failed(row, ps, e)
             marks.dec0 = None
+        row.mem_mb = self.memory.after(level)  # allocations count when queued: known now, no device wait
         if not row.skipped:  # preview work ran (made, or failed on the way)
             marks.touched = True
             self.plan.started()

@@ -60,6 +60,7 @@ def call(model: Model, settings: RunSettings, gen: torch.Generator, meter: StepM
     def decode_start(*_: Any) -> None:
         if threading.get_ident() == caller and not stepping[0] and marks.decode0 is None:
             marks.loop_end = sw.mark()
+            meter.denoised()
             marks.peak = meter.finish_previews()
             marks.decode0 = sw.mark()
 

@@ -75,10 +75,8 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     (("--frames", "first,1"), "a number of frames must be from 2 to 256 (use first or middle for one frame)"),
     (("--frames", "all"), "--frames and --num-frames are for a video model; synthetic:tiny makes images"),
     (("--num-frames", "300"), "--num-frames must be from 1 to 257"),
-    (("--budget", "5"), "--budget is the autopilot's, and needs --every auto"),  # issue 23: never silently ignored
     (("--noise-limit", "0"), "noise-limit is a percent above 0, at most 100"),
     (("--threads", "0"), "threads must be from 1 to 1024"),
-    (("--every", "1,2", "--budget", "5"), "--budget is the autopilot's, and needs --every auto"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
     p = previewlab("bench", "--model", "synthetic:tiny", "--out", str(tmp_path), *args)

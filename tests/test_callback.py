@@ -5,6 +5,7 @@ import asyncio
 import csv
 import time
 import json
+import re
 import threading
 
 import numpy as np
@@ -130,3 +131,21 @@ def test_serve_shows_the_users_run_over_ws(pipe, tmp_path):
     assert [s["step"] for s in steps] == [1, 2, 3, 4] and done["status"] == "done"
     run_dir = tmp_path / done["run_id"]
     assert (run_dir / "steps.csv").is_file() and (run_dir / "meta.json").is_file()
+
+
+def test_summary_says_what_the_call_cost_where_it_went_and_what_to_set(pipe):
+    w = preview_watch(pipe, decoder="vae", every=1, mode="sync")
+    assert w.summary() == "no finished call yet"
+    call(pipe, callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs)
+    text = w.summary(budget=0.5)
+    w.remove()
+    rec = w.records[-1]
+    lines = text.splitlines()
+    assert lines[0].startswith(f"run {rec.run_id}: 4 steps in {rec.wall_s:.2f} s") and "4 previews (vae, every 1, sync)" in lines[0]
+    # the full VAE's decode is what a preview's time goes to, and its remedy follows (0.5 % is far below its cost)
+    assert f"{rec.on_path_ms:.0f} ms on the denoising path" in lines[1] and "decode holds" in lines[1]
+    assert lines[1].endswith("a smaller decoder or a smaller preview")
+    assert lines[2].startswith("memory: a preview raised it by up to") and f"peaked at {rec.peak_mem_mb:.0f} MiB (rss)" in lines[2]
+    assert lines[3] == f"device busy while denoising: {rec.busy_pct:.0f} % (cpu)"
+    wider = re.search(r"^to stay under 0\.5 % \(.*\): about every (\d+), or taesd$", lines[4])
+    assert wider and int(wider.group(1)) > 1, lines[4]  # a sparser interval, or the full VAE's next step down

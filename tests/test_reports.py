@@ -28,11 +28,13 @@ def sweep(tmp_path_factory) -> Path:
 def test_report_writes_html_and_plots_whose_figures_match_the_csvs(sweep):
     p = previewlab("report", str(sweep))
     assert p.returncode == 0, p.stderr
-    for name in ("overhead_vs_interval", "overhead_intervals", "preview_breakdown", "per_step", "bytes_per_frame"):
+    for name in ("overhead_vs_interval", "overhead_intervals", "preview_breakdown", "memory", "per_step",
+                 "bytes_per_frame"):
         png = sweep / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (sweep / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 5
+    assert html.count("data:image/png;base64,") == 6
+    assert "<pre class=advice>advice (budget 5 %" in html  # the advice under the table
     assert "no-preview baselines spread" in html and "overhead % [interval]" in html  # the noise, at the top
     assert html.index("no-preview baselines spread") < html.index("<table>")
     assert 'src="http' not in html and 'href="http' not in html  # self-contained: nothing to fetch

@@ -1,0 +1,167 @@
+"""What previews cost in memory and how busy a run keeps the device (preview/memory.py, preview/busy.py).
+
+On this CPU a run reads the process's resident memory, for real. With the fake device, an allocator that the
+taesd decoder's forward raises by a known amount stands in for a device's counters: each preview's row must
+hold exactly that rise, the run's peak must keep it, and reading it must add no wait for the device."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+import torch
+
+from previewlab.preview import meter as meter_module
+from previewlab.preview.busy import CpuTime, Nvml
+from previewlab.preview.engine import generate
+from previewlab.preview.decoders import DecoderName
+from previewlab.preview.memory import MIB, Memory, Rss
+from previewlab.preview.names import Mode
+from previewlab.preview.settings import PreviewSettings, RunSettings
+from previewlab.preview.stopwatch import Stopwatch
+from tests.test_accounting import backend, fake_gpu
+
+RISE = 8 * MIB
+
+
+class TaesdAllocator:
+    """A device allocator's counters whose only allocation is the taesd decoder's, RISE bytes while it runs."""
+    source = "fake"
+
+    def __init__(self, model, dev) -> None:
+        self.level, self.high, self.dev = 100 * MIB, 100 * MIB, dev
+        self.waits_seen: list[int] = []
+        dec = model.taesd.decoder
+        self.hooks = [dec.register_forward_pre_hook(lambda *_: self._alloc(RISE)),
+                      dec.register_forward_hook(lambda *_: self._alloc(-RISE))]
+
+    def _alloc(self, n: int) -> None:
+        self.level += n
+        self.high = max(self.high, self.level)
+
+    def read(self) -> tuple[int, int]:
+        self.waits_seen.append(self.dev.waits)
+        return self.level, self.high
+
+    def reset(self) -> None:
+        self.high = self.level
+
+    def release(self) -> None:
+        pass
+
+
+def fake_run(model, monkeypatch, mode: Mode, reading_of):
+    with fake_gpu(model) as (clock, dev):
+        monkeypatch.setattr(meter_module, "reading_for", lambda device: reading_of(dev))
+        s = RunSettings(steps=6, width=64, height=64, preview=PreviewSettings(decoder="taesd", every=2, mode=mode))
+        run = generate(model, s, run_id="m", clock=clock, stopwatch=Stopwatch(clock=clock, backend=backend(dev)))
+    return run, dev
+
+
+@pytest.mark.parametrize("mode", ["sync", "overlap"])
+def test_each_preview_row_holds_its_own_memory_and_reading_it_adds_no_device_wait(tiny, monkeypatch, mode: Mode):
+    from previewlab.preview.memory import Nothing
+
+    fake_run(tiny, monkeypatch, mode, lambda dev: Nothing())  # warm-up: first allocations, first compiles
+    plain, plain_dev = fake_run(tiny, monkeypatch, mode, lambda dev: Nothing())
+    readings: list[TaesdAllocator] = []
+
+    def allocator(dev):
+        readings.append(TaesdAllocator(tiny, dev))
+        return readings[-1]
+
+    try:
+        run, dev = fake_run(tiny, monkeypatch, mode, allocator)
+    finally:
+        for h in readings[0].hooks:
+            h.remove()
+    made = [r for r in run.rows if r.preview]
+    assert [r.step for r in made] == [2, 4, 6]
+    assert all(r.mem_mb == RISE / MIB for r in made)           # the preview's rise, on its own row
+    assert all(r.mem_mb == 0 for r in run.rows if not r.preview)
+    assert run.record.peak_mem_mb == (100 * MIB + RISE) / MIB  # the per-preview resets never lose the run's peak
+    assert run.record.mem_source == "fake"
+    assert dev.waits == plain_dev.waits                         # reading memory waited for nothing
+
+
+def test_rss_reading_sees_an_allocation_and_its_reset():
+    m = Memory(Rss())
+    m.start()
+    level = m.before()
+    x = torch.ones(64 * MIB, dtype=torch.uint8) + 1  # two 64 MiB tensors, touched
+    del x
+    assert m.after(level) >= 120
+    level = m.before()
+    assert m.after(level) < 120  # the reset: the next preview starts from its own level
+    assert m.peak_mb() * MIB >= level + 120 * MIB
+
+
+pytestmark_slow = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(tiny):
+    """Full-VAE previews at two sizes and a run without previews, on this CPU's resident memory."""
+    out = {}
+    cells: tuple[tuple[str, int, DecoderName], ...] = (("warm", 128, "vae"), ("small", 128, "vae"),
+                                                       ("large", 320, "vae"), ("none", 128, "none"))
+    for name, side, decoder in cells:
+        s = RunSettings(steps=2, width=side, height=side, preview=PreviewSettings(decoder=decoder, preview_max=side))
+        out[name] = generate(tiny, s, run_id=name)
+    return out
+
+
+@pytestmark_slow
+def test_a_larger_preview_shows_a_larger_peak_on_this_cpu(cpu_runs):
+    small = statistics.median(r.mem_mb for r in cpu_runs["small"].rows if r.preview)
+    large = statistics.median(r.mem_mb for r in cpu_runs["large"].rows if r.preview)
+    # a 320 px decode holds 6 times the pixels of a 128 px one: its rise must be far larger, not noise
+    assert large > 3 * small and large > 20, (small, large)
+
+
+@pytestmark_slow
+def test_every_run_records_its_peak_and_how_busy_it_kept_the_cpu(cpu_runs):
+    for run in cpu_runs.values():
+        rec = run.record
+        assert rec.mem_source == "rss" and rec.peak_mem_mb > 50  # the process holds the model at least
+        assert rec.busy_source == "cpu" and 0 < rec.busy_pct <= 100.5
+    assert all(r.mem_mb == 0 for r in cpu_runs["none"].rows)
+
+
+def test_cpu_time_tells_work_from_waiting():
+    busy = CpuTime(cores=1)
+    busy.start()
+    stop = time.perf_counter() + 0.3
+    while time.perf_counter() < stop:  # work on this thread
+        pass
+    working = busy.stop()
+    busy.start()
+    time.sleep(0.3)  # nothing to do
+    waiting = busy.stop()
+    assert working is not None and waiting is not None
+    assert working > 50 and waiting < 20, (working, waiting)  # a loaded machine lends less than a whole core
+
+
+class FakeNvml:
+    """nvidia-ml-py's calls the sampler makes, with a device that reports 20 % then 80 %."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        self.calls += 1
+        return type("Rates", (), {"gpu": 20 if self.calls <= 2 else 80})()
+
+
+def test_nvml_is_sampled_from_a_thread_while_the_run_denoises():
+    nvml = FakeNvml()
+    busy = Nvml(nvml, handle=object(), period_s=0.01)
+    busy.start()
+    time.sleep(0.2)
+    pct = busy.stop()
+    assert pct is not None
+    calls = nvml.calls
+    time.sleep(0.05)
+    assert nvml.calls == calls  # stopped: the thread is gone
+    assert calls >= 4 and 20 < pct < 80
+    assert pct == pytest.approx((2 * 20 + (calls - 2) * 80) / calls)
