@@ -54,7 +54,3 @@ class Controls:
             old, new, self._noted, self._dirty = self._noted, self._s, self._s, False
         names = tuple(f.name for f in fields(new) if getattr(old, f.name) != getattr(new, f.name))
         return Change(frozenset(names), "set " + " ".join(f"{k}={getattr(new, k)}" for k in names) if names else "")
-
-    def take_notes(self) -> str:
-        """take(), as the event text ("set decoder=taesd every=2")."""
-        return self.take().text

@@ -130,15 +130,15 @@ def test_a_flood_of_sets_within_one_step_is_one_short_event():
     for i in range(10_000):
         c.set(every=1 + i % 7, quality=1 + i % 100)
     c.set(decoder="taesd")
-    event = c.take_notes()
+    event = c.take().text
     # the last value of each field wins; each changed field is named once
     assert event == f"set decoder=taesd every={1 + 9999 % 7} quality={1 + 9999 % 100}"
-    assert c.get().every == 1 + 9999 % 7 and c.take_notes() == ""
+    assert c.get().every == 1 + 9999 % 7 and c.take().text == ""
     c.set(every=3)
     c.set(every=1 + 9999 % 7)  # changed and changed back within a step: nothing to say
-    assert c.take_notes() == ""
+    assert c.take().text == ""
     c.set(decoder="latent2rgb", note=False)  # the engine's own change says why elsewhere
-    assert c.take_notes() == "" and c.get().decoder == "latent2rgb"
+    assert c.take().text == "" and c.get().decoder == "latent2rgb"
 
 
 def test_csv_appender_refuses_a_file_with_another_header(tmp_path):

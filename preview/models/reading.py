@@ -293,19 +293,3 @@ def latent_space(pipe: Any) -> LatentSpace:
                        timestep=_timestep(vae), video=video, frames_first=video and _frames_first(type(pipe)),
                        temporal=_temporal(pipe) if video else 1)
 
-
-def detect_family(pipe: Any) -> Family | None:
-    """The known family of a pipeline's latent space, None for an unnamed one. Raises FamilyError."""
-    return latent_space(pipe).family
-
-
-def to_vae_space(latents: torch.Tensor, pipe: Any, height: int, width: int) -> torch.Tensor:
-    """One conversion, callback latents -> vae.decode's input. Builds its constants: not for the step loop."""
-    space = latent_space(pipe)
-    return space.vae_input(pipe, latents.device, latents.dtype)(latents, height, width)
-
-
-def to_tae_space(latents: torch.Tensor, pipe: Any, height: int, width: int) -> torch.Tensor:
-    """One conversion, callback latents -> a TAE's (and latent2rgb's) input. Not for the step loop."""
-    space = latent_space(pipe)
-    return space.tae_input(pipe, latents.device, latents.dtype)(latents, height, width)
