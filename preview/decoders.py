@@ -348,6 +348,20 @@ def cheaper(name: str, has_taesd: bool) -> DecoderName | None:
     return nxt
 
 
+SYNTHETIC_CLIP_NOTE = ("synthetic video model: its TAE (taesd) has random weights and paints a near-black clip that "
+                       "does not visibly move; latent2rgb shows the latents' own motion")
+
+
+def default_for(model: Model) -> tuple[DecoderName, str]:
+    """The decoder a run starts with, and why when that needs saying ("" otherwise): TAESD where the model has
+    one, except a synthetic clip model's (random weights), whose previews would look broken."""
+    if model.taesd is None:
+        return "latent2rgb", ""
+    if model.synthetic and model.space.video:
+        return "latent2rgb", SYNTHETIC_CLIP_NOTE
+    return "taesd", ""
+
+
 def causal(name: str, model: Model) -> bool:
     """The decoder reads a clip whole and in time order (a 3-D VAE, TAEHV): a preview of frame k reads every
     latent frame up to k's. latent2rgb, a 2-D TAESD and a 2-D VAE (AnimateDiff's) decode each frame alone."""

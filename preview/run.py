@@ -7,9 +7,11 @@ wire protocol builds its messages from these records without loading the model s
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from .history import history
 from .records import RunRecord, StepRow
 from .settings import PreviewSettings, RunSettings
 
@@ -22,8 +24,9 @@ Status = Literal["done", "stopped", "failed", "interrupted"]  # interrupted: the
 
 @dataclass(frozen=True)
 class ScriptCall:
-    """What a user's own pipeline call asked for, as far as a watch sees it: no prompt (the script holds it),
-    no seed, no guidance scale; the size from the latents, the preview settings at its first step."""
+    """What a user's own pipeline call asked for, as far as a watch sees it: no prompt (the script holds it);
+    its seed and guidance scale where the call shows them (callback.call_inputs), the size from the latents,
+    the preview settings at its first step."""
     steps: int
     width: int
     height: int
@@ -94,23 +97,28 @@ class RunMeta:
 @dataclass(frozen=True)
 class RunEnd:
     """How a run ended: its record (totals) when it finished, its one-line error when it failed. A run that
-    lost rows to the disk keeps its totals and fails with the error saying so."""
+    lost rows to the disk keeps its totals and fails with the error saying so. changes: its live changes in a
+    few words (history.py), "" when none or unknown."""
     meta: RunMeta
     status: Status
     totals: RunRecord | None = None
     error: str | None = None
+    changes: str = ""
 
     @classmethod
-    def of(cls, meta: RunMeta, record: RunRecord) -> RunEnd:
-        return cls(meta, "stopped" if record.status == "stopped" else "done", record)
+    def of(cls, meta: RunMeta, record: RunRecord, rows: Sequence[StepRow] = ()) -> RunEnd:
+        """rows: the run's step rows, read once here for its changes."""
+        p = meta.preview
+        return cls(meta, "stopped" if record.status == "stopped" else "done", record,
+                   changes=history(rows, p.budget, p.preview_max))
 
     @classmethod
     def failed(cls, meta: RunMeta, e: BaseException) -> RunEnd:
         return cls(meta, "failed", error=f"{type(e).__name__}: {str(e)[:200]}")
 
     def to_json(self) -> dict[str, Any]:
-        """The run's meta, then status, totals and error (each only when the run has one)."""
-        out: dict[str, Any] = {**self.meta.to_json(), "status": self.status}
+        """The run's meta, status and changes, then totals and error (each only when the run has one)."""
+        out: dict[str, Any] = {**self.meta.to_json(), "status": self.status, "changes": self.changes}
         if self.totals is not None:
             out["totals"] = asdict(self.totals)
         if self.error is not None:

@@ -22,7 +22,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
-from previewlab.preview.decoders import taesd_refusal
+from previewlab.preview.decoders import default_for, taesd_refusal
 from previewlab.preview.encoders import ENCODERS
 from previewlab.preview.engine import Frame
 from previewlab.preview.models import Model
@@ -131,14 +131,20 @@ class Server:
         video = model.space.video  # a clip: its default length and rate, and up to MAX_NUM_FRAMES frames
         step = model.space.temporal if video else 1
         frames = fitting_frames(model.num_frames, step, 20 * side * side, runs.max_pixel_steps) if video else 1
+        decoder, self.decoder_note = default_for(model)  # the note: why, when it is not the model's TAESD
         self.defaults = RunSettings(steps=20, width=side, height=side, max_side=runs.max_side,
-                                    preview=PreviewSettings(decoder="latent2rgb" if model.taesd is None else "taesd"),
+                                    preview=PreviewSettings(decoder=decoder),
                                     num_frames=frames, fps=model.fps if video else 0.0,
                                     max_frames=MAX_NUM_FRAMES if video else 1, frame_step=step)
         if model.prompt:  # a prompt the model knows (the demo model's): the page starts with it
             self.defaults = replace(self.defaults, prompt=model.prompt)
         if model.guidance is not None:
             self.defaults = replace(self.defaults, guidance=model.guidance)
+        self.vocabulary: dict[str, list[str]] | None = None  # the words the page hints at: the demo model's only
+        if model.name == "demo":
+            from previewlab.bench.demo.scenes import vocabulary
+
+            self.vocabulary = vocabulary()
         # what this server can run: `hello` offers these, and a start or set naming another is refused
         self.encoders = tuple(e for e in ENCODERS if e != "nvjpeg" or model.device.type == "cuda")
         self.metrics = Metrics(data_dir, model.device, keep=keep_runs)
@@ -328,7 +334,8 @@ class Server:
         live = self.worker.live() if self.worker is not None else None
         defaults = self.defaults if live is None else replace(self.defaults, preview=live)
         return protocol.hello(self.model, defaults, max_pixel_steps=self.runs.max_pixel_steps,
-                              encoders=self.encoders, running=self.current, starts=self.source is None)
+                              encoders=self.encoders, running=self.current, starts=self.source is None,
+                              decoder_note=self.decoder_note, vocabulary=self.vocabulary)
 
 
 class AsciiJSON(JSONResponse):

@@ -12,12 +12,14 @@ Browser -> server (text, JSON objects with a "type"):
   stop   {}
   ack    {seq, client_decode_ms, client_paint_ms}
 Server -> browser (text, each built by the function of its name below):
-  hello     the model, the run defaults and limits, the choices this server offers, the run going on (or null),
-            whether a start is taken (starts: false when a script's watch owns the runs)
+  hello     the model, the run defaults and limits (max_prompt: characters), the choices this server offers, the
+            run going on (or null), whether a start is taken (starts: false when a script's watch owns the runs),
+            why the default decoder is the one it is (decoder_note, "" when that needs no word) and the words
+            the model knows (vocabulary: the demo model's, else null)
   run       a run's meta (preview.run.RunMeta): it started
   step      one step's row (preview.records.StepRow), once it is on disk
   delivery  one preview's trip to this client: send time, ack round trip, the browser's decode and paint (ms)
-  done      a run's end (preview.run.RunEnd): its meta, status, totals or error
+  done      a run's end (preview.run.RunEnd): its meta, status, live changes, totals or error
   error     one line: a message refused (to its sender), or a run's preview failure (run_id: to everyone)
 Binary previews: 4-byte big-endian header length N, N bytes of UTF-8 JSON header, then the image bytes: one
   image, or a clip's frames one after another (the header's `sizes` gives each frame's bytes, `frames` their
@@ -35,8 +37,8 @@ from previewlab.preview.names import (BATCH_PREVIEWS, DECODE_ATS, DECODER_NAMES,
                                      TARGETS)
 from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunMeta, dtype_name
-from previewlab.preview.settings import (MAX_BATCH, PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings, RunSettings,
-                                        SettingsError)
+from previewlab.preview.settings import (MAX_BATCH, MAX_PROMPT, PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings,
+                                        RunSettings, SettingsError)
 
 from .limits import clip, short, work_error
 
@@ -211,10 +213,14 @@ def _no_extra(kind: str, msg: dict[str, Any], allowed: tuple[str, ...]) -> None:
 
 # -- server -> browser ---------------------------------------------------------------------------------------
 def hello(model: Model, defaults: RunSettings, *, max_pixel_steps: int, encoders: tuple[str, ...],
-          running: RunMeta | None, starts: bool = True) -> Outbound:
+          running: RunMeta | None, starts: bool = True, decoder_note: str = "",
+          vocabulary: dict[str, list[str]] | None = None) -> Outbound:
     """encoders: the ones this server can run (the registry's, less nvjpeg without CUDA); starts: False when a
-    script owns the runs (serve(watch)): the page offers no start and no run settings, only the live ones."""
+    script owns the runs (serve(watch)): the page offers no start and no run settings, only the live ones.
+    decoder_note: why the default decoder is the one it is, when that needs saying ("" otherwise); vocabulary:
+    the words the model knows (the demo model's: bench/demo/scenes.vocabulary), None for every other model."""
     return {"type": "hello", "model": model.name, "synthetic": model.synthetic, "note": model.note, "starts": starts,
+            "max_prompt": MAX_PROMPT, "decoder_note": decoder_note, "vocabulary": vocabulary,
             "family": model.space.name, "space": model.space.describe(), "device": model.device.type,
             "dtype": dtype_name(model.dtype), "max_batch": MAX_BATCH, "video": model.space.video,
             "max_frames": defaults.max_frames,

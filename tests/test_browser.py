@@ -145,6 +145,9 @@ def test_a_clip_preview_plays_its_frames_on_the_canvas(make_app, tmp_path):
         page.wait_for_selector("#conn.ok")
         page.wait_for_selector("#frames-label:not([hidden])")  # a video model: the clip's controls show
         assert page.input_value("#num_frames") == "5" and page.input_value("#fps") == "16"
+        # issue 35, item 4: a synthetic clip model starts with latent2rgb, and the page says why
+        assert page.input_value("#decoder") == "latent2rgb" and page.is_visible("#decoder-note")
+        assert "random weights" in (page.text_content("#decoder-note") or "")
         page.fill("#steps", "2")
         page.select_option("#decoder", "vae")
         page.select_option("#frames", "all")
@@ -606,5 +609,154 @@ def test_real_runs_give_an_overhead_interval_the_advice_quotes_it_and_the_list_s
         assert row[2] == f"{m.group(1)} {m.group(2)}" and re.match(r"^[+-]\d+\.\d points(, within noise)?$", row[3]), row
         for key in ("peak_mem_mb", "busy_pct"):
             assert page.locator(f"#compare-table tr[data-figure={key}] td").count() == 4
+        assert errors == []
+        browser.close()
+
+
+SHOWN = "(id) => !document.getElementById(id).hidden && document.getElementById(id).getClientRects().length > 0"
+PLACE = """(id) => { const r = document.getElementById(id).getBoundingClientRect();
+    return [r.left + window.scrollX, r.top + window.scrollY, r.width]; }"""  # on the page, wherever it scrolled
+
+
+def test_the_run_list_says_what_ran_and_a_runs_end_shows_its_final_image_in_place(make_app, tmp_path):
+    """Issue 35, items 1 and 3. The list and the comparison name each run's model (its note on hover) and its
+    live changes, from meta.json (a run from before has none: ""); a real run's end puts its final image where
+    the previews were, drawn as large, with the last preview one click away and back."""
+    from tests.conftest import make_run
+
+    data = tmp_path / "runs"
+    note = "demo model trained on drawn scenes"
+    old = _finished("20261130-120000-001", decoder="latent2rgb", wall_s=2.0, steps_run=10, denoise_ms=1500)
+    changed = {**_finished("20261130-120000-002", decoder="latent2rgb", wall_s=2.4, steps_run=10, denoise_ms=1600),
+               "model": "demo", "model_note": note, "changes": "latent2rgb → taesd @53 → every 3 @120"}
+    for m in (old, changed):
+        make_run(data, m["run_id"], meta=m)
+    srv, app = make_app(data)
+    with live_server(app) as addr, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"http://{addr}/")
+        page.wait_for_selector("#conn.ok")
+        wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 2")
+        heads = page.locator("#runs th").all_text_contents()
+        cells = {r: page.locator("#runs tbody tr", has_text=r).locator("td") for r in (old["run_id"], changed["run_id"])}
+        assert cells[changed["run_id"]].nth(heads.index("model")).text_content() == "demo"
+        assert cells[changed["run_id"]].nth(heads.index("model")).get_attribute("title") == note
+        assert cells[changed["run_id"]].nth(heads.index("live changes")).text_content() == changed["changes"]
+        assert cells[old["run_id"]].nth(heads.index("model")).text_content() == "synthetic:tiny"
+        assert cells[old["run_id"]].nth(heads.index("live changes")).text_content() == ""  # written before changes
+        for rid in cells:
+            page.locator("#runs tbody tr", has_text=rid).locator("input.pick").check()
+        model = page.locator("#compare-table tr[data-figure=model] td").all_text_contents()
+        history = page.locator("#compare-table tr[data-figure=changes] td").all_text_contents()
+        assert model == ["model", "synthetic:tiny", "demo", "differs"]
+        assert history == ["live changes", "", changed["changes"], "differs"]
+
+        # a real run: its end shows the final image in the previews' place
+        assert page.evaluate(SHOWN, "preview") and page.is_hidden("#flip")
+        box = page.evaluate(PLACE, "preview")
+        page.fill("#steps", "3")
+        page.select_option("#decoder", "taesd")
+        page.select_option("#mode", "sync")
+        page.click("#start")
+        wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 120)
+        rid = page.evaluate("document.getElementById('f-status').textContent").split()[1]
+        page.wait_for_selector("#final-box:not([hidden])")
+        assert not page.evaluate(SHOWN, "preview") and page.is_hidden("#caption")
+        assert page.evaluate(PLACE, "final") == box and box[2] >= 256  # where the previews were, as large
+        assert page.evaluate("document.getElementById('final').naturalWidth") == 64
+        assert (page.text_content("#final-caption") or "") == f"final image of run {rid} · 64x64"
+        assert page.text_content("#flip") == "last preview"
+        page.click("#flip")
+        assert page.evaluate(SHOWN, "preview") and page.is_hidden("#final-box") and page.is_visible("#caption")
+        assert "taesd" in (page.text_content("#caption") or "") and not page.evaluate(BLANK_CANVAS)
+        assert page.text_content("#flip") == "final image"
+        page.click("#flip")
+        assert page.is_visible("#final-box") and not page.evaluate(SHOWN, "preview")
+        newest = page.locator("#runs tbody tr").first.locator("td").all_text_contents()
+        assert newest[heads.index("run")] == rid and newest[heads.index("model")] == "synthetic:tiny"
+        assert newest[heads.index("live changes")] == ""
+        # the next run starts on the canvas again
+        page.fill("#steps", "500")
+        page.click("#start")
+        wait_js(page, "document.getElementById('f-status').textContent.startsWith('running')", 60)
+        assert page.evaluate(SHOWN, "preview") and page.is_hidden("#final-box") and page.is_hidden("#flip")
+        page.click("#stop")
+        wait_js(page, "document.getElementById('f-status').textContent.startsWith('stopped')", 120)
+        assert errors == []
+        browser.close()
+
+
+def test_a_prompt_over_the_servers_limit_is_cut_with_a_word_before_the_run(make_app):
+    """Issue 35, item 6: the textarea cut a paste at 2,000 characters with no message. The page counts the
+    prompt as the server does (characters: code points), against the limit its hello sends, and says when it
+    cut one; a prompt cut there is one the server takes. A model without a vocabulary shows no word hint."""
+    srv, app = make_app()
+    with live_server(app) as addr, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        hellos: list[dict] = []
+        page.on("websocket", lambda ws: ws.on(
+            "framereceived", lambda f: hellos.append(json.loads(f)) if isinstance(f, str) and '"hello"' in f else None))
+        page.goto(f"http://{addr}/")
+        page.wait_for_selector("#conn.ok")
+        assert hellos[0]["max_prompt"] == 2000 and hellos[0]["vocabulary"] is None
+        assert page.is_hidden("#words")
+        page.fill("#prompt", "a cat")
+        assert page.text_content("#prompt-count") == "5 / 2,000" and page.is_hidden("#prompt-cut")
+        page.fill("#prompt", "a" * 2500)
+        assert page.evaluate("document.getElementById('prompt').value.length") == 2000
+        assert page.text_content("#prompt-count") == "2,000 / 2,000"
+        assert page.is_visible("#prompt-cut")
+        assert page.text_content("#prompt-cut") == "your prompt was cut to 2,000 characters: the server's limit"
+        page.fill("#prompt", "a cat")
+        assert page.is_hidden("#prompt-cut")
+        # characters as the server counts them: an emoji is one (two UTF-16 units in the page's strings)
+        page.fill("#prompt", "🙂" * 2001)
+        assert page.evaluate("Array.from(document.getElementById('prompt').value).length") == 2000
+        assert page.is_visible("#prompt-cut")
+        page.fill("#steps", "2")
+        page.click("#start")
+        wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 120)
+        assert page.is_hidden("#error")
+        with urllib.request.urlopen(f"http://{addr}/runs") as r:
+            assert json.loads(r.read())[0]["prompt"] == "🙂" * 2000
+        assert errors == []
+        browser.close()
+
+
+def test_the_demo_models_page_hints_its_words_and_fills_a_prompt_it_knows(make_app):
+    """Issue 35, item 5: "in the middle" is no word of the demo model's ("in the center" is). Its page lists
+    the colors, shapes, places and backgrounds it knows under the prompt, and the example button fills
+    captions made of them."""
+    from previewlab.bench.demo import scenes
+    from previewlab.preview.models import load
+
+    srv, app = make_app(model=load("demo", device="cpu"))
+    with live_server(app) as addr, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"http://{addr}/")
+        page.wait_for_selector("#conn.ok")
+        page.wait_for_selector("#words:not([hidden])")
+        hint = page.text_content("#words-text") or ""
+        assert "Colors: red, green, blue, yellow, purple, orange, white, black." in hint
+        assert "Shapes: circle, square, triangle." in hint
+        assert "Places: on the left, on the right, at the top, at the bottom, in the center." in hint
+        assert "Backgrounds: on a <color> background, in the sky, on grass." in hint and "middle" not in hint
+        known = set(scenes.words())
+        filled = []
+        for _ in range(2):
+            page.click("#example")
+            filled.append(page.input_value("#prompt"))
+        assert filled == scenes.vocabulary()["examples"][:2]
+        assert all(set(p.replace(",", " ,").split()) <= known for p in filled)  # every word one it learnt
+        assert page.text_content("#prompt-count") == f"{len(filled[1])} / 2,000"
         assert errors == []
         browser.close()

@@ -36,7 +36,7 @@ def test_a_server_runs_messages_and_meta_json_keep_their_keys(make_app, tmp_path
         ws.send_text(json.dumps({"type": "stop"}))
         assert recv_until(ws, "done")["status"] == "stopped"
     assert list(run) == ["type", *META_KEYS] and run["seed"] == 5 and run["every"] == 2
-    assert list(done) == ["type", *META_KEYS, "status", "totals"] and done["status"] == "done"
+    assert list(done) == ["type", *META_KEYS, "status", "changes", "totals"] and done["status"] == "done"
     assert {k: done[k] for k in META_KEYS} == {k: run[k] for k in META_KEYS}  # the end carries the start's meta
     assert list(done["totals"]) == list(RUN_COLUMNS) and done["totals"]["seed"] == 5
     on_disk = json.loads((tmp_path / "runs" / run["run_id"] / "meta.json").read_text())
@@ -89,4 +89,4 @@ def test_a_watch_tells_the_same_events_with_one_meta_from_start_to_end():
     assert (meta.steps, meta.width, meta.height, meta.seed, meta.prompt) == (4, 64, 64, -1, "(your script)")
     # a script's guidance scale is unknown: the key is left out, as it always was
     assert list(meta.to_json()) == [k for k in META_KEYS if k != "guidance"]
-    assert list(end.to_json()) == [*meta.to_json(), "status", "totals"]
+    assert list(end.to_json()) == [*meta.to_json(), "status", "changes", "totals"]

@@ -168,3 +168,45 @@ def test_wan21_1_3b_is_the_published_architecture():
     assert vae.latents_std[0] == 2.8184 and vae.latents_mean[0] == -0.7571
     assert pipe.text_encoder.config.d_model == cfg.text_dim  # the stand-in's width is what the transformer takes
     assert PRESETS["synthetic:wan21-1.3b"].family == "wan21" and PRESETS["synthetic:wan21-1.3b"].fps == 16.0
+
+
+def test_a_synthetic_video_preset_starts_with_latent2rgb_because_its_tae_paints_black(models, make_app, tmp_path):
+    """Issue 35, item 4: a random-weight TAEHV paints a near-black clip that does not visibly move, which reads
+    as broken; latent2rgb shows the latents' own motion. So the server's default decoder for a synthetic clip
+    model is latent2rgb, and its hello says why; an image model with a TAESD still starts with it."""
+    import io
+
+    from PIL import Image
+
+    from previewlab.preview.controls import Controls
+    from previewlab.preview.decoders import SYNTHETIC_CLIP_NOTE
+    from previewlab.preview.engine import Frame, generate
+    from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings
+
+    for i, (name, model) in enumerate(models.items()):
+        srv, _ = make_app(tmp_path / str(i), model=model)  # one server per data folder
+        hello = srv.hello()
+        assert hello["defaults"]["decoder"] == "latent2rgb", name
+        assert hello["decoder_note"] == (SYNTHETIC_CLIP_NOTE if model.taesd is not None else ""), name
+    srv, _ = make_app(tmp_path / "image")  # synthetic:tiny, an image model with a TAESD
+    assert srv.hello()["defaults"]["decoder"] == "taesd" and srv.hello()["decoder_note"] == ""
+
+    wan = models["synthetic:tiny-wan21"]
+    shown: dict[str, np.ndarray] = {}
+    for decoder in ("taesd", "latent2rgb"):
+        frames: list[Frame] = []
+        s = RunSettings(steps=2, width=wan.default_size, height=wan.default_size, guidance=1.0,
+                        num_frames=wan.num_frames, fps=wan.fps, max_frames=MAX_NUM_FRAMES,
+                        preview=PreviewSettings(decoder=decoder, frames="all", encoder="png"))
+        generate(wan, s, run_id=decoder, controls=Controls(s.preview), on_frame=frames.append)
+        f, at, clip = frames[-1], 0, []
+        for n in f.sizes:
+            clip.append(np.asarray(Image.open(io.BytesIO(f.data[at:at + n])).convert("RGB"), dtype=np.float32))
+            at += n
+        shown[decoder] = np.stack(clip)  # (frames, h, w, 3) in [0, 255]
+
+    def motion(x: np.ndarray) -> float:
+        return float(np.abs(np.diff(x, axis=0)).mean())
+
+    assert shown["taesd"].mean() < 10 and motion(shown["taesd"]) < 2  # near black, near still (2.4 and 0.4 here)
+    assert shown["latent2rgb"].mean() > 50 and motion(shown["latent2rgb"]) > 20  # 112 and 93 here

@@ -35,6 +35,10 @@ let lastSeq = -1;        // the newest preview this tab has received: a clip sti
 let drawnSeq = -1;       // the newest preview drawn: an older one whose decode finished later is never drawn over it
 let shown = null;        // the preview on the canvas, for its caption: its header, KB and clip note
 let offered = null;      // the server's hello: the decoders it offers and whether it has TAESD weights
+let maxPrompt = 2000;    // the server's limit on a prompt, characters (its hello's max_prompt)
+let examples = [];       // prompts the model knows (the demo model's vocabulary), for the example button
+let nextExample = 0;
+let finalShown = false;  // the view shows a final image in the previews' place (the flip button goes back)
 const canvas = $("preview");
 const ctx = canvas.getContext("2d");
 
@@ -120,6 +124,11 @@ function onText(msg) {
       $("clip-row").hidden = $("frames-label").hidden = !msg.video;  // a video model: the clip's length, rate, frames
       $("num_frames").max = msg.max_frames;
       $("model").title = msg.space;  // the latent space as the server read it from the VAE
+      if (msg.max_prompt) maxPrompt = msg.max_prompt;
+      checkPrompt();
+      showWords(msg.vocabulary || null);
+      $("decoder-note").textContent = msg.decoder_note || "";
+      $("decoder-note").hidden = !msg.decoder_note;
       offered = { decoders: (msg.choices || {}).decoder || null, taesd: msg.taesd !== false };
       if (msg.running) beginRun(msg.running);
       else if (!$("stop").disabled) {  // the run this tab watched ended while it was away (a server restart)
@@ -158,6 +167,55 @@ function settingsText(m) {
   return parts.join(" · ");
 }
 
+// "1,995 / 2,000"
+function count(n) {
+  return n.toLocaleString("en-US");
+}
+
+// The prompt's length as the server counts it (code points), against its limit. Over it, the prompt is cut here,
+// with a word why (the textarea's own maxlength cut a paste with none); the word goes once it is under again.
+function checkPrompt() {
+  const el = $("prompt");
+  const chars = Array.from(el.value);
+  if (chars.length > maxPrompt) {
+    el.value = chars.slice(0, maxPrompt).join("");
+    $("prompt-cut").textContent = `your prompt was cut to ${count(maxPrompt)} characters: the server's limit`;
+    $("prompt-cut").hidden = false;
+  } else if (chars.length < maxPrompt) {
+    $("prompt-cut").hidden = true;
+  }
+  $("prompt-count").textContent = `${count(Math.min(chars.length, maxPrompt))} / ${count(maxPrompt)}`;
+}
+
+// The words a model knows (the demo model's: bench/demo/scenes.vocabulary), under the prompt; none: no hint
+function showWords(v) {
+  $("words").hidden = !v;
+  examples = v ? v.examples : [];
+  if (!v) return;
+  $("words-text").textContent = `The demo model knows these words and no others. Colors: ${v.colors.join(", ")}. ` +
+    `Shapes: ${v.shapes.join(", ")}. Places: ${v.places.join(", ")}. Backgrounds: ${v.backgrounds.join(", ")}. ` +
+    v.notes.map((n) => n[0].toUpperCase() + n.slice(1) + ".").join(" ");
+}
+
+function fillExample() {
+  if (!examples.length) return;
+  $("prompt").value = examples[nextExample % examples.length];
+  nextExample += 1;
+  $("prompt").dataset.touched = "1";
+  checkPrompt();
+}
+
+// The view: the previews' canvas, or a final image in its place; the flip button shows the other one when
+// there is one (a run with decoder none has no preview to go back to)
+function showView(final) {
+  finalShown = final;
+  canvas.hidden = $("caption").hidden = final;
+  $("final-box").hidden = !final;
+  const both = Number(canvas.dataset.painted || 0) > 0 && $("final").dataset.loaded === "1";
+  $("flip").hidden = !both;
+  $("flip").textContent = final ? "last preview" : "final image";
+}
+
 // Each run starts clean: nothing of the run before stays on the panel (a decoder `none` run draws no preview)
 function resetPanel(meta) {
   stopClip();
@@ -173,16 +231,21 @@ function resetPanel(meta) {
                             ["f-overhead", "–"], ["f-onpath", "–"], ["f-mem", "–"], ["f-busy", "–"]]) {
     $(id).textContent = text;
   }
-  $("final-box").hidden = true;
   $("final").removeAttribute("src");
+  delete $("final").dataset.loaded;
+  showView(false);
 }
 
-// A run's final image (the route checks the id as the CSV route does); shown once it has loaded
+// A run's final image (the route checks the id as the CSV route does); shown once it has loaded, where the
+// previews were, the last preview one click away
 function showFinal(id) {
   const img = $("final");
-  img.onload = () => { $("final-box").hidden = false; };
-  img.onerror = () => { $("final-box").hidden = true; };
-  $("final-caption").textContent = `final image of run ${id}`;
+  img.onload = () => {
+    img.dataset.loaded = "1";
+    $("final-caption").textContent = `final image of run ${id} · ${img.naturalWidth}x${img.naturalHeight}`;
+    showView(true);
+  };
+  img.onerror = () => { delete img.dataset.loaded; showView(false); };
   img.dataset.run = id;
   img.src = `/runs/${encodeURIComponent(id)}/final.png`;
 }
@@ -689,6 +752,16 @@ function showCompare() {
     const th = document.createElement("th"); th.textContent = h; head.appendChild(th);
   }
   t.appendChild(head);
+  // what ran: the model (its note on hover) and the live changes, in words; the figures follow
+  for (const [label, key, title] of [["model", "model", "model_note"], ["live changes", "changes", null]]) {
+    const tr = document.createElement("tr");
+    tr.dataset.figure = key;
+    for (const [c, tip] of [[label, ""], [a[key] || "", title ? a[title] : ""], [b[key] || "", title ? b[title] : ""],
+                            [(a[key] || "") === (b[key] || "") ? "same" : "differs"]]) {
+      const td = document.createElement("td"); td.textContent = c; if (tip) td.title = tip; tr.appendChild(td);
+    }
+    t.appendChild(tr);
+  }
   const shown = (v, kind, key, f) => (v === null || v === undefined || Number.isNaN(v) ? "–" :
     key === "overhead_pct" ? num(v) + (f.overhead.lo === null ? " (one baseline)" : ` ${intervalText(f.overhead)}`) :
     key === "previews" ? String(v) : kind === "points" ? num(v) : Number(v).toFixed(2));
@@ -767,7 +840,7 @@ function renderRuns() {
     const interval = !e ? "" : e.lo === null ? "one baseline, noise unknown" :
                      intervalText(e) + (withinNoise(e) ? ", within noise" : "");
     const refs = f ? f.references : [];
-    const cells = [m.run_id, status, m.decoder, every, m.mode, task, steps, size, guidance,
+    const cells = [m.run_id, m.model, status, m.decoder, every, m.changes || "", m.mode, task, steps, size, guidance,
                    f ? f.wall_s.toFixed(2) : "", f ? f.denoise_per_step.toFixed(1) : "",
                    f ? f.preview_on_path.toFixed(0) : "", f ? f.on_path_share_pct.toFixed(1) : "",
                    e ? num(e.value) : "", interval,
@@ -776,8 +849,8 @@ function renderRuns() {
                    f && f.peak_mem_mb !== null ? f.peak_mem_mb.toFixed(0) : "",
                    f && f.mem_over_mb !== null ? `${f.mem_over_mb >= 0 ? "+" : ""}${f.mem_over_mb.toFixed(0)}` : "",
                    f && f.busy_pct !== null ? f.busy_pct.toFixed(1) : ""];
-    const titles = { 15: refs.join(" "), 18: m.totals ? m.totals.mem_source : "",
-                     20: m.totals ? m.totals.busy_source : "" };
+    const titles = { 1: m.model_note || "", 17: refs.join(" "), 20: m.totals ? m.totals.mem_source : "",
+                     22: m.totals ? m.totals.busy_source : "" };
     cells.forEach((c, i) => {
       const td = document.createElement("td");
       td.textContent = c === undefined || c === null ? "" : c;
@@ -834,6 +907,9 @@ $("start-form").addEventListener("submit", (ev) => {
   send(msg);
 });
 $("clear-init").addEventListener("click", () => setInit(null));
+$("prompt").addEventListener("input", checkPrompt);
+$("example").addEventListener("click", fillExample);
+$("flip").addEventListener("click", () => showView(!finalShown));
 $("stop").addEventListener("click", () => send({ type: "stop" }));
 for (const k of LIVE) {
   $(k).addEventListener("change", () => {
@@ -847,6 +923,7 @@ $("older").addEventListener("click", loadOlder);
 window.addEventListener("resize", () => { if (chart) chart.setSize({ width: chartWidth(), height: 260 }); });
 
 makeChart();
+checkPrompt();
 const firstPage = loadOlder();
 connect();
 requestAnimationFrame(redraw);

@@ -86,6 +86,29 @@ def words() -> list[str]:
     return list(dict.fromkeys(fixed + list(COLORS) + list(SHAPES) + phrases))
 
 
+def vocabulary() -> dict[str, list[str]]:
+    """What a prompt for the demo model is made of, for a person writing one (the server's hello, the page's
+    hint): its colors, shapes, places and backgrounds as its captions say them, and captions it knows. Any other
+    word is unknown to its tokenizer ("middle": "in the center" is the word it learnt)."""
+    examples = [
+        Scene((Obj("red", "circle", "left"), Obj("blue", "square", "right")), "plain", "yellow"),
+        Scene((Obj("green", "triangle", "center"),), "plain", "purple"),
+        Scene((Obj("yellow", "circle", "top"),), "sky"),
+        Scene((Obj("orange", "square", "left"), Obj("purple", "triangle", "bottom")), "ground"),
+        Scene((Obj("white", "triangle", "bottom"),), "plain", "black"),
+    ]
+    def either(names: frozenset[str]) -> str:
+        ordered = [c for c in COLORS if c in names]
+        return ", ".join(ordered[:-1]) + " or " + ordered[-1]
+
+    never = f"{either(EXCLUDED['sky'])} shapes in the sky, {either(EXCLUDED['ground'])} shapes on grass"
+    return {"colors": list(COLORS), "shapes": list(SHAPES), "places": list(PHRASES.values()),
+            "backgrounds": ["on a <color> background", "in the sky", "on grass"],
+            "notes": ['up to three shapes, joined by "and"; "in the center" only for a shape alone',
+                      f"never drawn: {never}"],
+            "examples": [s.caption for s in examples]}
+
+
 def _allowed(background: Background) -> list[str]:
     return [c for c in COLORS if c not in EXCLUDED[background]]
 
