@@ -69,7 +69,7 @@ def figures(runs: list[dict[str, str]], steps: list[dict[str, str]]) -> dict[str
             overhead.setdefault(" ".join([dec, mode, *rest]).strip(), []).append((int(every[5:]), e))
     for line in overhead.values():
         line.sort(key=lambda p: p[0])
-    parts: dict[str, dict[str, float]] = {}
+    parts: dict[str, dict[str, list[float]]] = {}  # per configuration and part: each preview's ms
     per_step: dict[str, dict[int, list[float]]] = {}
     frame_bytes: dict[str, list[int]] = {}
     for s in steps:
@@ -80,16 +80,16 @@ def figures(runs: list[dict[str, str]], steps: list[dict[str, str]]) -> dict[str
         per_step.setdefault(cfg, {}).setdefault(int(s["step"]), []).append(step_ms)
         if s["preview"] != "1":
             continue
-        acc = parts.setdefault(cfg, {k: 0.0 for k in PREVIEW_PARTS} | {"n": 0.0})
+        acc = parts.setdefault(cfg, {k: [] for k in PREVIEW_PARTS})
         for k in PREVIEW_PARTS[:5]:
-            acc[k] += float(s[k])
-        acc["send_ms"] += float(s.get("send_ms") or 0)
-        acc["browser_ms"] += float(s.get("client_decode_ms") or 0) + float(s.get("client_paint_ms") or 0)
-        acc["n"] += 1
+            acc[k].append(float(s[k]))
+        acc["send_ms"].append(float(s.get("send_ms") or 0))
+        acc["browser_ms"].append(float(s.get("client_decode_ms") or 0) + float(s.get("client_paint_ms") or 0))
         frames = int(s.get("frames") or 1)  # a clip's preview: all its frames in one message
         label = f"{s['decoder']} {s['encoder']}" + (f" ×{frames} frames" if frames > 1 else "")
         frame_bytes.setdefault(label, []).append(int(s["bytes"]))
-    stacked = {cfg: {k: v[k] / v["n"] for k in PREVIEW_PARTS} for cfg, v in parts.items() if v["n"]}
+    # each part's median, as the summary's table gives them (a mean is pulled up by one slow preview)
+    stacked = {cfg: {k: statistics.median(v[k]) for k in PREVIEW_PARTS} for cfg, v in parts.items()}
     medians = {cfg: {step: statistics.median(v) for step, v in sorted(d.items())} for cfg, d in per_step.items()}
     sizes = {k: statistics.median(v) for k, v in sorted(frame_bytes.items())}
     return {"summary": summary, "overhead": overhead, "intervals": intervals, "noise": baseline_noise(runs),
@@ -164,6 +164,33 @@ def draw_memory(ax: Any, fig: dict[str, Any]) -> None:
     ax.set_title("What previews cost in memory", fontsize=9)
 
 
+def draw_breakdown(ax: Any, fig: dict[str, Any]) -> None:
+    """Where a preview's time goes: per configuration, each part's median ms per preview, stacked."""
+    cfgs = sorted(fig["stacked"])
+    bottom = [0.0] * len(cfgs)
+    for k in PREVIEW_PARTS:
+        vals = [fig["stacked"][c][k] for c in cfgs]
+        ax.barh(cfgs, vals, left=bottom, label=k.replace("_ms", ""))
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xlabel("ms per preview (each part's median, as in the table)")
+    ax.legend(fontsize=7, ncol=4)
+    ax.set_title("Where a preview's time goes")
+    ax.tick_params(axis="y", labelsize=7)
+
+
+def draw_per_step(ax: Any, fig: dict[str, Any]) -> None:
+    """Each configuration's median time on the denoising path per step; ticks on whole steps only."""
+    from matplotlib.ticker import MaxNLocator
+
+    for cfg, d in sorted(fig["per_step"].items()):
+        ax.plot(list(d), list(d.values()), label=cfg, lw=1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("ms on the denoising path (median over runs)")
+    ax.legend(fontsize=6, ncol=2)
+    ax.set_title("Per-step time across the run")
+
+
 def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
     import matplotlib
 
@@ -188,16 +215,7 @@ def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
     save(f, "overhead_intervals.png")
 
     f, ax = plt.subplots(figsize=(8, 4.5))
-    cfgs = sorted(fig["stacked"])
-    bottom = [0.0] * len(cfgs)
-    for k in PREVIEW_PARTS:
-        vals = [fig["stacked"][c][k] for c in cfgs]
-        ax.barh(cfgs, vals, left=bottom, label=k.replace("_ms", ""))
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_xlabel("ms per preview (mean)")
-    ax.legend(fontsize=7, ncol=4)
-    ax.set_title("Where a preview's time goes")
-    ax.tick_params(axis="y", labelsize=7)
+    draw_breakdown(ax, fig)
     save(f, "preview_breakdown.png")
 
     if any(r.get("peak_mem_mb") is not None for r in fig["summary"]):
@@ -206,12 +224,7 @@ def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
         save(f, "memory.png")
 
     f, ax = plt.subplots(figsize=(7, 4))
-    for cfg, d in sorted(fig["per_step"].items()):
-        ax.plot(list(d), list(d.values()), label=cfg, lw=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("ms on the denoising path (median over runs)")
-    ax.legend(fontsize=6, ncol=2)
-    ax.set_title("Per-step time across the run")
+    draw_per_step(ax, fig)
     save(f, "per_step.png")
 
     f, ax = plt.subplots(figsize=(7, 3.5))

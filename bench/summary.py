@@ -155,8 +155,8 @@ def table(rows: list[dict[str, Any]], meta: str, noise: Noise | None) -> str:
                  "denoising" + ("; frames: per preview, ms/frame: median decode ms per frame shown"
                                               if clips else "")
                  + "; overhead: median over the runs of wall vs the no-preview baseline run beside it, "
-                 "[the interval that holds the true median with 95 % probability; its level in brackets when too few "
-                 "runs reach 95 %]; within noise: the interval holds 0, so it is no finding")
+                 "[the interval that holds the true median with 95 % probability], then its level in parentheses "
+                 "when too few runs reach 95 %; within noise: the interval holds 0, so it is no finding")
     return "\n".join(lines)
 
 

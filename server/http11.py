@@ -166,8 +166,12 @@ class BoundedH11(H11Protocol):
                      self.head_timeout_s)
             reset(self.transport)
         elif not self.transport.is_closing():
-            log.info("closed a connection from %s: no complete request within %.0f s", self.client,
-                     self.head_timeout_s)
+            if self.conn.trailing_data[0]:  # part of a request, never finished
+                log.info("closed a connection from %s: no complete request within %.0f s", self.client,
+                         self.head_timeout_s)
+            else:  # not a byte: a browser's pre-connect or an idle keep-alive, a normal thing
+                log.debug("closed an idle connection from %s after %.0f s (nothing sent: a browser's pre-connect "
+                          "or keep-alive)", self.client, self.head_timeout_s)
             self.transport.close()
 
     def _taken(self) -> int:

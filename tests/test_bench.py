@@ -66,7 +66,7 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     (("--decoders", "none,vqgan"), "unknown 'vqgan'; allowed are none, latent2rgb, taesd, vae"),
     (("--every", "0"), "every must be from 1"),
     (("--width", "65"), "multiple of 8"),
-    (("--model", "/no/such/model"), "model_index.json not found"),
+    (("--model", "/no/such/model"), "no such file or folder: /no/such/model"),
     (("--taesd", "/no/such/taesd.pth"), "no such file or folder"),
     (("--quality", "0"), "quality must be from 1 to 100"),
     (("--steps", "0"), "steps must be from 1 to 1000"),      # the limits are settings.py's, named as the flag

@@ -62,3 +62,74 @@ def test_ctrl_c_while_the_model_loads_is_a_stop_not_a_traceback():
     assert p.returncode in (130, -signal.SIGINT), (p.returncode, err)
     assert "Traceback" not in err and "previewlab serve: stopped" in err.splitlines(), err
     assert "http://" not in out
+
+
+# Issue 35 item 8: each --model mistake is one line that says what is wrong, asked in-process of the loader
+def test_a_model_path_that_is_not_there_says_so(tmp_path):
+    from previewlab.preview.models import ModelError, load
+
+    for missing in (tmp_path / "nowhere", tmp_path / "model.safetensors", "./not/here"):
+        with pytest.raises(ModelError) as e:
+            load(str(missing), device="cpu")
+        assert str(e.value).startswith(f"--model: no such file or folder: {missing}; give a local diffusers folder")
+        assert "\n" not in str(e.value) and "model_index.json" not in str(e.value)
+
+
+def test_a_file_that_is_not_a_checkpoint_says_what_one_is(tmp_path):
+    from previewlab.preview.models import ModelError, load
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not weights")
+    with pytest.raises(ModelError) as e:
+        load(str(notes), device="cpu")
+    assert str(e.value) == f"--model: a checkpoint is a .safetensors or .ckpt file (or FLUX's .sft): {notes}"
+
+
+@pytest.mark.parametrize("typed,meant", [("demoo", "demo"), ("synthetic:smal", "synthetic:small"),
+                                         ("sythetic:tiny", "synthetic:tiny"), ("synthetic:tiny-flx1", "synthetic:tiny-flux1")])
+def test_a_name_close_to_a_known_one_is_offered(typed, meant):
+    from previewlab.preview.models import ModelError, load
+
+    with pytest.raises(ModelError) as e:
+        load(typed, device="cpu")
+    assert f"did you mean {meant}?" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_unknown_preset_lists_the_names_and_says_where_the_bench_ones_are_described():
+    from previewlab.preview.models import KNOWN, ModelError, load
+
+    with pytest.raises(ModelError) as e:
+        load("synthetic:zzzzzzzzzzzzzzzz", device="cpu")
+    said = str(e.value)
+    assert said.startswith("unknown synthetic model 'synthetic:zzzzzzzzzzzzzzzz' (allowed: demo, synthetic:tiny, ")
+    assert "did you mean" not in said and all(name in said for name in KNOWN)
+    assert said.endswith("for the bench's SDXL measurements at 1024 px also synthetic:sdxl and "
+                         "synthetic:tiny-xl-real-taesd, described in docs/gpu-check.md)")
+
+
+def test_a_folder_without_weights_says_what_is_missing_not_variant(tmp_path):
+    """A folder with model_index.json but no weight files was told to pass --variant fp16; it is told which
+    components have no weights now, and --variant only where another variant's files are really there."""
+    import json
+
+    import torch
+
+    from previewlab.preview.models import ModelError, load, synthetic_pipeline
+
+    folder = tmp_path / "sd"
+    synthetic_pipeline("synthetic:tiny").save_pretrained(str(folder))
+    for part in ("vae", "text_encoder"):  # the unet keeps its weights
+        for f in (folder / part).iterdir():
+            if f.name.endswith((".safetensors", ".bin")):
+                f.unlink()
+    assert json.loads((folder / "model_index.json").read_text())["vae"] == ["diffusers", "AutoencoderKL"]
+    with pytest.raises(ModelError) as e:
+        load(str(folder), device="cpu")
+    said = str(e.value)
+    assert "no weights for text_encoder, vae (no .safetensors, .bin, .ckpt, .pth file in text_encoder/, vae/)" in said
+    assert "--variant" not in said and "\n" not in said, said
+    torch.save({}, folder / "vae" / "diffusion_pytorch_model.fp16.bin")  # fp16 files there: --variant is offered
+    with pytest.raises(ModelError) as e:
+        load(str(folder), device="cpu")
+    said = str(e.value)
+    assert "no weights for text_encoder (" in said and "its fp16 files load with --variant fp16" in said, said

@@ -152,7 +152,10 @@ def test_local_folder_and_taesd_file_load(tiny, tmp_path):
 def test_missing_model_and_weights_are_one_line_errors(tmp_path):
     with pytest.raises(models.ModelError) as e:
         models.load(str(tmp_path / "nothing"))
-    assert "model_index.json not found" in str(e.value) and "\n" not in str(e.value)
+    assert f"no such file or folder: {tmp_path / 'nothing'}" in str(e.value) and "\n" not in str(e.value)
+    (tmp_path / "empty").mkdir()  # a folder that is there, but not a diffusers one
+    with pytest.raises(models.ModelError, match="model_index.json not found"):
+        models.load(str(tmp_path / "empty"))
     with pytest.raises(models.ModelError, match="taesd_decoder.pth"):
         models.load_taesd(str(tmp_path / "missing.pth"))
     (tmp_path / "bad.pth").write_bytes(b"not a checkpoint")

@@ -91,3 +91,15 @@ def test_a_summary_row_read_back_from_its_csv_prints_the_same_overhead(tmp_path)
         (back,) = list(csv.DictReader(f))
     a, b = overhead_of(row), overhead_of(back)
     assert a is not None and b is not None and a.signed() == b.signed() == "+22.5 % [+12.3, +40.0]"
+
+
+def test_the_legend_names_the_levels_parentheses():
+    """Issue 35 item 10: the legend said an interval's level is "in brackets"; it is printed in parentheses."""
+    runs = []
+    for i, wall in enumerate([1.2, 1.3, 1.25]):  # three pairs: an interval at 75 %, not 95 %
+        runs += [_r(f"b{i}", "none", 1.0, "baseline"), _r(f"c{i}", "taesd", wall)]
+    text = table(summarize(runs, []), "meta", baseline_noise(runs))
+    (row,) = [ln for ln in text.splitlines() if ln.startswith("taesd")]
+    assert "] (75 %)" in row
+    legend = text.splitlines()[-1]
+    assert "its level in parentheses" in legend and "bracket" not in legend

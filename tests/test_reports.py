@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from previewlab.bench.compare import compare, per_config
-from previewlab.bench.report import draw_noise, draw_overhead, figures, read, titled
+from previewlab.bench.report import draw_breakdown, draw_noise, draw_overhead, draw_per_step, figures, read, titled
 from tests.conftest import previewlab, SAME_ORIGIN
 
 
@@ -85,7 +85,7 @@ def test_figures_leave_out_warmup_and_first_runs():
     # the pairs' medians: of +10, +20, +60 % and of +4, +6 %
     assert [(n, round(e.value, 6)) for n, e in fig["overhead"]["vae sync"]] == [(1, 20.0), (2, 5.0)]
     assert fig["bytes"]["vae turbojpeg"] == 300                  # the median of 100, 300, 200, 400, 500
-    assert fig["stacked"][L2]["decode_ms"] == pytest.approx(3.0)  # the mean of 2 and 4
+    assert fig["stacked"][L2]["decode_ms"] == pytest.approx(3.0)  # the median of 2 and 4
     assert fig["per_step"][V1] == {1: 17.0}                      # denoise + on_path: 15, 17, 25
     assert {s["config"]: s["runs"] for s in fig["summary"]} == {V1: 3, V2: 2, L2: 1, "none": 6}
 
@@ -259,3 +259,26 @@ def test_metrics_parse_and_move_with_a_run_and_logs_are_appended(make_app, tmp_p
     assert float(walls[0]) == pytest.approx(g["wall_s"], abs=1e-3) and g["wall_s"] > 0
     assert g["prompt"] == "p" * 100 and g["seed"] == 7 and g["steps"] == 3 and g["decoder"] == "vae"
     assert g["totals_ms"]["decode_ms"] > 0 and g["device_memory"]["before"] is None  # no device on the CPU
+
+
+def test_the_breakdown_takes_medians_and_the_per_step_plot_whole_steps():
+    """Issue 35 item 10: "where a preview's time goes" took means (6.2 ms against the table's median 4.3), and the
+    per-step plot of a 3-step run had ticks at 1.5 and 2.5 steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = figures(RUNS, STEPS + [_step("g", L2, 6, 10, decode=30, decoder="latent2rgb")])
+    assert fig["stacked"][L2]["decode_ms"] == pytest.approx(4.0)  # the median of 2, 4 and 30 (their mean: 12)
+    f, ax = plt.subplots()
+    draw_breakdown(ax, fig)
+    assert "median" in ax.get_xlabel() and "mean" not in ax.get_xlabel()
+    plt.close(f)
+    f, ax = plt.subplots()
+    draw_per_step(ax, {"per_step": {"vae/every1/sync": {1: 15.0, 2: 17.0, 3: 16.0}}})
+    f.canvas.draw()
+    lo, hi = ax.get_xlim()
+    shown = [t for t in ax.get_xticks() if lo <= t <= hi]
+    assert shown and all(float(t).is_integer() for t in shown), shown
+    plt.close(f)

@@ -8,6 +8,7 @@ pictures are real, its costs a small model's, and `Model.note` says so everywher
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.resources
 import json
 import os
@@ -38,11 +39,43 @@ DEMO_GUIDANCE = 3.0  # its checker's best (README: color 88, position 92, shape 
 SD_PRESETS = ("synthetic:tiny", "synthetic:tiny-xl", "synthetic:small", "synthetic:sd15", "synthetic:sdxl",
               "synthetic:tiny-xl-real-taesd")
 SYNTHETIC = SD_PRESETS + tuple(PRESETS)
+# SDXL at 1024 px for the bench's measurements: its real architecture (3.5 B random weights, minutes a step on a
+# CPU), and tiny-xl with TAESD's real decoder on SDXL's 1024 px latents; docs/gpu-check.md describes both
+BENCH_PRESETS = ("synthetic:sdxl", "synthetic:tiny-xl-real-taesd")
+KNOWN = ("demo", *SYNTHETIC)  # every --model name previewlab builds itself
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class ModelError(ValueError):
     """A model or weights that cannot be loaded; the message is one line a person can act on."""
+
+
+def known_models() -> str:
+    """The names previewlab builds itself, as a line: the two the bench's SDXL measurements use named apart."""
+    everyday = [n for n in KNOWN if n not in BENCH_PRESETS]
+    return (f"{', '.join(everyday)}; for the bench's SDXL measurements at 1024 px also {' and '.join(BENCH_PRESETS)}, "
+            "described in docs/gpu-check.md")
+
+
+def did_you_mean(name: str) -> str:
+    """"; did you mean demo?" for a name close to one previewlab builds (a typo), else ""."""
+    close = difflib.get_close_matches(name, KNOWN, n=1)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def model_refusal(name: str) -> str | None:
+    """Why --model `name` (neither demo nor a synthetic preset) cannot be a folder, a checkpoint or a cached repo
+    id, asked before anything loads; None when it may be one. A name of one `owner/name` that is not here may
+    still be in the local Hugging Face cache: loading asks there."""
+    p = Path(name)
+    if p.is_file() and not single_file.is_single_file(name):
+        return f"--model: a checkpoint is a .safetensors or .ckpt file (or FLUX's .sft): {name}"
+    if p.exists() or not (p.is_absolute() or name.startswith(".") or name.count("/") != 1):
+        return None
+    typo = did_you_mean(name) if "/" not in name and not name.startswith(".") else ""  # a name, not a path
+    hint = typo or ("; give a local diffusers folder, a .safetensors or .ckpt file, a repo id already in the "
+                    "local Hugging Face cache, demo, or a synthetic preset such as synthetic:small")
+    return f"--model: no such file or folder: {name}{hint}"
 
 
 @dataclass
@@ -275,7 +308,7 @@ def _build_synthetic(name: str, seed: int) -> tuple[Any, Family, Any, int]:
         vae, taesd = _vae((128, 256, 512, 512)), _taesd(4)
         te = CLIPTextModel(_clip(768, 12, 12, 3072, vocab=49408, hidden_act="quick_gelu"))
         return StableDiffusionPipeline(vae=vae, text_encoder=te, unet=unet, **common), "sd15", taesd, 512
-    raise ModelError(f"unknown synthetic model {name!r}; allowed are {', '.join(SYNTHETIC)}")
+    raise ModelError(f"unknown synthetic model {name!r}{did_you_mean(name)} (allowed: {known_models()})")
 
 
 def synthetic_pipeline(name: str = "synthetic:tiny", seed: int = 0) -> Any:
@@ -403,6 +436,9 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
         kind = "diffusers"
         synthetic = True
     else:
+        refusal = model_refusal(name)
+        if refusal is not None:
+            raise ModelError(refusal)
         pipe, family = _load_local(name, tdtype, variant, config)
         synthetic = False
         size = default_size(pipe, family)

@@ -58,6 +58,36 @@ def variant_of(folder: Path) -> str | None:
     return None
 
 
+NO_WEIGHTS = ("Tokenizer", "Scheduler", "Processor", "FeatureExtractor")  # components made of files, not weights
+
+
+def weightless(folder: Path) -> list[str]:
+    """The components model_index.json names that are made of weights (not tokenizers, schedulers, processors)
+    and whose subfolder holds no weight file."""
+    try:
+        index = json.loads((folder / "model_index.json").read_text())
+    except (OSError, ValueError):
+        return []
+    files = weight_files(folder)
+    return [k for k, v in index.items() if not k.startswith("_") and isinstance(v, list) and len(v) == 2
+            and isinstance(v[1], str) and not any(t in v[1] for t in NO_WEIGHTS) and k not in files]
+
+
+def _variants(folder: Path) -> list[str]:
+    """The variants whose files a folder holds (fp16 for *.fp16.safetensors)."""
+    return sorted({n.split(".")[-2] for names in weight_files(folder).values() for n in names
+                   if len(n.split(".")) >= 3})
+
+
+def _missing(folder: Path, variant: str | None) -> str:
+    """What a diffusers folder lacks, and --variant only where files of another variant are really there."""
+    empty = weightless(folder)
+    said = (f"no weights for {', '.join(empty)} (no {', '.join(WEIGHTS)} file in "
+            f"{', '.join(f'{k}/' for k in empty)}): copy them in" if empty else f"found {_found(folder)}")
+    others = [v for v in _variants(folder) if v != variant]
+    return said + (f"; its {others[0]} files load with --variant {others[0]}" if others else "")
+
+
 def _found(folder: Path) -> str:
     files = weight_files(folder)
     return "; ".join(f"{k}/: {', '.join(v[:3])}" for k, v in files.items()) or "no weight files at all"
@@ -83,8 +113,7 @@ def local_pipeline(name: str, dtype: torch.dtype, variant: str | None = None) ->
         detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
         if looks_like_path:
             want = f"variant {variant}" if variant else "plain (non-variant) weights"
-            raise LoadError(f"--model {name}: cannot load {want} ({detail}); found {_found(p)}; "
-                            "pass --variant fp16 for a folder of *.fp16.* files") from None
+            raise LoadError(f"--model {name}: cannot load {want} ({detail}); {_missing(p, variant)}") from None
         raise LoadError(f"--model {name}: not in the local Hugging Face cache and downloads are off "
                         f"({type(e).__name__}); download it on a networked machine or pass a folder") from None
     try:
