@@ -20,7 +20,9 @@ import torch
 
 from previewlab.preview import clips, decoders
 from previewlab.preview.frames import tile, to_uint8_hwc
+from previewlab.preview.decoders import DecoderName
 from previewlab.preview.memory import Memory, reading_for
+from previewlab.preview.names import DecodeAt
 from previewlab.preview.models import load
 from previewlab.preview.previewer import Previewer
 from previewlab.preview.settings import PreviewSettings
@@ -53,8 +55,10 @@ def image_rows(side: int, preview: int) -> list[tuple[str, ...]]:
     prev = Previewer(model)
     z = torch.randn(1, 4, side // 8, side // 8)
     rows: list[tuple[str, ...]] = []
-    for name in ("taesd", "vae"):
-        for at in ("full", "preview"):
+    cells: tuple[tuple[DecoderName, tuple[DecodeAt, ...]], ...] = (
+        ("taesd", ("full", "preview")), ("vae", ("full", "preview", "half_latents")))
+    for name, ats in cells:
+        for at in ats:
             cut = prev.cut(name, PreviewSettings(decoder=name, decode_at=at, preview_max=preview), side, side)
             decode = prev.decoder(name, cut)
             assert decode is not None

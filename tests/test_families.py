@@ -10,13 +10,23 @@ import pytest
 import torch
 
 from previewlab.preview.models.families import FamilyError
-from previewlab.preview.models.reading import detect_family, latent_space, to_tae_space, to_vae_space
+from previewlab.preview.models.reading import latent_space
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
 from previewlab.preview.models.presets import TINY, PresetError, build_preset, parameter_counts
 from previewlab.preview.models.taesd import Decoder, TaeError, load_tae
 
 DATA = Path(__file__).parent / "data" / "taef2"
 CPU = torch.device("cpu")
+
+
+def to_vae_space(latents: torch.Tensor, pipe: Any, height: int, width: int) -> torch.Tensor:
+    """One conversion, callback latents -> vae.decode's input, as a preview's decode makes it."""
+    return latent_space(pipe).vae_input(pipe, latents.device, latents.dtype)(latents, height, width)
+
+
+def to_tae_space(latents: torch.Tensor, pipe: Any, height: int, width: int) -> torch.Tensor:
+    """One conversion, callback latents -> a TAE's (and latent2rgb's) input."""
+    return latent_space(pipe).tae_input(pipe, latents.device, latents.dtype)(latents, height, width)
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +181,7 @@ def test_sd3_unscale_is_the_pipelines_formula(presets):
 @pytest.mark.parametrize("name", TINY)
 def test_preset_runs_and_its_latents_decode(presets, name):
     pipe, family, tae, size = presets[name]
-    assert detect_family(pipe) == family
+    assert latent_space(pipe).family == family
     seen: list[torch.Tensor] = []
 
     def callback(p: Any, step: int, t: Any, kw: dict[str, Any]) -> dict[str, Any]:
@@ -220,8 +230,8 @@ def test_detects_sd15_sdxl_and_flux1_vae_pipelines(presets):
 
     from previewlab.preview.models import synthetic_pipeline
 
-    assert detect_family(synthetic_pipeline("synthetic:tiny")) == "sd15"
-    assert detect_family(synthetic_pipeline("synthetic:tiny-xl")) == "sdxl"
+    assert latent_space(synthetic_pipeline("synthetic:tiny")).family == "sd15"
+    assert latent_space(synthetic_pipeline("synthetic:tiny-xl")).family == "sdxl"
     # Z-Image shares FLUX.1's VAE, and its callback latents are not packed: (B, 16, h, w)
     z_image = ZImagePipeline(scheduler=None, vae=presets["synthetic:tiny-flux1"][0].vae, text_encoder=None,
                              tokenizer=None, transformer=None)
