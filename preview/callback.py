@@ -14,6 +14,7 @@ text encoders and VAE decoder, and one forward pre-hook on the UNet that removes
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from pathlib import Path
@@ -83,6 +84,29 @@ def image_size(model: Model, latents: torch.Tensor, size: tuple[int, int] | None
         return int(latents.shape[-2]) * vsf, int(latents.shape[-1]) * vsf
     side = int(round(math.sqrt(int(latents.shape[1])))) * 2 * vsf
     return side, side
+
+
+def call_inputs(pipe: Any) -> tuple[int, float | None]:
+    """(seed, guidance scale) of the pipeline's call in progress, for its record, without a device read: the
+    guidance scale it was called with (its __call__'s `guidance_scale`, else the `_guidance_scale` diffusers
+    pipelines keep for the call), and the seed of the torch.Generator it was given (initial_seed(), a host value;
+    a list's first, one per image). (-1, None) where the call does not show them: no generator (a random seed),
+    or a pipeline whose __call__ is not on the stack (a Modular one). A generator already drawn from before the
+    call still says the seed it was made with: the call did not start from it."""
+    found: dict[str, Any] = {}
+    frame: Any = sys._getframe(1)
+    while frame is not None:  # the callback, or the scheduler's step, runs inside the pipeline's __call__
+        if frame.f_code.co_name == "__call__" and frame.f_locals.get("self") is pipe:
+            found = frame.f_locals
+            break
+        frame = frame.f_back
+    gen = found.get("generator")
+    gen = gen[0] if isinstance(gen, (list, tuple)) and gen else gen
+    seed = int(gen.initial_seed()) if isinstance(gen, torch.Generator) else -1
+    for guidance in (found.get("guidance_scale"), getattr(pipe, "_guidance_scale", None)):
+        if isinstance(guidance, (int, float)) and not isinstance(guidance, bool):
+            return seed, float(guidance)
+    return seed, None
 
 
 @dataclass
@@ -272,8 +296,10 @@ class Watch(PipelineCallback):
         events, rid = self.events, self.run_id
         space = self.model.space
         frames = clip_length(space.latent_frames(latents, h, w), space.temporal) if space.video else 1
+        seed, guidance = call_inputs(self.pipe)
         meta = RunMeta.of(self.model, rid, ScriptCall(steps=steps, width=w, height=h, preview=self.controls.get(),
-                                                      batch=int(latents.shape[0]), num_frames=frames, fps=self.fps))
+                                                      batch=int(latents.shape[0]), num_frames=frames, fps=self.fps,
+                                                      seed=seed, guidance=guidance))
         on_error = (lambda message: events.error(rid, message)) if events else None
         self.meter = StepMeter(self.model, self.controls, rid, width=w, height=h, steps=steps,
                                timesteps=timesteps, previewer=self.previewer, inflight=self.inflight, task="script",

@@ -153,6 +153,7 @@ class Server:
         self.seq = 0
         self.current: RunMeta | None = None
         self.closing: Closing | None = None  # at most one: a run's start closes the one before it first
+        self.last_row: tuple[str, int] = ("", 0)  # (run id, step) of the newest row: where a shutdown stopped it
         self._loop: asyncio.AbstractEventLoop | None = None
         self.hub.on_gone = lambda c: self._settle()
 
@@ -186,6 +187,7 @@ class Server:
         if len(row.event) > MAX_EVENT_CHARS:  # one cell must never outgrow what the CSV reader takes back
             row = replace(row, event=clip(row.event, MAX_EVENT_CHARS))
         self.metrics.step(row)
+        self.last_row = (row.run_id, row.step)
         message = protocol.step(row)
         self.writes.submit(functools.partial(self.store.step, row), then=lambda: self.hub.text(message))
 
@@ -306,12 +308,13 @@ class Server:
             self.hub.text(protocol.delivery(d), only=c)
             self._settle()
 
-    async def graceful(self) -> None:
+    async def graceful(self) -> str:
         """SIGTERM / Ctrl-C: stop the run at its next step, let it write its last rows and its final image for up
         to runs.shutdown_grace_s, close clients with 1001. A run still inside a step (or its final decode) after
         that is recorded `interrupted` with the rows it has, and the worker is abandoned: the process exits
-        without waiting for the step."""
+        without waiting for the step. Returns the line that says where the stopped run is kept ("": none ran)."""
         grace = self.runs.shutdown_grace_s
+        going = self.current
         if self.worker is not None and self.worker.stop() and not await self.worker.ended(grace):
             self.worker.abandon()
             await asyncio.sleep(0)  # rows the run handed over before it was abandoned land first
@@ -328,6 +331,14 @@ class Server:
                 break
             await asyncio.sleep(0.1)
         await self.hub.close_all(1001, "server shutting down")
+        return self.stopped_line(going.run_id) if going is not None else ""
+
+    def stopped_line(self, rid: str) -> str:
+        """"stopped run X at step 34; its rows and image are in runs/X", from what was written."""
+        step = self.last_row[1] if self.last_row[0] == rid else 0
+        at = f"at step {step}" if step else "before its first step"
+        kept = "its rows and image are" if self.store.final_image(rid) is not None else "its rows are"
+        return f"stopped run {rid} {at}; {kept} in {self.store.root / rid}"
 
     def hello(self) -> protocol.Outbound:
         """The defaults it offers carry the preview settings now: a running run's live ones, or a script's."""
@@ -421,11 +432,18 @@ def build_app(server: Server) -> ASGIApp:
         return Response(server.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def all_csv(request: Request) -> Response:
-        """Every run the data folder holds, oldest first; a damaged run is left out (and logged once)."""
+        """Every run the data folder holds, a row per run, oldest first (a damaged run says so in its row)."""
         if request.method == "HEAD":
             return Response(media_type="text/csv", headers=_attachment("previewlab-runs.csv"))
         ids = await server.disk.run(server.store.ids)
-        return export(request, "previewlab-runs.csv", server.store.csv_chunks(ids))
+        return export(request, "previewlab-runs.csv", server.store.list_chunks(ids))
+
+    async def all_steps_csv(request: Request) -> Response:
+        """The step rows of every run, oldest first; a damaged run is left out (and logged once)."""
+        if request.method == "HEAD":
+            return Response(media_type="text/csv", headers=_attachment("previewlab-steps.csv"))
+        ids = await server.disk.run(server.store.ids)
+        return export(request, "previewlab-steps.csv", server.store.csv_chunks(ids))
 
     async def ws_endpoint(ws: WebSocket) -> None:
         await serve_client(server, ws)
@@ -449,6 +467,7 @@ def build_app(server: Server) -> ASGIApp:
         Route("/runs", runs),
         Route("/runs.csv", all_csv),
         Route("/metrics", metrics),
+        Route("/runs/steps.csv", all_steps_csv),  # before the run route: "steps" is never a run id
         Route("/runs/{rid}.csv", run_csv),
         Route("/runs/{rid}/final.png", run_image),
         WebSocketRoute("/ws", ws_endpoint),

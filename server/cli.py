@@ -186,8 +186,12 @@ def serve(args: argparse.Namespace) -> int:
             self.closing = True
             import asyncio
 
-            task = asyncio.get_event_loop().create_task(server.graceful())
-            task.add_done_callback(lambda _: uvicorn.Server.handle_exit(self, sig, frame))  # type: ignore[arg-type]
+            def stopped(task: asyncio.Task[str]) -> None:
+                if not task.cancelled() and task.exception() is None and task.result():
+                    print(f"previewlab: {task.result()}", flush=True)  # where the run it stopped is kept
+                uvicorn.Server.handle_exit(self, sig, frame)  # type: ignore[arg-type]
+
+            asyncio.get_event_loop().create_task(server.graceful()).add_done_callback(stopped)
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             # uvicorn cancels the tasks still running 3 s into shutdown and logs a traceback for each (60 stuck

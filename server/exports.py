@@ -1,4 +1,5 @@
-"""The CSV exports (/runs.csv, /runs/<id>.csv): streamed a piece at a time, and bounded.
+"""The CSV exports (/runs.csv a row per run, /runs/steps.csv every run's steps, /runs/<id>.csv one run's):
+streamed a piece at a time, and bounded.
 
 An export of every run was built whole in memory (500 runs of 1000 steps: 102 MB) and kept by every reader
 that did not read it: 30 such readers took the server from 551 MB to 3.6 GB. Now the pieces come from the

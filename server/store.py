@@ -5,10 +5,13 @@
   <data>/<run_id>/deliveries.csv   per frame and client: ack (send, round trip, browser decode/paint) or drop
   <data>/<run_id>/final.png        the final image
 
-The CSV a user downloads joins steps and deliveries into the engine's schema (records.STEP_COLUMNS), then the
-run settings that are not per step (EXPORT_EXTRA). Run ids come only from folder names that match RUN_ID: no
-path is built from a request or from a file's content. A run whose files cannot be read is "damaged": it is
-listed as such, left out of /runs.csv, its file named in one log line, and it never breaks another run.
+A run's CSV joins steps and deliveries into the engine's schema (records.STEP_COLUMNS), then the run's context
+(RUN_CONTEXT: model, device, prompt, seed, ...) repeated on every row, since a spreadsheet keeps columns, not
+comment lines. The list's CSV is one row per run (LIST_COLUMNS: its meta, status, changes and totals). Text a
+user wrote never reaches a spreadsheet as a formula (inert()). Run ids come only from folder names that match
+RUN_ID: no path is built from a request or from a file's content. A run whose files cannot be read is
+"damaged": it is listed as such, left out of the step export, its file named in one log line, and it never
+breaks another run.
 
 Reading runs can be slow (thousands of files): the server calls runs(), rows() and csv() off the event loop, and
 its writes (step, delivery, finish, close_run) come from its writer thread (server/writes.py); begin() alone runs
@@ -32,13 +35,14 @@ import os
 import shutil
 import stat
 import threading
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from previewlab.preview.csv_writer import CsvAppender, as_csv_row
-from previewlab.preview.records import STEP_COLUMNS, StepRow
+from previewlab.preview.records import RUN_COLUMNS, STEP_COLUMNS, StepRow
 from previewlab.preview.run import RunEnd, RunMeta
+from previewlab.preview.settings import PreviewSettings
 from previewlab.preview.run_ids import RUN_ID, RunIds, roomy, valid
 
 from .limits import DEFAULT_KEEP_RUNS
@@ -48,8 +52,14 @@ log = logging.getLogger("previewlab.server")
 DELIVERY_COLUMNS = ("run_id", "step", "seq", "client", "kind", "send_ms", "ack_rtt_ms", "client_decode_ms",
                     "client_paint_ms")
 ACK_FIELDS = ("send_ms", "ack_rtt_ms", "client_decode_ms", "client_paint_ms")
-EXPORT_EXTRA = ("guidance",)  # per run, repeated on each row of the server's CSVs
-EXPORT_COLUMNS = STEP_COLUMNS + EXPORT_EXTRA
+# a run's context, repeated on each step row of the server's CSVs (device_name comes from the run's totals)
+RUN_CONTEXT = ("model", "model_note", "device", "device_name", "dtype", "prompt", "seed", "guidance", "steps")
+EXPORT_COLUMNS = STEP_COLUMNS + RUN_CONTEXT
+# the list's CSV, a row per run: what it was asked (meta.json's fields), how it ended, then its totals' own fields
+LIST_COLUMNS = tuple(dict.fromkeys(
+    [f.name for f in fields(RunMeta) if f.name != "preview"] + [f.name for f in fields(PreviewSettings)]
+    + ["status", "error", "damaged", "changes"] + list(RUN_COLUMNS)))
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula
 MAX_META_BYTES = 1 << 20  # a meta.json is about 2 KB; anything near this is not one
 WHOLE = ("done", "stopped", "interrupted")  # runs retention counts: their rows are all there is of them
 # a run has a row per step (the server allows 1000, a script's call rarely more) and a delivery per frame and
@@ -170,7 +180,7 @@ class Store:
                 acks.setdefault(r.get("step", ""), r)
             elif r.get("kind") == "drop":
                 drops[r.get("step", "")] = drops.get(r.get("step", ""), 0) + 1
-        extra = {k: meta.get(k, "") for k in EXPORT_EXTRA}
+        extra = run_context(meta)
         for s in steps:
             a = acks.get(s["step"])
             for k in ACK_FIELDS:
@@ -179,6 +189,25 @@ class Store:
                 s["dropped"] = drops.get(s["step"], 0)
             s.update(extra)
         return steps
+
+    def list_chunks(self, rids: Iterable[str]) -> Iterator[str]:
+        """The list's CSV, a row per run (LIST_COLUMNS), in pieces of about EXPORT_CHUNK characters: only each
+        run's meta.json is read (1 MB at most). A damaged run has its row: status `damaged`, and why."""
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(LIST_COLUMNS)
+        for rid in rids:
+            try:
+                meta = self._pending.get(rid) or self.meta(rid)
+            except Damaged as e:
+                self._damaged(rid, str(e))
+                meta = {"run_id": rid, "status": "damaged", "damaged": self.damaged[rid]}
+            w.writerow(as_csv_row(list_row(meta), LIST_COLUMNS))
+            if buf.tell() >= EXPORT_CHUNK:
+                yield buf.getvalue()
+                buf.seek(0)
+                buf.truncate()
+        yield buf.getvalue()
 
     def csv(self, rids: Iterable[str], skip_damaged: bool = True) -> str:
         """One CSV of the runs' rows; a damaged run is left out (skip_damaged) or raises Damaged."""
@@ -439,6 +468,38 @@ def _lines(f: Any, path: Path) -> Iterator[str]:
         if len(line) > MAX_LINE_CHARS:
             raise Damaged(path, f"a line over {MAX_LINE_CHARS} characters: not a file previewlab wrote")
         yield line
+
+
+def inert(v: Any) -> Any:
+    """A text cell a spreadsheet would evaluate (=, +, -, @, a tab or a CR first: "=HYPERLINK(...)" in a prompt)
+    gets a leading apostrophe, so it shows as the text it is (OWASP's advice on CSV injection). Numbers pass."""
+    return "'" + v if isinstance(v, str) and v.startswith(FORMULA_START) else v
+
+
+def _cell(v: Any) -> Any:
+    """A meta.json value as one cell: a list of texts (a run's changes) joined with arrows, any other list or
+    object as compact JSON, text made inert."""
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        v = " \u2192 ".join(v)
+    elif isinstance(v, (list, dict)):
+        v = json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+    return inert(v)
+
+
+def run_context(meta: dict[str, Any]) -> dict[str, Any]:
+    """The run's context for each of its step rows (RUN_CONTEXT): meta.json's, and device_name from its totals
+    (a run that ended without totals, failed or interrupted, has none)."""
+    totals = meta.get("totals")
+    found = {**(totals if isinstance(totals, dict) else {}), **meta}
+    return {k: _cell(found.get(k, "")) for k in RUN_CONTEXT}
+
+
+def list_row(meta: dict[str, Any]) -> dict[str, Any]:
+    """A run's row in the list's CSV: its meta.json's fields, then its totals' (the meta's win where both have
+    one: its status says `interrupted`, its totals only how the steps ended)."""
+    totals = meta.get("totals")
+    found = {**(totals if isinstance(totals, dict) else {}), **meta}
+    return {k: _cell(found.get(k)) for k in LIST_COLUMNS}
 
 
 def export_header() -> str:

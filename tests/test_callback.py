@@ -149,3 +149,37 @@ def test_summary_says_what_the_call_cost_where_it_went_and_what_to_set(pipe):
     assert lines[3] == f"device busy while denoising: {rec.busy_pct:.0f} % (cpu)"
     wider = re.search(r"^to stay under 0\.5 % \(.*\): about every (\d+), or taesd$", lines[4])
     assert wider and int(wider.group(1)) > 1, lines[4]  # a sparser interval, or the full VAE's next step down
+
+
+def test_the_record_reads_seed_and_guidance_from_the_call(pipe):
+    """Issue 35 item 9: watch.record said guidance=None and seed=-1 for a call given guidance_scale=3.0 and a
+    seeded generator; both are read from the call now (no device read), and the output stays bit-identical."""
+    plain = pipe("a cat", num_inference_steps=3, height=64, width=64, output_type="np", guidance_scale=3.0,
+                 generator=torch.Generator().manual_seed(1234)).images[0]
+    w = preview_watch(pipe, decoder="latent2rgb", every=1)
+    try:
+        watched = pipe("a cat", num_inference_steps=3, height=64, width=64, output_type="np", guidance_scale=3.0,
+                       generator=torch.Generator().manual_seed(1234), callback_on_step_end=w,
+                       callback_on_step_end_tensor_inputs=w.tensor_inputs).images[0]
+        rec = w.record
+        assert rec is not None and (rec.seed, rec.guidance) == (1234, 3.0)
+        assert np.array_equal(plain, watched)
+        pipe("a cat", num_inference_steps=2, height=64, width=64, output_type="np",  # no generator: no seed
+             callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs)
+        rec = w.record
+        assert rec is not None and (rec.seed, rec.guidance) == (-1, 7.5)  # the pipeline's default scale
+        pipe("a cat", num_inference_steps=2, height=64, width=64, output_type="np",  # one generator per image
+             num_images_per_prompt=2, generator=[torch.Generator().manual_seed(s) for s in (5, 6)],
+             callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs)
+        rec = w.record
+        assert rec is not None and rec.seed == 5 and rec.batch == 2
+    finally:
+        w.remove()
+    w = preview_watch(pipe, decoder="none", source="scheduler")  # the scheduler's step sees the same call
+    try:
+        pipe("a cat", num_inference_steps=2, height=64, width=64, output_type="np", guidance_scale=2.5,
+             generator=torch.Generator().manual_seed(77))
+        rec = w.record
+        assert rec is not None and (rec.seed, rec.guidance) == (77, 2.5)
+    finally:
+        w.remove()

@@ -85,7 +85,8 @@ def test_a_corrupt_data_folder_starts_lists_the_rest_and_exports_the_rest(make_a
         srv, app = make_app(data_dir=data)
         with TestClient(app) as client:
             runs = client.get("/runs").json()
-            all_csv = client.get("/runs.csv")
+            all_csv = client.get("/runs/steps.csv")
+            listed = client.get("/runs.csv")
             bad = client.get("/runs/20261130-120000-005.csv")
             good = client.get(f"/runs/{GOOD}.csv")
             runs_after = {r["run_id"]: r for r in client.get("/runs").json()}
@@ -94,6 +95,9 @@ def test_a_corrupt_data_folder_starts_lists_the_rest_and_exports_the_rest(make_a
         "20261130-120000-004": "damaged", "20261130-120000-005": "done"}
     assert all_csv.status_code == 200 and "LEAKED" not in all_csv.text
     assert [r["run_id"] for r in csv.DictReader(io.StringIO(all_csv.text))] == [GOOD, GOOD]
+    assert listed.status_code == 200 and "LEAKED" not in listed.text and "secret" not in listed.text
+    assert {r["run_id"]: r["status"] for r in csv.DictReader(io.StringIO(listed.text))} == {
+        r["run_id"]: r["status"] for r in runs}  # a row per run, the damaged ones saying so
     assert good.status_code == 200
     assert bad.status_code == 500 and "steps.csv" in bad.text and "a line over 262144 characters" in bad.text
     assert "steps.csv" in runs_after["20261130-120000-005"]["damaged"]
@@ -243,9 +247,11 @@ def test_guidance_is_recorded_everywhere(make_app, tmp_path):
         rid = done["run_id"]
         assert done["guidance"] == 1.0
         assert client.get("/runs").json()[0]["guidance"] == 1.0
-        for url in (f"/runs/{rid}.csv", "/runs.csv"):
+        for url in (f"/runs/{rid}.csv", "/runs/steps.csv"):
             rows = list(csv.DictReader(io.StringIO(client.get(url).text)))
             assert len(rows) == 2 and {float(r["guidance"]) for r in rows} == {1.0}
+        listed = list(csv.DictReader(io.StringIO(client.get("/runs.csv").text)))
+        assert len(listed) == 1 and float(listed[0]["guidance"]) == 1.0
     assert json.loads((data / rid / "meta.json").read_text())["guidance"] == 1.0
     assert json.loads((data / "generations.jsonl").read_text().splitlines()[-1])["guidance"] == 1.0
 

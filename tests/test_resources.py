@@ -50,8 +50,8 @@ def _status(url: str, method: str = "GET") -> int:
 
 
 def test_an_export_streams_in_pieces_and_a_stuck_reader_holds_one(make_app, tmp_path):
-    """Item 7: /runs.csv was built whole (500 runs of 1000 steps: 102 MB) and kept by every reader that did not
-    read it: 30 of them took the server to 3.6 GB. Now a reader that never reads makes the server read a few
+    """Item 7: the step export (/runs.csv then, /runs/steps.csv since issue 35) was built whole (500 runs of
+    1000 steps: 102 MB) and kept by every reader that did not read it: 30 of them took the server to 3.6 GB. Now a reader that never reads makes the server read a few
     pieces of the export, not all of it; a second export from the same address is refused while the first
     streams; a HEAD costs no export; another client's listing still answers; a reader that reads gets it whole."""
     data = tmp_path / "runs"
@@ -67,11 +67,11 @@ def test_an_export_streams_in_pieces_and_a_stuck_reader_holds_one(make_app, tmp_
     srv.store.csv_chunks = counted  # type: ignore[method-assign]
     with live_server(app, sndbuf=4096) as addr:
         base = f"http://{addr}"
-        assert _status(base + "/runs.csv", "HEAD") == 200 and pulled == []  # a HEAD: no export
-        stuck = _stuck(addr, "/runs.csv")
+        assert _status(base + "/runs/steps.csv", "HEAD") == 200 and pulled == []  # a HEAD: no export
+        stuck = _stuck(addr, "/runs/steps.csv")
         time.sleep(2.0)  # long enough to have built the whole export, as before
         held = sum(pulled)
-        assert _status(base + "/runs.csv") == 429  # the same address: one export at a time
+        assert _status(base + "/runs/steps.csv") == 429  # the same address: one export at a time
         assert _status(base + "/runs?limit=1") == 200
         stuck.close()
         deadline = time.monotonic() + 10
@@ -79,7 +79,7 @@ def test_an_export_streams_in_pieces_and_a_stuck_reader_holds_one(make_app, tmp_
             time.sleep(0.05)
         assert srv.exports.busy == 0  # a reader that left gives its slot back
         pulled.clear()
-        with urllib.request.urlopen(base + "/runs.csv", timeout=60) as r:
+        with urllib.request.urlopen(base + "/runs/steps.csv", timeout=60) as r:
             body = r.read().decode()
     total = sum(pulled)
     assert total > 20 * EXPORT_CHUNK and body.count("\n") == 1 + 40 * 1000
@@ -120,10 +120,10 @@ def test_an_export_that_keeps_flowing_outlives_the_response_deadline(make_app, t
     srv.store.csv_chunks = slow  # type: ignore[method-assign]
     with live_server(app, sndbuf=4096, **connection_limits(srv.max_clients, response_timeout_s=0.5)) as addr:
         t0 = time.monotonic()
-        with urllib.request.urlopen(f"http://{addr}/runs.csv", timeout=60) as r:
+        with urllib.request.urlopen(f"http://{addr}/runs/steps.csv", timeout=60) as r:
             body = r.read().decode()
         took = time.monotonic() - t0
-        stuck = _stuck(addr, "/runs.csv")
+        stuck = _stuck(addr, "/runs/steps.csv")
         deadline = time.monotonic() + 20
         while srv.exports.busy and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -86,7 +86,7 @@ def test_a_watch_tells_the_same_events_with_one_meta_from_start_to_end():
     meta, end = rec.events[0][1], rec.events[-1][1]
     assert isinstance(meta, RunMeta) and isinstance(end, RunEnd)
     assert end.meta is meta and end.totals is record and end.status == "done"
-    assert (meta.steps, meta.width, meta.height, meta.seed, meta.prompt) == (4, 64, 64, -1, "(your script)")
-    # a script's guidance scale is unknown: the key is left out, as it always was
-    assert list(meta.to_json()) == [k for k in META_KEYS if k != "guidance"]
+    # the seed of the call's generator and the pipeline's guidance scale (its default, 7.5) are read from the call
+    assert (meta.steps, meta.width, meta.height, meta.seed, meta.prompt) == (4, 64, 64, 3, "(your script)")
+    assert meta.guidance == 7.5 and list(meta.to_json()) == list(META_KEYS)
     assert list(end.to_json()) == [*meta.to_json(), "status", "changes", "totals"]

@@ -57,7 +57,9 @@ def test_hello_start_refuse_stop_and_csv(make_app):
         assert 2 <= len(rows) < n_steps
         assert rows[0]["decoder"] == "latent2rgb" and rows[-1]["decoder"] == "taesd"
         assert [int(r["step"]) for r in rows] == list(range(1, len(rows) + 1))
-        assert client.get("/runs.csv").text.count("\n") == len(rows) + 1
+        assert client.get("/runs/steps.csv").text.count("\n") == len(rows) + 1
+        listed = list(csv.DictReader(io.StringIO(client.get("/runs.csv").text)))  # a row per run
+        assert [(r["run_id"], r["status"]) for r in listed] == [(run["run_id"], "stopped")]
 
 
 def test_img2img_from_a_past_run_and_a_batch_through_the_server(make_app, tmp_path):

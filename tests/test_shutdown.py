@@ -249,3 +249,73 @@ def _answers(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+@pytest.mark.slow
+def test_an_idle_pre_connect_is_closed_calmly_and_a_half_request_is_named(make_app, caplog):
+    """Issue 35 item 10: a browser opens a connection ahead of need and sends nothing; closing it at the head
+    deadline is normal, so it is logged at debug level in calm words. A request left half-sent keeps its line."""
+    import logging
+    import time
+
+    srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
+    with caplog.at_level(logging.DEBUG, logger="previewlab.server"), \
+            live_server(app, **connection_limits(srv.max_clients, head_timeout_s=0.3)) as addr:
+        host, port = addr.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as idle:  # connected, not a byte sent
+            idle.settimeout(5)
+            assert idle.recv(1) == b""
+        with socket.create_connection((host, int(port))) as half:
+            half.sendall(b"GET /runs HTTP/1.1\r\nHost: 127")
+            half.settimeout(5)
+            assert half.recv(1) == b""
+        time.sleep(0.1)
+    closed = [r for r in caplog.records if r.name == "previewlab.server" and "closed" in r.getMessage()]
+    idle_lines = [r for r in closed if "idle connection" in r.getMessage()]
+    half_lines = [r for r in closed if "no complete request" in r.getMessage()]
+    assert len(idle_lines) == 1 and idle_lines[0].levelno == logging.DEBUG
+    assert "nothing sent" in idle_lines[0].getMessage()
+    assert len(half_lines) == 1 and half_lines[0].levelno == logging.INFO
+
+
+@pytest.mark.slow
+def test_ctrl_c_says_where_the_stopped_run_is_kept(tmp_path):
+    """Issue 35 item 7: Ctrl-C kept the run and printed nothing about it. Now one line names the run, the step it
+    stopped at and its folder, which holds its rows and its final image."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = tmp_path / "runs"
+    p = subprocess.Popen([sys.executable, "-m", "previewlab", "serve", "--model", "synthetic:tiny", "--port", str(port),
+                          "--data-dir", str(data)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+
+    async def run_then_ctrl_c() -> str:
+        async with websockets.connect(f"ws://127.0.0.1:{port}/ws") as ws:
+            await ws.send(json.dumps({"type": "start", "steps": 1000, "width": 64, "height": 64}))
+            rid, rows = "", 0
+            while rows < 3:
+                msg = await ws.recv()
+                if isinstance(msg, str):
+                    m = json.loads(msg)
+                    rid = m["run_id"] if m["type"] == "run" else rid
+                    rows += m["type"] == "step"
+            p.send_signal(signal.SIGINT)
+            return rid
+
+    try:
+        wait_until(lambda: _answers(port), 120, "the server to start")
+        rid = asyncio.run(run_then_ctrl_c())
+        rc = p.wait(60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    out = p.stdout.read() if p.stdout else ""
+    meta = json.loads((data / rid / "meta.json").read_text())
+    steps = (data / rid / "steps.csv").read_text().splitlines()
+    last = int(steps[-1].split(",")[1])  # run_id, step, ...
+    assert rc in (0, -signal.SIGINT, 130) and "Traceback" not in out, out
+    assert meta["status"] == "stopped" and (data / rid / "final.png").is_file()
+    said = [ln for ln in out.splitlines() if "stopped run" in ln]
+    assert said == [f"previewlab: stopped run {rid} at step {last}; its rows and image are in {data / rid}"], out

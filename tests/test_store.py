@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from previewlab.preview.records import STEP_COLUMNS
-from previewlab.server.store import EXPORT_COLUMNS, Damaged, Store
+from previewlab.server.store import EXPORT_COLUMNS, LIST_COLUMNS, Damaged, Store, export_header
 from tests.conftest import GOOD, make_run
 
 
@@ -147,3 +147,74 @@ def test_an_unchanged_run_is_parsed_once_for_any_number_of_exports(tmp_path, mon
     with open(tmp_path / GOOD / "steps.csv", "a") as f:  # a run still writing: its next export sees the row
         f.write(",".join(GOOD if c == "run_id" else "3" if c == "step" else "" for c in STEP_COLUMNS) + "\n")
     assert len(export(store)) == 3 and parsed == [GOOD, GOOD]
+
+
+PROMPT = 'a cat, "Tom"\non a mat'  # a comma, a quote and a newline: one cell all the same
+
+
+def _context_meta(rid: str, prompt: str = PROMPT, **kw: Any) -> dict[str, Any]:
+    return {"run_id": rid, "status": "done", "model": "demo", "model_note": "demo model, small costs",
+            "device": "cuda", "dtype": "float16", "prompt": prompt, "seed": -1, "guidance": 3.0, "steps": 2,
+            "width": 128, "height": 128, "decoder": "taesd",
+            "totals": {"device_name": "NVIDIA H200", "wall_s": 1.25, "status": "done", "steps": 2}, **kw}
+
+
+def test_a_runs_csv_carries_its_context_on_every_row(tmp_path):
+    """Issue 35 item 2: model, model_note, device (and its name), prompt, seed, guidance and steps in columns
+    of every row, the prompt safely quoted; a prompt a spreadsheet would run as a formula stays text."""
+    make_run(tmp_path, GOOD, meta=_context_meta(GOOD))
+    formula = "20261130-120000-002"
+    make_run(tmp_path, formula, meta=_context_meta(formula, prompt='=HYPERLINK("http://x.example","y")'))
+    store = Store(tmp_path)
+    rows = export(store)
+    assert list(rows[0]) == list(EXPORT_COLUMNS) and len(rows) == 4
+    ours = [r for r in rows if r["run_id"] == GOOD]
+    for r in ours:
+        assert (r["model"], r["model_note"], r["device"], r["device_name"], r["dtype"]) == (
+            "demo", "demo model, small costs", "cuda", "NVIDIA H200", "float16")
+        assert r["prompt"] == PROMPT and r["seed"] == "-1" and float(r["guidance"]) == 3.0 and r["steps"] == "2"
+    assert {r["prompt"] for r in rows if r["run_id"] == formula} == {"'" + '=HYPERLINK("http://x.example","y")'}
+    alone = list(csv.DictReader(io.StringIO(export_header() + store.run_rows_csv(GOOD))))  # /runs/<id>.csv's
+    assert alone == ours
+
+
+def test_the_list_csv_is_a_row_per_run(tmp_path):
+    """Issue 35 item 2: the list's CSV has one row per run, its meta and totals, its changes when it has
+    them, a damaged run saying so; text stays text for a spreadsheet."""
+    make_run(tmp_path, GOOD, meta=_context_meta(GOOD, changes=["latent2rgb", "taesd @53", "every 3 @120"]))
+    make_run(tmp_path, "20261130-120000-002", meta=_context_meta("20261130-120000-002", prompt="-1 cats",
+                                                                  status="interrupted"))
+    make_run(tmp_path, "20261130-120000-003", meta=b"null")
+    store = Store(tmp_path)
+    text = "".join(store.list_chunks(store.ids()))
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert list(rows[0]) == list(LIST_COLUMNS)
+    assert [(r["run_id"], r["status"]) for r in rows] == [
+        (GOOD, "done"), ("20261130-120000-002", "interrupted"), ("20261130-120000-003", "damaged")]
+    first = rows[0]
+    assert first["prompt"] == PROMPT and first["model"] == "demo" and first["device_name"] == "NVIDIA H200"
+    assert first["changes"] == "latent2rgb \u2192 taesd @53 \u2192 every 3 @120" and first["wall_s"] == "1.250"
+    assert rows[1]["changes"] == "" and rows[1]["prompt"] == "'-1 cats" and rows[1]["seed"] == "-1"
+    assert "a JSON NoneType" in rows[2]["damaged"]
+
+
+def test_the_three_csv_routes(make_app, tmp_path):
+    """/runs/<id>.csv: a run's steps with its context; /runs.csv: a row per run; /runs/steps.csv: every run's
+    steps (what /runs.csv was before issue 35)."""
+    from starlette.testclient import TestClient
+
+    data = tmp_path / "data"
+    make_run(data, GOOD, meta=_context_meta(GOOD))
+    make_run(data, "20261130-120000-002", meta=_context_meta("20261130-120000-002", prompt="another"))
+    srv, app = make_app(data_dir=data)
+    with TestClient(app) as client:
+        one = client.get(f"/runs/{GOOD}.csv")
+        listed = client.get("/runs.csv")
+        steps = client.get("/runs/steps.csv")
+        head = client.head("/runs/steps.csv")
+    assert [r["prompt"] for r in csv.DictReader(io.StringIO(one.text))] == [PROMPT, PROMPT]
+    assert [r["prompt"] for r in csv.DictReader(io.StringIO(listed.text))] == [PROMPT, "another"]
+    assert [(r["run_id"], r["step"]) for r in csv.DictReader(io.StringIO(steps.text))] == [
+        (GOOD, "1"), (GOOD, "2"), ("20261130-120000-002", "1"), ("20261130-120000-002", "2")]
+    assert 'filename="previewlab-steps.csv"' in steps.headers["content-disposition"]
+    assert head.status_code == 200 and srv.exports.busy == 0
