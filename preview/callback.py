@@ -374,7 +374,7 @@ class Watch(PipelineCallback):
                          timing=sw.timing)
         self.records.append(rec)
         if self.events:
-            self.events.ended(RunEnd.of(meta, rec))
+            self.events.ended(RunEnd.of(meta, rec, meter.rows))
         return rec
 
     def _device_end(self, c: _Call) -> float | None:

@@ -390,7 +390,7 @@ def test_a_scripts_page_offers_no_start_and_shows_what_the_script_ran(tmp_path):
                  callback_on_step_end_tensor_inputs=w.tensor_inputs)
             w.finish()
             wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 60)
-            assert page.text_content("#f-settings") == "4 steps · 64x64 · guidance 6.5 · script"
+            assert page.text_content("#f-settings") == "4 steps · 64x64 · guidance 6.5 · seed 0 · script"
             wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 1")
             heads = page.locator("#runs th").all_text_contents()
             cells = page.locator("#runs tbody tr").first.locator("td").all_text_contents()
