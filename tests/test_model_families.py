@@ -185,10 +185,11 @@ def test_a_folder_of_fp16_files_loads_without_being_told(tmp_path):
     assert loaded.family == "sd15" and not loaded.synthetic
     run = generate(loaded, settings("latent2rgb"), run_id="f")
     assert run.record.previews == 2
-    # a folder whose weights are gone says what it found, not "not in the local cache"
+    # a folder whose weights are gone says which component has none, not "not in the local cache"
     for f in (tmp_path / "fp16" / "unet").glob("*.safetensors"):
         f.unlink()
-    with pytest.raises(ModelError, match=r"cannot load variant fp16 .*found .*vae/") as e:
+    with pytest.raises(ModelError, match=r"cannot load variant fp16 .*no weights for unet \(no .safetensors, .bin, "
+                                         r".ckpt, .pth file in unet/\): copy them in") as e:
         load(str(tmp_path / "fp16"), device="cpu")
     assert "local cache" not in str(e.value)
 

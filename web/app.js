@@ -247,6 +247,7 @@ function showFinal(id) {
   };
   img.onerror = () => { delete img.dataset.loaded; showView(false); };
   img.dataset.run = id;
+  $("final-caption").textContent = `final image of run ${id}`;  // its size once it has loaded
   img.src = `/runs/${encodeURIComponent(id)}/final.png`;
 }
 
