@@ -201,21 +201,19 @@ def test_a_huge_head_gets_400_and_a_slow_body_is_closed(make_app):
             assert answer.startswith(b"HTTP/1.1 405") and closed
 
 
-@pytest.mark.slow
-def test_sigterm_does_not_wait_for_the_step_past_its_grace(tmp_path):
-    """Issue 33, item 11: SIGTERM waited for the run's step and final decode (192 s at 768x768 on a CPU), past
-    any supervisor's kill timeout. With --shutdown-grace 0 the run is recorded `interrupted` at once with the
-    rows it has, and the process exits without waiting for the step."""
+def serve_then_signal(data: Path, sig: int, side: int, *flags: str) -> tuple[str, int, str]:
+    """`previewlab serve` on data, a long run started over the WebSocket, `sig` once 3 of its steps arrived:
+    (the run's id, the exit status, everything the process printed)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     p = subprocess.Popen([sys.executable, "-m", "previewlab", "serve", "--model", "synthetic:tiny", "--port", str(port),
-                          "--data-dir", str(tmp_path), "--shutdown-grace", "0"], cwd=ROOT, stdout=subprocess.PIPE,
+                          "--data-dir", str(data), *flags], cwd=ROOT, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
 
-    async def run_then_term() -> str:
+    async def run_then_signal() -> str:
         async with websockets.connect(f"ws://127.0.0.1:{port}/ws") as ws:
-            await ws.send(json.dumps({"type": "start", "steps": 1000, "width": 256, "height": 256}))
+            await ws.send(json.dumps({"type": "start", "steps": 1000, "width": side, "height": side}))
             rid, rows = "", 0
             while rows < 3:
                 msg = await ws.recv()
@@ -223,18 +221,26 @@ def test_sigterm_does_not_wait_for_the_step_past_its_grace(tmp_path):
                     m = json.loads(msg)
                     rid = m["run_id"] if m["type"] == "run" else rid
                     rows += m["type"] == "step"
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(sig)
             return rid
 
     try:
         wait_until(lambda: _answers(port), 120, "the server to start")
-        rid = asyncio.run(run_then_term())
+        rid = asyncio.run(run_then_signal())
         rc = p.wait(60)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-    out = p.stdout.read() if p.stdout else ""
+    return rid, rc, p.stdout.read() if p.stdout else ""
+
+
+@pytest.mark.slow
+def test_sigterm_does_not_wait_for_the_step_past_its_grace(tmp_path):
+    """Issue 33, item 11: SIGTERM waited for the run's step and final decode (192 s at 768x768 on a CPU), past
+    any supervisor's kill timeout. With --shutdown-grace 0 the run is recorded `interrupted` at once with the
+    rows it has, and the process exits without waiting for the step."""
+    rid, rc, out = serve_then_signal(tmp_path, signal.SIGTERM, 256, "--shutdown-grace", "0")
     meta = json.loads((tmp_path / rid / "meta.json").read_text())
     steps = (tmp_path / rid / "steps.csv").read_text().splitlines()
     assert rc in (0, -signal.SIGTERM) and "Traceback" not in out, out  # uvicorn raises the signal again at its end
@@ -282,36 +288,8 @@ def test_an_idle_pre_connect_is_closed_calmly_and_a_half_request_is_named(make_a
 def test_ctrl_c_says_where_the_stopped_run_is_kept(tmp_path):
     """Issue 35 item 7: Ctrl-C kept the run and printed nothing about it. Now one line names the run, the step it
     stopped at and its folder, which holds its rows and its final image."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     data = tmp_path / "runs"
-    p = subprocess.Popen([sys.executable, "-m", "previewlab", "serve", "--model", "synthetic:tiny", "--port", str(port),
-                          "--data-dir", str(data)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
-
-    async def run_then_ctrl_c() -> str:
-        async with websockets.connect(f"ws://127.0.0.1:{port}/ws") as ws:
-            await ws.send(json.dumps({"type": "start", "steps": 1000, "width": 64, "height": 64}))
-            rid, rows = "", 0
-            while rows < 3:
-                msg = await ws.recv()
-                if isinstance(msg, str):
-                    m = json.loads(msg)
-                    rid = m["run_id"] if m["type"] == "run" else rid
-                    rows += m["type"] == "step"
-            p.send_signal(signal.SIGINT)
-            return rid
-
-    try:
-        wait_until(lambda: _answers(port), 120, "the server to start")
-        rid = asyncio.run(run_then_ctrl_c())
-        rc = p.wait(60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    out = p.stdout.read() if p.stdout else ""
+    rid, rc, out = serve_then_signal(data, signal.SIGINT, 64)
     meta = json.loads((data / rid / "meta.json").read_text())
     steps = (data / rid / "steps.csv").read_text().splitlines()
     last = int(steps[-1].split(",")[1])  # run_id, step, ...
