@@ -482,7 +482,7 @@ def _chatglm_tokenizer() -> Any:
 
 
 def _tokenizer_for(repo: str) -> Any:
-    from previewlab.preview.models.presets import clip_tokenizer, t5_tokenizer
+    from previewlab.preview.models.offline_tokenizers import clip_tokenizer, t5_tokenizer
 
     tiny_pipes, tiny_hooks = _load_helpers()
     key = repo.lower()
@@ -525,7 +525,7 @@ def _processor_for(cls: Any, repo: str, kwargs: dict[str, Any]) -> Any:
     if "qwen2vl" in key:
         return tiny_pipes.qwen2vl_processor(_qwen_tokenizer())
     if "mistral" in key:  # FLUX.2's PixtralProcessor: the pipeline uses only its apply_chat_template
-        from previewlab.preview.models.presets import mistral_tokenizer
+        from previewlab.preview.models.offline_tokenizers import mistral_tokenizer
 
         return mistral_tokenizer()
     if "siglip" in key:

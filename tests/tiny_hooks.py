@@ -119,7 +119,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from previewlab.preview.models.presets import clip_tokenizer, t5_tokenizer
+from previewlab.preview.models.offline_tokenizers import clip_tokenizer, t5_tokenizer
 from previewlab.bench.pipeline_survey import arrays
 from tests import tiny_pipes
 from tests.tiny_pipes import Tiny, _call, _seeded, _t5, _tiny, qwen2_tokenizer

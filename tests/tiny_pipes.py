@@ -33,7 +33,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from previewlab.preview.models.presets import clip_tokenizer, t5_tokenizer
+from previewlab.preview.models.offline_tokenizers import clip_tokenizer, t5_tokenizer
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 

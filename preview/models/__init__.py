@@ -24,7 +24,8 @@ from . import loading, single_file
 from .families import Family, LatentSpace
 from .reading import latent_space
 from .latent_formats import Factors
-from .presets import PRESETS, build_preset, clip_tokenizer
+from .offline_tokenizers import clip_tokenizer
+from .presets import PRESETS, build_preset
 from .video_presets import clip_defaults
 
 # transformers warns at import that torchvision is missing; nothing here uses image processors

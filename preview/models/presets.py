@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-import string
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -19,59 +18,14 @@ from torch import nn
 
 from . import video_presets
 from .families import Family
+from .offline_tokenizers import clip_tokenizer, mistral_tokenizer, t5_tokenizer
 from .taesd import Decoder
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # transformers warns that torchvision is missing
 
-CHARS = list(string.ascii_lowercase + string.digits)
-
 
 class PresetError(ValueError):
     """An unknown preset name; the message lists the known ones."""
-
-
-def clip_tokenizer() -> Any:
-    """A CLIP tokenizer built offline, for every synthetic preset. Token ids do not change compute: prompts are
-    padded to model_max_length=77, which must be set, or the pipelines pad to 1e30 and fail."""
-    from transformers import CLIPTokenizer
-
-    tokens = ["<|startoftext|>", "<|endoftext|>", "!"] + CHARS + [c + "</w>" for c in CHARS]
-    return CLIPTokenizer(vocab={t: i for i, t in enumerate(tokens)}, merges=[], unk_token="<|endoftext|>",
-                         bos_token="<|startoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                         model_max_length=77)
-
-
-def t5_tokenizer() -> Any:
-    """A T5 tokenizer (a Unigram model, transformers 5 builds it with the tokenizers library); ids 0-2 are
-    <pad>, </s>, <unk> as in T5's own vocabulary. Token ids do not change compute: sequences are padded."""
-    from transformers import T5Tokenizer  # transformers 5: T5TokenizerFast is this class, tokenizers-backed
-
-    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
-    vocab += [(c, -3.0) for c in CHARS] + [("\u2581" + c, -2.5) for c in CHARS]
-    return T5Tokenizer(vocab=vocab, extra_ids=0, model_max_length=512)
-
-
-# Flux2Pipeline calls tokenizer.apply_chat_template on [system, user] messages whose content is a list of
-# {"type": "text", "text": ...} parts (pipeline_flux2.format_input); a Mistral-style template renders them.
-CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% set c = m['content'] %}{% if c is not string %}"
-                 "{% set c = c | map(attribute='text') | join(' ') %}{% endif %}{% if m['role'] == 'system' %}"
-                 "[SYSTEM_PROMPT]{{ c }}[/SYSTEM_PROMPT]{% elif m['role'] == 'user' %}[INST]{{ c }}[/INST]"
-                 "{% else %}{{ c }}{{ eos_token }}{% endif %}{% endfor %}")
-
-
-def mistral_tokenizer() -> Any:
-    """A character-level WordLevel tokenizer (tokenizers library) with Mistral's special tokens and a chat
-    template, standing in for FLUX.2's PixtralProcessor: the pipeline uses only apply_chat_template."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<pad>", "<s>", "</s>", "<unk>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"]
-    tok = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(specials + CHARS)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(),
-                                                 pre_tokenizers.Split(pattern="", behavior="isolated")])
-    tok.add_special_tokens(specials)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                   pad_token="<pad>", chat_template=CHAT_TEMPLATE, model_max_length=512)
 
 
 def _clip(hidden: int, projection: int | None = None, layers: int = 2, heads: int = 4, inter: int = 37,
