@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from previewlab import watch as preview_watch
-from previewlab.bench.pipeline_survey import arrays
+from previewlab.bench.survey.outputs import arrays
 from previewlab.preview import decoders
 from previewlab.preview.modular import NAME, PreviewBlock, step_loops
 from previewlab.preview.steps import SourceError, Step, StepTap, source_of

@@ -120,7 +120,7 @@ import torch
 from torch import nn
 
 from previewlab.preview.models.offline_tokenizers import clip_tokenizer, t5_tokenizer
-from previewlab.bench.pipeline_survey import arrays
+from previewlab.bench.survey.outputs import arrays
 from tests import tiny_pipes
 from tests.tiny_pipes import Tiny, _call, _seeded, _t5, _tiny, qwen2_tokenizer
 
