@@ -74,9 +74,10 @@ class Hub:
         self._on_sent, self._on_drop, self._on_gone = on_sent, on_drop, on_gone
         self._next = 0
 
-    def add(self, ws: WebSocket) -> Client:
+    def add(self, ws: WebSocket, owner: asyncio.Task[Any] | None = None) -> Client:
+        """owner: the task serving the client's socket, cancelled by kill() to end it."""
         self._next += 1
-        c = Client(ws, self._next)
+        c = Client(ws, self._next, owner=owner)
         self.clients[c.cid] = c
         c.task = asyncio.get_running_loop().create_task(self._sender(c))
         return c

@@ -33,7 +33,8 @@ class Server:
     counters (metrics), the runs shown to the watchers (relay, which holds the hub), and the runs' owner (worker:
     a Worker, or a script's watch given as `source`), built once the loop runs (attach). Its settings: who may
     drive it (access), what each watcher is held to (limits), what a start may ask (runs), what it offers (offer).
-    It answers each watcher's messages (handle), and is the RunEvents its runs' owner tells (the relay's)."""
+    It answers each watcher's messages (handle). The worker tells its runs to the relay; a watch's hop tells them
+    to the Server, which hands them on."""
 
     def __init__(self, model: Model, data_dir: Path, *, access: Access = Access(),
                  limits: SessionLimits = SessionLimits(), runs: RunOptions = RunOptions(),
@@ -62,7 +63,7 @@ class Server:
     async def close(self) -> None:
         """The app's end: the run stopped (its thread joined off the loop), its rows and end written, the
         folder free for another server."""
-        if self.worker:
+        if self.worker is not None:
             self.worker.stop()
             await asyncio.get_running_loop().run_in_executor(None, self.worker.shutdown)
         await self.relay.close()
@@ -71,6 +72,7 @@ class Server:
 
     @property
     def hub(self) -> Hub:
+        """The watchers: the relay built them, with its callbacks on their frames."""
         return self.relay.hub
 
     @property

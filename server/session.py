@@ -57,8 +57,7 @@ async def serve_client(server: Served, ws: WebSocket) -> None:
         await ws.close(1013)  # before accept: the handshake is refused with 403
         return
     await ws.accept()
-    c = hub.add(ws)
-    c.owner = asyncio.current_task()
+    c = hub.add(ws, owner=asyncio.current_task())
     bad = RateLimit(limits.bad_burst, limits.bad_per_s)
     sets = RateLimit(limits.set_burst, limits.set_per_s)
     try:
