@@ -150,9 +150,11 @@ def serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from .app import RunOptions, Server, build_app
+    from .app import build_app
     from .guard import is_loopback
     from .http11 import SHUTDOWN_ABORT_S, abort_all, uvicorn_config
+    from .options import RunOptions
+    from .server import Server
     from .session import SessionLimits
 
     try:

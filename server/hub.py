@@ -54,22 +54,30 @@ class Client:
     frames_dropped: int = 0
 
 
-OnDrop = Callable[[Client, Packed], None]
+OnFrame = Callable[[Client, Packed], None]
+OnClient = Callable[[Client], None]
+
+
+def _ignore(*_: object) -> None:
+    pass
 
 
 class Hub:
-    def __init__(self, send_timeout_s: float = 10.0, clock: Callable[[], float] = time.perf_counter) -> None:
+    """The watchers. What happens to the frames it is given is told to whoever built it: on_sent (a frame went
+    out), on_drop (a newer one replaced it unsent), on_gone (a client was released, its unacked frames with it)."""
+
+    def __init__(self, send_timeout_s: float = 10.0, clock: Callable[[], float] = time.perf_counter, *,
+                 on_sent: OnFrame = _ignore, on_drop: OnFrame = _ignore, on_gone: OnClient = _ignore) -> None:
         self.clients: dict[int, Client] = {}
         self.send_timeout_s = send_timeout_s
         self.clock = clock
-        self.on_drop: OnDrop | None = None
-        self.on_sent: OnDrop | None = None
-        self.on_gone: Callable[[Client], None] | None = None  # a client was released (its unacked frames with it)
+        self._on_sent, self._on_drop, self._on_gone = on_sent, on_drop, on_gone
         self._next = 0
 
-    def add(self, ws: WebSocket) -> Client:
+    def add(self, ws: WebSocket, owner: asyncio.Task[Any] | None = None) -> Client:
+        """owner: the task serving the client's socket, cancelled by kill() to end it."""
         self._next += 1
-        c = Client(ws, self._next)
+        c = Client(ws, self._next, owner=owner)
         self.clients[c.cid] = c
         c.task = asyncio.get_running_loop().create_task(self._sender(c))
         return c
@@ -83,8 +91,7 @@ class Hub:
         c.texts.clear()
         c.sent.clear()
         c.sending = None
-        if self.on_gone:
-            self.on_gone(c)
+        self._on_gone(c)
         c.wake.set()  # a sender whose cancellation was lost still sees `closed` and ends
         if c.task and c.task is not asyncio.current_task():
             # Python 3.10/3.11's wait_for drops a cancellation that lands as its inner send finishes (a send
@@ -107,8 +114,7 @@ class Hub:
             old, c.slot = c.slot, f
             if old is not None:
                 c.frames_dropped += 1
-                if self.on_drop:
-                    self.on_drop(c, old)
+                self._on_drop(c, old)
             c.wake.set()
 
     async def _sender(self, c: Client) -> None:
@@ -126,8 +132,7 @@ class Hub:
                     c.sending = None
                     c.sent[f.seq] = Sent(f.run_id, f.step, t0, (self.clock() - t0) * 1e3)
                     c.frames_sent += 1
-                    if self.on_sent:
-                        self.on_sent(c, f)
+                    self._on_sent(c, f)
                     if len(c.sent) > 64:  # acks that never came: forget the oldest
                         c.sent.pop(next(iter(c.sent)))
         except asyncio.CancelledError:

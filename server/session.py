@@ -10,15 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from . import protocol
+from .hub import Client, Hub
 from .limits import BAD_BURST, BAD_PER_S, SET_BURST, SET_PER_S, RateLimit, clip
-
-if TYPE_CHECKING:
-    from .app import Server
+from .options import Offer
 
 log = logging.getLogger("previewlab.server")
 
@@ -37,15 +36,28 @@ class SessionLimits:
     set_per_s: float = SET_PER_S
 
 
-async def serve_client(server: Server, ws: WebSocket) -> None:
+class Served(Protocol):
+    """What a session asks of the server (server.py's Server): the watchers, what each is held to, the `hello`,
+    the offer each message is checked against, and the handler of a valid one (it raises ProtocolError)."""
+
+    @property
+    def hub(self) -> Hub: ...
+    @property
+    def limits(self) -> SessionLimits: ...
+    @property
+    def offer(self) -> Offer: ...
+    def hello(self) -> protocol.Outbound: ...
+    def handle(self, c: Client, msg: protocol.Message) -> None: ...
+
+
+async def serve_client(server: Served, ws: WebSocket) -> None:
     hub, limits = server.hub, server.limits
     if len(hub.clients) >= limits.max_clients:
         log.warning("refused a watcher: %d connected, the cap is %d", len(hub.clients), limits.max_clients)
         await ws.close(1013)  # before accept: the handshake is refused with 403
         return
     await ws.accept()
-    c = hub.add(ws)
-    c.owner = asyncio.current_task()
+    c = hub.add(ws, owner=asyncio.current_task())
     bad = RateLimit(limits.bad_burst, limits.bad_per_s)
     sets = RateLimit(limits.set_burst, limits.set_per_s)
     try:
@@ -63,8 +75,7 @@ async def serve_client(server: Server, ws: WebSocket) -> None:
             try:
                 if text is None:
                     raise protocol.ProtocolError("binary frames are not accepted; send JSON text")
-                msg = protocol.parse(text, defaults=server.defaults, max_pixel_steps=server.runs.max_pixel_steps,
-                                     encoders=server.encoders)
+                msg = server.offer.parse(text)
                 if isinstance(msg, protocol.Set) and not sets.allow():
                     raise protocol.ProtocolError(
                         f"set: more than {limits.set_burst} at once or {limits.set_per_s:g} a second; "

@@ -276,7 +276,7 @@ def test_overhead_is_wall_time_against_a_no_preview_run_and_the_page_reflows_and
     160 and 180 ms a step; the warm-up (run 1) is none. The advice's three cases (the current configuration
     fits, another does, none does) follow the budget. The page fits 800 px without scrolling sideways, and a
     refused start's banner goes once the input is put right."""
-    from previewlab.server.app import RunOptions
+    from previewlab.server.options import RunOptions
     from tests.conftest import make_run
 
     data = tmp_path / "runs"

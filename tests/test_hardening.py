@@ -18,7 +18,7 @@ from starlette.websockets import WebSocketDisconnect
 from previewlab.preview.settings import RunSettings, SettingsError
 from previewlab.server import store as store_module
 from previewlab.server.limits import work_error
-from previewlab.server.app import RunOptions
+from previewlab.server.options import RunOptions
 from previewlab.server.session import SessionLimits
 from tests.conftest import GOOD, SAME_ORIGIN, live_server, make_run, recv_until
 

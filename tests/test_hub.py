@@ -50,9 +50,8 @@ async def connected(t: Transport) -> WebSocket:
 def test_a_blocked_client_keeps_only_the_newest_frame_and_counts_the_rest():
     async def scenario() -> tuple[list[MutableMapping[str, Any]], int, list[int]]:
         t = Transport()
-        hub = Hub(send_timeout_s=5)
         dropped: list[int] = []
-        hub.on_drop = lambda c, p: dropped.append(p.seq)
+        hub = Hub(send_timeout_s=5, on_drop=lambda c, p: dropped.append(p.seq))
         c = hub.add(await connected(t))
         t.gate.clear()                       # the peer stops reading
         hub.text({"type": "step", "step": 1})
@@ -91,9 +90,9 @@ def test_a_frame_waits_for_its_runs_announcement_and_no_other_run_loses_its_own(
     srv.frame(frame("A", 2))   # replaces A's step 1: previews are latest-wins
     srv.frame(frame("B", 1))   # B started before A was announced (a slow disk)
     assert sent == []
-    srv.announce(RunMeta.of(srv.model, "A", RunSettings()))
+    srv.relay.announce(RunMeta.of(srv.model, "A", RunSettings()))
     assert sent == [("A", 2)]
-    srv.announce(RunMeta.of(srv.model, "B", RunSettings()))  # A's announcement left B's frame held
+    srv.relay.announce(RunMeta.of(srv.model, "B", RunSettings()))  # A's announcement left B's frame held
     assert sent == [("A", 2), ("B", 1)]
     srv.frame(frame("B", 2))
     assert sent[-1] == ("B", 2)

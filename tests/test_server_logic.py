@@ -7,7 +7,7 @@ import json
 
 from starlette.testclient import TestClient
 
-from previewlab.server.app import RunOptions
+from previewlab.server.options import RunOptions
 from tests.conftest import SAME_ORIGIN, recv_until
 
 

@@ -1,0 +1,164 @@
+"""One model served from one data folder: the parts, built once here, and what the watchers' messages do to them."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from previewlab.preview.decoders import taesd_refusal
+from previewlab.preview.frames import Frame
+from previewlab.preview.models import Model
+from previewlab.preview.records import StepRow
+from previewlab.preview.run import RunEnd, RunMeta
+from previewlab.preview.settings import SettingsError
+
+from . import protocol
+from .disk import DiskReads
+from .exports import Slots
+from .guard import Access
+from .hub import Client, Hub
+from .limits import DEFAULT_KEEP_RUNS
+from .metrics import Metrics
+from .options import Offer, RunOptions
+from .relay import Relay
+from .session import SessionLimits
+from .store import Store
+from .worker import Busy, RunOwner, TaskError, Worker
+
+log = logging.getLogger("previewlab.server")
+
+
+class Server:
+    """Its parts: the data folder (store; disk, its reads off the loop; exports, the CSVs streaming now), the
+    counters (metrics), the runs shown to the watchers (relay, which holds the hub), and the runs' owner (worker:
+    a Worker, or a script's watch given as `source`), built once the loop runs (attach). Its settings: who may
+    drive it (access), what each watcher is held to (limits), what a start may ask (runs), what it offers (offer).
+    It answers each watcher's messages (handle). The worker tells its runs to the relay; a watch's hop tells them
+    to the Server, which hands them on."""
+
+    def __init__(self, model: Model, data_dir: Path, *, access: Access = Access(),
+                 limits: SessionLimits = SessionLimits(), runs: RunOptions = RunOptions(),
+                 keep_runs: int = DEFAULT_KEEP_RUNS, source: RunOwner | None = None) -> None:
+        """access: who may drive it (the guard's); limits: what each watcher is held to; runs: what a start may
+        ask and how the worker runs it; keep_runs: the data folder's retention; source: a script's watch, which
+        owns the runs instead of a worker."""
+        self.model = model
+        self.access, self.limits, self.runs = access, limits, runs
+        self.offer = Offer.of(model, runs)
+        self.store = Store(data_dir, keep_runs=keep_runs)  # never raises for a damaged run: it names it
+        self.disk = DiskReads()
+        self.exports = Slots()  # CSV exports streaming at once (exports.py)
+        self.metrics = Metrics(data_dir, model.device, keep=keep_runs)
+        self.relay = Relay(self.store, self.metrics, self.disk, limits)
+        self.source = source
+        self.worker: RunOwner | None = None  # `source`, or a Worker on the running loop (attach)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The app starts on `loop`: the writes leave it, and the runs' owner tells the relay on it."""
+        self.relay.attach(loop)
+        self.worker = self.source if self.source is not None else Worker(
+            self.model, self.store, loop, self.relay, inflight=self.runs.inflight,
+            compile_decoder=self.runs.compile_decoder)
+
+    async def close(self) -> None:
+        """The app's end: the run stopped (its thread joined off the loop), its rows and end written, the
+        folder free for another server."""
+        if self.worker is not None:
+            self.worker.stop()
+            await asyncio.get_running_loop().run_in_executor(None, self.worker.shutdown)
+        await self.relay.close()
+        self.disk.close()
+        self.store.close()
+
+    @property
+    def hub(self) -> Hub:
+        """The watchers: the relay built them, with its callbacks on their frames."""
+        return self.relay.hub
+
+    @property
+    def max_clients(self) -> int:
+        return self.limits.max_clients
+
+    # -- RunEvents, for the embedded server's hop from a watch (the worker tells the relay itself) -----------
+    def started(self, meta: RunMeta) -> None:
+        self.relay.started(meta)
+
+    def row(self, row: StepRow) -> None:
+        self.relay.row(row)
+
+    def frame(self, f: Frame) -> None:
+        self.relay.frame(f)
+
+    def error(self, run_id: str, message: str) -> None:
+        self.relay.error(run_id, message)
+
+    def ended(self, end: RunEnd) -> None:
+        self.relay.ended(end)
+
+    # -- messages from one client ----------------------------------------------------------------------------
+    def hello(self) -> protocol.Outbound:
+        live = self.worker.live() if self.worker is not None else None
+        return self.offer.hello(self.model, live, running=self.relay.current, starts=self.source is None)
+
+    def _runnable(self, decoder: str | None) -> None:
+        """A decoder this model can run, asked the same way by start and set: taesd needs TAE weights (before,
+        a start failed its run with a traceback and a set made every preview fail)."""
+        if decoder == "taesd" and self.model.taesd is None:
+            raise protocol.ProtocolError(taesd_refusal(self.model))
+
+    def handle(self, c: Client, msg: protocol.Message) -> None:
+        """Act on one valid message. A message that cannot be acted on raises ProtocolError: the session
+        answers it with an `error` and counts it as a bad message, so no error reply can be flooded."""
+        assert self.worker is not None
+        if isinstance(msg, protocol.Start):
+            self._runnable(msg.settings.preview.decoder)
+            try:
+                self.worker.start(msg.settings)
+            except (Busy, TaskError) as e:
+                raise protocol.ProtocolError(str(e)) from None
+            except OSError as e:  # the run's folder could not be written: the run did not start
+                log.warning("could not start a run: %s", e)
+                raise protocol.ProtocolError(f"could not write the run's folder: {e}") from None
+        elif isinstance(msg, protocol.Set):
+            self._runnable(msg.changes.get("decoder"))
+            try:
+                self.worker.set(msg.changes)
+            except (Busy, SettingsError) as e:
+                raise protocol.ProtocolError(str(e)) from None
+        elif isinstance(msg, protocol.Stop):
+            if not self.worker.stop():
+                raise protocol.ProtocolError("no generation is running")
+        elif isinstance(msg, protocol.Ack):
+            self.relay.acked(c, msg)
+
+    # -- SIGTERM / Ctrl-C ------------------------------------------------------------------------------------
+    async def graceful(self) -> str:
+        """Stop the run at its next step, let it write its last rows and its final image for up to
+        runs.shutdown_grace_s, close clients with 1001. A run still inside a step (or its final decode) after
+        that is recorded `interrupted` with the rows it has, and the worker is abandoned: the process exits
+        without waiting for the step. Returns the line that says where the stopped run is kept ("": none ran)."""
+        grace, relay = self.runs.shutdown_grace_s, self.relay
+        going = relay.current
+        if self.worker is not None and self.worker.stop() and not await self.worker.ended(grace):
+            self.worker.abandon()
+            await asyncio.sleep(0)  # rows the run handed over before it was abandoned land first
+            meta = relay.current
+            if meta is not None:
+                why = (f"the server shut down while the run was still in a step or its final decode after "
+                       f"{grace:g} s (--shutdown-grace): its rows so far are kept, its final image is not")
+                log.warning("shutdown: run %s recorded interrupted after %g s (--shutdown-grace)", meta.run_id, grace)
+                relay.ended(RunEnd(meta, "interrupted", error=why))
+        await relay.flush()  # no waiting for acks: the last rows and the run's end are written and queued to all
+        for _ in range(30):  # and sent, for up to 3 s, before the close frame
+            if not any(c.texts for c in self.hub.clients.values()):
+                break
+            await asyncio.sleep(0.1)
+        await self.hub.close_all(1001, "server shutting down")
+        return self.stopped_line(going.run_id) if going is not None else ""
+
+    def stopped_line(self, rid: str) -> str:
+        """"stopped run X at step 34; its rows and image are in runs/X", from what was written."""
+        last_rid, last_step = self.relay.last_row
+        at = f"at step {last_step}" if last_rid == rid and last_step else "before its first step"
+        kept = "its rows and image are" if self.store.final_image(rid) is not None else "its rows are"
+        return f"stopped run {rid} {at}; {kept} in {self.store.root / rid}"
