@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .planner import Planner
+from .meter_parts import MeterParts
 from .records import StepRow, on_path_ms
-from .run import RunEvents
-from .stopwatch import Stopwatch
 
 
 @dataclass
@@ -30,8 +28,8 @@ class Ledger:
     """The rows of one run: pending ones (their marks not yet passed by the device), then handed-over ones in
     step order, each told to `events` and observed by the planner (the autopilot's step times)."""
 
-    def __init__(self, sw: Stopwatch, plan: Planner, events: RunEvents | None) -> None:
-        self.sw, self.plan, self.events = sw, plan, events
+    def __init__(self, parts: MeterParts) -> None:
+        self.sw, self.plan, self.events = parts.sw, parts.plan, parts.events
         self.rows: list[StepRow] = []
         self.pending: list[Marks] = []
 

@@ -54,7 +54,7 @@ class PreviewMaker:
         p = self.p
         decoder, s = row.decoder, p.plan.sized(s)
         ps = s if decoder == s.decoder else s.changed(decoder=decoder)
-        memory = p.usage.memory
+        memory = p.readings.memory
         level = memory.before()  # what the step holds: the preview's memory is its peak over this
         try:
             prev = p.previewer

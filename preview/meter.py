@@ -53,7 +53,7 @@ class StepMeter:
         self.sw, self.rng, self.readings = sw, Ranges(ranges), RunUsage(model.device)
         self.parts = MeterParts(model, run_id, self.width, self.height, asked.fps, controls, prev, self.plan, sw,
                                 self.rng, self.readings, events, tap, inflight)
-        self.ledger = Ledger(sw, self.plan, events)
+        self.ledger = Ledger(self.parts)
         self.maker = PreviewMaker(self.parts)
         self.last: Any = None  # the mark where the current step's denoising began
         self.in_flight = False  # a preview may still be running beside the next step

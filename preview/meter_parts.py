@@ -17,6 +17,7 @@ from .usage import RunUsage
 
 @dataclass(frozen=True)
 class MeterParts:
+    """What the preview maker and the ledger of one call share; the meter builds it once."""
     model: Model
     run_id: str
     width: int                  # the call's image, pixels
@@ -27,7 +28,7 @@ class MeterParts:
     plan: Planner               # which steps get a preview, with which decoder
     sw: Stopwatch               # marks on the host clock or the device's timeline; sw.clock is the host clock
     rng: Ranges                 # profiler ranges named previewlab.<stage> (off unless a trace asked for them)
-    usage: RunUsage             # the run's memory: each preview's rise is read around it
+    readings: RunUsage          # the run's memory: each preview's rise is read around it
     events: RunEvents | None    # who hears the rows, frames and errors (None: nobody)
     tap: X0Tap | None = None    # the scheduler's x0 of each step, when a preview asks for it
-    inflight: int = 2           # overlap: previews in flight at once at most; a full pipeline skips a step's
+    inflight: int = 2           # overlap: previews in flight at once at most; a step that finds them full skips
