@@ -10,8 +10,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 from previewlab.bench.axes import Setup, as_now, schedulers_for, use
-from previewlab.preview.engine import (Phases, Previewer, Run, clip_args, final_image, generate, run_record,
-                                      save_image)
+from previewlab.preview.engine import (Phases, Previewer, Run, RunContext, clip_args, final_image, generate,
+                                      run_record, save_image)
 from previewlab.preview.models import Model
 from previewlab.preview.csv_writer import CsvAppender
 from previewlab.preview.records import RUN_COLUMNS, STEP_COLUMNS
@@ -164,8 +164,8 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
             if p is None:
                 run = direct_call(model, settings, run_id, image)
             else:
-                run = generate(model, settings, run_id=run_id, image_path=image, first_run=(n == 0),
-                               inflight=plan.inflight, previewer=previewer)
+                run = generate(RunContext(model, settings, run_id, image_path=image, first_run=(n == 0),
+                                          inflight=plan.inflight, previewer=previewer))
             wall = run.record.wall_s
             overhead = pair = None
             if role == "baseline":
@@ -213,14 +213,14 @@ def traced_run(model: Model, plan: Plan, out: Path, kind: str, label: str = "") 
 
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if model.device.type == "cuda" else [])
             with profile(activities=acts) as prof:
-                run = generate(model, settings, run_id=rid, ranges=True, inflight=plan.inflight)
+                run = generate(RunContext(model, settings, rid, ranges=True, inflight=plan.inflight))
             t0 = time.perf_counter()
             path = out / f"trace-{name}.json"
             prof.export_chrome_trace(str(path))
         else:
             pr = cProfile.Profile()
             pr.enable()
-            run = generate(model, settings, run_id=rid, inflight=plan.inflight)
+            run = generate(RunContext(model, settings, rid, inflight=plan.inflight))
             pr.disable()
             t0 = time.perf_counter()
             path = out / f"cprofile-{name}.prof"

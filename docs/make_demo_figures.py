@@ -14,7 +14,8 @@ from PIL import Image, ImageDraw
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from previewlab.preview.engine import Frame, generate  # noqa: E402
+from previewlab.preview.engine import RunContext, generate  # noqa: E402
+from previewlab.preview.gathered import Gathered  # noqa: E402
 from previewlab.preview.models import DEMO_GUIDANCE, load  # noqa: E402
 from previewlab.preview.settings import PreviewSettings, RunSettings  # noqa: E402
 
@@ -70,8 +71,9 @@ def main() -> None:
     model = load("demo", device="cpu")
     finals = []
     for p in PROMPTS:
-        run = generate(model, RunSettings(prompt=p, steps=20, width=SIDE, height=SIDE, seed=0, guidance=DEMO_GUIDANCE,
-                                          preview=PreviewSettings(decoder="none")), run_id="grid")
+        run = generate(RunContext(model, RunSettings(prompt=p, steps=20, width=SIDE, height=SIDE, seed=0,
+                                                     guidance=DEMO_GUIDANCE, preview=PreviewSettings(decoder="none")),
+                                  "grid"))
         assert run.image is not None
         finals.append(caption_tile(run.image, p))
     stack([row(finals[:4]), row(finals[4:])]).save(ROOT / "docs" / "demo-grid.png")
@@ -79,11 +81,11 @@ def main() -> None:
     prompt = PROMPTS[6]
     lines = []
     for decoder in ("latent2rgb", "taesd", "vae"):
-        frames: list[Frame] = []
+        told = Gathered()
         settings = RunSettings(prompt=prompt, steps=20, width=SIDE, height=SIDE, seed=0, guidance=DEMO_GUIDANCE,
                                preview=PreviewSettings(decoder=decoder, target="x0", mode="sync", every=1))
-        generate(model, settings, run_id=decoder, on_frame=frames.append)
-        by_step = {f.step: f for f in frames}
+        generate(RunContext(model, settings, decoder), told)
+        by_step = {f.step: f for f in told.frames}
         tiles = []
         for step in (1, 5, 10, 20):
             f = by_step[step]

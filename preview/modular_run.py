@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +23,6 @@ from .models import Model, denoiser
 from .models.families import vae_of
 from .settings import RunSettings
 from .steps import Step, StepTap
-from .stopwatch import Stopwatch
 
 
 @dataclass
@@ -37,11 +36,11 @@ class Marks:
     peak: int = 0            # the most previews in flight at once (overlap)
 
 
-def call(model: Model, settings: RunSettings, gen: torch.Generator, meter: StepMeter, sw: Stopwatch,
-         clock: Callable[[], float]) -> tuple[np.ndarray, Marks]:
+def call(model: Model, settings: RunSettings, gen: torch.Generator, meter: StepMeter) -> tuple[np.ndarray, Marks]:
     """Run the pipeline once and measure it: its image as uint8 (H, W, 3) on the host (a batch as one grid),
-    and the marks of its phases. The loop block and the hooks are removed whatever happens."""
-    pipe, marks = model.pipe, Marks()
+    and the marks of its phases (on the meter's stopwatch). The loop block and the hooks are removed whatever
+    happens."""
+    pipe, marks, sw = model.pipe, Marks(), meter.sw
     caller = threading.get_ident()
     stepping = [False]  # a sync preview runs the VAE inside a step: never the final decode
 
@@ -66,7 +65,7 @@ def call(model: Model, settings: RunSettings, gen: torch.Generator, meter: StepM
 
     def decode_end(*_: Any) -> None:
         if threading.get_ident() == caller and not stepping[0] and marks.decode1 is None:
-            marks.decode1, marks.t_decode1 = sw.mark(), clock()
+            marks.decode1, marks.t_decode1 = sw.mark(), sw.clock()
 
     decoder = vae_of(pipe).decoder
     hooks = [denoiser(pipe).register_forward_pre_hook(first_forward),

@@ -11,6 +11,7 @@ should stop. The meter never knows which source called it. Three sources:
 """
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import types
@@ -99,6 +100,17 @@ def plan(scheduler: Any, calls: int | None = None) -> list[bool]:
     if calls is None:
         calls = length - int(getattr(scheduler, "begin_index", None) or 0)
     return step_ends(calls, warmup, order)
+
+
+def cpu_schedule(scheduler: Any, steps: int) -> list[float]:
+    """The run's timestep values from a CPU copy of the scheduler, so reading one never waits for the device.
+    [] when the schedule depends on the call (FLUX's resolution-dependent shift needs `mu`): rows then say -1."""
+    sched = copy.deepcopy(scheduler)
+    try:
+        sched.set_timesteps(steps, device="cpu")
+        return [float(t) for t in sched.timesteps][:steps]
+    except Exception:
+        return []
 
 
 class StepTap:

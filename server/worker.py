@@ -14,8 +14,10 @@ from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Literal, Protocol
 
-from previewlab.preview.engine import Controls, Previewer, TaskError, generate, img2img_pipe
+from previewlab.preview.engine import Controls, Previewer, RunContext, TaskError, generate, img2img_pipe
 from previewlab.preview.models import Model
+from previewlab.preview.frames import Frame
+from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunEvents, RunMeta
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
@@ -42,6 +44,30 @@ class RunOwner(Protocol):
     async def ended(self, timeout_s: float) -> bool: ...    # the run in progress has ended (False: still going)
     def abandon(self) -> None: ...                          # shutdown gives up on the run: it reports nothing more
     def shutdown(self) -> None: ...                         # blocks: call it off the loop
+
+
+class ToLoop:
+    """A run's events as the model's thread tells them: each handed to the worker's loop, where its RunEvents
+    hear it (call_soon_threadsafe, never waited for); nothing once shutdown has abandoned the run. Its end goes
+    through the worker, which is idle again before the events hear it."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def started(self, meta: RunMeta) -> None:
+        self.worker._call(self.worker.events.started, meta)
+
+    def row(self, row: StepRow) -> None:
+        self.worker._call(self.worker.events.row, row)
+
+    def frame(self, frame: Frame) -> None:
+        self.worker._call(self.worker.events.frame, frame)
+
+    def error(self, run_id: str, message: str) -> None:
+        self.worker._call(self.worker.events.error, run_id, message)
+
+    def ended(self, end: RunEnd) -> None:
+        self.worker._call(self.worker._ended, end)
 
 
 class Worker:
@@ -100,17 +126,15 @@ class Worker:
             self.loop.call_soon_threadsafe(fn, *args)
 
     def _run(self, settings: RunSettings, meta: RunMeta) -> None:
-        rid, events = meta.run_id, self.events
+        rid, told = meta.run_id, ToLoop(self)
         assert self.controls is not None
         try:
             init = (self._init_image(settings.init, settings.width, settings.height) if settings.init is not None
                     else None)
-            run = generate(self.model, settings, run_id=rid, controls=self.controls, init_image=init,
-                           on_row=lambda r: self._call(events.row, r),
-                           on_frame=lambda f: self._call(events.frame, f),
-                           on_error=lambda msg: self._call(events.error, rid, msg),
-                           should_stop=self._stop.is_set, image_path=self.store.final_image_path(rid),
-                           first_run=self._first, inflight=self.inflight, previewer=self.previewer)
+            context = RunContext(self.model, settings, rid, controls=self.controls, should_stop=self._stop.is_set,
+                                 init_image=init, image_path=self.store.final_image_path(rid), first_run=self._first,
+                                 inflight=self.inflight, previewer=self.previewer)
+            run = generate(context, told)
             self._first = False
             if self.abandoned:  # shutdown recorded the run interrupted, without its image: keep disk and record one
                 self.store.final_image_path(rid).unlink(missing_ok=True)
@@ -122,7 +146,7 @@ class Worker:
         except Exception as e:
             log.exception("run %s failed", rid)
             end = RunEnd.failed(meta, e)
-        self._call(self._ended, end)
+        told.ended(end)
 
     def _init_image(self, rid: str, width: int, height: int) -> Any:
         """A past run's final image at the run's size, read on the model's thread: the input of an img2img run.

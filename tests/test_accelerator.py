@@ -14,7 +14,7 @@ import torch
 
 from fake_device import FakeApi, FakeClock, FakeDevice
 from previewlab.preview.decoders import DecoderName
-from previewlab.preview.engine import generate
+from previewlab.preview.engine import RunContext, generate
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
 from previewlab.preview.stopwatch import Accelerator, Device, Stopwatch
 from test_accounting import STEPS, TAESD_MS, UNET_MS, VAE_MS, fake_gpu
@@ -27,7 +27,7 @@ def run_on(model: Any, back: Any, dev: FakeDevice, clock: FakeClock, mode: Mode,
     sw = Stopwatch(clock=clock, backend=back)
     before = dev.waits
     t0 = time.perf_counter()
-    run = generate(model, s, run_id=mode, clock=clock, stopwatch=sw)
+    run = generate(RunContext(model, s, mode, clock=clock, stopwatch=sw))
     return run, dev.waits - before, (time.perf_counter() - t0) * 1e3
 
 
@@ -78,7 +78,7 @@ def test_without_timing_events_the_edges_wait_and_say_so(tiny, mode):
 
 def test_a_cpu_run_is_timed_by_the_host_clock(tiny):
     s = RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="latent2rgb"))
-    assert generate(tiny, s, run_id="cpu").record.timing == "host"
+    assert generate(RunContext(tiny, s, "cpu")).record.timing == "host"
     back: Device | None = None
     assert Stopwatch(torch.device("cpu"), backend=back).timing == "host"
 

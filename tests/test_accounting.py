@@ -20,7 +20,8 @@ import torch
 from fake_device import FakeApi, FakeClock, FakeDevice, FakeJpeg
 from previewlab.preview.callback import Watch
 from previewlab.preview.modular import step_loops
-from previewlab.preview.engine import generate
+from previewlab.preview.engine import RunContext, generate
+from previewlab.preview.gathered import Gathered
 from previewlab.preview.decoders import DecoderName
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
 from previewlab.preview.stopwatch import Accelerator, Device, Stopwatch
@@ -54,7 +55,7 @@ def measured(model: Any, mode: Mode, decoder: DecoderName, path: str = "fake") -
         s = RunSettings(steps=STEPS, width=64, height=64, preview=PreviewSettings(decoder=decoder, mode=mode))
         sw = Stopwatch(clock=clock, backend=backend(dev, path))
         t0 = time.perf_counter()
-        run = generate(model, s, run_id="fake", clock=clock, stopwatch=sw)
+        run = generate(RunContext(model, s, "fake", clock=clock, stopwatch=sw))
         real_ms = (time.perf_counter() - t0) * 1e3
     return run, dev, real_ms
 
@@ -188,7 +189,7 @@ def test_on_device_encoder_sends_only_the_bytes(tiny, mode):
     the encoded bytes are copied. nvjpeg needs CUDA, so a device-side stand-in encodes with turbojpeg here
     and returns its bytes as a tensor, as torchvision.io.encode_jpeg does."""
     from previewlab.preview.encoders import Encoder, get
-    from previewlab.preview.engine import Frame, Previewer
+    from previewlab.preview.engine import Previewer
 
     jpeg = get("turbojpeg")
     seen: list[torch.Tensor] = []
@@ -199,11 +200,12 @@ def test_on_device_encoder_sends_only_the_bytes(tiny, mode):
 
     prev = Previewer(tiny)
     prev._enc["turbojpeg"] = Encoder("on-device", "jpeg", on_device, on_device=True)
-    frames: list[Frame] = []
+    told = Gathered()
     with fake_gpu(tiny) as (clock, dev):
         s = RunSettings(steps=3, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode=mode))
-        run = generate(tiny, s, run_id="t", clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev),
-                       previewer=prev, on_frame=frames.append)
+        run = generate(RunContext(tiny, s, "t", clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev),
+                                  previewer=prev), told)
+    frames = told.frames
     assert len(frames) == 3 and all(f.data[:2] == b"\xff\xd8" for f in frames)
     # never a host array; (3, H, W) and contiguous, as torchvision's encode_jpeg takes it
     assert all(isinstance(t, torch.Tensor) and t.shape == (3, 64, 64) and t.is_contiguous() for t in seen)
@@ -241,12 +243,12 @@ def nvjpeg_frames(tiny: Any, dev: FakeDevice, clock: FakeClock, jpeg: FakeJpeg, 
     monkeypatch.setitem(sys.modules, "torchvision.io", io)
     prev = Previewer(tiny)
     prev._enc["nvjpeg"] = encoders.get("nvjpeg", torch.device("cuda"))
-    frames: list[Any] = []
+    told = Gathered()
     s = RunSettings(steps=STEPS, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode=mode,
                                                                                encoder="nvjpeg"))
-    run = generate(tiny, s, run_id=mode, clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev),
-                   previewer=prev, on_frame=frames.append)
-    return run, frames
+    run = generate(RunContext(tiny, s, mode, clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev),
+                              previewer=prev), told)
+    return run, list(told.frames)
 
 
 def test_nvjpeg_is_ordered_and_waits_for_nothing_else_in_every_run(tiny, monkeypatch):
@@ -276,7 +278,7 @@ def test_overlap_runs_share_one_side_stream(tiny, path):
         dev.malloc_ms = MALLOC_MS
         s = RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode="overlap"))
         back = backend(dev, path)  # one per process and device, as Accelerator.of keeps it
-        runs = [generate(tiny, s, run_id=f"r{i}", clock=clock, stopwatch=Stopwatch(clock=clock, backend=back))
+        runs = [generate(RunContext(tiny, s, f"r{i}", clock=clock, stopwatch=Stopwatch(clock=clock, backend=back)))
                 for i in range(3)]
     assert dev.pools == 2  # the main stream's and the side stream's, however many runs
     assert [abs(r.rows[0].decode_ms - TAESD_MS) < 0.5 for r in runs[1:]] == [True, True], \
@@ -289,7 +291,7 @@ def test_a_host_bound_callback_is_on_the_path(tiny):
     LAUNCH_MS = 60.0  # the host's time to launch one TAESD decode; the device's share is tiny
     with fake_gpu(tiny, unet_ms=0.5, taesd_ms=0.5, taesd_host_ms=LAUNCH_MS) as (clock, dev):
         s = RunSettings(steps=STEPS, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode="overlap"))
-        run = generate(tiny, s, run_id="host", clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev))
+        run = generate(RunContext(tiny, s, "host", clock=clock, stopwatch=Stopwatch(clock=clock, backend=dev)))
     made = [r for r in run.rows if r.preview]
     assert len(made) == STEPS
     # the first preview also starts the encode thread, which starts on its own fake clock: run first in a process

@@ -174,8 +174,8 @@ def test_the_noise_line_compare_and_mode_ratios_read_each_setups_baseline():
 
 
 def test_every_run_records_its_scheduler_and_vae_mode_outside_the_bench_too(tiny):
-    from previewlab.preview.engine import generate
+    from previewlab.preview.engine import RunContext, generate
 
-    run = generate(tiny, RunSettings(steps=1, preview=PreviewSettings(decoder="none")), run_id="axes-record")
+    run = generate(RunContext(tiny, RunSettings(steps=1, preview=PreviewSettings(decoder="none")), "axes-record"))
     assert (run.record.scheduler, run.record.vae) == (type(tiny.pipe.scheduler).__name__, "")
     assert run.record.scheduler == "EulerDiscreteScheduler"

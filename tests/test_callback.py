@@ -40,6 +40,33 @@ def test_decoder_none_leaves_the_output_bit_identical(pipe):
     assert [r.step for r in w.rows] == [1, 2, 3, 4] and all(r.preview == 0 for r in w.rows)
 
 
+def test_watchs_keywords_build_one_frozen_settings_value_and_bad_ones_fail_in_one_line(pipe):
+    from dataclasses import FrozenInstanceError
+
+    from previewlab.preview.callback import Watch, WatchSettings
+    from previewlab.preview.settings import PreviewSettings, SettingsError
+
+    w = preview_watch(pipe, decoder="latent2rgb", every=2, mode="sync", inflight=3)
+    assert w.settings == WatchSettings(PreviewSettings(decoder="latent2rgb", every=2, mode="sync"), inflight=3)
+    assert w.controls.get() == w.settings.preview
+    with pytest.raises(FrozenInstanceError):
+        w.settings.inflight = 1  # type: ignore[misc]
+    w.remove()
+    same = Watch(pipe, w.settings)  # the value itself, as the keywords built it
+    assert same.settings is w.settings
+    same.remove()
+    for kw, message in ((dict(every=0), "every=0: must be from 1 to 10000"),
+                        (dict(fps=-1), "fps=-1: must be a number of frames per second from 0 to 240"),
+                        (dict(decoder="bogus"), "decoder='bogus': allowed are none, latent2rgb, taesd, vae")):
+        with pytest.raises(SettingsError) as e:
+            preview_watch(pipe, **kw)
+        assert str(e.value) == message
+    with pytest.raises(TypeError, match="watch\\(\\) got an unexpected keyword argument 'evry'"):
+        preview_watch(pipe, evry=2)
+    with pytest.raises(TypeError, match="settings or keywords"):
+        Watch(pipe, WatchSettings(), every=2)
+
+
 def test_rows_csv_and_phases_of_a_users_call(pipe, tmp_path):
     w = preview_watch(pipe, decoder="latent2rgb", every=2, mode="sync")
     t_outer = time.perf_counter()

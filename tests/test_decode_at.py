@@ -18,7 +18,8 @@ from previewlab.preview import decoders, models
 from previewlab.preview.clips import pick
 from previewlab.preview.controls import Controls
 from previewlab.preview.decoders import WHOLE, Cut, cut_for
-from previewlab.preview.engine import generate
+from previewlab.preview.engine import RunContext, generate
+from previewlab.preview.gathered import Gathered
 from previewlab.preview.stopwatch import Stopwatch
 from previewlab.preview.models.presets import TINY
 from previewlab.preview.models.taehv import TAEHV, Layout
@@ -157,11 +158,13 @@ def test_decode_at_switches_live_and_each_row_records_the_decoded_and_the_sent_s
     switches: dict[int, dict[str, Any]] = {1: {"decode_at": "full"}, 2: {"decode_at": "half_latents"}, 3: {"decoder": "vae"},
                 4: {"decode_at": "preview", "preview_max": 0}}
 
-    def on_row(row: StepRow) -> None:
-        if row.step in switches:
-            controls.set(**switches[row.step])
+    class Switches(Gathered):
+        def row(self, row: StepRow) -> None:
+            super().row(row)
+            if row.step in switches:
+                controls.set(**switches[row.step])
 
-    run = generate(tiny, RunSettings(steps=5, width=64, height=64), run_id="d", controls=controls, on_row=on_row)
+    run = generate(RunContext(tiny, RunSettings(steps=5, width=64, height=64), "d", controls=controls), Switches())
     rows = run.rows
     assert [r.decode_at for r in rows] == ["preview", "full", "half_latents", "half_latents", "preview"]
     assert [r.decoder for r in rows] == ["taesd", "taesd", "taesd", "vae", "vae"]
@@ -206,7 +209,7 @@ def test_the_autopilot_decodes_smaller_before_it_widens_the_interval(tiny, monke
         s = RunSettings(steps=40, width=64, height=64,
                         preview=PreviewSettings(decoder="taesd", mode="sync", budget=10))
         prev = Previewer(tiny)
-        run = generate(tiny, s, run_id="px", clock=clock, stopwatch=Stopwatch(clock=clock), previewer=prev)
+        run = generate(RunContext(tiny, s, "px", clock=clock, stopwatch=Stopwatch(clock=clock), previewer=prev))
     finally:
         for h in hooks:
             h.remove()
@@ -235,11 +238,12 @@ def test_with_compile_every_size_the_autopilot_may_trade_for_is_compiled_before_
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
     s = RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode="sync", budget=10))
     prev = Previewer(tiny, compile=True)
-    generate(tiny, s, run_id="c", previewer=prev)
+    generate(RunContext(tiny, s, "c", previewer=prev))
     assert set(prev.compile_ms) == {("taesd", WHOLE), ("taesd", Cut(1, 2))}
     fixed = Previewer(tiny, compile=True)  # no budget: only the cut the settings name
-    generate(tiny, RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode="sync")),
-             run_id="f", previewer=fixed)
+    generate(RunContext(tiny, RunSettings(steps=2, width=64, height=64,
+                                          preview=PreviewSettings(decoder="taesd", mode="sync")),
+                        "f", previewer=fixed))
     assert set(fixed.compile_ms) == {("taesd", WHOLE)}
 
 

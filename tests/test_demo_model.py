@@ -20,7 +20,8 @@ from previewlab.bench.demo import scenes
 from previewlab.bench.demo.check import generate as check_images
 from previewlab.preview.csv_writer import to_csv_text
 from previewlab.preview.decoders import DECODERS, WHOLE, DecoderError, check_name
-from previewlab.preview.engine import Frame, generate
+from previewlab.preview.engine import Frame, RunContext, generate
+from previewlab.preview.gathered import Gathered
 from previewlab.preview.models import DEMO_DIR, DEMO_NOTE, Model, ModelError, load
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
 from previewlab.preview.models.taesd import Decoder as TaeDecoder
@@ -58,10 +59,11 @@ def test_paints_the_color_and_place_a_held_out_caption_asks_for(demo):
 
 @pytest.mark.parametrize("decoder", ["latent2rgb", "taesd", "vae"])
 def test_every_decoder_previews_a_picture_and_the_record_says_demo(demo, decoder, tmp_path):
-    frames: list[Frame] = []
+    told = Gathered()
     settings = RunSettings(prompt="a red circle in the center, on a blue background", steps=6, width=128, height=128,
                            preview=PreviewSettings(decoder=decoder, target="x0", mode="sync"))
-    run = generate(demo, settings, run_id="demo", on_frame=frames.append)
+    run = generate(RunContext(demo, settings, "demo"), told)
+    frames = told.frames
     assert run.record.model_note == DEMO_NOTE and run.record.synthetic == 0
     assert len(frames) == 6 and all(r.event == "" for r in run.rows)
     side = 16 if decoder == "latent2rgb" else 128

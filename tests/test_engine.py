@@ -10,19 +10,21 @@ import torch
 from fake_device import FakeClock
 from previewlab.preview import models
 from previewlab.preview.encoders import Encoder, get
-from previewlab.preview.engine import Controls, Frame, Previewer, generate
+from previewlab.preview.engine import Controls, Previewer, RunContext, generate
+from previewlab.preview.gathered import Gathered
 from previewlab.preview.records import StepRow
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
 
-def run(model, decoder="latent2rgb", every=1, steps=4, **kw):
+def run(model, decoder="latent2rgb", every=1, steps=4, events=None, **kw):
     s = RunSettings(steps=steps, width=64, height=64, preview=PreviewSettings(decoder=decoder, every=every))
-    return generate(model, s, run_id="t", **kw)
+    return generate(RunContext(model, s, "t", **kw), events)
 
 
 def test_rows_follow_schedule_and_frames_match(tiny, tmp_path):
-    frames: list[Frame] = []
-    r = run(tiny, "taesd", every=2, steps=5, on_frame=frames.append, image_path=tmp_path / "final.png")
+    told = Gathered()
+    r = run(tiny, "taesd", every=2, steps=5, events=told, image_path=tmp_path / "final.png")
+    frames = told.frames
     assert [x.step for x in r.rows] == [1, 2, 3, 4, 5]
     assert [x.preview for x in r.rows] == [0, 1, 0, 1, 0]
     assert [f.step for f in frames] == [2, 4]
@@ -60,7 +62,7 @@ def test_stage_sums_reconcile_with_wall_time(tiny, mode):
     s = RunSettings(steps=STEPS, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode=mode))
     try:
         t0, real0 = clock(), time.perf_counter()
-        res = generate(tiny, s, run_id="t", clock=clock, previewer=prev)
+        res = generate(RunContext(tiny, s, "t", clock=clock, previewer=prev))
         outer_ms = (clock() - t0) * 1e3  # the same clock, read outside the engine
         real_ms = (time.perf_counter() - real0) * 1e3
     finally:
@@ -94,16 +96,18 @@ def test_previews_do_not_change_the_final_image(tiny):
 
 
 def test_live_control_takes_effect_at_next_step_and_is_recorded(tiny):
-    # sync mode: a row reaches on_row inside its own step's callback, so the set below lands before step 3
+    # sync mode: a row reaches events.row inside its own step's callback, so the set below lands before step 3
     controls = Controls(PreviewSettings(decoder="latent2rgb", mode="sync"))
-    seen: list[StepRow] = []
 
-    def on_row(row: StepRow) -> None:
-        seen.append(row)
-        if row.step == 2:
-            controls.set(decoder="taesd", every=1)
+    class Switch(Gathered):
+        def row(self, row: StepRow) -> None:
+            super().row(row)
+            if row.step == 2:
+                controls.set(decoder="taesd", every=1)
 
-    r = run(tiny, steps=4, controls=controls, on_row=on_row)
+    told = Switch()
+    r = run(tiny, steps=4, controls=controls, events=told)
+    seen = told.rows
     assert [x.decoder for x in r.rows] == ["latent2rgb", "latent2rgb", "taesd", "taesd"]
     assert r.rows[2].event == "set decoder=taesd" and r.rows[1].event == ""
     assert r.rows[2].preview_width == 64 and r.rows[1].preview_width == 32  # taesd upsamples, latent2rgb does not
@@ -116,8 +120,9 @@ def test_preview_failure_falls_back_and_run_goes_on(tiny):
             raise RuntimeError("CUDA out of memory (simulated)")
 
     broken = models.Model(**{**tiny.__dict__, "taesd": Broken()})
-    errors: list[str] = []
-    r = run(broken, "taesd", steps=3, on_error=errors.append)
+    told = Gathered()
+    r = run(broken, "taesd", steps=3, events=told)
+    errors = [message for run_id, message in told.errors if run_id == "t"]
     assert r.record.status == "done" and len(r.rows) == 3
     assert "taesd failed at step 1" in r.rows[0].event and "latent2rgb" in r.rows[0].event
     assert r.rows[0].preview == 0 and [x.decoder for x in r.rows[1:]] == ["latent2rgb", "latent2rgb"]
@@ -142,7 +147,8 @@ def test_local_folder_and_taesd_file_load(tiny, tmp_path):
     torch.save(Decoder().state_dict(), tmp_path / "taesd_decoder.pth")
     m = models.load(str(tmp_path / "sd"), taesd=str(tmp_path / "taesd_decoder.pth"), device="cpu")
     assert m.synthetic is False and m.family == "sd15" and m.taesd_kind == "madebyollin"
-    r = generate(m, RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="taesd")), run_id="l")
+    s = RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="taesd"))
+    r = generate(RunContext(m, s, "l"))
     # madebyollin's decoder always upsamples 8x: a 32x32 latent gives 256x256
     assert r.rows[0].preview_width == 256 and r.record.synthetic == 0
     # the same pipeline loaded from its folder gives the same picture
@@ -195,10 +201,10 @@ def test_compiled_decoder_reports_compile_time_apart_and_gives_the_same_picture(
     from PIL import Image
 
     def frames(compile_decoder: bool):
-        got: list[Frame] = []
+        told = Gathered()
         s = RunSettings(steps=3, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode="sync"))
-        r = generate(tiny, s, run_id="c", on_frame=got.append, compile_decoder=compile_decoder)
-        return got, r.record
+        r = generate(RunContext(tiny, s, "c", compile_decoder=compile_decoder), told)
+        return told.frames, r.record
 
     plain, rp = frames(False)
     compiled, rc = frames(True)

@@ -216,7 +216,7 @@ def test_taesd_is_refused_before_the_run_where_no_tae_fits(tinies, tmp_path):
 def test_a_local_folder_of_any_pipeline_loads_and_runs_in_the_engine(tinies, tmp_path, name):
     """DiffusionPipeline.from_pretrained(local_files_only=True) on a saved folder: the class comes from its
     model_index.json, and the run records the latent space it read."""
-    from previewlab.preview.engine import generate
+    from previewlab.preview.engine import RunContext, generate
     from previewlab.preview.models import load
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
@@ -225,8 +225,8 @@ def test_a_local_folder_of_any_pipeline_loads_and_runs_in_the_engine(tinies, tmp
     model = load(str(tmp_path / name), device="cpu")
     assert type(model.pipe).__name__ == type(t.pipe).__name__ and model.family == SPACES[name][0]
     size = 64  # the server's smallest side
-    run = generate(model, RunSettings(steps=2, width=size, height=size, guidance=1.0,
-                                      preview=PreviewSettings(decoder="latent2rgb", mode="sync")), run_id="f")
+    run = generate(RunContext(model, RunSettings(steps=2, width=size, height=size, guidance=1.0,
+                                                 preview=PreviewSettings(decoder="latent2rgb", mode="sync")), "f"))
     assert run.record.status == "done" and run.record.previews == 2 and run.image is not None
     assert run.record.family == (SPACES[name][0] or "unnamed") and run.record.space == model.space.describe()
     fitted = [r.event for r in run.rows if r.event.startswith("latent2rgb factors fitted")]
@@ -308,13 +308,13 @@ def test_ltx_decodes_as_its_pipeline_does(tinies):
 
 def test_a_video_pipeline_runs_in_the_engine_and_its_final_image_is_the_first_frame(tinies):
     from previewlab.preview.callback import model_of
-    from previewlab.preview.engine import generate
+    from previewlab.preview.engine import RunContext, generate
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
     t = tiny_of(tinies, "wan")
     model = model_of(t.pipe, None)
-    run = generate(model, RunSettings(steps=2, width=64, height=64, guidance=1.0,
-                                      preview=PreviewSettings(decoder="vae", mode="sync")), run_id="w")
+    run = generate(RunContext(model, RunSettings(steps=2, width=64, height=64, guidance=1.0,
+                                                 preview=PreviewSettings(decoder="vae", mode="sync")), "w"))
     assert run.record.status == "done" and run.record.previews == 2 and run.image is not None
     assert run.image.shape == (64, 64, 3) and run.record.family == "wan21"
     assert run.record.space.startswith("wan21: 16 channels at 1/8, a clip (B, C, T, h, w), 4 frames per latent "

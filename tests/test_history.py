@@ -8,7 +8,8 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from previewlab.preview.controls import Controls
-from previewlab.preview.engine import generate
+from previewlab.preview.engine import RunContext, generate
+from previewlab.preview.gathered import Gathered
 from previewlab.preview.history import MAX_CHANGES, history
 from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunMeta
@@ -77,11 +78,13 @@ def test_a_real_runs_end_carries_its_live_change(tiny):
     settings = RunSettings(steps=3, width=64, height=64, preview=PreviewSettings(decoder="latent2rgb", mode="sync"))
     controls = Controls(settings.preview)
 
-    def on_row(row: StepRow) -> None:
-        if row.step == 1:
-            controls.set(decoder="taesd")
+    class Switch(Gathered):
+        def row(self, row: StepRow) -> None:
+            super().row(row)
+            if row.step == 1:
+                controls.set(decoder="taesd")
 
-    run = generate(tiny, settings, run_id="h", controls=controls, on_row=on_row)
+    run = generate(RunContext(tiny, settings, "h", controls=controls), Switch())
     landed = next(r.step for r in run.rows if r.decoder == "taesd")
     end = RunEnd.of(RunMeta.of(tiny, "h", settings), run.record, run.rows)
     assert end.changes == f"latent2rgb → taesd @{landed}" and end.to_json()["changes"] == end.changes

@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 
-from previewlab.preview import meter as meter_module
+from previewlab.preview import usage as usage_module
 from previewlab.preview.busy import CpuTime, Nvml
-from previewlab.preview.engine import generate
+from previewlab.preview.engine import RunContext, generate
 from previewlab.preview.decoders import DecoderName
 from previewlab.preview.memory import MIB, Memory, Rss
 from previewlab.preview.names import Mode
@@ -52,9 +52,9 @@ class TaesdAllocator:
 
 def fake_run(model, monkeypatch, mode: Mode, reading_of):
     with fake_gpu(model) as (clock, dev):
-        monkeypatch.setattr(meter_module, "reading_for", lambda device: reading_of(dev))
+        monkeypatch.setattr(usage_module, "reading_for", lambda device: reading_of(dev))
         s = RunSettings(steps=6, width=64, height=64, preview=PreviewSettings(decoder="taesd", every=2, mode=mode))
-        run = generate(model, s, run_id="m", clock=clock, stopwatch=Stopwatch(clock=clock, backend=backend(dev)))
+        run = generate(RunContext(model, s, "m", clock=clock, stopwatch=Stopwatch(clock=clock, backend=backend(dev))))
     return run, dev
 
 
@@ -107,7 +107,7 @@ def cpu_runs(tiny):
                                                        ("large", 320, "vae"), ("none", 128, "none"))
     for name, side, decoder in cells:
         s = RunSettings(steps=2, width=side, height=side, preview=PreviewSettings(decoder=decoder, preview_max=side))
-        out[name] = generate(tiny, s, run_id=name)
+        out[name] = generate(RunContext(tiny, s, name))
     return out
 
 

@@ -15,7 +15,8 @@ import torch
 from previewlab.bench.sweep import direct_call
 from previewlab import watch as preview_watch
 from previewlab.preview.decoders import DecoderName
-from previewlab.preview.engine import Frame, generate
+from previewlab.preview.engine import RunContext, generate
+from previewlab.preview.gathered import Gathered
 from previewlab.preview.models import Model, ModelError, load
 from previewlab.preview.models.presets import TINY
 from previewlab.preview.settings import PreviewSettings, RunSettings
@@ -40,8 +41,9 @@ def settings(decoder: DecoderName = "none", target: Target = "auto", steps: int 
 @pytest.mark.parametrize("target", ["x0", "latents"])
 @pytest.mark.parametrize("decoder", ["latent2rgb", "taesd", "vae"])
 def test_every_decoder_and_target_previews_every_family(family_model, decoder, target):
-    frames: list[Frame] = []
-    run = generate(family_model, settings(decoder, target, mode="sync"), run_id="t", on_frame=frames.append)
+    told = Gathered()
+    run = generate(RunContext(family_model, settings(decoder, target, mode="sync"), "t"), told)
+    frames = told.frames
     assert run.record.previews == 2 and [r.target for r in run.rows] == [target, target]
     assert all(r.event == "" for r in run.rows)  # no preview failed and fell back
     side = 64 if decoder != "latent2rgb" else 64 // family_model.vae_scale_factor  # latent2rgb: latent resolution
@@ -52,9 +54,9 @@ def test_every_decoder_and_target_previews_every_family(family_model, decoder, t
 def test_x0_leaves_the_image_as_a_plain_call_makes_it(family_model):
     plain = direct_call(family_model, settings(), "d", None)
     for target in ("x0", "latents"):
-        none = generate(family_model, settings("none", target), run_id="n")
+        none = generate(RunContext(family_model, settings("none", target), "n"))
         assert none.image is not None and plain.image is not None and np.array_equal(none.image, plain.image)
-    shown = generate(family_model, settings("latent2rgb", "x0", mode="overlap"), run_id="o")
+    shown = generate(RunContext(family_model, settings("latent2rgb", "x0", mode="overlap"), "o"))
     assert shown.image is not None and plain.image is not None and np.array_equal(shown.image, plain.image)
     assert [r.target for r in shown.rows] == ["x0", "x0"]
 
@@ -63,9 +65,9 @@ def test_x0_differs_from_the_latents_early_on(family_model):
     """x0 is the clean-image prediction: at step 1 it is far from the noisy latents it came from."""
     seen: dict[Target, list[bytes]] = {"x0": [], "latents": []}
     for target in seen:
-        frames: list[Frame] = []
-        generate(family_model, settings("latent2rgb", target, mode="sync"), run_id=target, on_frame=frames.append)
-        seen[target] = [f.data for f in frames]
+        told = Gathered()
+        generate(RunContext(family_model, settings("latent2rgb", target, mode="sync"), target), told)
+        seen[target] = [f.data for f in told.frames]
     assert seen["x0"][0] != seen["latents"][0]
 
 
@@ -183,7 +185,7 @@ def test_a_folder_of_fp16_files_loads_without_being_told(tmp_path):
     assert not list((tmp_path / "fp16" / "unet").glob("diffusion_pytorch_model.safetensors"))
     loaded = load(str(tmp_path / "fp16"), device="cpu")
     assert loaded.family == "sd15" and not loaded.synthetic
-    run = generate(loaded, settings("latent2rgb"), run_id="f")
+    run = generate(RunContext(loaded, settings("latent2rgb"), "f"))
     assert run.record.previews == 2
     # a folder whose weights are gone says which component has none, not "not in the local cache"
     for f in (tmp_path / "fp16" / "unet").glob("*.safetensors"):

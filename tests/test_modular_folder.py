@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from previewlab.preview.engine import TaskError, generate
+from previewlab.preview.engine import RunContext, TaskError, generate
 from previewlab.preview.models import ModelError, load
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from previewlab.preview.steps import is_modular
@@ -46,7 +46,7 @@ def test_a_modular_folder_loads_as_a_modular_pipeline(modular_model):
 def test_the_engine_runs_a_modular_pipeline_with_previews_and_its_own_image(modular_model, decoder, mode):
     s = RunSettings(steps=3, width=64, height=64, prompt="a red fox", seed=4,
                     preview=PreviewSettings(decoder=decoder, mode=mode))
-    run = generate(modular_model, s, run_id="m")
+    run = generate(RunContext(modular_model, s, "m"))
     assert [r.step for r in run.rows] == [1, 2, 3]
     assert [r.preview for r in run.rows] == [0 if decoder == "none" else 1] * 3
     assert all("failed" not in r.event for r in run.rows)
@@ -59,7 +59,7 @@ def test_the_engine_runs_a_modular_pipeline_with_previews_and_its_own_image(modu
 def test_a_modular_pipeline_refuses_image_to_image_in_one_line(modular_model):
     s = RunSettings(steps=2, width=64, height=64, init="20261130-120000-001", strength=0.5)
     with pytest.raises(TaskError) as e:
-        generate(modular_model, s, run_id="m", init_image=object())
+        generate(RunContext(modular_model, s, "m", init_image=object()))
     assert str(e.value) == ("StableDiffusionXLModularPipeline: a Modular pipeline runs text to image in the server "
                             "and the bench, not image to image yet; use watch() in your own script")
 

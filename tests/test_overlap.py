@@ -8,15 +8,16 @@ import pytest
 
 from previewlab.preview import encoders
 from previewlab.preview.decoders import DecoderName
-from previewlab.preview.engine import Frame, Run, generate
+from previewlab.preview.engine import Frame, Run, RunContext, generate
+from previewlab.preview.gathered import Gathered
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
 
 
 def frames_of(model, mode: Mode, decoder: DecoderName, steps: int = 6, **kw) -> tuple[list[Frame], Run]:
-    frames: list[Frame] = []
+    told = Gathered()
     s = RunSettings(steps=steps, width=64, height=64, preview=PreviewSettings(decoder=decoder, mode=mode, **kw))
-    run = generate(model, s, run_id=mode, on_frame=frames.append)
-    return frames, run
+    run = generate(RunContext(model, s, mode), told)
+    return told.frames, run
 
 
 @pytest.mark.parametrize("decoder", ["latent2rgb", "taesd", "vae"])
@@ -54,10 +55,11 @@ def test_inflight_bound_skips_and_counts(tiny, monkeypatch):
             gate.set()
         return False
 
-    frames: list[Frame] = []
+    told = Gathered()
     s = RunSettings(steps=steps, width=64, height=64,
                     preview=PreviewSettings(decoder="latent2rgb", mode="overlap", encoder="pillow"))
-    run = generate(tiny, s, run_id="k", on_frame=frames.append, should_stop=should_stop, inflight=k)
+    run = generate(RunContext(tiny, s, "k", should_stop=should_stop, inflight=k), told)
+    frames = told.frames
     # the encoder held every frame until the last step: the first K got in, every later one was skipped
     assert [r.preview for r in run.rows] == [1, 1] + [0] * (steps - k)
     assert [r.skipped for r in run.rows] == [0, 0] + [1] * (steps - k)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from previewlab.preview.decoders import Cut, cut_for
-from previewlab.preview.engine import generate
+from previewlab.preview.engine import RunContext, generate
 from previewlab.preview import models
 from previewlab.preview.models import Model, load
 from previewlab.preview.models.reading import latent_space
@@ -71,5 +71,6 @@ def test_tiny_xl_real_taesd_has_taesd_on_sdxl_latents(real_taesd):
 def test_tiny_xl_real_taesd_decodes_at_the_preview_size(real_taesd, decode_at, side):
     """A 128 px image with 64 px previews: TAESD makes 64 px when it stops at the preview's size."""
     p = PreviewSettings(decoder="taesd", mode="sync", preview_max=64, decode_at=decode_at)
-    run = generate(real_taesd, RunSettings(steps=1, width=128, height=128, guidance=1.0, preview=p), run_id=decode_at)
+    run = generate(RunContext(real_taesd, RunSettings(steps=1, width=128, height=128, guidance=1.0, preview=p),
+                              decode_at))
     assert [(r.decode_at, r.decode_width, r.preview_width) for r in run.rows] == [(decode_at, side, 64)]

@@ -305,7 +305,7 @@ def test_the_callback_and_the_engine_count_pipeline_steps_with_pndm(tiny):
     """SD1.5's own scheduler is PNDM: its loop calls the step callback 4 times for 3 steps. A row is a step."""
     from diffusers import PNDMScheduler
 
-    from previewlab.preview.engine import generate
+    from previewlab.preview.engine import RunContext, generate
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
     pipe, own = tiny.pipe, tiny.pipe.scheduler
@@ -321,8 +321,8 @@ def test_the_callback_and_the_engine_count_pipeline_steps_with_pndm(tiny):
             pipe(prompt="a cat", num_inference_steps=3, width=64, height=64, callback_on_step_end=callback,
                  callback_on_step_end_tensor_inputs=w.tensor_inputs, output_type="np")
         rows = w.rows
-        run = generate(tiny, RunSettings(steps=3, width=64, height=64, preview=PreviewSettings(decoder="latent2rgb")),
-                       run_id="pndm")
+        s = RunSettings(steps=3, width=64, height=64, preview=PreviewSettings(decoder="latent2rgb"))
+        run = generate(RunContext(tiny, s, "pndm"))
     finally:
         w.remove()
         pipe.scheduler = own
@@ -336,14 +336,14 @@ def test_the_engine_runs_a_pipeline_without_a_step_callback(tinies, name):
     """The server's and the bench's engine: a pipeline without a callback (HunyuanVideo 1.5), or in pixel space
     (IF), runs with the scheduler's step as its step source."""
     from previewlab.preview.callback import model_of
-    from previewlab.preview.engine import generate
+    from previewlab.preview.engine import RunContext, generate
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
     t = tiny_of(tinies, name)
     model = model_of(t.pipe, None)
     s = RunSettings(steps=3, width=64, height=64, prompt="a fox", num_frames=model.num_frames,
                     preview=PreviewSettings(decoder="latent2rgb", mode="sync"))
-    run = generate(model, s, run_id=name)
+    run = generate(RunContext(model, s, name))
     assert [r.step for r in run.rows] == [1, 2, 3] and [r.preview for r in run.rows] == [1, 1, 1]
     assert run.record.status == "done" and run.image is not None and run.image.shape == (64, 64, 3)
     assert "step" not in vars(t.pipe.scheduler)

@@ -6,7 +6,7 @@ import torch
 
 from previewlab.preview import decoders
 from previewlab.preview.callback import Watch
-from previewlab.preview.engine import generate
+from previewlab.preview.engine import RunContext, generate
 from previewlab.preview.models import load
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
@@ -36,7 +36,7 @@ def test_engine_previews_leave_the_float16_vae_alone(xl16, mode):
     vae = xl16.pipe.vae
     before = snapshot(vae)
     s = RunSettings(steps=3, width=64, height=64, preview=PreviewSettings(decoder="vae", mode=mode))
-    run = generate(xl16, s, run_id="t")
+    run = generate(RunContext(xl16, s, "t"))
     assert run.record.previews == 3
     assert vae.dtype == torch.float16
     assert_unchanged(before, vae)

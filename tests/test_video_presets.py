@@ -180,7 +180,8 @@ def test_a_synthetic_video_preset_starts_with_latent2rgb_because_its_tae_paints_
 
     from previewlab.preview.controls import Controls
     from previewlab.preview.decoders import SYNTHETIC_CLIP_NOTE
-    from previewlab.preview.engine import Frame, generate
+    from previewlab.preview.engine import RunContext, generate
+    from previewlab.preview.gathered import Gathered
     from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings
 
     for i, (name, model) in enumerate(models.items()):
@@ -194,12 +195,12 @@ def test_a_synthetic_video_preset_starts_with_latent2rgb_because_its_tae_paints_
     wan = models["synthetic:tiny-wan21"]
     shown: dict[str, np.ndarray] = {}
     for decoder in ("taesd", "latent2rgb"):
-        frames: list[Frame] = []
+        told = Gathered()
         s = RunSettings(steps=2, width=wan.default_size, height=wan.default_size, guidance=1.0,
                         num_frames=wan.num_frames, fps=wan.fps, max_frames=MAX_NUM_FRAMES,
                         preview=PreviewSettings(decoder=decoder, frames="all", encoder="png"))
-        generate(wan, s, run_id=decoder, controls=Controls(s.preview), on_frame=frames.append)
-        f, at, clip = frames[-1], 0, []
+        generate(RunContext(wan, s, decoder, controls=Controls(s.preview)), told)
+        f, at, clip = told.frames[-1], 0, []
         for n in f.sizes:
             clip.append(np.asarray(Image.open(io.BytesIO(f.data[at:at + n])).convert("RGB"), dtype=np.float32))
             at += n

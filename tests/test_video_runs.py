@@ -11,7 +11,8 @@ import torch
 
 from previewlab.preview import models
 from previewlab.preview.callback import Watch
-from previewlab.preview.engine import generate
+from previewlab.preview.engine import RunContext, generate
+from previewlab.preview.gathered import Gathered
 from previewlab.preview.frames import Frame
 from previewlab.preview.models.presets import TINY_VIDEO
 from previewlab.preview.models.taehv import FAMILY_FILES
@@ -131,29 +132,23 @@ def test_generate_previews_each_frames_choice(video, mode):
     settings = RunSettings(steps=len(FRAMES), width=video.default_size, height=video.default_size, guidance=1.0,
                            num_frames=video.num_frames, fps=video.fps, max_frames=MAX_NUM_FRAMES)
     for decoder in decoders_of(video):
-        frames: list[Frame] = []
-        rows: list[StepRow] = []
         run_settings = RunSettings(**{**settings.__dict__, "preview": PreviewSettings(decoder=decoder, mode=mode)})
-
-        def on_row(row: StepRow) -> None:
-            rows.append(row)
 
         from previewlab.preview.controls import Controls
 
         controls = Controls(run_settings.preview)
 
-        def on_frame(f: Frame) -> None:
-            frames.append(f)
-
         # the frames setting for step i + 1 is set as step i's row comes out (in sync mode, before step i + 1)
-        def row_then_switch(row: StepRow) -> None:
-            on_row(row)
-            if row.step < len(FRAMES):
-                controls.set(frames=FRAMES[row.step])
+        class RowThenSwitch(Gathered):
+            def row(self, row: StepRow) -> None:
+                super().row(row)
+                if row.step < len(FRAMES):
+                    controls.set(frames=FRAMES[row.step])
 
         controls.set(frames=FRAMES[0], note=False)
-        run = generate(video, run_settings, run_id=f"v-{decoder}-{mode}", controls=controls,
-                       on_row=row_then_switch if mode == "sync" else on_row, on_frame=on_frame)
+        told = RowThenSwitch() if mode == "sync" else Gathered()
+        run = generate(RunContext(video, run_settings, f"v-{decoder}-{mode}", controls=controls), told)
+        rows, frames = told.rows, told.frames
         assert run.record.num_frames == video.num_frames and run.record.status == "done"
         assert run.record.frames_sent == sum(r.frames for r in rows)
         assert run.image is not None and run.image.shape == (video.default_size, video.default_size, 3)

@@ -23,7 +23,7 @@ import torch
 from previewlab.bench.gpu.reference import compare, render, traced
 from previewlab.bench.sweep import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, direct_call
 from previewlab.bench.gpu.syncs import CLIP_SWITCHES, row as sync_row
-from previewlab.preview.engine import Previewer, Run, generate
+from previewlab.preview.engine import Previewer, Run, RunContext, generate
 from previewlab.preview import encoders
 from previewlab.preview.encoders import ENCODERS
 from previewlab.preview.models import Model, load
@@ -130,7 +130,7 @@ def one(model: Model, base: RunSettings, arm: str, run_id: str, prev: Previewer,
     if arm == "direct":
         return direct_call(model, settings, run_id, None)
     assert p is not None
-    return generate(model, replace(settings, preview=p), run_id=run_id, previewer=prev, first_run=False)
+    return generate(RunContext(model, replace(settings, preview=p), run_id, previewer=prev, first_run=False))
 
 
 def measure(model: Model, base: RunSettings, groups: Sequence[Sequence[str]], repeats: int, out: Path,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from previewlab.preview.engine import Previewer, Run, generate
+from previewlab.preview.engine import Previewer, Run, RunContext, generate
 from previewlab.preview.models import Model
 from previewlab.preview.records import StepRow
 from previewlab.preview.settings import RunSettings
@@ -98,7 +98,7 @@ def traced(model: Model, settings: RunSettings, previewer: Previewer | None = No
     cuda = model.device.type == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=acts) as prof:
-        run = generate(model, settings, run_id="reference", ranges=True, inflight=inflight, previewer=previewer)
+        run = generate(RunContext(model, settings, "reference", ranges=True, inflight=inflight, previewer=previewer))
     return run, spans(prof.events())
 
 

@@ -18,15 +18,16 @@ from typing import Any, Iterator
 
 import torch
 
-from previewlab.preview.engine import Controls, Previewer, Run, generate
+from previewlab.preview.engine import Controls, Previewer, Run, RunContext, generate
+from previewlab.preview.gathered import Gathered
 from previewlab.preview.models.families import constant
 from previewlab.preview.models import Model
 from previewlab.preview.records import StepRow
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
-STEP_CODE = ("meter.py", "overlap.py", "decoders.py", "frames.py", "controls.py", "previewer.py", "taesd.py",
-             "families.py", "latent_formats.py", "targets.py", "streams.py", "encoders.py", "clips.py", "taehv.py",
-             "fit.py")
+STEP_CODE = ("meter.py", "maker.py", "ledger.py", "overlap.py", "decoders.py", "frames.py", "controls.py",
+             "previewer.py", "taesd.py", "families.py", "latent_formats.py", "targets.py", "streams.py", "encoders.py",
+             "clips.py", "taehv.py", "fit.py")
 PACKAGE = "preview"
 
 
@@ -85,16 +86,18 @@ def hidden_syncs(model: Model, base: RunSettings,
         return None, []
     controls = Controls(PreviewSettings(decoder="latent2rgb", mode="overlap"))
 
-    def on_row(row: StepRow) -> None:
-        change = switches.get(row.step)
-        if change and (model.taesd is not None or change.get("decoder") != "taesd"):
-            controls.set(**change)
+    class Switches(Gathered):  # the live changes, told as each row comes
+        def row(self, row: StepRow) -> None:
+            super().row(row)
+            change = switches.get(row.step)
+            if change and (model.taesd is not None or change.get("decoder") != "taesd"):
+                controls.set(**change)
 
     with caught_syncs() as found:
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            run = generate(model, replace(base, preview=controls.get()), run_id="syncs", controls=controls,
-                           on_row=on_row, previewer=Previewer(model))
+            run = generate(RunContext(model, replace(base, preview=controls.get()), "syncs", controls=controls,
+                                      previewer=Previewer(model)), Switches())
             device_buffer_constant(model)
         finally:
             torch.cuda.set_sync_debug_mode("default")

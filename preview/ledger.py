@@ -1,0 +1,68 @@
+"""A run's rows, per-step stage accounting: each step's stopwatch marks, turned into milliseconds and handed over
+in step order once the device has passed them (asked without waiting; on a CPU at once)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .meter_parts import MeterParts
+from .records import StepRow, on_path_ms
+
+
+@dataclass
+class Marks:
+    """Stopwatch handles of one step, turned into milliseconds once the device has passed them."""
+    row: StepRow
+    start: Any
+    cb: Any
+    dec0: Any = None
+    dec1: Any = None
+    res1: Any = None
+    copied: Any = None     # CUDA overlap: the event after the device -> host copy
+    future: Any = None     # overlap: the encode thread's work for this row
+    end: Any = None        # CUDA overlap: the mark where the callback returned (the next row's start)
+    touched: bool = False  # preview work ran in this step, or a preview was in flight while it denoised
+
+
+class Ledger:
+    """The rows of one run: pending ones (their marks not yet passed by the device), then handed-over ones in
+    step order, each told to `events` and observed by the planner (the autopilot's step times)."""
+
+    def __init__(self, parts: MeterParts) -> None:
+        self.sw, self.plan, self.events = parts.sw, parts.plan, parts.events
+        self.rows: list[StepRow] = []
+        self.pending: list[Marks] = []
+
+    @property
+    def count(self) -> int:
+        """The steps recorded so far, handed over or not."""
+        return len(self.rows) + len(self.pending)
+
+    def add(self, marks: Marks) -> None:
+        self.pending.append(marks)
+
+    def _ready(self, m: Marks) -> bool:
+        if self.sw.cuda and m.row.mode == "overlap" and (m.end is None or not self.sw.ready(m.end)):
+            return False
+        return (m.future is None or m.future.done()) and self.sw.ready(m.copied or m.res1 or m.cb)
+
+    def emit(self, force: bool) -> None:
+        """Hand over the rows whose marks the device has passed, in step order; force: all of them (waits)."""
+        sw = self.sw
+        while self.pending and (force or self._ready(self.pending[0])):
+            m = self.pending.pop(0)
+            if m.future is not None:
+                m.future.result()  # errors inside were already turned into an event on the row
+            m.row.denoise_ms = sw.ms(m.start, m.cb)
+            if m.dec0 is not None and m.row.preview:
+                m.row.decode_ms, m.row.resize_ms = sw.ms(m.dec0, m.dec1), sw.ms(m.dec1, m.res1)
+                m.row.decode_ms_per_frame = m.row.decode_ms / max(1, m.row.frames)
+                if m.copied is not None:
+                    m.row.transfer_ms = sw.ms(m.res1, m.copied)
+            if sw.cuda and m.row.mode == "overlap":  # the callback's own span of the main stream: no stage holds it
+                m.row.on_path_ms = sw.ms(m.cb, m.end)
+            m.row.on_path_ms = on_path_ms(m.row, sw.cuda)
+            self.plan.observe(m.row.denoise_ms + m.row.on_path_ms, m.touched)
+            self.rows.append(m.row)
+            if self.events is not None:
+                self.events.row(m.row)
