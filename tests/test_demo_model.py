@@ -82,10 +82,10 @@ def test_demo_is_the_default_of_make_serve_and_the_server():
 
 
 def test_missing_weights_say_how_to_make_them(monkeypatch, tmp_path):
-    from previewlab.preview import models
+    from previewlab.preview.models import demo
 
-    monkeypatch.setattr(models, "DEMO_DIR", tmp_path / "nothing")
-    with pytest.raises(models.ModelError, match="--model demo: model_index.json, taesd_decoder.safetensors, latent2rgb.json missing from .* "
+    monkeypatch.setattr(demo, "DEMO_DIR", tmp_path / "nothing")
+    with pytest.raises(ModelError, match="--model demo: model_index.json, taesd_decoder.safetensors, latent2rgb.json missing from .* "
                        "previewlab train-demo"):
         load("demo", device="cpu")
 
