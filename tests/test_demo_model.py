@@ -16,7 +16,7 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 
 from previewlab import watch as preview_watch
-from previewlab.bench.demo import scenes
+from previewlab.bench.demo import checker, scenes
 from previewlab.bench.demo.check import generate as check_images
 from previewlab.preview.csv_writer import to_csv_text
 from previewlab.preview.decoders import DECODERS, WHOLE, DecoderError, check_name
@@ -52,7 +52,7 @@ def test_paints_the_color_and_place_a_held_out_caption_asks_for(demo):
     the named color in most of them. (The full figures over 50 captions are in the README.)"""
     held = scenes.held_out()[:10]
     images = check_images(demo.pipe, [s.caption for s in held], steps=20, guidance=7.5, seed=0)
-    figures = scenes.figures(scenes.judge(held, images))
+    figures = checker.figures(checker.judge(held, images))
     assert figures["color"] >= 60, figures
 
 
