@@ -20,6 +20,7 @@ from previewlab.bench.summary import mode_ratios
 from previewlab.bench.sweep import Plan, run_sweep
 from previewlab.preview import decoders
 from previewlab.preview.settings import PreviewSettings, RunSettings
+from previewlab.preview.vae_memory import Fp32Decoder, as_vae_would
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -136,14 +137,14 @@ def test_vae_tiling_is_an_axis_that_reaches_previews_and_the_final_decode(tiny, 
 
 def test_the_float32_decoder_copy_tiles_and_slices_as_the_vae_would(tiny):
     vae = tiny.pipe.vae
-    copy = decoders._Fp32Decoder(vae)
+    copy = Fp32Decoder(vae)
     z = torch.randn(2, 4, 40, 40, generator=torch.Generator().manual_seed(0))
     try:
         decoders.set_vae_memory(tiny.pipe, "tiling+slicing")
         assert decoders.vae_memory(tiny.pipe) == "tiling+slicing"
         with torch.inference_mode():
             want = vae.decode(z).sample
-            got = decoders._as_vae_would(vae, copy, z)
+            got = as_vae_would(vae, copy, z)
             whole = copy(z)
         assert got.shape == want.shape == whole.shape
         assert torch.allclose(got, want, atol=1e-5) and not torch.allclose(got, whole, atol=1e-5)

@@ -16,7 +16,7 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 
 from previewlab import watch as preview_watch
-from previewlab.bench.demo import scenes
+from previewlab.bench.demo import checker, scenes
 from previewlab.bench.demo.check import generate as check_images
 from previewlab.preview.csv_writer import to_csv_text
 from previewlab.preview.decoders import DECODERS, WHOLE, DecoderError, check_name
@@ -53,7 +53,7 @@ def test_paints_the_color_and_place_a_held_out_caption_asks_for(demo):
     the named color in most of them. (The full figures over 50 captions are in the README.)"""
     held = scenes.held_out()[:10]
     images = check_images(demo.pipe, [s.caption for s in held], steps=20, guidance=7.5, seed=0)
-    figures = scenes.figures(scenes.judge(held, images))
+    figures = checker.figures(checker.judge(held, images))
     assert figures["color"] >= 60, figures
 
 
@@ -84,10 +84,10 @@ def test_demo_is_the_default_of_make_serve_and_the_server():
 
 
 def test_missing_weights_say_how_to_make_them(monkeypatch, tmp_path):
-    from previewlab.preview import models
+    from previewlab.preview.models import demo
 
-    monkeypatch.setattr(models, "DEMO_DIR", tmp_path / "nothing")
-    with pytest.raises(models.ModelError, match="--model demo: model_index.json, taesd_decoder.safetensors, latent2rgb.json missing from .* "
+    monkeypatch.setattr(demo, "DEMO_DIR", tmp_path / "nothing")
+    with pytest.raises(ModelError, match="--model demo: model_index.json, taesd_decoder.safetensors, latent2rgb.json missing from .* "
                        "previewlab train-demo"):
         load("demo", device="cpu")
 

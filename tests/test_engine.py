@@ -9,6 +9,7 @@ import torch
 
 from fake_device import FakeClock
 from previewlab.preview import models
+from previewlab.preview.models import sd_presets
 from previewlab.preview.encoders import Encoder, get
 from previewlab.preview.engine import Controls, Previewer, RunContext, generate
 from previewlab.preview.gathered import Gathered
@@ -181,12 +182,12 @@ def test_taesd_needs_weights_for_a_real_model(tiny, tmp_path):
 def test_synthetic_sd15_has_the_real_parameter_counts():
     # built on the meta device: the counts of the real architecture without allocating 1 B weights
     with torch.device("meta"):
-        unet = models._unet((320, 640, 1280, 1280), 768, attention_head_dim=8)
-        vae = models._vae((128, 256, 512, 512))
-        taesd = models._taesd(4)
+        unet = sd_presets._unet((320, 640, 1280, 1280), 768, attention_head_dim=8)
+        vae = sd_presets._vae((128, 256, 512, 512))
+        taesd = sd_presets._taesd(4)
         from transformers import CLIPTextModel
 
-        te = CLIPTextModel(models._clip(768, 12, 12, 3072, vocab=49408, hidden_act="quick_gelu"))
+        te = CLIPTextModel(sd_presets._clip(768, 12, 12, 3072, vocab=49408, hidden_act="quick_gelu"))
     count = lambda m: sum(p.numel() for p in m.parameters())
     assert count(unet) == 859_520_964
     assert count(vae) == 83_653_863

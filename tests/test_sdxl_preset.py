@@ -11,8 +11,7 @@ from torch import nn
 
 from previewlab.preview.decoders import Cut, cut_for
 from previewlab.preview.engine import RunContext, generate
-from previewlab.preview import models
-from previewlab.preview.models import Model, load
+from previewlab.preview.models import Model, load, sd_presets
 from previewlab.preview.models.reading import latent_space
 from previewlab.preview.models.taesd import upsample_factors
 from previewlab.preview.settings import PreviewSettings, RunSettings
@@ -29,10 +28,10 @@ def count(m: nn.Module) -> int:
 
 
 def built_on_meta(name: str, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, int], Any, nn.Module, int, str]:
-    scheduler = models._scheduler()  # its tables are built on the CPU: made before, outside the meta device
-    monkeypatch.setattr(models, "_scheduler", lambda: scheduler)
+    scheduler = sd_presets._scheduler()  # its tables are built on the CPU: made before, outside the meta device
+    monkeypatch.setattr(sd_presets, "_scheduler", lambda: scheduler)
     with torch.device("meta"):
-        pipe, family, tae, size = models._build_synthetic(name, 0)
+        pipe, family, tae, size = sd_presets.build(name, 0)
     parts = {k: count(v) for k, v in pipe.components.items() if isinstance(v, nn.Module)}
     return parts, pipe, tae, size, family
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image, ImageFilter
 
-from previewlab.bench.demo import parts as demo_parts, scenes
+from previewlab.bench.demo import checker, parts as demo_parts, scenes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,11 +36,11 @@ def test_training_scenes_are_seeded_and_never_held_out():
 
 def test_checker_reads_drawn_scenes_back():
     held = scenes.held_out()
-    assert scenes.figures(scenes.judge(held, [scenes.draw(s) for s in held])) == {
+    assert checker.figures(checker.judge(held, [scenes.draw(s) for s in held])) == {
         "color": 100.0, "position": 100.0, "shape": 100.0}
     rng = random.Random(1)
     jittered = [s for s in (scenes.random_scene(rng) for _ in range(200)) if len(s.objects) == 1]
-    assert scenes.figures(scenes.judge(jittered, [scenes.draw(s) for s in jittered])) == {
+    assert checker.figures(checker.judge(jittered, [scenes.draw(s) for s in jittered])) == {
         "color": 100.0, "position": 100.0, "shape": 100.0}
 
 
@@ -48,20 +48,20 @@ def test_checker_tolerates_a_blurred_picture():
     """Generated pictures are softer than drawn ones; a blur of 2 px must not change what the checker reads."""
     held = scenes.held_out()
     blurred = [np.asarray(Image.fromarray(scenes.draw(s)).filter(ImageFilter.GaussianBlur(2))) for s in held]
-    figs = scenes.figures(scenes.judge(held, blurred))
+    figs = checker.figures(checker.judge(held, blurred))
     assert min(figs.values()) >= 96, figs
 
 
 def test_checker_finds_several_objects():
     s = scenes.Scene((scenes.Obj("red", "circle", "left"), scenes.Obj("black", "triangle", "top"),
                       scenes.Obj("orange", "square", "bottom")), "ground")
-    found = {(f.color, f.shape, f.position) for f in scenes.find_objects(scenes.draw(s))}
+    found = {(f.color, f.shape, f.position) for f in checker.find_objects(scenes.draw(s))}
     assert found == {("red", "circle", "left"), ("black", "triangle", "top"), ("orange", "square", "bottom")}
 
 
 def test_checker_on_a_blank_image_finds_nothing():
     blank = np.full((128, 128, 3), 128, np.uint8)
-    v = scenes.judge(scenes.held_out()[:1], [blank])[0]
+    v = checker.judge(scenes.held_out()[:1], [blank])[0]
     assert v.found is None and not (v.color or v.position or v.shape)
 
 

@@ -1,4 +1,4 @@
-"""The demo model's check: held-out single-object captions through the pipeline, read back by bench/demo/scenes.py's
+"""The demo model's check: held-out single-object captions through the pipeline, read back by bench/demo/checker.py's
 color checker. The issue's targets for the full model: color >= 80 %, position >= 80 %, shape >= 60 %."""
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from . import checker
 from . import scenes as sc
 
 
@@ -25,7 +26,7 @@ def generate(pipe: Any, captions: Sequence[str], steps: int, guidance: float, se
 
 
 def check(folder: Path, steps: int = 20, guidance: float = 7.5, seed: int = 0,
-          grid: Path | None = None) -> tuple[dict[str, float], list[sc.Verdict]]:
+          grid: Path | None = None) -> tuple[dict[str, float], list[checker.Verdict]]:
     """The 50 held-out captions (never drawn in training), `steps` steps each, in float32 on the CPU.
     Returns percent matches per attribute and one verdict per caption. 20 steps and guidance 7.5 are
     previewlab's run defaults (preview/settings.py), so the figures are what a user sees."""
@@ -35,10 +36,10 @@ def check(folder: Path, steps: int = 20, guidance: float = 7.5, seed: int = 0,
     pipe.set_progress_bar_config(disable=True)
     scenes = sc.held_out()
     images = generate(pipe, [s.caption for s in scenes], steps, guidance, seed)
-    verdicts = sc.judge(scenes, images)
+    verdicts = checker.judge(scenes, images)
     if grid is not None:
         from PIL import Image
 
         rows = [np.concatenate(images[i:i + 10], 1) for i in range(0, len(images), 10)]
         Image.fromarray(np.concatenate(rows, 0)).save(grid)
-    return sc.figures(verdicts), verdicts
+    return checker.figures(verdicts), verdicts

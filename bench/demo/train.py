@@ -8,7 +8,7 @@ Order: VAE on fresh scenes -> encode a fixed set of scenes -> scaling factor fro
 decoder. DIR gets a diffusers folder (safetensors, fp16 but the text encoder; it loads with
 StableDiffusionPipeline.from_pretrained(DIR, local_files_only=True)), taesd_decoder.safetensors (madebyollin's
 layout, fp16, for --taesd), latent2rgb.json and training.json (plan, seed, seconds and loss curves per part).
-The checker (--check) is bench/demo/check.py over bench/demo/scenes.py.
+The checker (--check) is bench/demo/check.py over bench/demo/checker.py.
 
 Cost of the full plan, measured in the run that made preview/models/demo_model/ (2 threads on this 2-core machine,
 2026-11-30/12-01, light jobs beside it part of the time; training.json keeps the seconds and loss curves):

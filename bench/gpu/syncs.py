@@ -25,9 +25,10 @@ from previewlab.preview.models import Model
 from previewlab.preview.records import StepRow
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
-STEP_CODE = ("meter.py", "maker.py", "ledger.py", "overlap.py", "decoders.py", "frames.py", "controls.py",
-             "previewer.py", "taesd.py", "families.py", "latent_formats.py", "targets.py", "streams.py", "encoders.py",
-             "clips.py", "taehv.py", "fit.py")
+STEP_CODE = ("meter.py", "maker.py", "ledger.py", "overlap.py", "decoders.py", "cuts.py", "rgb_decoder.py",
+             "tae_decoder.py", "vae_decoder.py", "vae_memory.py", "frames.py", "controls.py", "previewer.py", "taesd.py",
+             "families.py", "unscaling.py", "latent_formats.py", "targets.py", "streams.py", "encoders.py", "clips.py",
+             "taehv.py", "fit.py")
 PACKAGE = "preview"
 
 

@@ -36,6 +36,9 @@ from typing import Any, Callable, Literal
 
 import torch
 
+from .unscaling import UNSCALES, Unscale, unpatchify, unscaler
+from .unscaling import constant as constant  # where its importers have always found it
+
 # Known families: a name, ComfyUI's latent2rgb factors and madebyollin's TAE. Any other space is unnamed.
 Family = Literal["sd15", "sdxl", "sd3", "flux1", "flux2", "wan21", "wan22", "hunyuanvideo", "mochi", "cogvideox",
                  "ltxv"]
@@ -50,24 +53,6 @@ VIDEO_VAES: dict[tuple[str, int], Family] = {
     ("AutoencoderKLCogVideoX", 16): "cogvideox", ("AutoencoderKLLTXVideo", 128): "ltxv",
 }
 Packing = Literal["spatial", "packed", "flux2", "ltx"]
-Unscale = Literal["scale", "scale_shift", "mean_std", "mean_std_buffers", "inv_std", "batch_norm", "none"]
-# What each pipeline's final decode does with the last latents (diffusers 0.42.1), as docs/models.md names it:
-UNSCALES: dict[Unscale, str] = {
-    # StableDiffusion*, Kolors, Sana, AuraFlow, HunyuanDiT, CogView: a VAE without a shift_factor
-    "scale": "latents / scaling_factor",
-    # SD3, FLUX.1, Chroma, Lumina 2, Z-Image, HiDream: a VAE with a shift_factor
-    "scale_shift": "latents / scaling_factor + shift_factor",
-    # SDXL pipelines with a VAE that publishes latents_mean / latents_std (Playground v2.5)
-    "mean_std": "latents * latents_std / scaling_factor + latents_mean",
-    # LTX-Video (_denormalize_latents): the statistics are the VAE's registered buffers, not config entries
-    "mean_std_buffers": "latents * vae.latents_std / scaling_factor + vae.latents_mean (the VAE's buffers)",
-    # Qwen-Image (Wan 2.1's VAE, no scaling_factor): latents_std = 1 / std, then latents / latents_std + mean
-    "inv_std": "latents / (1 / latents_std) + latents_mean",
-    # FLUX.2 (AutoencoderKLFlux2)
-    "batch_norm": "latents * sqrt(bn.running_var + batch_norm_eps) + bn.running_mean, then unpatchify",
-    # Kandinsky's MoVQ: decoded as they are, with force_not_quantize=True
-    "none": "latents as they are",
-}
 # (callback latents, image height px, image width px) -> latents
 Convert = Callable[[torch.Tensor, int, int], torch.Tensor]
 Unpack = Callable[[torch.Tensor, int, int, int], torch.Tensor]  # the pipeline's _unpack_latents
@@ -80,27 +65,6 @@ SD15_SCALE = 0.18215
 
 class FamilyError(ValueError):
     """A pipeline that previewlab cannot preview; one line a person can act on."""
-
-
-def constant(values: Any, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """A small constant on the device, built once. On CUDA it goes through pinned memory without blocking:
-    a plain torch.tensor(..., device=cuda) waits for the whole queue, a hidden sync. A tensor already on the
-    device (a VAE's batch-norm buffer) is cast and copied there. Devices compare by type, then by index where
-    `device` names one: a buffer on cuda:0 is on torch.device("cuda"), and the host copy would block."""
-    if isinstance(values, torch.Tensor) and values.device.type == device.type:
-        same = device.index is None or values.device.index == device.index
-        return values.detach().to(dtype, copy=True) if same else values.detach().to(device, dtype, copy=True)
-    t = torch.as_tensor(values).detach().to("cpu", dtype)
-    if device.type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device)
-
-
-def unpatchify(z: torch.Tensor) -> torch.Tensor:
-    """(B, 4C, h, w) -> (B, C, 2h, 2w); the inverse of the 2x2 patchify, as Flux2Pipeline._unpatchify_latents
-    (diffusers 0.42.1, pipelines/flux2/pipeline_flux2.py) and ComfyUI's latent_rgb_factors_reshape do it."""
-    b, c, h, w = z.shape
-    return z.reshape(b, c // 4, 2, 2, h, w).permute(0, 1, 4, 2, 5, 3).reshape(b, c // 4, h * 2, w * 2)
 
 
 def _flux2_unpack(z: torch.Tensor, height: int, width: int, vae_scale_factor: int) -> torch.Tensor:
@@ -138,7 +102,7 @@ class LatentSpace:
     patch: int = 1               # ltx: latent pixels per token side (transformer_spatial_patch_size)
     patch_t: int = 1             # ltx: latent frames per token (transformer_temporal_patch_size)
     # the decoder takes a timestep: the pipeline's default decode_timestep is 0.0 with no noise mixed in
-    # (decode_noise_scale defaults to it), and previews decode at that default (decoders._decode_args)
+    # (decode_noise_scale defaults to it), and previews decode at that default (vae_decoder.decode_args)
     timestep: bool = False
     pixel: bool = False          # pixel space (IF, DDIM): the latents are the image in [-1, 1], no VAE
     unpack: Unpack | None = field(default=None, compare=False, repr=False)
@@ -294,49 +258,21 @@ class LatentSpace:
 
     def vae_input(self, pipe: Any, device: torch.device, dtype: torch.dtype) -> Convert:
         """Callback latents -> exactly what the pipeline's final decode hands vae.decode: (B, channels, h, w),
-        or (B, channels, 1, h, w) for a VAE that takes frames.
+        or (B, channels, 1, h, w) for a VAE that takes frames; the unpacking here, the unscaling unscaling.py's.
 
         dtype: the latents' dtype (the transformer's or UNet's); the arithmetic runs in it, as in the pipeline.
         ZImagePipeline, CogView4 and AuraFlow cast to the VAE's dtype before unscaling: for them, pass the
-        VAE's dtype and cast the latents to it first (decoders.vae_decoder does).
-
-        LTX (mean_std_buffers) does as LTXPipeline's final decode: _denormalize_latents with the VAE's
-        latents_mean / latents_std buffers cast to the latents' float32, latents * std / scaling_factor + mean
-        there, then a cast to the text encoder's dtype (the pipeline's `latents.to(prompt_embeds.dtype)`) and one
-        to `dtype`; so pass it the callback's latents uncast (LatentSpace.cast_first is False). A VAE with
-        timestep_conditioning also takes a timestep: see `timestep` and decoders._decode_args.
+        VAE's dtype and cast the latents to it first (decoders.vae_decoder does). LTX (mean_std_buffers) unscales
+        in float32 and casts after (unscaling.unscaler), so pass it the callback's latents uncast
+        (LatentSpace.cast_first is False). A VAE with timestep_conditioning also takes a timestep: see `timestep`
+        and vae_decoder.decode_args.
         """
         vae = vae_of(pipe)
-        cfg = vae.config
         unpack = self._unpack(vae_scale_factor(pipe))
-        to5 = (lambda z: z.unsqueeze(2)) if self.frames else (lambda z: z)
-        scale = float(getattr(cfg, "scaling_factor", None) or 1.0)
-        if self.unscale == "batch_norm":
-            bn = vae.bn
-            mean = constant(bn.running_mean.view(1, -1, 1, 1), device, dtype)
-            # as the pipeline: sqrt in the buffers' own dtype, then cast
-            std = constant(torch.sqrt(bn.running_var.view(1, -1, 1, 1) + cfg.batch_norm_eps), device, dtype)
-            return lambda z, height, width: unpatchify(unpack(z, height, width) * std + mean)
-        if self.unscale == "mean_std_buffers":
-            f32 = torch.float32
-            mean = constant(vae.latents_mean.view(1, -1, 1, 1), device, f32)
-            std = constant(vae.latents_std.view(1, -1, 1, 1), device, f32)
-            text = getattr(getattr(pipe, "text_encoder", None), "dtype", None) or dtype
-            return lambda z, height, width: to5((unpack(z, height, width).to(f32) * std / scale + mean)
-                                                .to(text).to(dtype))
-        if self.unscale == "scale_shift":
-            shift = float(cfg.shift_factor)
-            return lambda z, height, width: to5(unpack(z, height, width) / scale + shift)
-        if self.unscale in ("mean_std", "inv_std"):
-            m = constant(list(cfg.latents_mean), device, dtype).view(1, -1, 1, 1)
-            if self.unscale == "inv_std":  # Wan, Qwen-Image: tensor(std) cast to the latents' dtype, 1.0 / it there
-                inv = 1.0 / constant(list(cfg.latents_std), device, dtype).view(1, -1, 1, 1)
-                return lambda z, height, width: to5(unpack(z, height, width) / inv + m)
-            s = constant(list(cfg.latents_std), device, dtype).view(1, -1, 1, 1)
-            return lambda z, height, width: to5(unpack(z, height, width) * s / scale + m)
-        if self.unscale == "none":
-            return lambda z, height, width: to5(unpack(z, height, width))
-        return lambda z, height, width: to5(unpack(z, height, width) / scale)
+        unscaled = unscaler(self.unscale, pipe, vae, device, dtype)
+        if self.frames and self.unscale != "batch_norm":  # a VAE that takes (B, C, T, h, w): one frame
+            return lambda z, height, width: unscaled(unpack(z, height, width)).unsqueeze(2)
+        return lambda z, height, width: unscaled(unpack(z, height, width))
 
 
 def vae_of(pipe: Any) -> Any:

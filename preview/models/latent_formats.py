@@ -20,7 +20,8 @@ from typing import Callable
 
 import torch
 
-from .families import Family, constant
+from .families import Family
+from .unscaling import constant
 
 Factors = tuple[tuple[tuple[float, float, float], ...], tuple[float, float, float]]
 

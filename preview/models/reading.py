@@ -11,8 +11,9 @@ from typing import Any, Callable
 
 import torch
 
-from .families import (CHANNELS, SDXL_SCALE, VIDEO_VAES, Family, FamilyError, LatentSpace, Packing, Unscale, vae_of,
+from .families import (CHANNELS, SDXL_SCALE, VIDEO_VAES, Family, FamilyError, LatentSpace, Packing, vae_of,
                        vae_scale_factor)
+from .unscaling import Unscale
 
 
 # The static _unpack_latents signatures previewlab can call, and the packing each means: FLUX.1's 2x2 patches
