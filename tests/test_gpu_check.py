@@ -131,7 +131,9 @@ def test_alternate_repeats_keep_each_arm_beside_its_baseline_and_a_time_bound_st
         {"a": [(1.1, 1.0)] * 4, "b": [(1.5, 1.0)] * 4, "direct": [(0.9, 1.0)] * 4}
     # a fake clock: a measured run takes 1 s, a warm-up 100 s (not counted). Repeat 2 would end at 12 s, within
     # 13 s; repeat 3 at 18 s, past it
-    now, said, ran = [0.0], list[str](), list[int]()
+    now = [0.0]
+    said: list[str] = []
+    ran: list[int] = []
     for role, rep, _, _ in capped(plan.schedule(), plan, said.append, clock=lambda: now[0]):
         ran.append(rep)
         now[0] += 100.0 if role == "warmup" else 1.0
