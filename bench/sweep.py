@@ -84,7 +84,7 @@ class Plan:
         ('none/dpmpp_2m/8steps'), so each setup's baseline and configurations are grouped apart."""
         axes = (setup.scheduler if len(self.schedulers) > 1 else "", f"{setup.steps}steps" if len(self.steps) > 1 else "",
                 f"vae-{setup.vae}" if len(self.vaes) > 1 else "")
-        own = dict((q, n) for n, q in self.arms).get(p) if p is not None else None
+        own = {q: n for n, q in self.arms}.get(p) if p is not None else None
         return (own or config_name(p, clip, at=bool(self.decode_ats))) + "".join(f"/{x}" for x in axes if x)
 
     def schedule(self) -> Iterator[Slot]:
@@ -93,12 +93,12 @@ class Plan:
         none = replace(self.settings.preview, decoder="none", every=1, budget=0.0, mode=self.modes[0])
         # a clip's decoders warm up on the most frames the sweep asks, so no measured run pays first allocations
         most = ("all" if "all" in self.frames else self.frames[-1]) if self.frames else none.frames
-        # each place a decoder stops is its own graph: warm each, so no measured run pays its first allocations
-        warm = [none] + [replace(none, decoder=d, mode=m, frames=most, decode_at=a)
-                         for d in dict.fromkeys(self.decoders) if d != "none" for m in self.modes
-                         for a in self.decode_ats or (none.decode_at,)]
-        if self.arms:  # each arm is its own code to warm, with its own encoder, budget or decode_at
-            warm = list(dict.fromkeys([none] + self.configs()))
+        # each place a decoder stops is its own graph: warm each, so no measured run pays its first allocations;
+        # each named arm is its own code to warm, with its own encoder, budget or decode_at
+        warm = list(dict.fromkeys([none] + self.configs())) if self.arms else \
+            [none] + [replace(none, decoder=d, mode=m, frames=most, decode_at=a)
+                      for d in dict.fromkeys(self.decoders) if d != "none" for m in self.modes
+                      for a in self.decode_ats or (none.decode_at,)]
         # a scheduler or a VAE mode is other code to warm; a step count is not
         warmed = list({(u.scheduler, u.vae): u for u in self.setups()}.values())
         for _ in range(self.warmup):

@@ -10,10 +10,10 @@ import statistics
 from previewlab.bench.gpu.measure import Measured
 
 HEAD = ["check (A / B)", "ratio", "figure", "previews A/B", "skipped A/B"]
-NOTE = ("ratio: 1 + the overhead, or as said; overhead: as in the bench's summary.txt, the median over the runs of "
-        "wall time against the no-preview baseline run beside each, [the interval that holds the true median with "
-        "95 % probability] (its level when fewer runs reach 95 %), n=1 without one; previews, skipped: median per "
-        "run (B: the baselines, or the arm named)")
+NOTE = ("ratio: 1 + the overhead (wall time), or as said; previews, skipped: median per run (B: the baselines, or "
+        "the arm named)\noverhead: as in the bench's summary.txt, the median over the runs of wall time against the "
+        "no-preview baseline run beside each, [the interval that holds the true median with 95 % probability] (its "
+        "level when fewer runs reach 95 %), n=1 without one")
 
 
 def _counts(m: Measured, a: str, b: str) -> list[str]:

@@ -67,7 +67,9 @@ def measure(model: Model, setup: Setup, base: RunSettings, arms: dict[str, Previ
     runs, steps = read_back(out, run_sweep(model, plan, out, label=label, log=log))
     kept = steady(runs)
     ids = {r["run_id"] for r in kept}
-    arm = lambda r: str(r["config"]).removeprefix(label)  # noqa: E731
+
+    def arm(r: Row) -> str:
+        return str(r["config"]).removeprefix(label)
     by_run: dict[str, list[Row]] = {}
     for r in kept:
         by_run.setdefault(arm(r), []).append(r)
