@@ -20,7 +20,7 @@ from previewlab.preview import clips, decoders
 from previewlab.preview.encoders import Encoder, get as encoder
 from previewlab.preview.frames import tile, to_uint8_hwc
 from previewlab.preview.models import load
-from previewlab.bench.cli import frames_value, listof, names
+from previewlab.bench.flags import frames_value, listof, names
 from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.previewer import Previewer
 

@@ -28,7 +28,7 @@ from typing import Callable, NoReturn, Sequence
 import torch
 import torch.nn.functional as F
 
-from previewlab.bench.cli import listof, ranged
+from previewlab.bench.flags import listof, ranged
 from previewlab.preview import decoders
 from previewlab.preview.decoders import WHOLE, Cut
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb

@@ -1,11 +1,17 @@
-"""A sweep: every configuration against a no-preview baseline, interleaved, appended to CSVs run by run."""
+"""A sweep: every configuration against a no-preview baseline, interleaved, appended to CSVs run by run.
+
+The one engine behind every overhead previewlab states: the bench's sweeps and the GPU check's rows both run
+here, so a configuration's overhead is always summary.py's (each run against the baseline beside it).
+"""
 from __future__ import annotations
 
+import csv
+import math
 import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -23,6 +29,7 @@ from previewlab.preview.targets import Target
 SWEEP_COLUMNS = ("config", "role", "repeat")
 RUNS_CSV_COLUMNS = SWEEP_COLUMNS + RUN_COLUMNS + ("overhead_pct", "pair_overhead_pct")
 STEPS_CSV_COLUMNS = SWEEP_COLUMNS + STEP_COLUMNS
+Slot = tuple[str, int, PreviewSettings | None, Setup]  # role, repeat, preview settings (None: a direct call), run setup
 
 
 @dataclass(frozen=True)
@@ -44,12 +51,19 @@ class Plan:
     schedulers: tuple[str, ...] = ()  # axes.SCHEDULERS names; () keeps the model's own scheduler
     steps: tuple[int, ...] = ()       # denoising steps; () keeps the base settings' steps
     vaes: tuple[str, ...] = ()        # the VAE's memory mode (none, tiling, ...); () leaves the VAE as it is
+    # named configurations in place of the axes' product (the GPU check's rows: an encoder, a budget, a decode_at
+    # each); () takes the product of decoders, every, modes, targets, frames and decode_ats
+    arms: tuple[tuple[str, PreviewSettings], ...] = ()
+    alternate: bool = False    # even repeats run their pairs in reverse order: drift over a repeat cancels between them
+    runs_s: float = math.inf   # no repeat starts that would likely end past this many seconds of measured runs
 
     def setups(self) -> list[Setup]:
         """Every combination of the run axes; each has its own no-preview baselines."""
         return [Setup(s, n, v) for s in self.schedulers or ("",) for n in self.steps or (0,) for v in self.vaes or ("",)]
 
     def configs(self) -> list[PreviewSettings]:
+        if self.arms:
+            return [p for _, p in self.arms]
         base, out = self.settings.preview, []
         for d in self.decoders:
             if d == "none":
@@ -70,18 +84,21 @@ class Plan:
         ('none/dpmpp_2m/8steps'), so each setup's baseline and configurations are grouped apart."""
         axes = (setup.scheduler if len(self.schedulers) > 1 else "", f"{setup.steps}steps" if len(self.steps) > 1 else "",
                 f"vae-{setup.vae}" if len(self.vaes) > 1 else "")
-        return config_name(p, clip, at=bool(self.decode_ats)) + "".join(f"/{x}" for x in axes if x)
+        own = {q: n for n, q in self.arms}.get(p) if p is not None else None
+        return (own or config_name(p, clip, at=bool(self.decode_ats))) + "".join(f"/{x}" for x in axes if x)
 
-    def schedule(self) -> Iterator[tuple[str, int, PreviewSettings | None, Setup]]:
+    def schedule(self) -> Iterator[Slot]:
         """(role, repeat, preview settings or None for a direct call, run setup), in the order they run: each
         setup's configurations beside its own baselines, every setup in every repeat."""
         none = replace(self.settings.preview, decoder="none", every=1, budget=0.0, mode=self.modes[0])
         # a clip's decoders warm up on the most frames the sweep asks, so no measured run pays first allocations
         most = ("all" if "all" in self.frames else self.frames[-1]) if self.frames else none.frames
-        # each place a decoder stops is its own graph: warm each, so no measured run pays its first allocations
-        warm = [none] + [replace(none, decoder=d, mode=m, frames=most, decode_at=a)
-                         for d in dict.fromkeys(self.decoders) if d != "none" for m in self.modes
-                         for a in self.decode_ats or (none.decode_at,)]
+        # each place a decoder stops is its own graph: warm each, so no measured run pays its first allocations;
+        # each named arm is its own code to warm, with its own encoder, budget or decode_at
+        warm = list(dict.fromkeys([none] + self.configs())) if self.arms else \
+            [none] + [replace(none, decoder=d, mode=m, frames=most, decode_at=a)
+                      for d in dict.fromkeys(self.decoders) if d != "none" for m in self.modes
+                      for a in self.decode_ats or (none.decode_at,)]
         # a scheduler or a VAE mode is other code to warm; a step count is not
         warmed = list({(u.scheduler, u.vae): u for u in self.setups()}.values())
         for _ in range(self.warmup):
@@ -90,14 +107,16 @@ class Plan:
                     yield "warmup", 0, p, u
         for r in range(1, self.repeats + 1):
             for u in self.setups():
-                for c in self.configs():
-                    yield "baseline", r, none, u   # A B A B: drift on a noisy machine cancels
-                    yield "config", r, c, u
+                # A B A B: drift on a noisy machine cancels; the direct call comes before the baseline it is paired with
+                pairs: list[tuple[tuple[str, PreviewSettings | None], ...]] = [
+                    (("baseline", none), ("config", c)) for c in self.configs()]
                 if self.direct:
-                    yield "direct", r, None, u
-                    yield "baseline", r, none, u
-                if not self.configs() and not self.direct:
-                    yield "baseline", r, none, u
+                    pairs.append((("direct", None), ("baseline", none)))
+                if self.alternate and r % 2 == 0:
+                    pairs.reverse()
+                for pair in pairs or [(("baseline", none),)]:
+                    for role, q in pair:
+                        yield role, r, q, u
 
 
 def config_name(p: PreviewSettings | None, clip: bool = False, at: bool = False) -> str:
@@ -139,10 +158,35 @@ def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Pa
     return Run(rec, [], image)
 
 
+def capped(slots: Iterable[Slot], plan: Plan, log: Callable[[str], Any] | None = None,
+           clock: Callable[[], float] = time.perf_counter) -> Iterator[Slot]:
+    """The slots up to the first repeat that would likely end past plan.runs_s seconds of measured runs (the
+    first repeat always runs; warm-ups are not counted). Lazy: a repeat's start is judged after the run before
+    it has finished. log, when given, hears each repeat done and the stop."""
+    t0: float | None = None
+    last = 0
+    say = log or (lambda _: None)
+    for slot in slots:
+        rep = slot[1]
+        if slot[0] != "warmup" and rep != last:
+            if t0 is None:
+                t0 = clock()
+            else:
+                say(f"  repeat {last}/{plan.repeats} done")
+                if (clock() - t0) * rep / (rep - 1) > plan.runs_s:
+                    say(f"  stopping after {last} repeats: another would end past {plan.runs_s:.0f} s")
+                    return
+            last = rep
+        yield slot
+    if last:
+        say(f"  repeat {last}/{plan.repeats} done")
+
+
 def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any] | None = None,
-              label: str = "") -> list[dict[str, Any]]:
+              label: str = "", log: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:
     """Runs the plan, appending each finished run to out/runs.csv and out/steps.csv. Returns the run rows.
-    label prefixes the configuration names (a model variant: dtype, offload, compile, channels-last)."""
+    label prefixes the configuration names (a model variant: dtype, offload, compile, channels-last; a GPU check
+    row's model). log hears the repeats as they end (capped)."""
     previewer = Previewer(model, plan.compile)  # decoders (and their compiled forms) live for the sweep
     out.mkdir(parents=True, exist_ok=True)
     runs_csv, steps_csv = CsvAppender(out / "runs.csv", RUNS_CSV_COLUMNS), CsvAppender(out / "steps.csv", STEPS_CSV_COLUMNS)
@@ -153,7 +197,7 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
     schedulers = schedulers_for(model.pipe, plan.schedulers, plan.steps or (plan.settings.steps,))
     back = as_now(model.pipe, bool(plan.schedulers), bool(plan.vaes))
     try:
-        for n, (role, rep, p, setup) in enumerate(plan.schedule()):
+        for n, (role, rep, p, setup) in enumerate(capped(plan.schedule(), plan, log)):
             run_id = f"{stamp}-{n:04d}"
             use(model.pipe, setup, schedulers)
             settings = replace(plan.settings, steps=setup.steps or plan.settings.steps)
@@ -191,6 +235,17 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
         runs_csv.close()
         steps_csv.close()
     return results
+
+
+def read_back(out: Path, runs: Sequence[dict[str, Any]]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """These runs and their step rows as out/runs.csv and out/steps.csv hold them, in the order they ran. Every
+    figure is taken from the CSVs, as report and compare read them: one figure, the same everywhere."""
+    ids = {(r["run_id"], r["config"]) for r in runs}
+    with open(out / "runs.csv", newline="") as f:
+        read = [r for r in csv.DictReader(f) if (r["run_id"], r["config"]) in ids]
+    with open(out / "steps.csv", newline="") as f:
+        steps = [r for r in csv.DictReader(f) if (r["run_id"], r["config"]) in ids]
+    return read, steps
 
 
 def traced_run(model: Model, plan: Plan, out: Path, kind: str, label: str = "") -> dict[str, Any]:

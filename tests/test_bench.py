@@ -45,9 +45,10 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     # overhead is relative to the median baseline of the sweep so far
     cfg = [r for r in runs if r["role"] == "config"]
     assert all(r["overhead_pct"] != "" for r in cfg)
-    vae1 = [r for r in cfg if r["config"] == "vae/every1"]
-    assert all(int(r["previews"]) == 4 for r in vae1)
-    assert all(int(r["previews"]) == 2 for r in cfg if r["config"].endswith("every2"))
+    vae1 = [r for r in cfg if r["config"] == "vae/every1/overlap"]
+    assert len(vae1) == 2 and all(int(r["previews"]) == 4 for r in vae1)
+    every2 = [r for r in cfg if r["config"].endswith("/every2/overlap")]
+    assert len(every2) == 4 and all(int(r["previews"]) == 2 for r in every2)
     # every run's step rows are in steps.csv, with previews where the schedule says
     by_run: dict[str, list[dict[str, str]]] = {}
     for s in steps:

@@ -1,12 +1,20 @@
 """The GPU check's dry run as the GPU machine would run it, on the CPU with synthetic:tiny: every row of its
-table, each with a ratio, previews and skipped, and the profiler reference."""
+table, each with a ratio, previews and skipped, and the profiler reference; its overheads are the bench's."""
 from __future__ import annotations
 
 import csv
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import torch
+
+from previewlab.bench.noise import paired
+from previewlab.bench.sweep import Plan, capped
+from previewlab.preview.settings import PreviewSettings, RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ("engine, decoder none / bare diffusers call", "taesd every step, overlap / no previews",
@@ -68,6 +76,69 @@ def test_dry_run_prints_every_row(tmp_path):
     runs = (tmp_path / "runs.csv").read_text().splitlines()
     assert runs[0].startswith("config,role,repeat,run_id") and len(runs) > 10
     assert (tmp_path / "steps.csv").stat().st_size > 0
+
+
+def test_the_check_states_the_benchs_overhead_for_the_same_configuration(tiny, tmp_path, capsys):
+    from previewlab.bench.cli import main as bench
+    from previewlab.bench.gpu.arms import ARMS, DRY
+    from previewlab.bench.gpu.figures import wall_row
+    from previewlab.bench.gpu.measure import measure
+    from previewlab.bench.report import read
+    from previewlab.bench.summary import overhead_of, summarize
+
+    # the dry run's path on TAESD every step (overlap), 64 px, 3 steps: 6 repeats give each side an interval. One
+    # torch thread, as the dry run takes: two stall each other on a busy small machine
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        setup = replace(DRY, steps=3, repeats=6)
+        m = measure(tiny, setup, setup.settings(), {"taesd/overlap": ARMS["taesd/overlap"]}, tmp_path / "check",
+                    lambda _: None)
+        assert bench(["--model", "synthetic:tiny", "--device", "cpu", "--threads", "1", "--decoders", "taesd",
+                      "--every", "1", "--modes", "overlap", "--steps", "3", "--width", "64", "--height", "64",
+                      "--repeats", "6", "--out", str(tmp_path / "bench")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    capsys.readouterr()
+    check = m.overhead("taesd/overlap")
+    assert wall_row("taesd", m, "taesd/overlap")[1:3] == [f"{1 + check.value / 100:.3f}", f"overhead {check.signed()}"]
+    # the figure is what the bench's summary makes of the check's own CSVs: each run against the baseline beside it
+    again = {r["config"]: r for r in summarize(*read(tmp_path / "check"))}
+    assert overhead_of(again["taesd/overlap"]) == check
+    with open(tmp_path / "bench" / "summary.csv", newline="") as f:
+        row = next(r for r in csv.DictReader(f) if r["config"] == "taesd/every1/overlap")
+    sweep = overhead_of(row)
+    assert sweep is not None and check.lo is not None and check.hi is not None and sweep.lo is not None \
+        and sweep.hi is not None
+    assert check.lo <= sweep.hi and sweep.lo <= check.hi, (check.signed(), sweep.signed())
+
+
+def test_alternate_repeats_keep_each_arm_beside_its_baseline_and_a_time_bound_stops_between_repeats():
+    plan = Plan(RunSettings(steps=2), (), (), repeats=4, direct=True, alternate=True, runs_s=13.0,
+                arms=(("a", PreviewSettings(decoder="taesd")), ("b", PreviewSettings(decoder="vae"))))
+    slots = [(role, rep, plan.name(p)) for role, rep, p, _ in plan.schedule()]
+    assert slots[:3] == [("warmup", 0, "none"), ("warmup", 0, "a"), ("warmup", 0, "b")]
+    one, two = ([(role, name) for role, rep, name in slots if rep == r] for r in (1, 2))
+    assert one == [("baseline", "none"), ("config", "a"), ("baseline", "none"), ("config", "b"), ("direct", "direct"),
+                   ("baseline", "none")]
+    assert two == [("direct", "direct"), ("baseline", "none"), ("baseline", "none"), ("config", "b"),
+                   ("baseline", "none"), ("config", "a")]
+    # the summary's rule pairs every arm with its own baseline, in either order: a's and b's walls only
+    wall = {"none": 1.0, "a": 1.1, "b": 1.5, "direct": 0.9}
+    rows: list[dict[str, Any]] = [{"run_id": str(i), "config": name, "role": role, "first_run": 0, "wall_s": wall[name]}
+                                  for i, (role, _, name) in enumerate(slots)]
+    assert {cfg: [(r["wall_s"], b["wall_s"]) for r, b in ps] for cfg, ps in paired(rows).items()} == \
+        {"a": [(1.1, 1.0)] * 4, "b": [(1.5, 1.0)] * 4, "direct": [(0.9, 1.0)] * 4}
+    # a fake clock: a measured run takes 1 s, a warm-up 100 s (not counted). Repeat 2 would end at 12 s, within
+    # 13 s; repeat 3 at 18 s, past it
+    now = [0.0]
+    said: list[str] = []
+    ran: list[int] = []
+    for role, rep, _, _ in capped(plan.schedule(), plan, said.append, clock=lambda: now[0]):
+        ran.append(rep)
+        now[0] += 100.0 if role == "warmup" else 1.0
+    assert ran == [0] * 3 + [1] * 6 + [2] * 6
+    assert said == ["  repeat 1/4 done", "  repeat 2/4 done", "  stopping after 2 repeats: another would end past 13 s"]
 
 
 def test_wheels_that_cannot_install_here_are_left_out_with_a_reason(tmp_path):

@@ -1,0 +1,198 @@
+"""previewlab bench's flags: its parser, and the typed value each flag takes (a range, a closed set of names, a
+list), each refusal one line that names the flag's meaning and its limits. clip_decode and quality take them too.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Callable, NoReturn, Sequence, TypeVar
+
+from previewlab.bench.axes import SCHEDULERS, VAE_MODES
+from previewlab.bench.noise import NOISE_LIMIT_PCT
+from previewlab.preview.models import SYNTHETIC, device_arg
+from previewlab.preview.names import (DECODE_ATS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, FrameChoice, N, check,
+                                     check_frames)
+from previewlab.preview.settings import MAX_BATCH, MAX_EVERY, MAX_NUM_FRAMES, MAX_SIDE, MAX_STEPS, MIN_SIDE, RunSettings
+
+T = TypeVar("T")
+DESCRIPTION = ("previewlab bench: sweep preview decoders and intervals against no-preview baselines, write CSVs, "
+               "print a summary.")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, status 2, no usage dump
+        self.exit(2, f"previewlab bench: {message}\n")
+
+
+def listof(kind: Callable[[str], T], allowed: Sequence[str] | None = None) -> Callable[[str], tuple[T, ...]]:
+    def parse(text: str) -> tuple[T, ...]:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("empty list")
+        if allowed is not None:
+            bad = [x for x in items if x not in allowed]
+            if bad:
+                raise argparse.ArgumentTypeError(f"unknown {bad[0]!r}; allowed are {', '.join(allowed)}")
+        return tuple(kind(x) for x in items)
+    return parse
+
+
+def names(field: str, allowed: tuple[N, ...]) -> Callable[[str], tuple[N, ...]]:
+    """A comma-separated list of names from one of preview.names' closed sets."""
+    return listof(lambda x: check(field, x, allowed), allowed)
+
+
+def every_or_auto(text: str) -> int | str:
+    return "auto" if text == "auto" else every_value(text)
+
+
+def percent(what: str, most: float) -> Callable[[str], float]:
+    """A percent flag above 0 and at most `most`; the error names the flag's meaning and its limits."""
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not 0 < x <= most:
+            raise argparse.ArgumentTypeError(f"{x:g}: {what} is a percent above 0, at most {most:g}")
+        return x
+    parse.__name__ = what
+    return parse
+
+
+budget_value = percent("budget", 1000)
+noise_limit_value = percent("noise-limit", 100)
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def ranged(what: str, lo: int, hi: int) -> Callable[[str], int]:
+    """An integer flag from lo to hi; the error names the flag's own meaning and its limits."""
+    def parse(text: str) -> int:
+        n = _integer(text)
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"{n}: {what} must be from {lo} to {hi}")
+        return n
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+every_value = ranged("every", 1, MAX_EVERY)
+steps_value = ranged("steps", 1, MAX_STEPS)
+inflight_value = ranged("inflight", 1, 64)
+repeats_value = ranged("repeats", 1, 1000)
+warmup_value = ranged("warmup", 0, 100)
+quality_value = ranged("quality", 1, 100)
+preview_max_value = ranged("preview-max (0 = native)", 0, 8192)
+
+
+def side(text: str) -> int:
+    n = _integer(text)
+    if n % 8 or not MIN_SIDE <= n <= MAX_SIDE:
+        raise argparse.ArgumentTypeError(f"{n}: must be a multiple of 8 from {MIN_SIDE} to {MAX_SIDE}")
+    return n
+
+
+def batch_value(text: str) -> int:
+    n = _integer(text)
+    if not 1 <= n <= MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"{n}: batch must be from 1 to {MAX_BATCH} images")
+    return n
+
+
+def frames_value(text: str) -> FrameChoice:
+    try:
+        return check_frames("frames", text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("frames=")) from None
+
+
+def seed_value(text: str) -> int:
+    n = _integer(text)
+    if not 0 <= n < 2**63:
+        raise argparse.ArgumentTypeError(f"{n}: seed must be from 0 to 2**63 - 1")
+    return n
+
+
+def parser() -> Parser:
+    p = Parser(prog="previewlab bench", description=DESCRIPTION,
+               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", default="synthetic:small",
+                   help=f"demo | {' | '.join(SYNTHETIC)} | a local diffusers folder | a repo id in the local Hugging Face cache")
+    p.add_argument("--taesd", default=None, help="TAESD weights: AutoencoderTiny folder or taesd_decoder.pth/.safetensors")
+    p.add_argument("--decoders", type=names("decoder", DECODER_NAMES), default=DECODER_NAMES,
+                   help="comma-separated preview decoders")
+    p.add_argument("--every", type=listof(every_or_auto), default=None,
+                   help="comma-separated preview intervals: a preview after step i when i %% N == 0; "
+                        "'auto' lets the autopilot pick the interval to fit --budget (default: 1,2,5,10; 1 for a "
+                        "video model, whose sweep is the frames axis)")
+    p.add_argument("--budget", type=budget_value, default=None,
+                   help="preview overhead budget in percent: the advice's (default 5) and, with --every auto, the "
+                        "autopilot's (default 10)")
+    p.add_argument("--modes", type=names("mode", MODES), default=("overlap",),
+                   help="sync: preview work inside the step callback (how popular UIs do it); overlap: off the "
+                        "denoising path (side CUDA stream, encode thread)")
+    p.add_argument("--inflight", type=inflight_value, default=2, help="overlap: most previews in flight at once")
+    p.add_argument("--steps", type=listof(steps_value), default=None,
+                   help="denoising steps per run; several (4,8,30) make an axis, each count with its own baselines "
+                        "(default: 10)")
+    p.add_argument("--scheduler", type=listof(str, tuple(SCHEDULERS)), default=None,
+                   help="an axis of diffusers schedulers, each built from the model's scheduler config: "
+                        f"{', '.join(f'{k} ({v[0]})' for k, v in SCHEDULERS.items())} (default: the model's own)")
+    p.add_argument("--vae-mode", type=listof(str, VAE_MODES), default=None,
+                   help="an axis of the VAE's memory mode for the full-VAE preview and the final decode: none, "
+                        "tiling, slicing, tiling+slicing (diffusers' enable_tiling/enable_slicing; default: the VAE "
+                        "as loaded)")
+    p.add_argument("--width", type=side, default=None, help="image width in pixels (default: the model's)")
+    p.add_argument("--height", type=side, default=None, help="image height in pixels (default: the model's)")
+    p.add_argument("--seed", type=seed_value, default=0, help="seed of the latents and of synthetic weights")
+    p.add_argument("--batch", type=batch_value, default=1, help=f"images per prompt, 1..{MAX_BATCH} (previews: a grid)")
+    p.add_argument("--frames", type=listof(frames_value), default=None,
+                   help="a video model: the frames a preview shows, an axis of first, middle, all, or a number N "
+                        "spread evenly (default: first,middle,all)")
+    p.add_argument("--num-frames", type=ranged("--num-frames", 1, MAX_NUM_FRAMES), default=None,
+                   help="a video model: the clip's length in frames (default: the model's)")
+    p.add_argument("--prompt", default=RunSettings.prompt)
+    p.add_argument("--repeats", type=repeats_value, default=3, help="measured pairs per configuration")
+    p.add_argument("--warmup", type=warmup_value, default=1, help="warm-up rounds (kept in runs.csv, out of statistics)")
+    p.add_argument("--device", type=device_arg, default="auto",
+                   help="auto (CUDA when torch sees one, else cpu), cpu, or cuda, mps, xpu where torch sees them")
+    p.add_argument("--dtype", type=listof(str, ["float32", "float16", "bfloat16"]), default=("float32",),
+                   help="comma-separated: float32, float16, bfloat16 (one model load each)")
+    p.add_argument("--offload", type=listof(str, ["none", "model", "sequential"]), default=("none",),
+                   help="diffusers CPU offload (CUDA only): none, model, sequential")
+    p.add_argument("--compile", type=listof(str, ["none", "decoder"]), default=("none",),
+                   help="torch.compile the preview decoder; compile time is reported apart (compile_ms)")
+    p.add_argument("--channels-last", type=listof(str, ["off", "on"]), default=("off",),
+                   help="channels-last memory format for UNet, VAE and TAESD: off, on")
+    p.add_argument("--trace", type=Path, default=None,
+                   help="also write a torch.profiler Chrome trace of one run (stages as previewlab.* ranges)")
+    p.add_argument("--cprofile", type=Path, default=None, help="also write a cProfile dump of one run")
+    p.add_argument("--encoder", choices=ENCODER_NAMES, default="turbojpeg")
+    p.add_argument("--target", type=names("target", TARGETS), default=("auto",),
+                   help="comma-separated: what previews show: x0 (the model's predicted clean image), latents (the "
+                        "noisy ones), auto (x0 where the scheduler gives it); several make an axis")
+    p.add_argument("--variant", default=None, help="weights variant of a local folder (fp16); found by itself "
+                   "when a folder holds only variant files")
+    p.add_argument("--config", default=None, help="for a single-file checkpoint: a local diffusers folder (or cached "
+                   "repo id) of its family whose configs and tokenizers to use; SD 1.x/2.x/XL have shipped ones")
+    p.add_argument("--quality", type=quality_value, default=80, help="JPEG/WebP quality 1..100")
+    p.add_argument("--preview-max", type=preview_max_value, default=0, help="downscale previews to this long side (0 = native)")
+    p.add_argument("--decode-at", type=names("decode_at", DECODE_ATS), default=None,
+                   help="where decoders stop, an axis of preview (a TAE stops at --preview-max), full (the image's size, "
+                        "then resized), half_latents (latents halved first); default: preview, not an axis")
+    p.add_argument("--direct", action="store_true",
+                   help="also time the bare diffusers call, paired with decoder none (the engine's own cost)")
+    p.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder for runs.csv and steps.csv")
+    p.add_argument("--threads", type=ranged("threads", 1, 1024), default=None,
+                   help="torch's CPU threads (default: torch's own choice); fewer threads than cores steady a busy machine")
+    p.add_argument("--noise-limit", type=noise_limit_value, default=NOISE_LIMIT_PCT,
+                   help="percent: baselines whose IQR over median is above it mark the machine as noisy")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 3 when the machine was noisy (the baselines spread past --noise-limit)")
+    return p
