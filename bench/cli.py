@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from previewlab.bench.noise import Noise
     from previewlab.bench.sweep import Plan
     from previewlab.preview.models import Model
+    from previewlab.preview.records import RunRecord
 
 __all__ = ["main", "parser", "progress_bar"]
 
@@ -84,11 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for kind, folder in (("trace", args.trace), ("cprofile", args.cprofile)):
             if folder is not None:
                 traces.append(traced_run(model, plan, folder, kind, label))
-        meta = _meta(args, model, settings, runs[-1], counts)
+        meta = _meta(args, model, settings, runs[-1].record, counts)
     # the summary reads the CSVs back, as report and compare do: one figure, the same everywhere
-    runs, steps = read_back(args.out, runs)
-    rows = summarize(runs, steps)
-    noise = baseline_noise(runs, args.noise_limit)
+    sweep = read_back(args.out, runs)
+    rows = summarize(sweep.runs, sweep.steps)
+    noise = baseline_noise(sweep.runs, args.noise_limit)
     text = _summary(args, rows, meta, noise, traces)
     (args.out / "summary.txt").write_text(text + "\n")
     with open(args.out / "summary.csv", "w", newline="") as f:
@@ -128,18 +129,18 @@ def _plan(args: argparse.Namespace, settings: RunSettings, video: bool, compile_
                 args.scheduler or (), counts, args.vae_mode or ())
 
 
-def _meta(args: argparse.Namespace, model: Model, settings: RunSettings, r0: dict[str, Any],
+def _meta(args: argparse.Namespace, model: Model, settings: RunSettings, r0: RunRecord,
           counts: tuple[int, ...]) -> str:
     """The summary's line of what ran: model, device, dtypes, size, steps, axes, encoder, versions."""
     return (f"{model.label} | "
-            f"{r0['device_name']} {', '.join(args.dtype)} threads={r0['threads']} | {settings.width}x{settings.height}"
+            f"{r0.device_name} {', '.join(args.dtype)} threads={r0.threads} | {settings.width}x{settings.height}"
             + (f" x {settings.num_frames} frames" if model.space.video else "") + " "
             f"{','.join(map(str, counts))} steps"
             + (f" | scheduler {','.join(args.scheduler)}" if args.scheduler else "")
             + (f" | VAE {','.join(args.vae_mode)}" if args.vae_mode else "")
-            + f" | encoder {r0['encoder'] or args.encoder} q{args.quality}"
-            + (f" preview_max {args.preview_max}" if args.preview_max else "") + f" | torch {r0['torch']} "
-            f"diffusers {r0['diffusers']}")
+            + f" | encoder {r0.encoder or args.encoder} q{args.quality}"
+            + (f" preview_max {args.preview_max}" if args.preview_max else "") + f" | torch {r0.torch} "
+            f"diffusers {r0.diffusers}")
 
 
 def _summary(args: argparse.Namespace, rows: list[dict[str, Any]], meta: str, noise: Noise | None,

@@ -13,11 +13,12 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from previewlab.bench.noise import Estimate, baseline_noise, estimate, pair_overheads, spread_pct
-from previewlab.bench.report import NotASweep, read
+from previewlab.bench.rows import NotASweep, SweepRow, read
 from previewlab.bench.summary import steady
+from previewlab.preview.records import RunRecord
 
 
 @dataclass(frozen=True)
@@ -25,45 +26,46 @@ class Figure:
     words: str   # what a reader is shown
     unit: str
     digits: int  # 0: a count, printed as an integer
+    of: Callable[[RunRecord], float | None]  # the figure of one run
 
 
 FIGURES = {
-    "overhead_pct": Figure("overhead against the no-preview baseline beside each run", "%", 1),
-    "wall_s": Figure("wall time of a run", "s", 3),
-    "denoise_ms": Figure("denoising time of a run", "ms", 1),
-    "decode_ms": Figure("preview decode time of a run", "ms", 1),
-    "encode_ms": Figure("preview encode time of a run", "ms", 1),
-    "bytes": Figure("preview bytes sent in a run", "bytes", 0),
-    "peak_mem_mb": Figure("peak memory of a run", "MiB", 0),
+    "overhead_pct": Figure("overhead against the no-preview baseline beside each run", "%", 1, lambda r: None),
+    "wall_s": Figure("wall time of a run", "s", 3, lambda r: r.wall_s),
+    "denoise_ms": Figure("denoising time of a run", "ms", 1, lambda r: r.denoise_ms),
+    "decode_ms": Figure("preview decode time of a run", "ms", 1, lambda r: r.decode_ms),
+    "encode_ms": Figure("preview encode time of a run", "ms", 1, lambda r: r.encode_ms),
+    "bytes": Figure("preview bytes sent in a run", "bytes", 0, lambda r: r.bytes),
+    "peak_mem_mb": Figure("peak memory of a run", "MiB", 0, lambda r: r.peak_mem_mb or None),
 }
-# what must match for two sweeps to measure the same work: (CSV columns, the words that name it)
-SAME_WORK = ((("model",), "model"), (("steps",), "steps"), (("width", "height"), "size"),
-             (("num_frames",), "frames"), (("batch",), "batch"), (("device_name",), "device"), (("dtype",), "dtype"),
-             (("scheduler",), "scheduler"))
+# what must match for two sweeps to measure the same work: (what a run did, the words that name it); "" where
+# an older CSV did not record it
+SAME_WORK: tuple[tuple[Callable[[RunRecord], str], str], ...] = (
+    (lambda r: r.meta.model, "model"), (lambda r: str(r.meta.steps), "steps"),
+    (lambda r: f"{r.meta.width}x{r.meta.height}", "size"), (lambda r: str(r.meta.num_frames), "frames"),
+    (lambda r: str(r.meta.batch), "batch"), (lambda r: r.device_name, "device"), (lambda r: r.meta.dtype, "dtype"),
+    (lambda r: r.scheduler, "scheduler"))
 
 
-def per_config(runs: list[dict[str, str]], figure: str) -> dict[str, list[float]]:
+def per_config(runs: Sequence[SweepRow], figure: str) -> dict[str, list[float]]:
     """Per configuration, the figure of each steady run; an overhead pair by pair, as the summary takes it."""
     if figure == "overhead_pct":
         return pair_overheads(runs)
     out: dict[str, list[float]] = {}
     for r in steady(runs):
-        if r.get(figure, "") in ("", None):
-            continue
-        out.setdefault(r["config"], []).append(float(r[figure]))
+        x = FIGURES[figure].of(r.record)
+        if x is not None:
+            out.setdefault(r.config.name, []).append(float(x))
     return out
 
 
-def differences(a: list[dict[str, str]], b: list[dict[str, str]]) -> list[str]:
+def differences(a: Sequence[SweepRow], b: Sequence[SweepRow]) -> list[str]:
     """How the two sweeps' work differs, in words ('steps 4 vs 8'); empty when they measured the same work."""
-    def seen(runs: list[dict[str, str]], cols: tuple[str, ...]) -> str:
-        vals = sorted({"x".join(str(r.get(c, "")) for c in cols) for r in steady(runs)})
-        return ", ".join(vals) or "?"
+    def seen(runs: Sequence[SweepRow], what: Callable[[RunRecord], str]) -> str:
+        return ", ".join(sorted({what(r.record) for r in steady(runs)})) or "?"
     out = []
-    for cols, words in SAME_WORK:
-        if not all(c in (a[0] if a else {}) and c in (b[0] if b else {}) for c in cols):
-            continue  # an older CSV without the column: nothing to tell apart
-        va, vb = seen(a, cols), seen(b, cols)
+    for what, words in SAME_WORK:
+        va, vb = seen(a, what), seen(b, what)
         if va != vb and "" not in (va, vb):  # "": a sweep from before the scheduler was recorded
             out.append(f"{words} {va} vs {vb}")
     return out
@@ -73,14 +75,14 @@ APART = 1.5  # baselines whose medians differ by this factor, and by more than S
 SPREADS = 3
 
 
-def baselines_apart(a: list[dict[str, str]], b: list[dict[str, str]]) -> list[str]:
+def baselines_apart(a: Sequence[SweepRow], b: Sequence[SweepRow]) -> list[str]:
     """Two sweeps of the same work whose no-preview baselines differ far beyond their spread (0.33 s against
     3.24 s) did not run on like machines or like loads: every figure between them would mislead."""
-    def walls(runs: list[dict[str, str]]) -> dict[str, list[float]]:
+    def walls(runs: Sequence[SweepRow]) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
         for r in steady(runs):
-            if r.get("role") == "baseline":
-                out.setdefault(r["config"], []).append(float(r["wall_s"]))
+            if r.role == "baseline":
+                out.setdefault(r.config.name, []).append(r.record.wall_s)
         return out
     ga, gb = walls(a), walls(b)
     # each run setup's baselines against its namesake ('none/euler/4steps'); pooled when no name is shared
@@ -164,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="how much worse counts: percentage points for overhead_pct, percent otherwise")
     args = p.parse_args(argv)
     try:
-        (ra, _), (rb, _) = read(args.a), read(args.b)
+        ra, rb = read(args.a).runs, read(args.b).runs
     except NotASweep as e:
         print(f"previewlab compare: {e}", file=sys.stderr)
         return 2

@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
+
+from previewlab.bench.rows import SweepRow
 
 NOISE_LIMIT_PCT = 10.0  # baselines whose IQR is over 10 % of their median: the machine was too busy to trust
 LEVEL_PCT = 95.0         # an interval's aim: it holds the true median with at least this probability
@@ -85,29 +87,23 @@ def spread_pct(xs: Sequence[float]) -> float:
     return 100 * (percentile(xs, 75) - percentile(xs, 25)) / statistics.median(xs)
 
 
-def is_steady(r: dict[str, Any]) -> bool:
-    """A run statistics are taken over: neither a warm-up round nor the first run after the model loaded (both
-    kept in runs.csv). `first_run` is 0/1, or "0"/"1" as read back from the CSV."""
-    return bool(r["role"] != "warmup" and not int(r["first_run"]))
-
-
-def pair_overheads(runs: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+def pair_overheads(runs: Sequence[SweepRow]) -> dict[str, list[float]]:
     """Per configuration, each steady run's overhead in percent against the steady baseline right before it
     (the direct call, which runs after a configuration, against the baseline right after it). Runs in the order
     they ran, as runs.csv holds them."""
-    return {cfg: [100 * (float(r["wall_s"]) / float(b["wall_s"]) - 1) for r, b in ps]
+    return {cfg: [100 * (r.record.wall_s / b.record.wall_s - 1) for r, b in ps]
             for cfg, ps in paired(runs).items()}
 
 
-def paired(runs: Sequence[dict[str, Any]]) -> dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]:
+def paired(runs: Sequence[SweepRow]) -> dict[str, list[tuple[SweepRow, SweepRow]]]:
     """Per configuration, each steady run with the steady baseline it is paired with (pair_overheads' rule)."""
-    out: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    out: dict[str, list[tuple[SweepRow, SweepRow]]] = {}
     for i, r in enumerate(runs):
-        if r["role"] not in ("config", "direct") or not is_steady(r):
+        if r.role not in ("config", "direct") or not r.steady:
             continue
-        j = i + 1 if r["role"] == "direct" else i - 1
-        if 0 <= j < len(runs) and runs[j]["role"] == "baseline" and is_steady(runs[j]):
-            out.setdefault(r["config"], []).append((r, runs[j]))
+        j = i + 1 if r.role == "direct" else i - 1
+        if 0 <= j < len(runs) and runs[j].role == "baseline" and runs[j].steady:
+            out.setdefault(r.config.name, []).append((r, runs[j]))
     return out
 
 
@@ -137,14 +133,14 @@ class Noise:
                 f"fewer torch threads than cores (--threads N, with taskset to pin them)")
 
 
-def baseline_noise(runs: Sequence[dict[str, Any]], limit_pct: float = NOISE_LIMIT_PCT) -> Noise | None:
+def baseline_noise(runs: Sequence[SweepRow], limit_pct: float = NOISE_LIMIT_PCT) -> Noise | None:
     """The spread of the steady baselines, per variant and run setup (each has its own `none`, as
     '[float16 ...] none' or 'none/euler/8steps'), the noisiest group named; None with fewer than two baselines
     in any group, where no spread can be judged."""
     groups: dict[str, list[float]] = {}
     for r in runs:
-        if r["role"] == "baseline" and is_steady(r):
-            groups.setdefault(r["config"], []).append(float(r["wall_s"]))
+        if r.role == "baseline" and r.steady:
+            groups.setdefault(r.config.name, []).append(r.record.wall_s)
     judged = [(spread_pct(xs), len(xs), statistics.median(xs), g) for g, xs in groups.items() if len(xs) >= 2]
     if not judged:
         return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import csv
 import html
 import statistics
 import textwrap
@@ -16,46 +15,29 @@ from typing import Any, Sequence
 
 from previewlab.bench.advice import DEFAULT_BUDGET_PCT, of_summary
 from previewlab.bench.noise import Estimate, baseline_noise
+from previewlab.bench.rows import NotASweep, Sweep, SweepRow, read
 from previewlab.bench.summary import overhead_of, steady, summarize
+from previewlab.preview.records import PREVIEW_STAGES
 
-PREVIEW_PARTS = ("decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms", "send_ms", "browser_ms")
-
-
-class NotASweep(ValueError):
-    """A folder that holds no sweep; str() is the line to print after the command's own name."""
+PREVIEW_PARTS = PREVIEW_STAGES + ("send_ms", "browser_ms")
 
 
-def read(folder: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """runs.csv and steps.csv of a sweep folder. Raises NotASweep."""
-    def load(name: str) -> list[dict[str, str]]:
-        p = folder / name
-        if not p.is_file():
-            raise NotASweep(f"{p} not found; give a folder written by previewlab bench --out")
-        with open(p, newline="") as f:
-            return [r for r in csv.DictReader(f) if None not in r.values()]
-    return load("runs.csv"), load("steps.csv")
-
-
-def caption(runs: list[dict[str, str]]) -> str:
+def caption(runs: Sequence[SweepRow]) -> str:
     """Model (synthetic where it is), device, dtype, resolution and steps: carried by every plot."""
-    r = next((x for x in runs if x["role"] != "warmup"), runs[0])
-    synth = "SYNTHETIC " if r["synthetic"] == "1" else ""
-    note = f" ({r['model_note']})" if r.get("model_note") else ""
-    return (f"{synth}{r['model']}{note} | {r['device_name']} {r['dtype']} | {r['width']}x{r['height']} | "
-            f"{r['steps']} steps | torch {r['torch']} diffusers {r['diffusers']}")
+    r = next((x for x in runs if x.role != "warmup"), runs[0]).record
+    m = r.meta
+    synth = "SYNTHETIC " if m.synthetic else ""
+    note = f" ({m.model_note})" if m.model_note else ""
+    return (f"{synth}{m.model}{note} | {r.device_name} {m.dtype} | {m.width}x{m.height} | "
+            f"{m.steps} steps | torch {r.torch} diffusers {r.diffusers}")
 
 
-def parse_config(name: str) -> tuple[str, str, str]:
-    """'taesd/every5/overlap' -> ('taesd', 'every5', 'overlap'); 'none' -> ('none', '', '')."""
-    parts = name.split("] ")[-1].split("/")
-    return (parts + ["", ""])[0], (parts + ["", ""])[1], (parts + ["", "", ""])[2]
-
-
-def figures(runs: list[dict[str, str]], steps: list[dict[str, str]]) -> dict[str, Any]:
+def figures(sweep: Sweep) -> dict[str, Any]:
     """The numbers behind every plot, straight from the CSVs (tests check them against the files)."""
-    summary = summarize(runs, steps)
-    steady_ids = {r["run_id"] for r in steady(runs)}
-    config_of = {r["run_id"]: r["config"] for r in runs}
+    summary = summarize(sweep.runs, sweep.steps)
+    steady_ids = {r.run_id for r in steady(sweep.runs)}
+    config_of = {r.run_id: r.config for r in sweep.runs}
+    configs = {r.config.name: r.config for r in sweep.runs}
     overhead: dict[str, list[tuple[int, Estimate]]] = {}
     intervals: dict[str, Estimate] = {}
     for s in summary:
@@ -63,36 +45,37 @@ def figures(runs: list[dict[str, str]], steps: list[dict[str, str]]) -> dict[str
         if e is None:
             continue
         intervals[s["config"]] = e
-        dec, every, mode = parse_config(s["config"])
-        if every.startswith("every"):
-            rest = s["config"].split("] ")[-1].split("/")[3:]  # target, frames, decode_at, run axes: a line each
-            overhead.setdefault(" ".join([dec, mode, *rest]).strip(), []).append((int(every[5:]), e))
+        c = configs[s["config"]]
+        if c.preview is not None and c.preview.decoder != "none" and c.preview.budget == 0:  # a fixed interval
+            # one line per decoder and mode, and per target, frames, decode_at and run axes where named
+            p = c.preview
+            overhead.setdefault(" ".join([p.decoder, p.mode, *c.axes]).strip(), []).append((p.every, e))
     for line in overhead.values():
         line.sort(key=lambda p: p[0])
     parts: dict[str, dict[str, list[float]]] = {}  # per configuration and part: each preview's ms
     per_step: dict[str, dict[int, list[float]]] = {}
     frame_bytes: dict[str, list[int]] = {}
-    for s in steps:
-        if s["run_id"] not in steady_ids:
+    for st in sweep.steps:
+        s = st.row
+        if s.run_id not in steady_ids:
             continue
-        cfg = config_of.get(s["run_id"], "?")
-        step_ms = float(s["denoise_ms"]) + float(s.get("on_path_ms") or 0)  # the core's own figure
-        per_step.setdefault(cfg, {}).setdefault(int(s["step"]), []).append(step_ms)
-        if s["preview"] != "1":
+        cfg = config_of[s.run_id].name if s.run_id in config_of else "?"
+        per_step.setdefault(cfg, {}).setdefault(s.step, []).append(s.denoise_ms + s.on_path_ms)  # the core's own figure
+        if not s.preview:
             continue
         acc = parts.setdefault(cfg, {k: [] for k in PREVIEW_PARTS})
-        for k in PREVIEW_PARTS[:5]:
-            acc[k].append(float(s[k]))
-        acc["send_ms"].append(float(s.get("send_ms") or 0))
-        acc["browser_ms"].append(float(s.get("client_decode_ms") or 0) + float(s.get("client_paint_ms") or 0))
-        frames = int(s.get("frames") or 1)  # a clip's preview: all its frames in one message
-        label = f"{s['decoder']} {s['encoder']}" + (f" ×{frames} frames" if frames > 1 else "")
-        frame_bytes.setdefault(label, []).append(int(s["bytes"]))
+        for k in PREVIEW_STAGES:
+            acc[k].append(float(getattr(s, k)))
+        acc["send_ms"].append(st.delivery.send_ms or 0.0)
+        acc["browser_ms"].append((st.delivery.client_decode_ms or 0.0) + (st.delivery.client_paint_ms or 0.0))
+        frames = s.frames or 1  # a clip's preview: all its frames in one message
+        label = f"{s.decoder} {s.encoder}" + (f" ×{frames} frames" if frames > 1 else "")
+        frame_bytes.setdefault(label, []).append(s.bytes)
     # each part's median, as the summary's table gives them (a mean is pulled up by one slow preview)
     stacked = {cfg: {k: statistics.median(v[k]) for k in PREVIEW_PARTS} for cfg, v in parts.items()}
     medians = {cfg: {step: statistics.median(v) for step, v in sorted(d.items())} for cfg, d in per_step.items()}
     sizes = {k: statistics.median(v) for k, v in sorted(frame_bytes.items())}
-    return {"summary": summary, "overhead": overhead, "intervals": intervals, "noise": baseline_noise(runs),
+    return {"summary": summary, "overhead": overhead, "intervals": intervals, "noise": baseline_noise(sweep.runs),
             "stacked": stacked, "per_step": medians, "bytes": sizes}
 
 
@@ -272,15 +255,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help=f"the preview overhead the advice keeps under, percent (default {DEFAULT_BUDGET_PCT:g})")
     args = p.parse_args(argv)
     try:
-        runs, steps = read(args.dir)
+        sweep = read(args.dir)
     except NotASweep as e:
         print(f"previewlab report: {e}", file=sys.stderr)
         return 2
-    if not runs:
+    if not sweep.runs:
         print(f"previewlab report: {args.dir}/runs.csv has no runs", file=sys.stderr)
         return 2
-    title = caption(runs)
-    fig = figures(runs, steps)
+    title = caption(sweep.runs)
+    fig = figures(sweep)
     noise = fig["noise"]
     loud = f"NOISY MACHINE (baselines spread {noise.spread_pct:.1f} %) | " if noise is not None and noise.noisy else ""
     images = plot(fig, loud + title, args.dir)  # a plot copied out of the report still says so

@@ -4,20 +4,20 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Sequence
 
-from previewlab.bench.noise import (LEVEL_PCT, Estimate, Noise, estimate, is_steady, pair_overheads, paired,
-                                   percentile)
-from previewlab.preview.records import PREVIEW_STAGES
+from previewlab.bench.noise import LEVEL_PCT, Estimate, Noise, estimate, pair_overheads, paired, percentile
+from previewlab.bench.rows import SweepRow, SweepStep
+from previewlab.preview.records import PREVIEW_STAGES, StepRow
 
 STAGES = ("denoise_ms",) + PREVIEW_STAGES
 __all__ = ["STAGES", "percentile", "steady", "summarize", "overhead_of", "verdict", "table", "mode_ratios"]
 
 
-def steady(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The runs statistics are taken over (noise.is_steady)."""
-    return [r for r in runs if is_steady(r)]
+def steady(runs: Iterable[SweepRow]) -> list[SweepRow]:
+    """The runs statistics are taken over (SweepRow.steady)."""
+    return [r for r in runs if r.steady]
 
 
-def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarize(runs: Iterable[SweepRow], steps: Iterable[SweepStep]) -> list[dict[str, Any]]:
     """One dict per configuration: runs, median wall, per-stage median and p95 over the steps that made a
     preview (denoise over all steps), and the overhead: the median over its interleaved pairs with a bootstrap
     interval (noise.py). Warm-up runs and the first run after load are left out. runs in the order they ran."""
@@ -25,34 +25,32 @@ def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -
     pairs = pair_overheads(ordered)
     with_base = paired(ordered)
     runs = steady(ordered)
-    steady_ids = {r["run_id"] for r in runs}
-    by_cfg: dict[str, list[dict[str, Any]]] = {}
+    steady_ids = {r.run_id for r in runs}
+    by_cfg: dict[str, list[SweepRow]] = {}
     for r in runs:
-        by_cfg.setdefault(r["config"], []).append(r)
-    step_rows: dict[str, list[dict[str, Any]]] = {}
+        by_cfg.setdefault(r.config.name, []).append(r)
+    step_rows: dict[str, list[StepRow]] = {}
     for s in steps:
-        if s["run_id"] in steady_ids:
-            step_rows.setdefault(s["config"], []).append(s)
+        if s.row.run_id in steady_ids:
+            step_rows.setdefault(s.config, []).append(s.row)
     out = []
     for cfg, rs in by_cfg.items():
-        walls = [float(r["wall_s"]) for r in rs]
-        row: dict[str, Any] = {"config": cfg, "runs": len(rs), "wall_s": statistics.median(walls)}
+        row: dict[str, Any] = {"config": cfg, "runs": len(rs), "wall_s": statistics.median(r.record.wall_s for r in rs)}
         srows = step_rows.get(cfg, [])
         for st in STAGES:
-            xs = [float(s[st]) for s in srows if st == "denoise_ms" or int(s["preview"])]
+            xs = [float(getattr(s, st)) for s in srows if st == "denoise_ms" or s.preview]
             row[f"{st}_p50"] = percentile(xs, 50) if xs else 0.0
             row[f"{st}_p95"] = percentile(xs, 95) if xs else 0.0
-        row["previews"] = statistics.median(int(r["previews"]) for r in rs)
-        made = max(1, sum(int(r["previews"]) for r in rs))
-        row["bytes_per_preview"] = sum(int(r["bytes"]) for r in rs) / made  # a clip's preview: all its frames
+        row["previews"] = statistics.median(r.record.previews for r in rs)
+        made = max(1, sum(r.record.previews for r in rs))
+        row["bytes_per_preview"] = sum(r.record.bytes for r in rs) / made  # a clip's preview: all its frames
         # a clip's previews send several frames each; older CSVs have no frames_sent: one frame per preview
-        row["frames_per_preview"] = sum(int(r.get("frames_sent") or r["previews"]) for r in rs) / made
-        per_frame = [float(s["decode_ms_per_frame"]) for s in srows if int(s["preview"]) and s.get("decode_ms_per_frame")]
+        row["frames_per_preview"] = sum(r.record.frames_sent or r.record.previews for r in rs) / made
+        per_frame = [s.decode_ms_per_frame for s in srows if s.preview and s.decode_ms_per_frame]
         row["decode_ms_per_frame_p50"] = percentile(per_frame, 50) if per_frame else row["decode_ms_p50"]
         ov = estimate(pairs[cfg]) if pairs.get(cfg) else None
         # the baseline right after a direct call, against it: the engine's own cost over the bare pipeline
-        vs_direct = [float(r["pair_overhead_pct"]) for r in rs
-                     if r["role"] == "baseline" and r.get("pair_overhead_pct") not in (None, "")]
+        vs_direct = [r.pair_overhead_pct for r in rs if r.role == "baseline" and r.pair_overhead_pct is not None]
         direct = estimate(vs_direct) if vs_direct else None
         for key, e in (("overhead", ov), ("vs_direct", direct)):
             row[f"{key}_pct"] = None if e is None else e.value
@@ -66,42 +64,35 @@ def summarize(runs: Iterable[dict[str, Any]], steps: Iterable[dict[str, Any]]) -
     return out
 
 
-def _num(r: dict[str, Any], key: str) -> float | None:
-    x = r.get(key)
-    return None if x in (None, "") else float(x)
+def _per_step(r: SweepRow) -> float:
+    return r.record.denoise_ms / max(1, _steps(r))
 
 
-def _per_step(r: dict[str, Any]) -> float | None:
-    ms = _num(r, "denoise_ms")
-    return None if ms is None else ms / max(1, _steps(r))
-
-
-def _steps(r: dict[str, Any]) -> int:
+def _steps(r: SweepRow) -> int:
     """The steps a run did (older CSVs: the steps asked)."""
-    return int(r.get("steps_run") or r.get("steps") or 0)
+    return r.record.steps_run or r.record.meta.steps
 
 
-def _beside(runs: list[dict[str, Any]], steps: list[dict[str, Any]],
-            pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+def _beside(runs: list[SweepRow], steps: list[StepRow], pairs: list[tuple[SweepRow, SweepRow]]) -> dict[str, Any]:
     """A configuration's settings (from its first run), and what its runs cost beside their baselines: the
     denoising's slowdown per step (median over the pairs), each preview's memory rise over its step (median,
     most), the runs' peak and its rise over the baseline beside each run (median), the device's busy share."""
-    mems = [m for s in steps if int(s["preview"]) and (m := _num(s, "mem_mb")) is not None]
-    peaks = [p for r in runs if (p := _num(r, "peak_mem_mb"))]
-    over = [p - b for r, base in pairs if (p := _num(r, "peak_mem_mb")) and (b := _num(base, "peak_mem_mb"))]
-    busy = [b for r in runs if (b := _num(r, "busy_pct")) is not None]
-    slower = [a - b for r, base in pairs if (a := _per_step(r)) is not None and (b := _per_step(base)) is not None]
-    first = runs[0]
-    return {"decoder": first.get("decoder", ""), "every": int(first.get("every") or 0),
-            "budget": _num(first, "budget") or 0.0, "preview_max": int(first.get("preview_max") or 0),
-            "mode": first.get("mode", ""), "steps": statistics.median(_steps(r) for r in runs),
+    mems = [s.mem_mb for s in steps if s.preview]
+    peaks = [p for r in runs if (p := r.record.peak_mem_mb)]
+    over = [p - b for r, base in pairs if (p := r.record.peak_mem_mb) and (b := base.record.peak_mem_mb)]
+    busy = [b for r in runs if (b := r.record.busy_pct) is not None]
+    slower = [_per_step(r) - _per_step(base) for r, base in pairs]
+    first = runs[0].record.meta.preview
+    return {"decoder": first.decoder, "every": first.every, "budget": first.budget, "preview_max": first.preview_max,
+            "mode": first.mode, "steps": statistics.median(_steps(r) for r in runs),
             # the denoising's slowdown counts only as a finding: its pairs' interval must not hold 0
             "slower_ms_per_step": e.value if (e := estimate(slower) if slower else None) and e.has_interval
-            and not e.within_noise else None,"mem_mb_p50": percentile(mems, 50) if mems else None, "mem_mb_max": max(mems) if mems else None,
+            and not e.within_noise else None, "mem_mb_p50": percentile(mems, 50) if mems else None,
+            "mem_mb_max": max(mems) if mems else None,
             "peak_mem_mb": statistics.median(peaks) if peaks else None,
             "mem_over_mb": statistics.median(over) if over else None,
             "busy_pct": statistics.median(busy) if busy else None,
-            "mem_source": next((str(r.get("mem_source") or "") for r in runs), "")}
+            "mem_source": next((r.record.mem_source for r in runs), "")}
 
 
 def overhead_of(row: dict[str, Any], key: str = "overhead") -> Estimate | None:

@@ -5,7 +5,6 @@ here, so a configuration's overhead is always summary.py's (each run against the
 """
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 import time
@@ -20,16 +19,15 @@ from previewlab.preview.engine import (Phases, Previewer, Run, RunContext, clip_
                                       run_record, save_image)
 from previewlab.preview.models import Model
 from previewlab.preview.csv_writer import CsvAppender
-from previewlab.preview.records import RUN_COLUMNS, STEP_COLUMNS
+from previewlab.bench.rows import (RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, Config, Role, Sweep, SweepRow, SweepStep,
+                                  read)
+from previewlab.preview.run_ids import PROCESS_IDS
 from previewlab.preview.decoders import DecoderName
 from previewlab.preview.names import DecodeAt, FrameChoice
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
 from previewlab.preview.targets import Target
 
-SWEEP_COLUMNS = ("config", "role", "repeat")
-RUNS_CSV_COLUMNS = SWEEP_COLUMNS + RUN_COLUMNS + ("overhead_pct", "pair_overhead_pct")
-STEPS_CSV_COLUMNS = SWEEP_COLUMNS + STEP_COLUMNS
-Slot = tuple[str, int, PreviewSettings | None, Setup]  # role, repeat, preview settings (None: a direct call), run setup
+Slot = tuple[Role, int, PreviewSettings | None, Setup]  # role, repeat, preview settings (None: a direct call), run setup
 
 
 @dataclass(frozen=True)
@@ -183,22 +181,21 @@ def capped(slots: Iterable[Slot], plan: Plan, log: Callable[[str], Any] | None =
 
 
 def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any] | None = None,
-              label: str = "", log: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:
+              label: str = "", log: Callable[[str], Any] | None = None) -> list[SweepRow]:
     """Runs the plan, appending each finished run to out/runs.csv and out/steps.csv. Returns the run rows.
     label prefixes the configuration names (a model variant: dtype, offload, compile, channels-last; a GPU check
     row's model). log hears the repeats as they end (capped)."""
     previewer = Previewer(model, plan.compile)  # decoders (and their compiled forms) live for the sweep
     out.mkdir(parents=True, exist_ok=True)
     runs_csv, steps_csv = CsvAppender(out / "runs.csv", RUNS_CSV_COLUMNS), CsvAppender(out / "steps.csv", STEPS_CSV_COLUMNS)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
     baselines: dict[Setup, list[float]] = {}  # each setup's own: a preview's overhead is a share of its run
     last_baseline: float | None = None
-    results: list[dict[str, Any]] = []
+    results: list[SweepRow] = []
     schedulers = schedulers_for(model.pipe, plan.schedulers, plan.steps or (plan.settings.steps,))
     back = as_now(model.pipe, bool(plan.schedulers), bool(plan.vaes))
     try:
         for n, (role, rep, p, setup) in enumerate(capped(plan.schedule(), plan, log)):
-            run_id = f"{stamp}-{n:04d}"
+            run_id = PROCESS_IDS.new()  # the one scheme: ids sort in start order, across sweeps of one process
             use(model.pipe, setup, schedulers)
             settings = replace(plan.settings, steps=setup.steps or plan.settings.steps)
             settings = settings if p is None else replace(settings, preview=p)
@@ -218,15 +215,16 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
             elif role in ("config", "direct") and baselines.get(setup):
                 overhead = 100 * (wall / statistics.median(baselines[setup]) - 1)
                 pair = 100 * (wall / last_baseline - 1) if last_baseline else None
-            extra = {"config": label + plan.name(p, model.space.video, setup), "role": role, "repeat": rep}
+            r = run.record
+            config = Config(label + plan.name(p, model.space.video, setup), r.decoder, r.every, r.budget, r.mode)
             if role == "direct":  # the engine's own cost: decoder none against the bare call that follows
                 last_baseline = None
-            row = {**extra, **run.record.__dict__, "overhead_pct": overhead, "pair_overhead_pct": pair}
-            if role == "baseline" and results and results[-1]["role"] == "direct":
-                d = results[-1]  # pair the direct call with the none run right after it
-                row["pair_overhead_pct"] = 100 * (wall / d["wall_s"] - 1)
-            steps_csv.append(run.rows, extra)  # rows first: a run listed in runs.csv has all its rows
-            runs_csv.append([row])
+            if role == "baseline" and results and results[-1].role == "direct":
+                # pair the direct call with the none run right after it
+                pair = 100 * (wall / results[-1].record.wall_s - 1)
+            row = SweepRow(config, role, rep, r, overhead, pair)
+            steps_csv.append(SweepStep(config.name, role, rep, s).to_row() for s in run.rows)  # rows first: a
+            runs_csv.append([row.to_row()])                                  # run in runs.csv has all its rows
             results.append(row)
             if progress:
                 progress(1)
@@ -237,15 +235,10 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
     return results
 
 
-def read_back(out: Path, runs: Sequence[dict[str, Any]]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+def read_back(out: Path, runs: Sequence[SweepRow]) -> Sweep:
     """These runs and their step rows as out/runs.csv and out/steps.csv hold them, in the order they ran. Every
     figure is taken from the CSVs, as report and compare read them: one figure, the same everywhere."""
-    ids = {(r["run_id"], r["config"]) for r in runs}
-    with open(out / "runs.csv", newline="") as f:
-        read = [r for r in csv.DictReader(f) if (r["run_id"], r["config"]) in ids]
-    with open(out / "steps.csv", newline="") as f:
-        steps = [r for r in csv.DictReader(f) if (r["run_id"], r["config"]) in ids]
-    return read, steps
+    return read(out).only(r.run_id for r in runs)
 
 
 def traced_run(model: Model, plan: Plan, out: Path, kind: str, label: str = "") -> dict[str, Any]:
@@ -261,7 +254,7 @@ def traced_run(model: Model, plan: Plan, out: Path, kind: str, label: str = "") 
     back = as_now(model.pipe, bool(plan.schedulers), bool(plan.vaes))
     use(model.pipe, setup, schedulers_for(model.pipe, plan.schedulers[:1], (settings.steps,)))
     out.mkdir(parents=True, exist_ok=True)
-    rid = time.strftime("%Y%m%dT%H%M%S") + f"-{kind}"
+    rid = PROCESS_IDS.new()
     try:
         if kind == "trace":
             from torch.profiler import ProfilerActivity, profile

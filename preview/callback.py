@@ -34,7 +34,7 @@ from .models.video_presets import clip_defaults
 from .previewer import Previewer
 from .records import STEP_COLUMNS, RunRecord, StepRow
 from .run import RunEnd, RunEvents, RunMeta
-from .run_ids import SCRIPT_IDS
+from .run_ids import PROCESS_IDS
 from .script_pipe import call_inputs, model_of, script_call
 from .steps import CallbackSteps, Source, Step, StepTap, chunked, source_of
 from .stopwatch import Stopwatch
@@ -189,7 +189,7 @@ class Watch(PipelineCallback):
             self._close_call()
         # the store's id where a server shows the run (serve(watch)), else the same scheme within the process
         new_id = getattr(self.events, "new_id", None)
-        self.run_id = new_id() if callable(new_id) else SCRIPT_IDS.new()
+        self.run_id = new_id() if callable(new_id) else PROCESS_IDS.new()
         events, rid = self.events, self.run_id
         asked, timesteps = script_call(self.model, step, self.step_tap.sched, self.controls.get(), self.fps,
                                        self.settings.size, self._latent_hw)

@@ -52,4 +52,4 @@ class RunIds:
             return rid
 
 
-SCRIPT_IDS = RunIds()  # a watch without a server: its runs are ordered within the process
+PROCESS_IDS = RunIds()  # runs without a data folder (a watch without a server, the bench): ordered in the process

@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 
 from previewlab.bench.gpu.measure import Measured
+from previewlab.preview.records import RunRecord
 
 HEAD = ["check (A / B)", "ratio", "figure", "previews A/B", "skipped A/B"]
 NOTE = ("ratio: 1 + the overhead (wall time), or as said; previews, skipped: median per run (B: the baselines, or "
@@ -17,7 +18,12 @@ NOTE = ("ratio: 1 + the overhead (wall time), or as said; previews, skipped: med
 
 
 def _counts(m: Measured, a: str, b: str) -> list[str]:
-    return [f"{m.median(a, 'previews')}/{m.median(b, 'previews')}", f"{m.median(a, 'skipped')}/{m.median(b, 'skipped')}"]
+    def previews(r: RunRecord) -> float:
+        return r.previews
+
+    def skipped(r: RunRecord) -> float:
+        return r.skipped
+    return [f"{m.median(a, previews)}/{m.median(b, previews)}", f"{m.median(a, skipped)}/{m.median(b, skipped)}"]
 
 
 def wall_row(label: str, m: Measured, arm: str) -> list[str]:
@@ -50,7 +56,7 @@ def image_rows(m: Measured, nvjpeg_why: str) -> list[list[str]]:
         rows.append([label, "-", f"not run: {nvjpeg_why}", "-", "-"])
     else:
         (nv_ms, nv_b), (tj_ms, tj_b) = _per_preview(m, "nvjpeg/sync"), _per_preview(m, "turbojpeg/sync")
-        rows.append([label, f"{nv_ms / tj_ms:.3f}", f"{nv_ms:.2f} vs {tj_ms:.2f} ms ({m.runs['turbojpeg/sync'][0]['encoder']}), "
+        rows.append([label, f"{nv_ms / tj_ms:.3f}", f"{nv_ms:.2f} vs {tj_ms:.2f} ms ({m.runs['turbojpeg/sync'][0].record.encoder}), "
                      f"bytes/frame x{nv_b / max(tj_b, 1):.2f}"] + _counts(m, "nvjpeg/sync", "turbojpeg/sync"))
     label = "nvjpeg every step, overlap / no previews"
     if nvjpeg_why:
@@ -69,7 +75,7 @@ def clip_rows(m: Measured, label: str) -> list[list[str]]:
     for arm, what in (("taesd/first", "taesd first frame"), ("taesd/all", "taesd whole clip"),
                       ("latent2rgb/all", "latent2rgb whole clip")):
         row = wall_row(f"{label}: {what} every step, overlap / no previews", m, arm)
-        row[2] += f", decode {m.summary[arm]['decode_ms_p50']:.1f} ms/preview, {m.median(arm, 'frames_sent')} frames sent"
+        row[2] += f", decode {m.summary[arm]['decode_ms_p50']:.1f} ms/preview, {m.median(arm, lambda r: r.frames_sent)} frames sent"
         rows.append(row)
     return rows
 
@@ -89,9 +95,8 @@ def _taesd(m: Measured, arm: str) -> tuple[float, float, str]:
     rows = m.preview_steps(arm, "taesd")
     if not rows:
         raise ValueError(f"{arm}: no taesd preview was made")
-    sizes = sorted({f"{r['decode_width']}x{r['decode_height']}" for r in rows})
-    return (statistics.median(float(r["decode_ms"]) for r in rows),
-            statistics.median(float(r["on_path_ms"]) for r in rows), "/".join(sizes))
+    sizes = sorted({f"{r.decode_width}x{r.decode_height}" for r in rows})
+    return statistics.median(r.decode_ms for r in rows), statistics.median(r.on_path_ms for r in rows), "/".join(sizes)
 
 
 def missing(label: str, what: str, e: Exception) -> list[str]:

@@ -13,12 +13,13 @@ from typing import Any, Callable
 
 from previewlab.bench.gpu.arms import Setup
 from previewlab.bench.noise import Estimate
+from previewlab.bench.rows import SweepRow
 from previewlab.bench.summary import overhead_of, steady, summarize
 from previewlab.bench.sweep import Plan, read_back, run_sweep
 from previewlab.preview.models import Model
+from previewlab.preview.records import RunRecord, StepRow
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
-Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,9 @@ class Measured:
     """One sweep of the check's arms, keyed by arm name ('none': the baselines, 'direct': the bare call): the
     summary's row of each (summary.summarize over the CSVs), and each one's steady runs and their step rows as
     runs.csv and steps.csv hold them."""
-    summary: dict[str, Row]
-    runs: dict[str, list[Row]]
-    steps: dict[str, list[Row]]
+    summary: dict[str, dict[str, Any]]
+    runs: dict[str, list[SweepRow]]
+    steps: dict[str, list[StepRow]]
 
     def overhead(self, arm: str, key: str = "overhead") -> Estimate:
         """The arm's overhead in percent as summary.txt states it (key "vs_direct": the baseline's against the
@@ -38,22 +39,22 @@ class Measured:
             raise ValueError(f"{arm}: no {key} figure in this sweep")
         return e
 
-    def median(self, arm: str, field: str) -> str:
-        """The median over the arm's steady runs of a runs.csv column ('previews', 'skipped', 'frames_sent')."""
-        return f"{statistics.median(float(r[field] or 0) for r in self.runs[arm]):g}"
+    def median(self, arm: str, of: Callable[[RunRecord], float]) -> str:
+        """The median over the arm's steady runs of a figure of their records (previews, skipped, frames sent)."""
+        return f"{statistics.median(of(r.record) for r in self.runs[arm]):g}"
 
-    def preview_steps(self, arm: str, decoder: str) -> list[Row]:
+    def preview_steps(self, arm: str, decoder: str) -> list[StepRow]:
         """The arm's steady step rows that made a preview with this decoder (not a fallback's)."""
-        return [s for s in self.steps.get(arm, []) if int(s["preview"]) and s["decoder"] == decoder]
+        return [s for s in self.steps.get(arm, []) if s.preview and s.decoder == decoder]
 
     @property
     def repeats(self) -> int:
         """The repeats measured: a time bound may have stopped the sweep short of the repeats asked."""
-        return max((int(r["repeat"]) for rs in self.runs.values() for r in rs), default=0)
+        return max((r.repeat for rs in self.runs.values() for r in rs), default=0)
 
     def encoders(self) -> list[str]:
         """The JPEG encoders that ran, as the runs recorded them."""
-        return sorted({str(r["encoder"]) for rs in self.runs.values() for r in rs if r["encoder"]})
+        return sorted({r.record.encoder for rs in self.runs.values() for r in rs if r.record.encoder})
 
 
 def measure(model: Model, setup: Setup, base: RunSettings, arms: dict[str, PreviewSettings], out: Path,
@@ -64,17 +65,17 @@ def measure(model: Model, setup: Setup, base: RunSettings, arms: dict[str, Previ
     configuration named label + arm, so a row that fails still leaves the rows it ran."""
     plan = Plan(base, (), (), repeats=setup.repeats, warmup=1, direct=direct, arms=tuple(arms.items()),
                 alternate=True, runs_s=setup.runs_s)
-    runs, steps = read_back(out, run_sweep(model, plan, out, label=label, log=log))
-    kept = steady(runs)
-    ids = {r["run_id"] for r in kept}
+    sweep = read_back(out, run_sweep(model, plan, out, label=label, log=log))
+    kept = steady(sweep.runs)
+    ids = {r.run_id for r in kept}
 
-    def arm(r: Row) -> str:
-        return str(r["config"]).removeprefix(label)
-    by_run: dict[str, list[Row]] = {}
+    def arm(config: str) -> str:
+        return config.removeprefix(label)
+    by_run: dict[str, list[SweepRow]] = {}
     for r in kept:
-        by_run.setdefault(arm(r), []).append(r)
-    by_step: dict[str, list[Row]] = {}
-    for s in steps:
-        if s["run_id"] in ids:
-            by_step.setdefault(arm(s), []).append(s)
-    return Measured({arm(r): r for r in summarize(runs, steps)}, by_run, by_step)
+        by_run.setdefault(arm(r.config.name), []).append(r)
+    by_step: dict[str, list[StepRow]] = {}
+    for s in sweep.steps:
+        if s.row.run_id in ids:
+            by_step.setdefault(arm(s.config), []).append(s.row)
+    return Measured({arm(r["config"]): r for r in summarize(sweep.runs, sweep.steps)}, by_run, by_step)

@@ -1,0 +1,128 @@
+"""A sweep's rows as records: each run (SweepRow) and each step (SweepStep) with the configuration it ran.
+
+runs.csv and steps.csv hold them; `to_row` writes one line and `from_row` reads one back, the only place a
+sweep's cells become numbers. `read` loads a sweep folder for the summary, the report and compare.
+"""
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from previewlab.preview.records import RUN_COLUMNS, STEP_COLUMNS, RunRecord, StepRow, cell_float
+from previewlab.preview.settings import PreviewSettings
+
+Role = Literal["warmup", "baseline", "config", "direct"]
+SWEEP_COLUMNS = ("config", "role", "repeat")
+RUNS_CSV_COLUMNS = SWEEP_COLUMNS + RUN_COLUMNS + ("overhead_pct", "pair_overhead_pct")
+STEPS_CSV_COLUMNS = SWEEP_COLUMNS + STEP_COLUMNS
+
+
+class NotASweep(ValueError):
+    """A folder that holds no sweep; str() is the line to print after the command's own name."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a run of a sweep ran: its name in the CSVs and the summary ('[float16] taesd/every5/overlap/euler'),
+    and the preview settings at its start (None: the bare diffusers call, role direct)."""
+    name: str
+    preview: PreviewSettings | None
+
+    @property
+    def label(self) -> str:
+        """The model variant's prefix ('[float16 ...] '), or ''."""
+        head, sep, _ = self.name.rpartition("] ")
+        return head + sep
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """The name's parts after decoder/interval/mode: the target, frames and decode_at where named, then the
+        run setup's axes (scheduler, steps, VAE mode)."""
+        return tuple(self.name.removeprefix(self.label).split("/")[3:])
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One run of a sweep: its configuration, its role in the interleaving, its repeat and its record; the
+    overheads the sweep wrote beside it (percent against the setup's baselines' median, and against the
+    baseline paired with it), None where it has none."""
+    config: Config
+    role: Role
+    repeat: int
+    record: RunRecord
+    overhead_pct: float | None = None
+    pair_overhead_pct: float | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    @property
+    def steady(self) -> bool:
+        """A run statistics are taken over: neither a warm-up round nor the first run after the model loaded
+        (both kept in runs.csv)."""
+        return self.role != "warmup" and not self.record.first_run
+
+    def to_row(self) -> dict[str, Any]:
+        return {"config": self.config.name, "role": self.role, "repeat": self.repeat, **self.record.to_row(),
+                "overhead_pct": self.overhead_pct, "pair_overhead_pct": self.pair_overhead_pct}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, str]) -> SweepRow:
+        record = RunRecord.from_row(row)
+        role = _role(row.get("role", ""))
+        return cls(Config(row.get("config", ""), None if role == "direct" else record.meta.preview), role,
+                   int(row.get("repeat") or 0), record, cell_float(row.get("overhead_pct")),
+                   cell_float(row.get("pair_overhead_pct")))
+
+
+@dataclass(frozen=True)
+class SweepStep:
+    """One step of a run of a sweep, with its run's configuration name and role."""
+    config: str
+    role: Role
+    repeat: int
+    row: StepRow
+
+    def to_row(self) -> dict[str, Any]:
+        return {"config": self.config, "role": self.role, "repeat": self.repeat, **self.row.to_row()}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, str]) -> SweepStep:
+        return cls(row.get("config", ""), _role(row.get("role", "")), int(row.get("repeat") or 0),
+                   StepRow.from_row(row))
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep folder's runs, in the order they ran, and their steps."""
+    runs: tuple[SweepRow, ...]
+    steps: tuple[SweepStep, ...]
+
+    def only(self, ids: Iterable[str]) -> Sweep:
+        """The runs (and their steps) whose ids are given: one invocation's, in a folder several appended to."""
+        keep = set(ids)
+        return Sweep(tuple(r for r in self.runs if r.run_id in keep),
+                     tuple(s for s in self.steps if s.row.run_id in keep))
+
+
+def read(folder: Path) -> Sweep:
+    """runs.csv and steps.csv of a sweep folder. A line cut short (a sweep killed while writing) is left out.
+    Raises NotASweep."""
+    def lines(name: str) -> list[dict[str, str]]:
+        p = folder / name
+        if not p.is_file():
+            raise NotASweep(f"{p} not found; give a folder written by previewlab bench --out")
+        with open(p, newline="") as f:
+            return [r for r in csv.DictReader(f) if None not in r.values()]
+    return Sweep(tuple(SweepRow.from_row(r) for r in lines("runs.csv")),
+                 tuple(SweepStep.from_row(r) for r in lines("steps.csv")))
+
+
+def _role(name: str) -> Role:
+    if name not in ("warmup", "baseline", "config", "direct"):
+        raise ValueError(f"role {name!r} is not one of warmup, baseline, config, direct")
+    return cast(Role, name)
