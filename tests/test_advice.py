@@ -5,16 +5,17 @@ from __future__ import annotations
 import itertools
 
 from previewlab.bench.advice import of_summary, rank
+from previewlab.bench.rows import SweepRow, SweepStep
 from previewlab.bench.summary import summarize
 
 STEPS = 10
 
 
-def sweep(configs: dict[str, dict], base_walls: list[float], repeats: int = 6) -> tuple[list[dict], list[dict]]:
+def sweep(configs: dict[str, dict], base_walls: list[float], repeats: int = 6) -> tuple[list[SweepRow], list[SweepStep]]:
     """A sweep run A B A B: each config's run beside a baseline. configs: name -> decoder, every, preview_max,
     walls (one per repeat, s) and each preview's stage ms."""
-    runs: list[dict] = []
-    steps: list[dict] = []
+    runs: list[SweepRow] = []
+    steps: list[SweepStep] = []
     ids = itertools.count()
     walls = itertools.cycle(base_walls)
 
@@ -22,18 +23,18 @@ def sweep(configs: dict[str, dict], base_walls: list[float], repeats: int = 6) -
             stage: dict | None = None) -> None:
         rid = f"r{next(ids)}"
         made = 0 if decoder == "none" else STEPS // every
-        runs.append(dict(run_id=rid, config=config, role=role, first_run="0", wall_s=str(wall), previews=str(made),
+        runs.append(SweepRow.from_row(dict(run_id=rid, config=config, role=role, first_run="0", wall_s=str(wall), previews=str(made),
                          bytes=str(made * 9000), decoder=decoder, every=str(every), budget="0.0",
                          preview_max=str(preview_max), mode="sync", steps=str(STEPS), steps_run=str(STEPS),
-                         denoise_ms=str(100.0 * STEPS), peak_mem_mb="500.0", busy_pct="90.0"))
+                         denoise_ms=str(100.0 * STEPS), peak_mem_mb="500.0", busy_pct="90.0")))
         for i in range(STEPS):
             shown = decoder != "none" and i % every == 0
             s = stage if shown and stage else {}
-            steps.append(dict(run_id=rid, config=config, preview=str(int(shown)), denoise_ms="100.0",
+            steps.append(SweepStep.from_row(dict(run_id=rid, config=config, role=role, preview=str(int(shown)), denoise_ms="100.0",
                               decode_ms=str(s.get("decode", 0.0)), resize_ms=str(s.get("resize", 0.0)),
                               sync_ms="0.0", transfer_ms=str(s.get("transfer", 0.0)),
                               encode_ms=str(s.get("encode", 0.0)), decode_ms_per_frame=str(s.get("decode", 0.0)),
-                              mem_mb="1.0" if shown else "0.0"))
+                              mem_mb="1.0" if shown else "0.0")))
 
     for r in range(repeats):
         for name, c in configs.items():

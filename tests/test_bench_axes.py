@@ -17,6 +17,7 @@ from previewlab.bench.axes import AxisError, schedulers_for
 from previewlab.bench.compare import baselines_apart
 from previewlab.bench.noise import baseline_noise
 from previewlab.bench.summary import mode_ratios
+from previewlab.bench.rows import SweepRow
 from previewlab.bench.sweep import Plan, run_sweep
 from previewlab.preview import decoders
 from previewlab.preview.settings import PreviewSettings, RunSettings
@@ -153,9 +154,9 @@ def test_the_float32_decoder_copy_tiles_and_slices_as_the_vae_would(tiny):
     assert decoders.vae_memory(tiny.pipe) == ""
 
 
-def _run(cfg: str, wall: float, role: str) -> dict[str, Any]:
-    return {"run_id": f"{cfg}-{wall}", "config": cfg, "role": role, "first_run": 0, "wall_s": wall,
-            "pair_overhead_pct": ""}
+def _run(cfg: str, wall: float, role: str) -> SweepRow:
+    return SweepRow.from_row({"run_id": f"{cfg}-{wall}", "config": cfg, "role": role, "first_run": "0",
+                              "wall_s": str(wall), "pair_overhead_pct": ""})
 
 
 def test_the_noise_line_compare_and_mode_ratios_read_each_setups_baseline():
@@ -166,7 +167,8 @@ def test_the_noise_line_compare_and_mode_ratios_read_each_setups_baseline():
     assert "the 3 no-preview baselines of none/euler/30steps (the noisiest of 2 groups) spread" in noise.line()
     # the two step counts' baselines lie far apart, yet each is like its namesake in the other sweep
     assert baselines_apart(runs, runs) == []
-    slow = [dict(r, wall_s=r["wall_s"] * 3) if r["config"] == "none/euler/4steps" else r for r in runs]
+    slow = [_run(r.config.name, r.record.wall_s * 3, r.role) if r.config.name == "none/euler/4steps" else r
+            for r in runs]
     assert baselines_apart(runs, slow)[0].startswith("the no-preview baselines of none/euler/4steps differ x3.0")
     row = {"overhead_pct": 10.0, "overhead_n": 6, "overhead_lo": 8.0, "overhead_hi": 12.0, "overhead_level_pct": 96.9}
     ratios = mode_ratios([dict(row, config="vae/every1/sync/euler/4steps"),

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from previewlab.bench.noise import NOISE_LIMIT_PCT, baseline_noise, estimate, pair_overheads
+from previewlab.bench.rows import SweepRow
 from previewlab.bench.summary import overhead_of, summarize, table
 
 
@@ -38,9 +39,9 @@ def test_an_interval_that_holds_0_is_within_noise():
     assert estimate([3.0, 1.0, 4.0]).signed() == "+3.0 % [+1.0, +4.0] (75 %)"  # too few for 95 %: says its level
 
 
-def _r(rid: str, config: str, wall: float, role: str = "config", first: str = "0") -> dict[str, str]:
-    return dict(run_id=rid, role=role, first_run=first, config=config, wall_s=str(wall), previews="1", bytes="0",
-                pair_overhead_pct="")
+def _r(rid: str, config: str, wall: float, role: str = "config", first: str = "0") -> SweepRow:
+    return SweepRow.from_row(dict(run_id=rid, role=role, first_run=first, config=config, wall_s=str(wall),
+                                  previews="1", bytes="0", pair_overhead_pct=""))
 
 
 def test_each_run_pairs_with_the_baseline_beside_it():

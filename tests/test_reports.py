@@ -12,7 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from previewlab.bench.compare import compare, per_config
-from previewlab.bench.report import draw_breakdown, draw_noise, draw_overhead, draw_per_step, figures, read, titled
+from previewlab.bench.report import draw_breakdown, draw_noise, draw_overhead, draw_per_step, figures, titled
+from previewlab.bench.rows import Sweep, SweepRow, SweepStep, read
 from tests.conftest import previewlab, SAME_ORIGIN
 
 
@@ -40,30 +41,32 @@ def test_report_writes_html_and_plots_whose_figures_match_the_csvs(sweep):
     assert 'src="http' not in html and 'href="http' not in html  # self-contained: nothing to fetch
     assert "SYNTHETIC synthetic:tiny" in html and "64x64" in html and "4 steps" in html and "float32" in html
 
-    runs, steps = read(sweep)
-    fig = figures(runs, steps)
+    fig = figures(read(sweep))
     assert sorted(dict(fig["overhead"]["vae sync"])) == [1, 2] and "latent2rgb/every2/overlap" in fig["stacked"]
 
 
 # Hand-written rows, as read back from runs.csv and steps.csv (every value a string), in the order they ran: each
 # configuration right after a no-preview baseline of 1.0 s. Each figure's expected value is stated; the warm-up
 # run and the first run after load carry values far off, so counting them in any figure moves it.
-def _run(rid: str, config: str, wall: float, role: str = "config", first: str = "0") -> dict[str, str]:
-    return dict(run_id=rid, role=role, first_run=first, config=config, wall_s=str(wall), previews="1", bytes="0",
-                overhead_pct="", pair_overhead_pct="")
+def _run(rid: str, config: str, wall: float, role: str = "config", first: str = "0") -> SweepRow:
+    decoder, every, mode = (config.split("/") + ["every1", "sync"])[:3]  # what the name says, as a sweep writes both
+    return SweepRow.from_row(dict(run_id=rid, role=role, first_run=first, config=config, wall_s=str(wall),
+                                  previews="1", bytes="0", overhead_pct="", pair_overhead_pct="", decoder=decoder,
+                                  every=every.removeprefix("every"), mode=mode))
 
 
 def _step(rid: str, config: str, step: int, denoise: float, decode: float = 0.0, nbytes: int = 0,
-          decoder: str = "vae") -> dict[str, str]:
-    return dict(run_id=rid, config=config, step=str(step), preview="1", denoise_ms=str(denoise), on_path_ms="5",
-                decode_ms=str(decode), sync_ms="0", transfer_ms="0", resize_ms="0", encode_ms="0", send_ms="",
-                client_decode_ms="", client_paint_ms="", decoder=decoder, encoder="turbojpeg", bytes=str(nbytes))
+          decoder: str = "vae") -> SweepStep:
+    return SweepStep.from_row(dict(
+        run_id=rid, config=config, role="config", step=str(step), preview="1", denoise_ms=str(denoise), on_path_ms="5",
+        decode_ms=str(decode), sync_ms="0", transfer_ms="0", resize_ms="0", encode_ms="0", send_ms="",
+        client_decode_ms="", client_paint_ms="", decoder=decoder, encoder="turbojpeg", bytes=str(nbytes)))
 
 
 V1, V2, L2 = "vae/every1/sync", "vae/every2/sync", "latent2rgb/every2/overlap"
 
 
-def _pairs(*runs: tuple[str, str, float]) -> list[dict[str, str]]:
+def _pairs(*runs: tuple[str, str, float]) -> list[SweepRow]:
     out = []
     for rid, cfg, wall in runs:
         out += [_run(f"base-{rid}", "none", 1.0, role="baseline"), _run(rid, cfg, wall)]
@@ -78,10 +81,11 @@ STEPS = [_step("w", V1, 1, 100, nbytes=5000), _step("f", V1, 1, 200, nbytes=7000
          _step("d", V2, 2, 10, nbytes=400), _step("e", V2, 2, 10, nbytes=500),
          _step("wl", L2, 2, 10, decode=100, decoder="latent2rgb"), _step("g", L2, 2, 10, decode=2, decoder="latent2rgb"),
          _step("g", L2, 4, 10, decode=4, decoder="latent2rgb")]
+SWEEP = Sweep(tuple(RUNS), tuple(STEPS))
 
 
 def test_figures_leave_out_warmup_and_first_runs():
-    fig = figures(RUNS, STEPS)
+    fig = figures(SWEEP)
     # the pairs' medians: of +10, +20, +60 % and of +4, +6 %
     assert [(n, round(e.value, 6)) for n, e in fig["overhead"]["vae sync"]] == [(1, 20.0), (2, 5.0)]
     assert fig["bytes"]["vae turbojpeg"] == 300                  # the median of 100, 300, 200, 400, 500
@@ -105,7 +109,7 @@ def test_the_interval_axis_is_categorical_and_the_banner_fits():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig = figures(RUNS, STEPS)
+    fig = figures(SWEEP)
     f, ax = plt.subplots(figsize=(7, 4.4))
     draw_overhead(ax, fig)
     assert ax.get_xscale() == "linear"
@@ -124,7 +128,7 @@ def test_the_noise_plot_greys_what_is_within_noise():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig = figures(RUNS, STEPS)
+    fig = figures(SWEEP)
     f, ax = plt.subplots()
     draw_noise(ax, fig)
     # one error bar per configuration with an overhead: vae every 1 (+10..+60: beyond), every 2 (+4..+6: beyond,
@@ -269,7 +273,7 @@ def test_the_breakdown_takes_medians_and_the_per_step_plot_whole_steps():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig = figures(RUNS, STEPS + [_step("g", L2, 6, 10, decode=30, decoder="latent2rgb")])
+    fig = figures(Sweep(tuple(RUNS), tuple(STEPS + [_step("g", L2, 6, 10, decode=30, decoder="latent2rgb")])))
     assert fig["stacked"][L2]["decode_ms"] == pytest.approx(4.0)  # the median of 2, 4 and 30 (their mean: 12)
     f, ax = plt.subplots()
     draw_breakdown(ax, fig)
