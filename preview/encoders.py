@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 from .names import ENCODER_NAMES, EncoderName, check
 
 log = logging.getLogger("previewlab")
-FORMATS: dict[str, str] = {"turbojpeg": "jpeg", "pillow": "jpeg", "webp": "webp", "png": "png", "nvjpeg": "jpeg"}
+FORMATS: Mapping[str, str] = {"turbojpeg": "jpeg", "pillow": "jpeg", "webp": "webp", "png": "png", "nvjpeg": "jpeg"}
 
 
 class EncoderError(ValueError):

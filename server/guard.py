@@ -12,6 +12,7 @@ import ipaddress
 import logging
 import time
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Iterable
 from urllib.parse import parse_qs, urlsplit
 
@@ -92,7 +93,7 @@ def _data(path: str) -> bool:
     return path == "/runs" or path.startswith("/runs.") or path.startswith("/runs/") or path == "/metrics"
 
 
-def _cross_site(headers: dict[str, str], host: tuple[str, int | None]) -> bool:
+def _cross_site(headers: Mapping[str, str], host: tuple[str, int | None]) -> bool:
     """A browser request another origin's page made: Sec-Fetch-Site says so (same-site is another port of this
     host, or a sibling domain), or an Origin that is not this server's. Tools (curl) send neither."""
     if headers.get("sec-fetch-site", "").lower() in ("cross-site", "same-site"):
@@ -126,10 +127,10 @@ class Guard:
             self._buckets = {a: b for a, b in self._buckets.items() if not b.full()}
         return ok
 
-    def _headers(self, scope: Scope) -> dict[str, str]:
+    def _headers(self, scope: Scope) -> Mapping[str, str]:
         return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
-    def _token_ok(self, scope: Scope, headers: dict[str, str]) -> bool:
+    def _token_ok(self, scope: Scope, headers: Mapping[str, str]) -> bool:
         if self.token is None:
             return True
         given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
