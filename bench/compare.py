@@ -41,9 +41,9 @@ FIGURES = {
 # what must match for two sweeps to measure the same work: (what a run did, the words that name it); "" where
 # an older CSV did not record it
 SAME_WORK: tuple[tuple[Callable[[RunRecord], str], str], ...] = (
-    (lambda r: r.meta.model, "model"), (lambda r: str(r.meta.steps), "steps"),
-    (lambda r: f"{r.meta.width}x{r.meta.height}", "size"), (lambda r: str(r.meta.num_frames), "frames"),
-    (lambda r: str(r.meta.batch), "batch"), (lambda r: r.device_name, "device"), (lambda r: r.meta.dtype, "dtype"),
+    (lambda r: r.model, "model"), (lambda r: str(r.steps), "steps"),
+    (lambda r: f"{r.width}x{r.height}", "size"), (lambda r: str(r.num_frames), "frames"),
+    (lambda r: str(r.batch), "batch"), (lambda r: r.device_name, "device"), (lambda r: r.dtype, "dtype"),
     (lambda r: r.scheduler, "scheduler"))
 
 

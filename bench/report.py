@@ -25,11 +25,10 @@ PREVIEW_PARTS = PREVIEW_STAGES + ("send_ms", "browser_ms")
 def caption(runs: Sequence[SweepRow]) -> str:
     """Model (synthetic where it is), device, dtype, resolution and steps: carried by every plot."""
     r = next((x for x in runs if x.role != "warmup"), runs[0]).record
-    m = r.meta
-    synth = "SYNTHETIC " if m.synthetic else ""
-    note = f" ({m.model_note})" if m.model_note else ""
-    return (f"{synth}{m.model}{note} | {r.device_name} {m.dtype} | {m.width}x{m.height} | "
-            f"{m.steps} steps | torch {r.torch} diffusers {r.diffusers}")
+    synth = "SYNTHETIC " if r.synthetic else ""
+    note = f" ({r.model_note})" if r.model_note else ""
+    return (f"{synth}{r.model}{note} | {r.device_name} {r.dtype} | {r.width}x{r.height} | "
+            f"{r.steps} steps | torch {r.torch} diffusers {r.diffusers}")
 
 
 def figures(sweep: Sweep) -> dict[str, Any]:
@@ -40,23 +39,21 @@ def figures(sweep: Sweep) -> dict[str, Any]:
     configs = {r.config.name: r.config for r in sweep.runs}
     overhead: dict[str, list[tuple[int, Estimate]]] = {}
     intervals: dict[str, Estimate] = {}
-    for s in summary:
-        e = overhead_of(s)
+    for row in summary:
+        e = overhead_of(row)
         if e is None:
             continue
-        intervals[s["config"]] = e
-        c = configs[s["config"]]
-        if c.preview is not None and c.preview.decoder != "none" and c.preview.budget == 0:  # a fixed interval
+        intervals[row["config"]] = e
+        c = configs[row["config"]]
+        if c.interval is not None:  # a fixed interval: a point on its decoder and mode's line
             # one line per decoder and mode, and per target, frames, decode_at and run axes where named
-            p = c.preview
-            overhead.setdefault(" ".join([p.decoder, p.mode, *c.axes]).strip(), []).append((p.every, e))
+            overhead.setdefault(" ".join([c.decoder, c.mode, *c.axes]).strip(), []).append((c.interval, e))
     for line in overhead.values():
         line.sort(key=lambda p: p[0])
     parts: dict[str, dict[str, list[float]]] = {}  # per configuration and part: each preview's ms
     per_step: dict[str, dict[int, list[float]]] = {}
     frame_bytes: dict[str, list[int]] = {}
-    for st in sweep.steps:
-        s = st.row
+    for s in (st.row for st in sweep.steps):
         if s.run_id not in steady_ids:
             continue
         cfg = config_of[s.run_id].name if s.run_id in config_of else "?"
@@ -66,8 +63,8 @@ def figures(sweep: Sweep) -> dict[str, Any]:
         acc = parts.setdefault(cfg, {k: [] for k in PREVIEW_PARTS})
         for k in PREVIEW_STAGES:
             acc[k].append(float(getattr(s, k)))
-        acc["send_ms"].append(st.delivery.send_ms or 0.0)
-        acc["browser_ms"].append((st.delivery.client_decode_ms or 0.0) + (st.delivery.client_paint_ms or 0.0))
+        acc["send_ms"].append(s.send_ms or 0.0)
+        acc["browser_ms"].append((s.client_decode_ms or 0.0) + (s.client_paint_ms or 0.0))
         frames = s.frames or 1  # a clip's preview: all its frames in one message
         label = f"{s.decoder} {s.encoder}" + (f" ×{frames} frames" if frames > 1 else "")
         frame_bytes.setdefault(label, []).append(s.bytes)

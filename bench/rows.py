@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from previewlab.preview.records import RUN_COLUMNS, STEP_COLUMNS, RunRecord, StepRow, cell_float
-from previewlab.preview.settings import PreviewSettings
 
 Role = Literal["warmup", "baseline", "config", "direct"]
 SWEEP_COLUMNS = ("config", "role", "repeat")
@@ -27,9 +26,18 @@ class NotASweep(ValueError):
 @dataclass(frozen=True)
 class Config:
     """What a run of a sweep ran: its name in the CSVs and the summary ('[float16] taesd/every5/overlap/euler'),
-    and the preview settings at its start (None: the bare diffusers call, role direct)."""
+    and its preview settings at the start of the run, as its record says them (decoder "direct": the bare
+    diffusers call)."""
     name: str
-    preview: PreviewSettings | None
+    decoder: str = "none"
+    every: int = 1
+    budget: float = 0.0   # > 0: the autopilot chose the interval
+    mode: str = "sync"
+
+    @property
+    def interval(self) -> int | None:
+        """The fixed interval of a configuration that previews; None for none, direct and the autopilot."""
+        return self.every if self.decoder not in ("none", "direct") and self.budget == 0 else None
 
     @property
     def label(self) -> str:
@@ -72,10 +80,9 @@ class SweepRow:
 
     @classmethod
     def from_row(cls, row: Mapping[str, str]) -> SweepRow:
-        record = RunRecord.from_row(row)
-        role = _role(row.get("role", ""))
-        return cls(Config(row.get("config", ""), None if role == "direct" else record.meta.preview), role,
-                   int(row.get("repeat") or 0), record, cell_float(row.get("overhead_pct")),
+        r = RunRecord.from_row(row)
+        return cls(Config(row.get("config", ""), r.decoder, r.every, r.budget, r.mode), _role(row.get("role", "")),
+                   int(row.get("repeat") or 0), r, cell_float(row.get("overhead_pct")),
                    cell_float(row.get("pair_overhead_pct")))
 
 

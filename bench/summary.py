@@ -70,7 +70,7 @@ def _per_step(r: SweepRow) -> float:
 
 def _steps(r: SweepRow) -> int:
     """The steps a run did (older CSVs: the steps asked)."""
-    return r.record.steps_run or r.record.meta.steps
+    return r.record.steps_run or r.record.steps
 
 
 def _beside(runs: list[SweepRow], steps: list[StepRow], pairs: list[tuple[SweepRow, SweepRow]]) -> dict[str, Any]:
@@ -80,9 +80,9 @@ def _beside(runs: list[SweepRow], steps: list[StepRow], pairs: list[tuple[SweepR
     mems = [s.mem_mb for s in steps if s.preview]
     peaks = [p for r in runs if (p := r.record.peak_mem_mb)]
     over = [p - b for r, base in pairs if (p := r.record.peak_mem_mb) and (b := base.record.peak_mem_mb)]
-    busy = [b for r in runs if (b := r.record.busy_pct) is not None]
+    busy = [r.record.busy_pct for r in runs if r.record.busy_pct is not None]
     slower = [_per_step(r) - _per_step(base) for r, base in pairs]
-    first = runs[0].record.meta.preview
+    first = runs[0].record
     return {"decoder": first.decoder, "every": first.every, "budget": first.budget, "preview_max": first.preview_max,
             "mode": first.mode, "steps": statistics.median(_steps(r) for r in runs),
             # the denoising's slowdown counts only as a finding: its pairs' interval must not hold 0

@@ -32,7 +32,11 @@ held the main stream after the last step (0 without previews, in every mode).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any, Callable, TypeVar
+
+R = TypeVar("R", "StepRow", "RunRecord")
 
 PREVIEW_STAGES = ("decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms")
 
@@ -82,6 +86,15 @@ class StepRow:
     @property
     def preview_ms(self) -> float:
         return sum(getattr(self, k) for k in PREVIEW_STAGES)
+
+    def to_row(self) -> dict[str, Any]:
+        """A steps.csv line's cells by column (csv_writer formats them)."""
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, str]) -> StepRow:
+        """A steps.csv line read back (from_cells)."""
+        return from_cells(cls, row)
 
 
 def on_path_ms(row: StepRow, cuda: bool) -> float:
@@ -174,5 +187,45 @@ class RunRecord:
     def preview_ms(self) -> float:
         return sum(getattr(self, k) for k in PREVIEW_STAGES)
 
+    def to_row(self) -> dict[str, Any]:
+        """A runs.csv line's cells by column (csv_writer formats them)."""
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, str]) -> RunRecord:
+        """A runs.csv line read back (from_cells)."""
+        return from_cells(cls, row)
+
 
 RUN_COLUMNS = tuple(f.name for f in fields(RunRecord))
+
+
+def cell_float(cell: str | None) -> float | None:
+    """A number's cell: "" (csv_writer's None) or a missing column is None."""
+    return None if cell in (None, "") else float(cell)
+
+
+_PARSE: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "int | None": int,
+                                           "float | None": float}
+
+
+def from_cells(cls: type[R], row: Mapping[str, str]) -> R:
+    """The one place a CSV line becomes a record: each field's cell parsed to the field's type ("" is None where
+    the field may be None); a column an older file lacks takes the field's default, or its type's zero where
+    it has none; columns the record does not have are ignored. Raises ValueError naming a cell that does not
+    parse."""
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        cell = row.get(f.name)
+        kind = str(f.type)
+        if cell is None or (cell == "" and kind != "str"):
+            if f.default is not MISSING:
+                out[f.name] = f.default
+            else:
+                out[f.name] = None if kind.endswith("| None") else _PARSE[kind]("0") if kind != "str" else ""
+            continue
+        try:
+            out[f.name] = _PARSE[kind](cell)
+        except ValueError:
+            raise ValueError(f"{f.name}={cell[:40]!r}: not {kind.split(' |')[0]}") from None
+    return cls(**out)
