@@ -136,7 +136,7 @@ def test_failed_and_half_made_folders_never_push_a_good_run_out(tmp_path):
     (tmp_path / ".new-20261130-120001-003").mkdir()  # a start killed half-way
     store = Store(tmp_path, keep_runs=3)
     assert store.ids()[:3] == GOOD and not (tmp_path / ".new-20261130-120001-003").exists()
-    store.keep_runs = 1
+    store.retention.keep_runs = 1
     # the newest failed or damaged folders are kept apart (one of them here); good runs count alone
     assert store.prune() == GOOD[:2] + ["20261130-120001-000", "20261130-120001-001"]
     assert store.ids() == [GOOD[2], "20261130-120001-002"]

@@ -119,7 +119,7 @@ def test_retention_removes_the_oldest_first_and_never_an_open_run(tmp_path, capl
     assert store.ids() == ids[2:] and (tmp_path / "generations.jsonl").is_file()
     assert any("removed 2 old runs" in r.getMessage() for r in caplog.records)
     assert store.prune(keep={ids[2]}) == [] and store.ids() == ids[2:]
-    store.keep_runs = 2
+    store.retention.keep_runs = 2
     # the protected one stays and is not counted; the newest two stay, whatever that protection costs
     assert store.prune(keep={ids[2]}) == [ids[3]]
     store.close()
@@ -136,12 +136,12 @@ def test_an_unchanged_run_is_parsed_once_for_any_number_of_exports(tmp_path, mon
     make_run(tmp_path, GOOD)
     store = Store(tmp_path)
     parsed: list[str] = []
-    real = store.rows
+    real = store.reader.rows
     def counted(rid: str) -> Any:
         parsed.append(rid)
         return real(rid)
 
-    monkeypatch.setattr(store, "rows", counted)
+    monkeypatch.setattr(store.reader, "rows", counted)
     first = store.csv(store.ids())
     assert store.csv(store.ids()) == first and parsed == [GOOD]
     with open(tmp_path / GOOD / "steps.csv", "a") as f:  # a run still writing: its next export sees the row
