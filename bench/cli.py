@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from previewlab.bench.noise import Noise
     from previewlab.bench.sweep import Plan
     from previewlab.preview.models import Model
+    from previewlab.bench.rows import SweepRow
     from previewlab.preview.records import RunRecord
 
 __all__ = ["main", "parser", "progress_bar"]
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     variants = list(itertools.product(args.dtype, args.offload, args.compile, args.channels_last))
-    runs: list[dict] = []
+    runs: list[SweepRow] = []
     traces: list[dict] = []
     meta = ""
     for dtype, offload, comp, cl in variants:

@@ -106,7 +106,7 @@ class Plan:
         for r in range(1, self.repeats + 1):
             for u in self.setups():
                 # A B A B: drift on a noisy machine cancels; the direct call comes before the baseline it is paired with
-                pairs: list[tuple[tuple[str, PreviewSettings | None], ...]] = [
+                pairs: list[tuple[tuple[Role, PreviewSettings | None], ...]] = [
                     (("baseline", none), ("config", c)) for c in self.configs()]
                 if self.direct:
                     pairs.append((("direct", None), ("baseline", none)))

@@ -126,12 +126,12 @@ def test_vae_tiling_is_an_axis_that_reaches_previews_and_the_final_decode(tiny, 
     plan = Plan(RunSettings(steps=1, width=320, height=320, preview=PreviewSettings(decoder="none")), ("vae",), (1,),
                 repeats=1, warmup=0, vaes=("none", "tiling"), schedulers=("dpmpp_2m",))
     runs = run_sweep(tiny, plan, tmp_path)
-    assert [(r["config"], r["vae"], r["scheduler"]) for r in runs] == [
+    assert [(r.config.name, r.record.vae, r.record.scheduler) for r in runs] == [
         ("none/vae-none", "", "DPMSolverMultistepScheduler"),
         ("vae/every1/overlap/vae-none", "", "DPMSolverMultistepScheduler"),
         ("none/vae-tiling", "tiling", "DPMSolverMultistepScheduler"),
         ("vae/every1/overlap/vae-tiling", "tiling", "DPMSolverMultistepScheduler")]
-    assert int(runs[-1]["previews"]) == 1
+    assert runs[-1].record.previews == 1
     assert tiled == [True] * 3  # the tiling baseline's final decode, the config's preview and its final decode
     assert not vae.use_tiling and tiny.pipe.scheduler is own  # the model as it came
 

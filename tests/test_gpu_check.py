@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from previewlab.bench.noise import paired
+from previewlab.bench.rows import SweepRow, read
 from previewlab.bench.sweep import Plan, capped
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
@@ -83,7 +84,6 @@ def test_the_check_states_the_benchs_overhead_for_the_same_configuration(tiny, t
     from previewlab.bench.gpu.arms import ARMS, DRY
     from previewlab.bench.gpu.figures import wall_row
     from previewlab.bench.gpu.measure import measure
-    from previewlab.bench.report import read
     from previewlab.bench.summary import overhead_of, summarize
 
     # the dry run's path on TAESD every step (overlap), 64 px, 3 steps: 6 repeats give each side an interval. One
@@ -103,7 +103,8 @@ def test_the_check_states_the_benchs_overhead_for_the_same_configuration(tiny, t
     check = m.overhead("taesd/overlap")
     assert wall_row("taesd", m, "taesd/overlap")[1:3] == [f"{1 + check.value / 100:.3f}", f"overhead {check.signed()}"]
     # the figure is what the bench's summary makes of the check's own CSVs: each run against the baseline beside it
-    again = {r["config"]: r for r in summarize(*read(tmp_path / "check"))}
+    done = read(tmp_path / "check")
+    again = {r["config"]: r for r in summarize(done.runs, done.steps)}
     assert overhead_of(again["taesd/overlap"]) == check
     with open(tmp_path / "bench" / "summary.csv", newline="") as f:
         row = next(r for r in csv.DictReader(f) if r["config"] == "taesd/every1/overlap")
@@ -125,9 +126,9 @@ def test_alternate_repeats_keep_each_arm_beside_its_baseline_and_a_time_bound_st
                    ("baseline", "none"), ("config", "a")]
     # the summary's rule pairs every arm with its own baseline, in either order: a's and b's walls only
     wall = {"none": 1.0, "a": 1.1, "b": 1.5, "direct": 0.9}
-    rows: list[dict[str, Any]] = [{"run_id": str(i), "config": name, "role": role, "first_run": 0, "wall_s": wall[name]}
-                                  for i, (role, _, name) in enumerate(slots)]
-    assert {cfg: [(r["wall_s"], b["wall_s"]) for r, b in ps] for cfg, ps in paired(rows).items()} == \
+    rows = [SweepRow.from_row({"run_id": str(i), "config": name, "role": role, "first_run": "0",
+                               "wall_s": str(wall[name])}) for i, (role, _, name) in enumerate(slots)]
+    assert {cfg: [(r.record.wall_s, b.record.wall_s) for r, b in ps] for cfg, ps in paired(rows).items()} == \
         {"a": [(1.1, 1.0)] * 4, "b": [(1.5, 1.0)] * 4, "direct": [(0.9, 1.0)] * 4}
     # a fake clock: a measured run takes 1 s, a warm-up 100 s (not counted). Repeat 2 would end at 12 s, within
     # 13 s; repeat 3 at 18 s, past it
