@@ -23,6 +23,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Sequence
 
+from previewlab.preview.records import StepRow
+
 
 def start_server(*flags: str) -> tuple[subprocess.Popen[bytes], int]:
     """`previewlab serve` on a free loopback port, returned once it answers HTTP."""
@@ -138,8 +140,8 @@ async def one_run(port: int, pid: int, crowd: int, args: argparse.Namespace) -> 
         raise SystemExit(f"previewlab load: run did not finish within {args.timeout} s")
     rid = done["run_id"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/runs/{rid}.csv") as f:
-        rows = list(csv.DictReader(io.StringIO(f.read().decode())))
-    dropped = sum(int(r["dropped"] or 0) for r in rows)
+        rows = [StepRow.from_row(r) for r in csv.DictReader(io.StringIO(f.read().decode()))]
+    dropped = sum(r.dropped or 0 for r in rows)
     half = samples[len(samples) // 2] if samples else 0
     return dict(crowd=crowd, wall_s=done["totals"]["wall_s"], rss_start_mib=rss0 / 1024, rss_mid_mib=half / 1024,
                 rss_end_mib=(samples[-1] if samples else 0) / 1024, rss_peak_mib=peak / 1024,

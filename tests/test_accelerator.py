@@ -54,7 +54,9 @@ def test_generic_stages_are_device_times_with_no_wait_added(tiny, mode):
     # (then the device idles for it, on the fake path alike), so the host's real time bounds the excess
     assert all(TAESD_MS - 0.5 <= r.decode_ms <= TAESD_MS + real_ms for r in made), [r.decode_ms for r in made]
     assert all(UNET_MS - 0.5 <= r.denoise_ms <= UNET_MS + real_ms for r in run.rows), [r.denoise_ms for r in run.rows]
-    assert all(r.sync_ms < 0.5 for r in run.rows), [r.sync_ms for r in run.rows]
+    # the wait after the device passed the event: ~0, plus what a host stalled by a loaded machine adds (the
+    # waits themselves are counted exactly above)
+    assert all(r.sync_ms < 0.5 + real_ms for r in run.rows), [r.sync_ms for r in run.rows]
 
 
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
