@@ -36,7 +36,8 @@ from .records import STEP_COLUMNS, RunRecord, StepRow
 from .run import RunEnd, RunEvents, RunMeta
 from .run_ids import PROCESS_IDS
 from .script_pipe import call_inputs, model_of, script_call
-from .steps import CallbackSteps, Source, Step, StepTap, chunked, source_of
+from .sources import chunked, source_of
+from .steps import CallbackSteps, Source, Step, StepTap
 from .stopwatch import Stopwatch
 from .targets import X0Tap
 from .totals import run_record

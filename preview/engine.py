@@ -20,7 +20,8 @@ from .previewer import Previewer
 from .records import RunRecord, StepRow, on_path_ms
 from .run import RunEvents
 from .settings import PreviewSettings, RunSettings
-from .steps import StepTap, cpu_schedule, is_modular, source_of, step_callback
+from .sources import is_modular, source_of
+from .steps import StepTap, cpu_schedule, step_callback
 from .stopwatch import Clock, Stopwatch
 from .targets import X0Tap
 from .text_encode import encode_prompt

@@ -17,7 +17,7 @@ import torch
 from previewlab.preview.engine import RunContext, TaskError, generate
 from previewlab.preview.models import ModelError, load
 from previewlab.preview.settings import PreviewSettings, RunSettings
-from previewlab.preview.steps import is_modular
+from previewlab.preview.sources import is_modular
 from tests.conftest import previewlab
 
 pytestmark = pytest.mark.filterwarnings("ignore")

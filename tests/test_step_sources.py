@@ -22,7 +22,8 @@ from previewlab import watch as preview_watch
 from previewlab.bench.survey.outputs import arrays
 from previewlab.preview import decoders
 from previewlab.preview.modular import NAME, PreviewBlock, step_loops
-from previewlab.preview.steps import SourceError, Step, StepTap, source_of
+from previewlab.preview.sources import SourceError, source_of
+from previewlab.preview.steps import Step, StepTap
 from tests.tiny_hooks import Tiny, build
 
 pytestmark = pytest.mark.filterwarnings("ignore")

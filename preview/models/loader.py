@@ -52,7 +52,7 @@ def _load_local(name: str, dtype: torch.dtype, variant: str | None, config: str 
 def quiet(pipe: Any) -> None:
     """No progress bars: the pipeline's, and a Modular pipeline's loops' (its own setting reaches only the top)."""
     pipe.set_progress_bar_config(disable=True)
-    from ..steps import is_modular
+    from ..sources import is_modular
 
     if is_modular(pipe):
         from ..modular import loops

@@ -96,7 +96,7 @@ def refusal(pipe: Any) -> str | None:
     """Why previewlab cannot preview this pipeline, in one line; None when it can. A step comes from its step
     callback, its scheduler's step or a Modular loop block (preview/steps.py): only a pipeline with none of them
     has no step to preview from."""
-    from ..steps import SourceError, source_of
+    from ..sources import SourceError, source_of
 
     cls = type(pipe)
     name = cls.__name__
@@ -274,7 +274,7 @@ def latent_space(pipe: Any) -> LatentSpace:
     if channels <= 0:
         raise FamilyError(f"{type(pipe).__name__}: its {type(vae).__name__} config names no latent_channels or "
                           "z_dim, so its latents cannot be read")
-    from ..steps import is_modular
+    from ..sources import is_modular
 
     unpack, packed, _ = _unpack_of(pipe)
     if unpack is None and is_modular(pipe):
