@@ -26,9 +26,7 @@ typecheck: $(TEST_STAMP)
 	$(PY) -m mypy --explicit-package-bases previewlab tests examples docs
 
 test: $(TEST_STAMP) typecheck
-	# 3 workers on 2 cores: most slow tests wait on sockets, subprocesses and Chromium. A file stays on one
-	# worker (loadfile): test_readme's serve commands take port 8000 one after another
-	$(PY) -m pytest -q -n 3 --dist loadfile --durations=25 tests  # the slowest 25 named: CI aims at 10 minutes
+	$(PY) -m pytest -q --durations=25 tests  # the slowest 25 named: CI aims at 15 minutes in all
 
 bench: $(BENCH_STAMP)
 	$(PY) -m previewlab bench --model synthetic:small --out runs/bench

@@ -3,9 +3,11 @@ never a traceback; a port another program holds is said before the model loads a
 from __future__ import annotations
 
 import socket
+import subprocess
 
 import pytest
 
+from previewlab import cli
 from tests.conftest import previewlab
 
 
@@ -25,8 +27,19 @@ def one_line(p, needle: str) -> None:
     (("--send-timeout=-1",), "-1: --send-timeout must be from 0.1 to 3600"),
     (("--seed=-3",), "-3: --seed must be from 0 to 4294967295"),
 ])
-def test_bad_serve_flags_are_one_line(args, needle):
-    one_line(previewlab("serve", "--model", "synthetic:tiny", *args, timeout=120), needle)
+def test_bad_serve_flags_are_one_line(args, needle, capsys):
+    """The parser in this process, as the console command calls it (one real process below says the same)."""
+    try:
+        code = cli.main(["serve", "--model", "synthetic:tiny", *args])
+    except SystemExit as e:  # argparse's own exit, as the console command would end
+        code = e.code if isinstance(e.code, int) else 2
+    out = capsys.readouterr()
+    one_line(subprocess.CompletedProcess(args, code, out.out, out.err), needle)
+
+
+def test_a_bad_flag_is_one_line_from_the_console_command_too():
+    one_line(previewlab("serve", "--model", "synthetic:tiny", "--port", "99999", timeout=120),
+             "99999: --port must be from 0 to 65535")
 
 
 def test_a_port_in_use_is_one_line_before_the_url():
