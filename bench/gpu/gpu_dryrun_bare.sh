@@ -6,15 +6,22 @@
 # torch is pinned: 2.13.0 is the CPU build on disk here, an unpinned torch pulls a multi-GB CUDA build. The
 # GPU machine's transformers and huggingface-hub versions are pinned too; the rest as they come.
 # usage: bench/gpu/gpu_dryrun_bare.sh [VENV_DIR]     BASE_PYTHON: the interpreter to build it from (python3)
+# UV: a uv binary to build the environment with (.ci/run sets it); pip otherwise
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 VENV="${1:-$tmp/bare}"
 t0=$(date +%s)
-"${BASE_PYTHON:-python3}" -m venv --clear "$VENV"
-"$VENV/bin/python" -m pip install -qq --disable-pip-version-check torch==2.13.0 transformers==5.17.0 \
-  huggingface-hub==1.33.0 safetensors pillow numpy tqdm regex requests filelock prometheus-client matplotlib
+GPU_MACHINE=(torch==2.13.0 transformers==5.17.0 huggingface-hub==1.33.0 safetensors pillow numpy tqdm regex requests
+             filelock prometheus-client matplotlib)
+if [ -n "${UV:-}" ]; then  # .ci/run's uv: the same packages in seconds; --seed puts pip in, as the machine has it
+  "$UV" venv -q --seed --clear --python "${BASE_PYTHON:-python3}" "$VENV"
+  "$UV" pip install -q --python "$VENV/bin/python" "${GPU_MACHINE[@]}"
+else
+  "${BASE_PYTHON:-python3}" -m venv --clear "$VENV"
+  "$VENV/bin/python" -m pip install -qq --disable-pip-version-check "${GPU_MACHINE[@]}"
+fi
 # bare means bare: what .whl/ brings must not be there already
 for mod in diffusers torchvision turbojpeg importlib_metadata starlette uvicorn websockets; do
   if "$VENV/bin/python" -c "import $mod" 2>/dev/null; then
