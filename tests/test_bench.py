@@ -1,4 +1,5 @@
-"""The bench as a user runs it: a subprocess on synthetic:tiny, its CSVs, its errors, and a kill mid-sweep."""
+"""The bench as a user runs it on synthetic:tiny: its CSVs, its errors, and a kill mid-sweep. The command runs in
+this process (previewlab_here) except where the test is about a process: the kill, the console script's exit code."""
 from __future__ import annotations
 
 import csv
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from previewlab.preview.records import STEP_COLUMNS
-from tests.conftest import previewlab
+from tests.conftest import previewlab, previewlab_here
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED_STEP = ("run_id, step, timestep, preview, denoise_ms, decode_ms, sync_ms, transfer_ms, resize_ms, encode_ms, "
@@ -27,7 +28,7 @@ def rows(path: Path) -> list[dict[str, str]]:
 
 
 def test_sweep_writes_csvs_and_summary(tmp_path):
-    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "none,latent2rgb,vae", "--every", "1,2", "--steps", "4",
+    p = previewlab_here("bench", "--model", "synthetic:tiny", "--decoders", "none,latent2rgb,vae", "--every", "1,2", "--steps", "4",
               "--repeats", "2", "--warmup", "1", "--direct", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     runs, steps = rows(tmp_path / "runs.csv"), rows(tmp_path / "steps.csv")
@@ -80,7 +81,7 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     (("--threads", "0"), "threads must be from 1 to 1024"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
-    p = previewlab("bench", "--model", "synthetic:tiny", "--out", str(tmp_path), *args)
+    p = previewlab_here("bench", "--model", "synthetic:tiny", "--out", str(tmp_path), *args)
     assert p.returncode == 2
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], p.stderr
@@ -88,7 +89,7 @@ def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
 
 
 def test_help_documents_every_flag():
-    p = previewlab("bench", "--help")
+    p = previewlab_here("bench", "--help")
     for flag in ("--model", "--taesd", "--decoders", "--every", "--steps", "--width", "--height", "--seed", "--prompt",
                  "--repeats", "--warmup", "--device", "--dtype", "--encoder", "--quality", "--preview-max", "--out",
                  "--frames", "--num-frames", "--batch"):
@@ -120,7 +121,7 @@ def test_killed_sweep_leaves_readable_csvs(tmp_path):
 
 
 def test_trace_and_cprofile_write_named_stages(tmp_path):
-    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "taesd", "--every", "1", "--modes", "sync", "--steps", "3",
+    p = previewlab_here("bench", "--model", "synthetic:tiny", "--decoders", "taesd", "--every", "1", "--modes", "sync", "--steps", "3",
               "--repeats", "1", "--warmup", "0", "--trace", str(tmp_path / "t"), "--cprofile", str(tmp_path / "c"),
               "--out", str(tmp_path / "o"))
     assert p.returncode == 0, p.stderr
@@ -141,7 +142,7 @@ def test_trace_and_cprofile_write_named_stages(tmp_path):
 
 
 def test_dtype_and_channels_last_are_axes(tmp_path):
-    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "latent2rgb", "--every", "2", "--steps", "2",
+    p = previewlab_here("bench", "--model", "synthetic:tiny", "--decoders", "latent2rgb", "--every", "2", "--steps", "2",
               "--repeats", "1", "--warmup", "0", "--dtype", "float32,bfloat16", "--channels-last", "off,on",
               "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
@@ -157,7 +158,7 @@ def test_offload_needs_a_gpu_and_says_so(tmp_path):
 
 
 def test_load_tool_runs_a_bounded_crowd(tmp_path):
-    p = previewlab("load", "--model", "synthetic:tiny", "--clients", "3", "--steps", "3", "--pairs", "1",
+    p = previewlab_here("load", "--model", "synthetic:tiny", "--clients", "3", "--steps", "3", "--pairs", "1",
               "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     result = json.loads((tmp_path / "load.json").read_text())
@@ -168,7 +169,7 @@ def test_load_tool_runs_a_bounded_crowd(tmp_path):
 
 def test_a_video_sweep_compares_first_middle_and_all(tmp_path):
     """Issue 22: a video model's default sweep is the frames axis at every step, against no previews."""
-    p = previewlab("bench", "--model", "synthetic:tiny-wan21", "--decoders", "none,latent2rgb,vae", "--steps", "2",
+    p = previewlab_here("bench", "--model", "synthetic:tiny-wan21", "--decoders", "none,latent2rgb,vae", "--steps", "2",
                    "--repeats", "1", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr[-2000:]
     assert "x 5 frames" in p.stderr.splitlines()[0]
@@ -188,7 +189,7 @@ def test_a_video_sweep_compares_first_middle_and_all(tmp_path):
 
 def test_a_sweep_of_one_first_run_writes_its_summary_and_says_why_it_is_empty(tmp_path):
     """Issue 23, item 4: --repeats 1 --warmup 0 died with IndexError, its only run being the first after the load."""
-    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "none", "--repeats", "1", "--warmup", "0",
+    p = previewlab_here("bench", "--model", "synthetic:tiny", "--decoders", "none", "--repeats", "1", "--warmup", "0",
                    "--steps", "2", "--out", str(tmp_path))
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
     summary = (tmp_path / "summary.txt").read_text()
@@ -199,7 +200,7 @@ def test_a_sweep_of_one_first_run_writes_its_summary_and_says_why_it_is_empty(tm
 def test_a_noisy_sweep_says_so_first_and_last_and_strict_fails_it(tmp_path):
     """Issue 23, item 2: with the limit set below any real machine's spread, the summary's first line and the
     bench's last line name the spread and the remedies, and --strict exits 3; the figures are still written."""
-    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "none,latent2rgb", "--every", "1", "--steps", "2",
+    p = previewlab_here("bench", "--model", "synthetic:tiny", "--decoders", "none,latent2rgb", "--every", "1", "--steps", "2",
                    "--repeats", "3", "--noise-limit", "0.001", "--strict", "--threads", "1", "--out", str(tmp_path))
     assert p.returncode == 3, p.stderr[-2000:]
     first = (tmp_path / "summary.txt").read_text().splitlines()[0]
@@ -215,7 +216,7 @@ def test_decode_at_is_an_axis_whose_rows_say_where_the_decoder_stopped(tmp_path)
     """Issue 24, item 4: --decode-at sweeps where a decoder stops. synthetic:tiny's TAE has one upsampling stage
     (its latents are at 1/2): at a preview_max of a quarter of the image, taesd at preview leaves it out and
     makes half the side, at full it makes the image's size; both are resized to the quarter that is sent."""
-    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "none,taesd", "--every", "1", "--steps", "2",
+    p = previewlab_here("bench", "--model", "synthetic:tiny", "--decoders", "none,taesd", "--every", "1", "--steps", "2",
                    "--repeats", "1", "--warmup", "1", "--preview-max", "16", "--decode-at", "preview,full",
                    "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr[-2000:]

@@ -14,20 +14,20 @@ from starlette.testclient import TestClient
 from previewlab.bench.compare import compare, per_config
 from previewlab.bench.report import draw_breakdown, draw_noise, draw_overhead, draw_per_step, figures, titled
 from previewlab.bench.rows import Sweep, SweepRow, SweepStep, read
-from tests.conftest import previewlab, SAME_ORIGIN
+from tests.conftest import SAME_ORIGIN, previewlab_here
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sweep")
-    p = previewlab("bench", "--model", "synthetic:tiny", "--decoders", "none,latent2rgb,vae", "--every", "1,2", "--modes",
+    p = previewlab_here("bench", "--model", "synthetic:tiny", "--decoders", "none,latent2rgb,vae", "--every", "1,2", "--modes",
               "sync,overlap", "--steps", "4", "--repeats", "3", "--out", str(out))
     assert p.returncode == 0, p.stderr
     return out
 
 
 def test_report_writes_html_and_plots_whose_figures_match_the_csvs(sweep):
-    p = previewlab("report", str(sweep))
+    p = previewlab_here("report", str(sweep))
     assert p.returncode == 0, p.stderr
     for name in ("overhead_vs_interval", "overhead_intervals", "preview_breakdown", "memory", "per_step",
                  "bytes_per_frame"):
@@ -140,7 +140,7 @@ def test_the_noise_plot_greys_what_is_within_noise():
 
 
 def test_compare_of_identical_sweeps_is_within_noise_in_every_row(sweep):
-    same = previewlab("compare", str(sweep), str(sweep))
+    same = previewlab_here("compare", str(sweep), str(sweep))
     assert same.returncode == 0, same.stdout + same.stderr
     lines = same.stdout.splitlines()
     # each side's noise line first, as its own summary says it (issue 34, item 6)
@@ -150,7 +150,7 @@ def test_compare_of_identical_sweeps_is_within_noise_in_every_row(sweep):
     # like with like: an overhead is compared in points, never as a ratio of two percentages
     assert lines[2].startswith("overhead against the no-preview baseline beside each run, %")
     assert "B - A" in lines[3] and "+0.0 points" in rows[0]
-    counts = previewlab("compare", str(sweep), str(sweep), "--figure", "bytes")
+    counts = previewlab_here("compare", str(sweep), str(sweep), "--figure", "bytes")
     assert counts.returncode == 0 and "preview bytes sent in a run, bytes" in counts.stdout
     vae = next(r for r in counts.stdout.splitlines() if r.startswith("vae/every1/sync"))
     assert "." not in vae.split("x1.000")[0] and "x1.000" in vae  # a count is an integer; a ratio B/A
@@ -172,7 +172,7 @@ def edited(sweep: Path, dest: Path, edit: Callable[[dict[str, str]], None]) -> P
 
 def test_compare_refuses_sweeps_of_different_work(sweep, tmp_path):
     other = edited(sweep, tmp_path / "other", lambda r: r.update(steps="8", width="128"))
-    p = previewlab("compare", str(sweep), str(other))
+    p = previewlab_here("compare", str(sweep), str(other))
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip() == "previewlab compare: not comparable: steps 4 vs 8; size 64x64 vs 128x64"
 
@@ -183,11 +183,11 @@ def test_compare_refuses_baselines_far_apart_and_bad_folders_under_its_own_name(
     report`."""
     # the same work on a machine a hundred times slower: far past any spread a loaded machine gives a sweep
     slow = edited(sweep, tmp_path / "slow", lambda r: r.update(wall_s=str(float(r["wall_s"]) * 100)))
-    apart = previewlab("compare", str(sweep), str(slow))
+    apart = previewlab_here("compare", str(sweep), str(slow))
     assert apart.returncode == 2 and apart.stdout == ""
     assert apart.stderr.startswith("previewlab compare: not comparable: the no-preview baselines differ x100.0")
     for cmd, args in (("compare", [str(tmp_path / "nope"), str(sweep)]), ("report", [str(tmp_path / "nope")])):
-        p = previewlab(cmd, *args)
+        p = previewlab_here(cmd, *args)
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"previewlab {cmd}: "), p.stderr
         assert "runs.csv not found" in lines[0]
@@ -218,12 +218,12 @@ def test_compare_fails_a_planted_regression(sweep, tmp_path):
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    bad = previewlab("compare", str(sweep), str(planted))
+    bad = previewlab_here("compare", str(sweep), str(planted))
     assert bad.returncode == 1
     assert "vae/every1/sync" in bad.stdout.splitlines()[-1] and "latent2rgb/every1/sync" not in bad.stdout.splitlines()[-1]
-    wall = previewlab("compare", str(sweep), str(planted), "--figure", "wall_s", "--threshold", "50")
+    wall = previewlab_here("compare", str(sweep), str(planted), "--figure", "wall_s", "--threshold", "50")
     assert wall.returncode == 1
-    better = previewlab("compare", str(planted), str(sweep))  # B faster than A is not a regression
+    better = previewlab_here("compare", str(planted), str(sweep))  # B faster than A is not a regression
     assert better.returncode == 0
 
 
