@@ -128,6 +128,14 @@ def make_app(tiny, tmp_path):
     return make
 
 
+def acks_not_awaited() -> Any:
+    """Limits for a test client that never acks its frames (the page acks each in milliseconds): a run's end
+    waits for no ack, where the default waits SessionLimits.ack_wait_s (1 s) for one that never comes."""
+    from previewlab.server.session import SessionLimits
+
+    return SessionLimits(ack_wait_s=0.0)
+
+
 # Starlette's TestClient connects from "testclient", not loopback: it must send a same-origin Origin
 SAME_ORIGIN = {"origin": "http://testserver"}
 

@@ -23,7 +23,7 @@ from previewlab.preview.run import RunEnd, RunMeta
 from previewlab.preview.settings import PreviewSettings
 from previewlab.server import store as store_module
 from previewlab.server.store import Store
-from tests.conftest import SAME_ORIGIN, make_run, recv_until
+from tests.conftest import SAME_ORIGIN, acks_not_awaited, make_run, recv_until
 
 GOOD = [f"20261130-120000-{i:03d}" for i in range(3)]
 
@@ -233,7 +233,7 @@ def test_a_start_the_disk_refuses_is_one_line_and_keeps_the_good_runs(make_app, 
     """The server's side of the real-disk test below, with the disk failing at the start's first write, so it
     runs wherever a tmpfs cannot be mounted."""
     data = tmp_path / "runs"
-    srv, app = make_app(data_dir=data, keep_runs=3)
+    srv, app = make_app(data_dir=data, keep_runs=3, limits=acks_not_awaited())
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
         good = three_good_runs(ws)
         with monkeypatch.context() as m:
@@ -279,7 +279,7 @@ def fill(path: Path) -> Path:
 
 def test_a_really_full_disk_refuses_the_start_and_keeps_the_good_runs(make_app, small_disk):
     data = small_disk / "runs"
-    srv, app = make_app(data_dir=data, keep_runs=3)
+    srv, app = make_app(data_dir=data, keep_runs=3, limits=acks_not_awaited())
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
         good = three_good_runs(ws)
         filler = fill(small_disk)
@@ -299,7 +299,7 @@ def test_a_really_full_disk_refuses_the_start_and_keeps_the_good_runs(make_app, 
 
 def test_a_disk_that_fills_mid_run_ends_it_failed_in_done_list_and_meta(make_app, small_disk):
     data = small_disk / "runs"
-    srv, app = make_app(data_dir=data, keep_runs=3)
+    srv, app = make_app(data_dir=data, keep_runs=3, limits=acks_not_awaited())
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
         ws.receive_text()
         ws.send_text(json.dumps({"type": "start", "steps": 30, "decoder": "latent2rgb"}))

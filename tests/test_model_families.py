@@ -80,9 +80,9 @@ def test_server_streams_every_family_with_every_decoder_and_target(family_model,
 
     from starlette.testclient import TestClient
 
-    from tests.conftest import SAME_ORIGIN
+    from tests.conftest import SAME_ORIGIN, acks_not_awaited
 
-    srv, app = make_app(model=family_model)
+    srv, app = make_app(model=family_model, limits=acks_not_awaited())  # this client never acks
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
         hello = json.loads(ws.receive_text())
         assert hello["family"] == family_model.family and hello["choices"]["target"] == ["auto", "x0", "latents"]
@@ -168,10 +168,11 @@ def test_watch_previews_a_flux_pipeline(tmp_path):
 
 
 def test_bench_takes_a_family_and_a_target(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "previewlab", "bench", "--model", "synthetic:tiny-flux2", "--decoders", "latent2rgb",
-                        "--every", "1", "--steps", "2", "--repeats", "1", "--warmup", "0", "--target", "x0",
-                        "--width", "64", "--height", "64", "--out", str(tmp_path)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    from tests.conftest import previewlab_here
+
+    p = previewlab_here("bench", "--model", "synthetic:tiny-flux2", "--decoders", "latent2rgb", "--every", "1", "--steps",
+                        "2", "--repeats", "1", "--warmup", "0", "--target", "x0", "--width", "64", "--height", "64",
+                        "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr[-2000:]
     with open(tmp_path / "steps.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["preview"] == "1"]
