@@ -203,7 +203,7 @@ def test_compiled_decoder_reports_compile_time_apart_and_gives_the_same_picture(
 
     def frames(compile_decoder: bool):
         told = Gathered()
-        s = RunSettings(steps=3, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode="sync"))
+        s = RunSettings(steps=3, width=64, height=64, preview=PreviewSettings(decoder="latent2rgb", mode="sync"))
         r = generate(RunContext(tiny, s, "c", compile_decoder=compile_decoder), told)
         return told.frames, r.record
 
