@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import re
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,8 +14,8 @@ from previewlab.bench.noise import paired
 from previewlab.bench.rows import SweepRow, read
 from previewlab.bench.sweep import Plan, capped
 from previewlab.preview.settings import PreviewSettings, RunSettings
+from tests.conftest import previewlab_here
 
-ROOT = Path(__file__).resolve().parents[1]
 ROWS = ("engine, decoder none / bare diffusers call", "taesd every step, overlap / no previews",
         "vae every step: overlap overhead / sync overhead", "latent2rgb every step, overlap / no previews",
         "autopilot taesd, budget 10 % / no previews", "nvjpeg / turbojpeg, transfer+encode per preview",
@@ -42,8 +40,7 @@ def table_rows(text: str) -> dict[str, list[str]]:
 
 
 def test_dry_run_prints_every_row(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "previewlab.bench.gpu.check", "--dry-run", "--steps", "4", "--repeats", "1",
-                        "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = previewlab_here("gpu-check", "--dry-run", "--steps", "4", "--repeats", "1", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr[-3000:]
     rows = table_rows(p.stdout)
     assert list(rows) == list(ROWS + VIDEO_ROWS), p.stdout
