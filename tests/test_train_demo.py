@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +11,8 @@ import torch
 from PIL import Image, ImageFilter
 
 from previewlab.bench.demo import checker, parts as demo_parts, scenes
+from tests.conftest import previewlab_here
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_caption_reads_as_the_issue_writes_it():
@@ -94,8 +92,7 @@ def test_taesd_starts_as_latent2rgb():
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo")
-    p = subprocess.run([sys.executable, "-m", "previewlab.bench.demo.train", "--quick", "--out", str(out), "--seed", "0"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    p = previewlab_here("train-demo", "--quick", "--out", str(out), "--seed", "0")
     assert p.returncode == 0, p.stderr[-3000:]
     assert "unet: loss" in p.stdout
     return out
