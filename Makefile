@@ -29,7 +29,7 @@ typecheck: $(TEST_STAMP)
 	$(PY) -m mypy --explicit-package-bases previewlab tests examples docs
 
 test: $(TEST_STAMP) typecheck
-	$(PY) -m pytest -q --durations=25 tests  # the slowest 25 named: CI aims at 15 minutes in all
+	$(PY) -m pytest -q --durations=25 tests  # the slowest 25 named: CI aims at 10 minutes in all
 
 bench: $(BENCH_STAMP)
 	$(PY) -m previewlab bench --model synthetic:small --out runs/bench

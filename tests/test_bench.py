@@ -27,6 +27,7 @@ def rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_sweep_writes_csvs_and_summary(tmp_path):
     p = previewlab_here("bench", "--model", "synthetic:tiny", "--decoders", "none,latent2rgb,vae", "--every", "1,2", "--steps", "4",
               "--repeats", "2", "--warmup", "1", "--direct", "--out", str(tmp_path))
@@ -96,6 +97,7 @@ def test_help_documents_every_flag():
         assert flag in p.stdout
 
 
+@pytest.mark.slow
 def test_killed_sweep_leaves_readable_csvs(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "previewlab", "bench", "--model", "synthetic:tiny", "--decoders", "vae",
                              "--every", "1", "--steps", "6", "--repeats", "50", "--out", str(tmp_path)],
@@ -152,11 +154,13 @@ def test_dtype_and_channels_last_are_axes(tmp_path):
     assert any(r["config"].startswith("[bfloat16 offload=none compile=none cl=on] latent2rgb") for r in runs)
 
 
+@pytest.mark.slow
 def test_offload_needs_a_gpu_and_says_so(tmp_path):
     p = previewlab("bench", "--model", "synthetic:tiny", "--device", "cpu", "--offload", "model", "--out", str(tmp_path))
     assert p.returncode == 2 and "needs a CUDA device" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 def test_load_tool_runs_a_bounded_crowd(tmp_path):
     p = previewlab_here("load", "--model", "synthetic:tiny", "--clients", "3", "--steps", "3", "--pairs", "1",
               "--out", str(tmp_path))
@@ -167,6 +171,7 @@ def test_load_tool_runs_a_bounded_crowd(tmp_path):
     assert "wall: one client" in p.stdout
 
 
+@pytest.mark.slow
 def test_a_video_sweep_compares_first_middle_and_all(tmp_path):
     """Issue 22: a video model's default sweep is the frames axis at every step, against no previews."""
     p = previewlab_here("bench", "--model", "synthetic:tiny-wan21", "--decoders", "none,latent2rgb,vae", "--steps", "2",

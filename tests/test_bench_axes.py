@@ -112,6 +112,7 @@ def test_what_each_family_of_scheduler_may_take():
     assert schedulers_for(sd15, ("ddim",), (4,))["ddim"].config.prediction_type == "v_prediction"
 
 
+@pytest.mark.slow
 def test_vae_tiling_is_an_axis_that_reaches_previews_and_the_final_decode(tiny, tmp_path, monkeypatch):
     tiled: list[bool] = []
     plain = AutoencoderKL.tiled_decode

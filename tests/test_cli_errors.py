@@ -56,6 +56,7 @@ def test_bench_out_that_cannot_be_made_is_one_line():
              "--out /proc/nope: No such file or directory")
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_model_loads_is_a_stop_not_a_traceback():
     import signal
     import subprocess

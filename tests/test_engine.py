@@ -195,6 +195,7 @@ def test_synthetic_sd15_has_the_real_parameter_counts():
     assert count(te) == 123_060_480
 
 
+@pytest.mark.slow
 def test_compiled_decoder_reports_compile_time_apart_and_gives_the_same_picture(tiny):
     import io
 

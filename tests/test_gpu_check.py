@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from previewlab.bench.noise import paired
@@ -39,6 +40,7 @@ def table_rows(text: str) -> dict[str, list[str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_dry_run_prints_every_row(tmp_path):
     p = previewlab_here("gpu-check", "--dry-run", "--steps", "4", "--repeats", "1", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr[-3000:]
@@ -76,6 +78,7 @@ def test_dry_run_prints_every_row(tmp_path):
     assert (tmp_path / "steps.csv").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_the_check_states_the_benchs_overhead_for_the_same_configuration(tiny, tmp_path, capsys):
     from previewlab.bench.cli import main as bench
     from previewlab.bench.gpu.arms import ARMS, DRY

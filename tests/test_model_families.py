@@ -74,6 +74,7 @@ def test_x0_differs_from_the_latents_early_on(family_model):
 PAIRS = [(d, t) for d in ("latent2rgb", "taesd", "vae") for t in ("x0", "latents")]
 
 
+@pytest.mark.slow
 def test_server_streams_every_family_with_every_decoder_and_target(family_model, make_app):
     """The real app over its WebSocket: one run per decoder and target; each frame is the family's picture."""
     import json
@@ -137,6 +138,7 @@ def test_watch_runs_every_family_with_every_decoder_and_target(name, tmp_path):
             (name, decoder, target)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FAMILIES)
 def test_bench_sweeps_every_family_with_every_decoder_and_target(name, tmp_path):
     from previewlab.bench.cli import main as bench_main
@@ -204,6 +206,7 @@ def test_a_tae_of_another_family_is_refused_naming_both():
     assert flux2.taesd is not None and flux2.taesd_kind == "madebyollin"
 
 
+@pytest.mark.slow
 def test_taesd_takes_a_repo_id_from_the_local_cache(tmp_path):
     """madebyollin/taesd and taesdxl as a user's Hugging Face cache holds them (no network: local_files_only)."""
     from diffusers import AutoencoderTiny

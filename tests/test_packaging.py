@@ -7,9 +7,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_the_wheel_serves_the_page_from_any_folder(tmp_path):
     """Issue 20, item 1: the wheel held preview, bench and server but not web/, so an installed server stopped at
     start-up ("Directory .../site-packages/web does not exist")."""

@@ -26,6 +26,7 @@ def sweep(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_report_writes_html_and_plots_whose_figures_match_the_csvs(sweep):
     p = previewlab_here("report", str(sweep))
     assert p.returncode == 0, p.stderr
@@ -139,6 +140,7 @@ def test_the_noise_plot_greys_what_is_within_noise():
     plt.close(f)
 
 
+@pytest.mark.slow
 def test_compare_of_identical_sweeps_is_within_noise_in_every_row(sweep):
     same = previewlab_here("compare", str(sweep), str(sweep))
     assert same.returncode == 0, same.stdout + same.stderr
@@ -170,6 +172,7 @@ def edited(sweep: Path, dest: Path, edit: Callable[[dict[str, str]], None]) -> P
     return dest
 
 
+@pytest.mark.slow
 def test_compare_refuses_sweeps_of_different_work(sweep, tmp_path):
     other = edited(sweep, tmp_path / "other", lambda r: r.update(steps="8", width="128"))
     p = previewlab_here("compare", str(sweep), str(other))
@@ -177,6 +180,7 @@ def test_compare_refuses_sweeps_of_different_work(sweep, tmp_path):
     assert p.stderr.strip() == "previewlab compare: not comparable: steps 4 vs 8; size 64x64 vs 128x64"
 
 
+@pytest.mark.slow
 def test_compare_refuses_baselines_far_apart_and_bad_folders_under_its_own_name(sweep, tmp_path):
     """Issue 34, item 6: two sweeps whose baselines differed tenfold (0.33 s against 3.24 s, both noisy) were
     compared, a configuration called WORSE and the exit status 1; a missing folder exited 1 as `previewlab
@@ -204,6 +208,7 @@ def test_compare_calls_a_difference_inside_an_interval_noise_never_worse():
     assert [r.verdict for r in compare({V1: [1.0]}, {V1: [9.0]}, "wall_s", 5.0)] == ["n=1: no interval"]
 
 
+@pytest.mark.slow
 def test_compare_fails_a_planted_regression(sweep, tmp_path):
     planted = tmp_path / "planted"
     shutil.copytree(sweep, planted)

@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
+import pytest
 import websockets
 
 from previewlab import serve, watch
@@ -49,6 +50,7 @@ def _status(url: str, method: str = "GET") -> int:
         return e.code
 
 
+@pytest.mark.slow
 def test_an_export_streams_in_pieces_and_a_stuck_reader_holds_one(make_app, tmp_path):
     """Item 7: the step export (/runs.csv then, /runs/steps.csv since issue 35) was built whole (500 runs of
     1000 steps: 102 MB) and kept by every reader that did not read it: 30 of them took the server to 3.6 GB. Now a reader that never reads makes the server read a few
@@ -102,6 +104,7 @@ def test_previews_are_never_deflated(tmp_path):
         w.remove()
 
 
+@pytest.mark.slow
 def test_an_export_that_keeps_flowing_outlives_the_response_deadline(make_app, tmp_path):
     """Item 7: a cold export of every run took about 12 s, so the 10 s response deadline aborted it. A response
     now has to make progress within each deadline, not be whole: with a 0.5 s deadline, an export that takes

@@ -23,6 +23,7 @@ def sd15_file(tmp_path_factory):
     return pipe, path
 
 
+@pytest.mark.slow
 def test_sd15_single_file_loads_every_weight_offline_and_generates(sd15_file):
     ref, path = sd15_file
     m = load(str(path), device="cpu")
@@ -40,6 +41,7 @@ def test_sd15_single_file_loads_every_weight_offline_and_generates(sd15_file):
     assert image.shape == (1, 64, 64, 3) and bool(torch.isfinite(torch.from_numpy(image)).all())
 
 
+@pytest.mark.slow
 def test_config_folder_stands_in_for_the_shipped_configs(sd15_file, tmp_path):
     """--config: the user's own folder (here: the shipped v1 configs with another scheduler) is the one used."""
     _, path = sd15_file
