@@ -6,13 +6,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from .meter_parts import MeterParts
-from .records import StepRow, on_path_ms
+from .records import StepCells, StepRow, on_path_ms
 
 
 @dataclass
 class Marks:
-    """Stopwatch handles of one step, turned into milliseconds once the device has passed them."""
+    """One step while its row is made: the row as scheduled, the cells its preview fills in, and the stopwatch
+    handles, turned into milliseconds once the device has passed them."""
     row: StepRow
+    cells: StepCells
     start: Any
     cb: Any
     dec0: Any = None
@@ -53,16 +55,18 @@ class Ledger:
             m = self.pending.pop(0)
             if m.future is not None:
                 m.future.result()  # errors inside were already turned into an event on the row
-            m.row.denoise_ms = sw.ms(m.start, m.cb)
-            if m.dec0 is not None and m.row.preview:
-                m.row.decode_ms, m.row.resize_ms = sw.ms(m.dec0, m.dec1), sw.ms(m.dec1, m.res1)
-                m.row.decode_ms_per_frame = m.row.decode_ms / max(1, m.row.frames)
+            c = m.cells  # the encode thread is done with them (the future above): folded in once, here
+            c.denoise_ms = sw.ms(m.start, m.cb)
+            if m.dec0 is not None and c.preview:
+                c.decode_ms, c.resize_ms = sw.ms(m.dec0, m.dec1), sw.ms(m.dec1, m.res1)
+                c.decode_ms_per_frame = c.decode_ms / max(1, c.frames)
                 if m.copied is not None:
-                    m.row.transfer_ms = sw.ms(m.res1, m.copied)
+                    c.transfer_ms = sw.ms(m.res1, m.copied)
             if sw.cuda and m.row.mode == "overlap":  # the callback's own span of the main stream: no stage holds it
-                m.row.on_path_ms = sw.ms(m.cb, m.end)
-            m.row.on_path_ms = on_path_ms(m.row, sw.cuda)
-            self.plan.observe(m.row.denoise_ms + m.row.on_path_ms, m.touched)
-            self.rows.append(m.row)
+                c.on_path_ms = sw.ms(m.cb, m.end)
+            c.on_path_ms = on_path_ms(m.row.mode, c, sw.cuda)
+            self.plan.observe(c.denoise_ms + c.on_path_ms, m.touched)
+            row = c.into(m.row)
+            self.rows.append(row)
             if self.events is not None:
-                self.events.row(m.row)
+                self.events.row(row)

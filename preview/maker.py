@@ -17,7 +17,7 @@ from .ledger import Marks
 from .meter_parts import MeterParts
 from .overlap import Overlap
 from .planner import also as _also
-from .records import StepRow
+from .records import StepCells
 from .settings import PreviewSettings
 from .streams import jpeg_stream
 from .targets import choose
@@ -48,47 +48,48 @@ class PreviewMaker:
         """A preview is still being made beside the denoising (overlap)."""
         return self.overlap is not None and self.overlap.flight.count > 0
 
-    def make(self, row: StepRow, marks: Marks, s: PreviewSettings, latents: torch.Tensor) -> None:
-        """Make this step's preview with row.decoder: in the callback (sync) or handed to the encode thread
-        (overlap). Any failure on the way becomes the row's event and a cheaper decoder, never the run's end."""
-        p = self.p
-        decoder, s = row.decoder, p.plan.sized(s)
+    def make(self, marks: Marks, s: PreviewSettings, latents: torch.Tensor) -> None:
+        """Make this step's preview with its row's decoder: in the callback (sync) or handed to the encode thread
+        (overlap), filling the step's cells. Any failure on the way becomes the row's event and a cheaper
+        decoder, never the run's end."""
+        p, c = self.p, marks.cells
+        decoder, s = marks.row.decoder, p.plan.sized(s)
         ps = s if decoder == s.decoder else s.changed(decoder=decoder)
         memory = p.readings.memory
         level = memory.before()  # what the step holds: the preview's memory is its peak over this
         try:
             prev = p.previewer
             enc = prev.encoder(s.encoder)
-            shown, row.target = choose(s.target, p.tap, latents)
-            if s.target == "x0" and row.target != "x0" and not self._x0_told and p.tap is not None:
+            shown, c.target = choose(s.target, p.tap, latents)
+            if s.target == "x0" and c.target != "x0" and not self._x0_told and p.tap is not None:
                 self._x0_told = True
-                row.event = _also(row.event, _no_x0(p.tap.sched))
+                c.event = _also(c.event, _no_x0(p.tap.sched))
             if s.batch_preview == "first":  # a grid decodes the whole batch: the cost of showing it all
                 shown = shown[:1]
             # where the decoder stops: the preview's size, for the grid of the images shown (no device read)
             cut = prev.cut(decoder, s, p.width, p.height, int(shown.shape[0]))
             if prev.compile and not prev.compiled(decoder, cut):  # a live switch: compile now, say so
-                c = prev.warm(decoder, p.height, p.width, cut)
-                row.event = _also(row.event, _compiled(decoder, c, cut))
-            render = self._render(decoder, s, shown, cut, row)
+                ms = prev.warm(decoder, p.height, p.width, cut)
+                c.event = _also(c.event, _compiled(decoder, ms, cut))
+            render = self._render(decoder, s, shown, cut, c)
             try:
                 if s.mode == "sync":
-                    self._sync(row, marks, shown, ps, render, enc)
+                    self._sync(marks, shown, ps, render, enc)
                 else:
-                    self._overlap(row, marks, shown, ps, render, enc)
+                    self._overlap(marks, shown, ps, render, enc)
             finally:
                 for note in prev.take_notes():  # a fit of latent2rgb factors, made inside this decode
-                    row.event = _also(row.event, note)
+                    c.event = _also(c.event, note)
         except Exception as e:
-            self._failed(row, ps, e)
+            self._failed(marks, ps, e)
             marks.dec0 = None
-        row.mem_mb = memory.after(level)  # allocations count when queued: known now, no device wait
-        if not row.skipped:  # preview work ran (made, or failed on the way)
+        c.mem_mb = memory.after(level)  # allocations count when queued: known now, no device wait
+        if not c.skipped:  # preview work ran (made, or failed on the way)
             marks.touched = True
             p.plan.started()
 
     def _render(self, decoder: str, s: PreviewSettings, latents: torch.Tensor, cut: decoders.Cut,
-                row: StepRow) -> _Render:
+                cells: StepCells) -> _Render:
         """How this preview's pixels are made: an image's decode, or the frames of a clip that s.frames picks
         (clips.pick), decoding only the latent frames they need; the decoder stopped where `cut` says, and the
         size it made goes on the row. Shapes only, no device read."""
@@ -96,7 +97,7 @@ class PreviewMaker:
         h, w, prev, space = p.height, p.width, p.previewer, p.model.space
 
         def made(x: torch.Tensor) -> torch.Tensor:
-            row.decode_height, row.decode_width = int(x.shape[-2]), int(x.shape[-1])
+            cells.decode_height, cells.decode_width = int(x.shape[-2]), int(x.shape[-1])
             return x
 
         if not space.video:
@@ -109,7 +110,7 @@ class PreviewMaker:
                           causal=decoders.causal(decoder, p.model), odd=space.family == "cogvideox")
         return _Render(lambda z: tile(made(clip(z, h, w, pick))), len(pick.reads), pick.fps)
 
-    def _sync(self, row: StepRow, marks: Marks, latents: torch.Tensor, s: PreviewSettings, render: _Render,
+    def _sync(self, marks: Marks, latents: torch.Tensor, s: PreviewSettings, render: _Render,
               enc: encoders.Encoder) -> None:
         sw, rng = self.p.sw, self.p.rng
         rng.begin("decode")
@@ -129,40 +130,40 @@ class PreviewMaker:
         if not enc.on_device:  # an on-device encoder copies only its bytes, timed in _finish
             rng.begin("transfer")
             arr = u8.cpu().numpy()
-            row.transfer_ms = (sw.clock() - t1) * 1e3
+            marks.cells.transfer_ms = (sw.clock() - t1) * 1e3
             rng.end("transfer")
         rng.begin("encode")
-        self._finish(row, s, enc, arr, waited.uncounted_ms, render)
+        self._finish(marks, s, enc, arr, waited.uncounted_ms, render)
         rng.end("encode")
 
-    def _overlap(self, row: StepRow, marks: Marks, latents: torch.Tensor, s: PreviewSettings, render: _Render,
+    def _overlap(self, marks: Marks, latents: torch.Tensor, s: PreviewSettings, render: _Render,
                  enc: encoders.Encoder) -> None:
         if self.overlap is None:
             self.overlap = Overlap(self.p.sw, self.p.inflight)
         if self.overlap.flight.full():
-            row.skipped = 1  # the pipeline is full: skip this preview, never queue it
+            marks.cells.skipped = 1  # the pipeline is full: skip this preview, never queue it
             return
 
         def done(arr: np.ndarray, sync_ms: float) -> None:
             try:
-                self._finish(row, s, enc, arr, sync_ms, render)
+                self._finish(marks, s, enc, arr, sync_ms, render)
             except Exception as e:
-                self._failed(row, s, e)
+                self._failed(marks, s, e)
 
-        row.preview = 1  # made, or being made; a failure on the encode thread resets it, so set it first
+        marks.cells.preview = 1  # made, or being made; a failure on the encode thread resets it, so set it first
         self.p.rng.begin("decode")
         to_u8 = to_uint8_chw if enc.on_device else to_uint8_hwc
         marks.future = self.overlap.submit(latents, render.fn, lambda img: to_u8(img, s.preview_max), done, marks,
                                            on_device=enc.on_device)
         self.p.rng.end("decode")
 
-    def _finish(self, row: StepRow, s: PreviewSettings, enc: encoders.Encoder, arr: Any, sync_ms: float,
+    def _finish(self, marks: Marks, s: PreviewSettings, enc: encoders.Encoder, arr: Any, sync_ms: float,
                 render: _Render) -> None:
         """Encode and hand off: in the callback (sync) or on the encode thread (overlap). arr holds the frames:
         a host uint8 (F, h, w, 3) array, or for an on-device encoder the uint8 (F, 3, h, w) tensor still on the
         device (only the bytes cross): each frame is encoded and its bytes copied under the device's one JPEG
         stream. The frames go out as one Frame, in order."""
-        p = self.p
+        p, row, c = self.p, marks.row, marks.cells
         dev, clock = p.sw.dev, p.sw.clock
         on_stream = dev.use(jpeg_stream(dev)) if enc.on_device and dev is not None else contextlib.nullcontext()
         with on_stream:
@@ -172,21 +173,21 @@ class PreviewMaker:
             if enc.on_device:  # the frames' bytes joined on the device: one copy, whatever their count
                 sizes = [int(out.numel()) for out in outs]
                 data = (torch.cat(outs) if len(outs) > 1 else outs[0]).cpu().numpy().tobytes()
-                row.transfer_ms = (clock() - t1) * 1e3
+                c.transfer_ms = (clock() - t1) * 1e3
             else:
                 sizes, data = [len(out) for out in outs], b"".join(outs)
-        row.encode_ms, row.sync_ms = (t1 - t0) * 1e3, sync_ms
-        row.preview, row.bytes, row.encoder = 1, len(data), enc.name
-        row.frames, row.latent_frames = len(sizes), render.latent_frames
+        c.encode_ms, c.sync_ms = (t1 - t0) * 1e3, sync_ms
+        c.preview, c.bytes, c.encoder = 1, len(data), enc.name
+        c.frames, c.latent_frames = len(sizes), render.latent_frames
         h_axis = 2 if enc.on_device else 1
-        row.preview_height, row.preview_width = int(arr.shape[h_axis]), int(arr.shape[h_axis + 1])
+        c.preview_height, c.preview_width = int(arr.shape[h_axis]), int(arr.shape[h_axis + 1])
         if p.events is not None:
-            p.events.frame(Frame(p.run_id, row.step, row.decoder, enc.format, row.preview_width,
-                                 row.preview_height, data, tuple(sizes), render.fps))
+            p.events.frame(Frame(p.run_id, row.step, row.decoder, enc.format, c.preview_width,
+                                 c.preview_height, data, tuple(sizes), render.fps))
 
-    def _failed(self, row: StepRow, s: PreviewSettings, e: BaseException) -> None:
+    def _failed(self, marks: Marks, s: PreviewSettings, e: BaseException) -> None:
         """A preview must never end the run: report, fall back to a cheaper decoder, record it on the row."""
-        p = self.p
+        p, row = self.p, marks.row
         fallback = decoders.DECODERS[decoders.check_name(s.decoder)].fallback
         detail = str(e).splitlines()[0][:160] if str(e) else ""
         msg = f"preview with decoder {s.decoder} failed at step {row.step} ({type(e).__name__}: {detail}); " \
@@ -195,8 +196,8 @@ class PreviewMaker:
         log.debug("preview failure at step %d", row.step, exc_info=e)
         p.controls.set(decoder=fallback, note=False)
         p.plan.fell_back(fallback)
-        row.event = _also(row.event, msg)
-        row.preview = 0
+        marks.cells.event = _also(marks.cells.event, msg)
+        marks.cells.preview = 0
         if p.events is not None:
             p.events.error(p.run_id, msg)
 

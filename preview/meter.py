@@ -19,7 +19,7 @@ from .models import Model
 from .planner import Planner
 from .previewer import Previewer
 from .ranges import Ranges
-from .records import StepRow
+from .records import StepCells, StepRow
 from .run import Asked, RunEvents
 from .settings import PreviewSettings
 from .steps import Step
@@ -92,11 +92,11 @@ class StepMeter:
             self._read_call(step)
         s = self.controls.get()
         row = self._scheduled_row(step.index, s)
-        marks = Marks(row, self.last, cb, touched=self.in_flight)
+        marks = Marks(row, StepCells(event=row.event), self.last, cb, touched=self.in_flight)
         if self.plan.due(row.step, row.decoder, row.every):
-            self.maker.make(row, marks, s, step.latents)
+            self.maker.make(marks, s, step.latents)
         # the next step is touched when a preview may still be running beside it
-        self.in_flight = s.mode == "overlap" and (marks.touched and row.preview == 1 or self.maker.in_flight)
+        self.in_flight = s.mode == "overlap" and (marks.touched and marks.cells.preview == 1 or self.maker.in_flight)
         self.ledger.add(marks)
         self.ledger.emit(False)
         stop = bool(self.should_stop and self.should_stop())

@@ -33,7 +33,7 @@ held the main stream after the last step (0 without previews, in every mode).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any, Callable, TypeVar
 
 R = TypeVar("R", "StepRow", "RunRecord")
@@ -41,8 +41,10 @@ R = TypeVar("R", "StepRow", "RunRecord")
 PREVIEW_STAGES = ("decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms")
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepRow:
+    """One step's row, frozen once the meter hands it over: what the planner scheduled, then what the step's
+    preview and stopwatch measured (StepCells, folded in once, by the ledger)."""
     run_id: str
     step: int
     timestep: float
@@ -97,17 +99,53 @@ class StepRow:
         return from_cells(cls, row)
 
 
-def on_path_ms(row: StepRow, cuda: bool) -> float:
-    """The part of a row's preview stages that ran on the denoising thread, so it adds to wall time.
+@dataclass
+class StepCells:
+    """What a step's preview and stopwatch fill in while its row is being made, on the step's thread and (overlap)
+    the encode thread: StepRow's measured cells. The ledger folds them into the scheduled row once both threads
+    are done with them (into), so a row handed over never changes. event starts as the planner's."""
+    event: str = ""
+    preview: int = 0
+    denoise_ms: float = 0.0
+    decode_ms: float = 0.0
+    sync_ms: float = 0.0
+    transfer_ms: float = 0.0
+    resize_ms: float = 0.0
+    encode_ms: float = 0.0
+    on_path_ms: float = 0.0
+    bytes: int = 0
+    encoder: str = ""
+    preview_width: int = 0
+    preview_height: int = 0
+    skipped: int = 0
+    target: str = ""
+    frames: int = 0
+    latent_frames: int = 0
+    decode_ms_per_frame: float = 0.0
+    decode_width: int = 0
+    decode_height: int = 0
+    mem_mb: float = 0.0
+
+    @property
+    def preview_ms(self) -> float:
+        return sum(getattr(self, k) for k in PREVIEW_STAGES)
+
+    def into(self, row: StepRow) -> StepRow:
+        """The scheduled row with these cells: the row as it is handed over."""
+        return replace(row, **vars(self))
+
+
+def on_path_ms(mode: str, stages: StepRow | StepCells, cuda: bool) -> float:
+    """The part of a step's preview stages that ran on the denoising thread, so it adds to wall time.
 
     sync: all of it. overlap on CPU: decode and resize (the encode left the thread). overlap on CUDA: no
     stage, but the callback's own span of the main stream, which the meter measures into the row (the
     latents' clone, and when the host is the bottleneck, its launch of the decode while the device idles);
     what the side stream still costs shows as slower denoise_ms and as drain_ms.
     """
-    if row.mode == "sync":
-        return row.preview_ms
-    return row.on_path_ms if cuda else row.decode_ms + row.resize_ms
+    if mode == "sync":
+        return stages.preview_ms
+    return stages.on_path_ms if cuda else stages.decode_ms + stages.resize_ms
 
 
 STEP_COLUMNS = tuple(f.name for f in fields(StepRow))

@@ -9,7 +9,7 @@ import torch
 from . import decoders
 from .models import Model, device_name
 from .records import PREVIEW_STAGES, RunRecord, StepRow, on_path_ms
-from .run import Asked, RunMeta
+from .run import Asked, RunMeta, dtype_name
 from .settings import PreviewSettings
 from .usage import Usage
 
@@ -21,7 +21,7 @@ def _env(model: Model) -> dict[str, Any]:
     name = device_name(dev)
     return dict(model=model.name, synthetic=int(model.synthetic), model_note=model.note, family=model.space.name,
                 space=model.space.describe(), device=dev.type, device_name=name,
-                dtype=str(model.dtype).removeprefix("torch."), threads=torch.get_num_threads(),
+                dtype=dtype_name(model.dtype), threads=torch.get_num_threads(),
                 torch=torch.__version__, diffusers=diffusers.__version__)
 
 
@@ -63,9 +63,7 @@ def run_record(model: Model, run_id: str, rows: list[StepRow], asked: Asked | Ru
     accelerator); timing: how the stopwatch timed them (host | events | waits; a direct call's wall: host)."""
     totals: dict[str, Any] = {k: sum(getattr(r, k) for r in rows) for k in ("denoise_ms", *PREVIEW_STAGES)}
     cuda = model.device.type != "cpu" if cuda is None else cuda  # the stopwatch's device (tests: a fake one)
-    for r in rows:  # rows from the meter carry it already; the same definition either way
-        r.on_path_ms = on_path_ms(r, cuda)
-    on_path = sum(r.on_path_ms for r in rows)
+    on_path = sum(on_path_ms(r.mode, r, cuda) for r in rows)  # the meter's rows carry the same figure
     ph = phases
     outside = ph.text_encode_ms + ph.final_decode_ms + ph.final_encode_ms + ph.write_ms
     other = ph.wall_ms - totals["denoise_ms"] - on_path - outside - ph.drain_ms

@@ -65,3 +65,26 @@ def test_inflight_bound_skips_and_counts(tiny, monkeypatch):
     assert [r.skipped for r in run.rows] == [0, 0] + [1] * (steps - k)
     assert run.record.skipped == steps - k and run.record.inflight_peak == k
     assert [f.step for f in frames] == [1, 2] and len(started) == k
+
+
+def test_a_row_is_whole_when_handed_over_and_never_changes_after(tiny):
+    """Issue 36: rows are frozen once emitted. In overlap mode the encode thread fills a preview's encode time,
+    bytes and size after the step has moved on; the ledger folds them in only once that thread is done, so the
+    row a RunEvents receives already holds them, and the run's rows are those very rows, unchanged."""
+    import dataclasses
+
+    seen: list[tuple[object, dict]] = []
+
+    class Watching(Gathered):
+        def row(self, row):  # what the row says the moment it is handed over
+            seen.append((row, dataclasses.asdict(row)))
+            super().row(row)
+
+    s = RunSettings(steps=4, width=64, height=64, preview=PreviewSettings(decoder="taesd", mode="overlap"))
+    run = generate(RunContext(tiny, s, "frozen"), Watching())
+    made = [(r, cells) for r, cells in seen if cells["preview"]]
+    assert made and all(c["bytes"] > 0 and c["encode_ms"] > 0 and c["preview_width"] > 0 for _, c in made)
+    assert [r for r, _ in seen] == run.rows and all(r is q for (r, _), q in zip(seen, run.rows))
+    assert all(dataclasses.asdict(r) == cells for r, cells in seen)  # nothing wrote to a row after it was handed over
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.rows[0].bytes = 0  # type: ignore[misc]
