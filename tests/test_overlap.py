@@ -73,10 +73,12 @@ def test_a_row_is_whole_when_handed_over_and_never_changes_after(tiny):
     row a RunEvents receives already holds them, and the run's rows are those very rows, unchanged."""
     import dataclasses
 
-    seen: list[tuple[object, dict]] = []
+    from previewlab.preview.records import StepRow
+
+    seen: list[tuple[StepRow, dict]] = []
 
     class Watching(Gathered):
-        def row(self, row):  # what the row says the moment it is handed over
+        def row(self, row: StepRow) -> None:  # what the row says the moment it is handed over
             seen.append((row, dataclasses.asdict(row)))
             super().row(row)
 
