@@ -177,6 +177,7 @@ def test_the_noise_line_compare_and_mode_ratios_read_each_setups_baseline():
     assert "vae/every1/euler/4steps" in ratios and "overlap/sync 0.50" in ratios
 
 
+@pytest.mark.slow
 def test_every_run_records_its_scheduler_and_vae_mode_outside_the_bench_too(tiny):
     from previewlab.preview.engine import RunContext, generate
 

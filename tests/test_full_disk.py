@@ -297,6 +297,7 @@ def test_a_really_full_disk_refuses_the_start_and_keeps_the_good_runs(make_app, 
     shutil.rmtree(data)
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_mid_run_ends_it_failed_in_done_list_and_meta(make_app, small_disk):
     data = small_disk / "runs"
     srv, app = make_app(data_dir=data, keep_runs=3, limits=acks_not_awaited())

@@ -193,6 +193,7 @@ def test_every_echoed_value_is_short(make_app):
             assert len(err) <= 300, (text[:60], len(err))
 
 
+@pytest.mark.slow
 def test_work_limit_refuses_with_the_limit_and_its_flag(make_app):
     """Item 7: steps x width x height over --max-pixel-steps is refused before anything runs."""
     assert work_error(50, 1024, 1024, 64 * 1024 * 1024) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from starlette.testclient import TestClient
 
@@ -22,6 +23,7 @@ META_KEYS = ["run_id", "started_at", "model", "synthetic", "model_note", "family
              "frames", "decode_at"]
 
 
+@pytest.mark.slow
 def test_a_server_runs_messages_and_meta_json_keep_their_keys(make_app, tmp_path):
     srv, app = make_app(tmp_path / "runs")
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:

@@ -5,6 +5,7 @@ import csv
 import io
 import json
 
+import pytest
 from starlette.testclient import TestClient
 
 from previewlab.server.options import RunOptions
@@ -62,6 +63,7 @@ def test_hello_start_refuse_stop_and_csv(make_app):
         assert [(r["run_id"], r["status"]) for r in listed] == [(run["run_id"], "stopped")]
 
 
+@pytest.mark.slow
 def test_img2img_from_a_past_run_and_a_batch_through_the_server(make_app, tmp_path):
     from PIL import Image
 
@@ -143,6 +145,7 @@ def test_bad_messages_get_an_error_and_the_socket_stays_open(make_app):
         assert recv_until(ws, "done")["status"] == "done"  # still open and working
 
 
+@pytest.mark.slow
 def test_every_auto_runs_the_autopilot_and_records_its_interval(make_app):
     srv, app = make_app()
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:

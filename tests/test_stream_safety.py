@@ -31,6 +31,7 @@ def assert_unchanged(before, module: torch.nn.Module) -> None:
         assert torch.equal(after[k][2], value), k
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
 def test_engine_previews_leave_the_float16_vae_alone(xl16, mode):
     vae = xl16.pipe.vae

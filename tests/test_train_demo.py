@@ -32,6 +32,7 @@ def test_training_scenes_are_seeded_and_never_held_out():
     assert np.array_equal(scenes.draw(drawn[0]), scenes.draw(drawn[0]))
 
 
+@pytest.mark.slow
 def test_checker_reads_drawn_scenes_back():
     held = scenes.held_out()
     assert checker.figures(checker.judge(held, [scenes.draw(s) for s in held])) == {
