@@ -90,3 +90,15 @@ def test_a_row_is_whole_when_handed_over_and_never_changes_after(tiny):
     assert all(dataclasses.asdict(r) == cells for r, cells in seen)  # nothing wrote to a row after it was handed over
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.rows[0].bytes = 0  # type: ignore[misc]
+
+
+def test_the_cells_a_step_fills_are_its_rows_own_columns():
+    """StepCells repeats the measured part of StepRow's columns: each must stay one of them, with the row's type
+    and starting value, or folding the cells in (StepCells.into) would fail or write a wrong cell."""
+    import dataclasses
+
+    from previewlab.preview.records import StepCells, StepRow
+
+    row = {f.name: f for f in dataclasses.fields(StepRow)}
+    for f in dataclasses.fields(StepCells):
+        assert f.name in row and (f.type, f.default) == (row[f.name].type, row[f.name].default), f.name
