@@ -1,5 +1,5 @@
 """The bench as a user runs it on synthetic:tiny: its CSVs, its errors, and a kill mid-sweep. The command runs in
-this process (previewlab_here) except where the test is about a process: the kill, the console script's exit code."""
+this process (previewlab_here) except where the test is about a process: the kill, the console script's help."""
 from __future__ import annotations
 
 import csv
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from previewlab.preview.records import STEP_COLUMNS
-from tests.conftest import previewlab, previewlab_here
+from tests.conftest import previewlab_here
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED_STEP = ("run_id, step, timestep, preview, denoise_ms, decode_ms, sync_ms, transfer_ms, resize_ms, encode_ms, "
@@ -156,7 +156,8 @@ def test_dtype_and_channels_last_are_axes(tmp_path):
 
 @pytest.mark.slow
 def test_offload_needs_a_gpu_and_says_so(tmp_path):
-    p = previewlab("bench", "--model", "synthetic:tiny", "--device", "cpu", "--offload", "model", "--out", str(tmp_path))
+    p = previewlab_here("bench", "--model", "synthetic:tiny", "--device", "cpu", "--offload", "model", "--out",
+                        str(tmp_path))
     assert p.returncode == 2 and "needs a CUDA device" in p.stderr and "Traceback" not in p.stderr
 
 

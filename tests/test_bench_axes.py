@@ -123,8 +123,9 @@ def test_vae_tiling_is_an_axis_that_reaches_previews_and_the_final_decode(tiny, 
     monkeypatch.setattr(AutoencoderKL, "tiled_decode", counted)
     vae = tiny.pipe.vae
     own = tiny.pipe.scheduler
-    # 320 px: 40 latents a side, past the tiny VAE's 32-latent tile, so a tiling VAE decodes in tiles
-    plan = Plan(RunSettings(steps=1, width=320, height=320, preview=PreviewSettings(decoder="none")), ("vae",), (1,),
+    # 96 px: 48 latents a side (the tiny VAE halves), past its 32-latent tile, so a tiling VAE decodes in tiles
+    assert vae.tile_latent_min_size < 96 // tiny.pipe.vae_scale_factor
+    plan = Plan(RunSettings(steps=1, width=96, height=96, preview=PreviewSettings(decoder="none")), ("vae",), (1,),
                 repeats=1, warmup=0, vaes=("none", "tiling"), schedulers=("dpmpp_2m",))
     runs = run_sweep(tiny, plan, tmp_path)
     assert [(r.config.name, r.record.vae, r.record.scheduler) for r in runs] == [

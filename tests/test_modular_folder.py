@@ -18,7 +18,7 @@ from previewlab.preview.engine import RunContext, TaskError, generate
 from previewlab.preview.models import ModelError, load
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from previewlab.preview.sources import is_modular
-from tests.conftest import previewlab
+from tests.conftest import previewlab_here
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -79,9 +79,9 @@ def test_a_broken_modular_folder_is_refused_in_one_line(tmp_path, modular_folder
 
 @pytest.mark.slow
 def test_the_bench_measures_a_modular_folder(modular_folder, tmp_path):
-    p = previewlab("bench", "--model", str(modular_folder), "--decoders", "none,latent2rgb", "--every", "1",
-                   "--steps", "2", "--width", "64", "--height", "64", "--repeats", "1", "--warmup", "0",
-                   "--modes", "sync", "--out", str(tmp_path))
+    p = previewlab_here("bench", "--model", str(modular_folder), "--decoders", "none,latent2rgb", "--every", "1",
+                        "--steps", "2", "--width", "64", "--height", "64", "--repeats", "1", "--warmup", "0",
+                        "--modes", "sync", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     runs = list(csv.DictReader((tmp_path / "runs.csv").open()))
     steps = list(csv.DictReader((tmp_path / "steps.csv").open()))
