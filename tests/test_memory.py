@@ -166,3 +166,18 @@ def test_nvml_is_sampled_from_a_thread_while_the_run_denoises():
     assert nvml.calls == calls  # stopped: the thread is gone
     assert calls >= 4 and 20 < pct < 80
     assert pct == pytest.approx((2 * 20 + (calls - 2) * 80) / calls)
+
+
+@pytest.mark.slow
+def test_the_preview_memory_bench_reads_each_decoder_whole_and_stopped_at_the_preview(capsys):
+    """bench/preview_memory.py's image table (docs/tables.md), at 128 px with 64 px previews instead of 1024/512:
+    a row per decoder and where it stops, each with the MiB it raised memory (first and second time) and its ms."""
+    from previewlab.bench.preview_memory import image_rows
+
+    rows = image_rows(128, 64)
+    assert [(r[1], r[2].split(" ")[0]) for r in rows] == [
+        ("taesd", "full"), ("taesd", "preview"), ("vae", "full"), ("vae", "preview"), ("vae", "half_latents")]
+    assert all(r[0] == "SDXL 128x128" and float(r[3]) >= 0 and float(r[4]) >= 0 and float(r[5]) > 0 for r in rows)
+    # where each stopped: TAESD one upsampling short of 128 px for a 64 px preview, the VAE whole or on half latents
+    assert [r[2].split(" ", 1)[1] for r in rows] == ["(whole)", "(1/2)", "(whole)", "(whole)", "(half latents)"]
+    assert capsys.readouterr().out.count("\n") == 5  # each row printed as it is measured
