@@ -12,12 +12,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
 
 from previewlab.preview.models import Model, load
 from previewlab.preview.records import STEP_COLUMNS
+
+if TYPE_CHECKING:
+    from previewlab.server.session import SessionLimits
 
 
 @pytest.fixture(scope="session")
@@ -128,7 +131,7 @@ def make_app(tiny, tmp_path):
     return make
 
 
-def acks_not_awaited() -> Any:
+def acks_not_awaited() -> SessionLimits:
     """Limits for a test client that never acks its frames (the page acks each in milliseconds): a run's end
     waits for no ack, where the default waits SessionLimits.ack_wait_s (1 s) for one that never comes."""
     from previewlab.server.session import SessionLimits
