@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from previewlab.bench.sweep import Plan
     from previewlab.preview.models import Model
     from previewlab.bench.rows import SweepRow
-    from previewlab.preview.records import RunRecord
+    from previewlab.preview.run import RunRecord
 
 __all__ = ["main", "parser", "progress_bar"]
 
@@ -134,14 +134,15 @@ def _meta(args: argparse.Namespace, model: Model, settings: RunSettings, r0: Run
           counts: tuple[int, ...]) -> str:
     """The summary's line of what ran: model, device, dtypes, size, steps, axes, encoder, versions."""
     return (f"{model.label} | "
-            f"{r0.device_name} {', '.join(args.dtype)} threads={r0.threads} | {settings.width}x{settings.height}"
+            f"{r0.totals.device_name} {', '.join(args.dtype)} threads={r0.totals.threads} | "
+            f"{settings.width}x{settings.height}"
             + (f" x {settings.num_frames} frames" if model.space.video else "") + " "
             f"{','.join(map(str, counts))} steps"
             + (f" | scheduler {','.join(args.scheduler)}" if args.scheduler else "")
             + (f" | VAE {','.join(args.vae_mode)}" if args.vae_mode else "")
-            + f" | encoder {r0.encoder or args.encoder} q{args.quality}"
-            + (f" preview_max {args.preview_max}" if args.preview_max else "") + f" | torch {r0.torch} "
-            f"diffusers {r0.diffusers}")
+            + f" | encoder {args.encoder} q{args.quality}"
+            + (f" preview_max {args.preview_max}" if args.preview_max else "") + f" | torch {r0.totals.torch} "
+            f"diffusers {r0.totals.diffusers}")
 
 
 def _summary(args: argparse.Namespace, rows: list[dict[str, Any]], meta: str, noise: Noise | None,

@@ -3,8 +3,9 @@ and each frames choice, outside any run: decode (what the decoder reads), the fr
 
 LATENTS: a tensor file (B, C, T, h, w) of a Wan 2.1 clip, the model's own latents as its step callback hands
 them (tests/data/wan21/wan21_latents.pth: 16 latent frames of a 512x320, 61-frame clip). The decoders are
-synthetic:wan21-1.3b's: ComfyUI's Wan21 latent2rgb factors, TAEHV in taew2_1's layout and Wan 2.1's VAE, both
-with random weights (real costs, noise pictures).
+--model's, by default synthetic:wan21-1.3b's: ComfyUI's Wan21 latent2rgb factors, TAEHV in taew2_1's layout and
+Wan 2.1's VAE, both with random weights (real costs, noise pictures); synthetic:tiny-wan21 reads the same latents
+with a VAE 1/12 as wide (a quick check, not Wan's costs).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import torch
 from previewlab.preview import clips, decoders
 from previewlab.preview.encoders import Encoder, get as encoder
 from previewlab.preview.frames import tile, to_uint8_hwc
-from previewlab.preview.models import load
+from previewlab.preview.models import ModelError, load
 from previewlab.bench.flags import frames_value, listof, names
 from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.previewer import Previewer
@@ -41,10 +42,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                    default=("latent2rgb", "taesd", "vae"))
     p.add_argument("--repeats", type=int, default=3, help="timed decodes per cell after one warm-up")
     p.add_argument("--max-s", type=float, default=60.0, help="a cell whose warm-up took longer is timed once")
+    p.add_argument("--model", default="synthetic:wan21-1.3b",
+                   help="the video model whose decoders are timed (default: synthetic:wan21-1.3b)")
     args = p.parse_args(argv)
+    if not args.latents.is_file():
+        p.error(f"{args.latents}: no such file; give a tensor file of a clip's latents (B, C, T, h, w)")
     z = torch.load(args.latents, map_location="cpu", weights_only=True).float()
+    try:
+        model = load(args.model, device="cpu")
+    except ModelError as e:
+        p.error(f"--model: {e}")
+    if not model.space.video or model.space.frames_first:
+        what = "makes images" if not model.space.video else "hands its latents over (B, T, C, h, w)"
+        p.error(f"--model {args.model}: {what}; give a video model whose latents are (B, C, T, h, w), such as "
+                "synthetic:wan21-1.3b")
+    if z.dim() != 5 or z.shape[1] != model.space.channels:
+        p.error(f"{args.latents}: latents of shape {tuple(z.shape)}; {model.name} decodes (B, "
+                f"{model.space.channels}, T, h, w)")
     b, c, t, h, w = z.shape
-    model = load("synthetic:wan21-1.3b", device="cpu")
     height, width = h * model.space.factor, w * model.space.factor
     prev, jpeg = Previewer(model), encoder("turbojpeg", model.device)
     print(f"{t} latent frames at {w}x{h} -> a {width}x{height} clip of {clips.clip_length(t, model.space.temporal)} "

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from previewlab.bench.noise import Estimate, baseline_noise, estimate, pair_overheads, spread_pct
 from previewlab.bench.rows import NotASweep, SweepRow, read
 from previewlab.bench.summary import steady
-from previewlab.preview.records import RunRecord
+from previewlab.preview.run import RunRecord
 
 
 @dataclass(frozen=True)
@@ -31,20 +31,20 @@ class Figure:
 
 FIGURES = {
     "overhead_pct": Figure("overhead against the no-preview baseline beside each run", "%", 1, lambda r: None),
-    "wall_s": Figure("wall time of a run", "s", 3, lambda r: r.wall_s),
-    "denoise_ms": Figure("denoising time of a run", "ms", 1, lambda r: r.denoise_ms),
-    "decode_ms": Figure("preview decode time of a run", "ms", 1, lambda r: r.decode_ms),
-    "encode_ms": Figure("preview encode time of a run", "ms", 1, lambda r: r.encode_ms),
-    "bytes": Figure("preview bytes sent in a run", "bytes", 0, lambda r: r.bytes),
-    "peak_mem_mb": Figure("peak memory of a run", "MiB", 0, lambda r: r.peak_mem_mb or None),
+    "wall_s": Figure("wall time of a run", "s", 3, lambda r: r.totals.wall_s),
+    "denoise_ms": Figure("denoising time of a run", "ms", 1, lambda r: r.totals.denoise_ms),
+    "decode_ms": Figure("preview decode time of a run", "ms", 1, lambda r: r.totals.decode_ms),
+    "encode_ms": Figure("preview encode time of a run", "ms", 1, lambda r: r.totals.encode_ms),
+    "bytes": Figure("preview bytes sent in a run", "bytes", 0, lambda r: r.totals.bytes),
+    "peak_mem_mb": Figure("peak memory of a run", "MiB", 0, lambda r: r.totals.peak_mem_mb or None),
 }
 # what must match for two sweeps to measure the same work: (what a run did, the words that name it); "" where
 # an older CSV did not record it
 SAME_WORK: tuple[tuple[Callable[[RunRecord], str], str], ...] = (
-    (lambda r: r.model, "model"), (lambda r: str(r.steps), "steps"),
-    (lambda r: f"{r.width}x{r.height}", "size"), (lambda r: str(r.num_frames), "frames"),
-    (lambda r: str(r.batch), "batch"), (lambda r: r.device_name, "device"), (lambda r: r.dtype, "dtype"),
-    (lambda r: r.scheduler, "scheduler"))
+    (lambda r: r.meta.model, "model"), (lambda r: str(r.meta.steps), "steps"),
+    (lambda r: f"{r.meta.width}x{r.meta.height}", "size"), (lambda r: str(r.meta.num_frames), "frames"),
+    (lambda r: str(r.meta.batch), "batch"), (lambda r: r.totals.device_name, "device"),
+    (lambda r: r.meta.dtype, "dtype"), (lambda r: r.totals.scheduler, "scheduler"))
 
 
 def per_config(runs: Sequence[SweepRow], figure: str) -> dict[str, list[float]]:
@@ -82,7 +82,7 @@ def baselines_apart(a: Sequence[SweepRow], b: Sequence[SweepRow]) -> list[str]:
         out: dict[str, list[float]] = {}
         for r in steady(runs):
             if r.role == "baseline":
-                out.setdefault(r.config.name, []).append(r.record.wall_s)
+                out.setdefault(r.config.name, []).append(r.record.totals.wall_s)
         return out
     ga, gb = walls(a), walls(b)
     # each run setup's baselines against its namesake ('none/euler/4steps'); pooled when no name is shared

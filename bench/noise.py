@@ -91,7 +91,7 @@ def pair_overheads(runs: Sequence[SweepRow]) -> dict[str, list[float]]:
     """Per configuration, each steady run's overhead in percent against the steady baseline right before it
     (the direct call, which runs after a configuration, against the baseline right after it). Runs in the order
     they ran, as runs.csv holds them."""
-    return {cfg: [100 * (r.record.wall_s / b.record.wall_s - 1) for r, b in ps]
+    return {cfg: [100 * (r.record.totals.wall_s / b.record.totals.wall_s - 1) for r, b in ps]
             for cfg, ps in paired(runs).items()}
 
 
@@ -140,7 +140,7 @@ def baseline_noise(runs: Sequence[SweepRow], limit_pct: float = NOISE_LIMIT_PCT)
     groups: dict[str, list[float]] = {}
     for r in runs:
         if r.role == "baseline" and r.steady:
-            groups.setdefault(r.config.name, []).append(r.record.wall_s)
+            groups.setdefault(r.config.name, []).append(r.record.totals.wall_s)
     judged = [(spread_pct(xs), len(xs), statistics.median(xs), g) for g, xs in groups.items() if len(xs) >= 2]
     if not judged:
         return None

@@ -25,10 +25,10 @@ PREVIEW_PARTS = PREVIEW_STAGES + ("send_ms", "browser_ms")
 def caption(runs: Sequence[SweepRow]) -> str:
     """Model (synthetic where it is), device, dtype, resolution and steps: carried by every plot."""
     r = next((x for x in runs if x.role != "warmup"), runs[0]).record
-    synth = "SYNTHETIC " if r.synthetic else ""
-    note = f" ({r.model_note})" if r.model_note else ""
-    return (f"{synth}{r.model}{note} | {r.device_name} {r.dtype} | {r.width}x{r.height} | "
-            f"{r.steps} steps | torch {r.torch} diffusers {r.diffusers}")
+    synth = "SYNTHETIC " if r.meta.synthetic else ""
+    note = f" ({r.meta.model_note})" if r.meta.model_note else ""
+    return (f"{synth}{r.meta.model}{note} | {r.totals.device_name} {r.meta.dtype} | {r.meta.width}x{r.meta.height} | "
+            f"{r.meta.steps} steps | torch {r.totals.torch} diffusers {r.totals.diffusers}")
 
 
 def figures(sweep: Sweep) -> dict[str, Any]:

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from previewlab.preview.records import RUN_COLUMNS, STEP_COLUMNS, RunRecord, StepRow, cell_float
+from previewlab.preview.records import STEP_COLUMNS, StepRow, cell_float
+from previewlab.preview.run import RUN_COLUMNS, RunRecord
+from previewlab.preview.settings import PreviewSettings
 
 Role = Literal["warmup", "baseline", "config", "direct"]
 SWEEP_COLUMNS = ("config", "role", "repeat")
@@ -33,6 +35,15 @@ class Config:
     every: int = 1
     budget: float = 0.0   # > 0: the autopilot chose the interval
     mode: str = "sync"
+    preview_max: int = 0
+
+    @classmethod
+    def of(cls, name: str, preview: PreviewSettings | None) -> Config:
+        """A configuration from the preview settings its run started with (None: the bare diffusers call)."""
+        if preview is None:
+            return cls(name, "direct", 0, 0.0, "direct")
+        p = preview
+        return cls(name, p.decoder, p.every, p.budget, p.mode, p.preview_max)
 
     @property
     def interval(self) -> int | None:
@@ -72,7 +83,7 @@ class SweepRow:
     def steady(self) -> bool:
         """A run statistics are taken over: neither a warm-up round nor the first run after the model loaded
         (both kept in runs.csv)."""
-        return self.role != "warmup" and not self.record.first_run
+        return self.role != "warmup" and not self.record.totals.first_run
 
     def to_row(self) -> dict[str, Any]:
         return {"config": self.config.name, "role": self.role, "repeat": self.repeat, **self.record.to_row(),
@@ -81,7 +92,7 @@ class SweepRow:
     @classmethod
     def from_row(cls, row: Mapping[str, str]) -> SweepRow:
         r = RunRecord.from_row(row)
-        return cls(Config(row.get("config", ""), r.decoder, r.every, r.budget, r.mode), _role(row.get("role", "")),
+        return cls(Config.of(row.get("config", ""), r.meta.preview), _role(row.get("role", "")),
                    int(row.get("repeat") or 0), r, cell_float(row.get("overhead_pct")),
                    cell_float(row.get("pair_overhead_pct")))
 

@@ -35,17 +35,18 @@ def summarize(runs: Iterable[SweepRow], steps: Iterable[SweepStep]) -> list[dict
             step_rows.setdefault(s.config, []).append(s.row)
     out = []
     for cfg, rs in by_cfg.items():
-        row: dict[str, Any] = {"config": cfg, "runs": len(rs), "wall_s": statistics.median(r.record.wall_s for r in rs)}
+        row: dict[str, Any] = {"config": cfg, "runs": len(rs),
+                               "wall_s": statistics.median(r.record.totals.wall_s for r in rs)}
         srows = step_rows.get(cfg, [])
         for st in STAGES:
             xs = [float(getattr(s, st)) for s in srows if st == "denoise_ms" or s.preview]
             row[f"{st}_p50"] = percentile(xs, 50) if xs else 0.0
             row[f"{st}_p95"] = percentile(xs, 95) if xs else 0.0
-        row["previews"] = statistics.median(r.record.previews for r in rs)
-        made = max(1, sum(r.record.previews for r in rs))
-        row["bytes_per_preview"] = sum(r.record.bytes for r in rs) / made  # a clip's preview: all its frames
+        row["previews"] = statistics.median(r.record.totals.previews for r in rs)
+        made = max(1, sum(r.record.totals.previews for r in rs))
+        row["bytes_per_preview"] = sum(r.record.totals.bytes for r in rs) / made  # a clip's preview: all its frames
         # a clip's previews send several frames each; older CSVs have no frames_sent: one frame per preview
-        row["frames_per_preview"] = sum(r.record.frames_sent or r.record.previews for r in rs) / made
+        row["frames_per_preview"] = sum(r.record.totals.frames_sent or r.record.totals.previews for r in rs) / made
         per_frame = [s.decode_ms_per_frame for s in srows if s.preview and s.decode_ms_per_frame]
         row["decode_ms_per_frame_p50"] = percentile(per_frame, 50) if per_frame else row["decode_ms_p50"]
         ov = estimate(pairs[cfg]) if pairs.get(cfg) else None
@@ -65,12 +66,12 @@ def summarize(runs: Iterable[SweepRow], steps: Iterable[SweepStep]) -> list[dict
 
 
 def _per_step(r: SweepRow) -> float:
-    return r.record.denoise_ms / max(1, _steps(r))
+    return r.record.totals.denoise_ms / max(1, _steps(r))
 
 
 def _steps(r: SweepRow) -> int:
     """The steps a run did (older CSVs: the steps asked)."""
-    return r.record.steps_run or r.record.steps
+    return r.record.totals.steps_run or r.record.meta.steps
 
 
 def _beside(runs: list[SweepRow], steps: list[StepRow], pairs: list[tuple[SweepRow, SweepRow]]) -> dict[str, Any]:
@@ -78,11 +79,11 @@ def _beside(runs: list[SweepRow], steps: list[StepRow], pairs: list[tuple[SweepR
     denoising's slowdown per step (median over the pairs), each preview's memory rise over its step (median,
     most), the runs' peak and its rise over the baseline beside each run (median), the device's busy share."""
     mems = [s.mem_mb for s in steps if s.preview]
-    peaks = [p for r in runs if (p := r.record.peak_mem_mb)]
-    over = [p - b for r, base in pairs if (p := r.record.peak_mem_mb) and (b := base.record.peak_mem_mb)]
-    busy = [r.record.busy_pct for r in runs if r.record.busy_pct is not None]
+    peaks = [p for r in runs if (p := r.record.totals.peak_mem_mb)]
+    over = [p - b for r, base in pairs if (p := r.record.totals.peak_mem_mb) and (b := base.record.totals.peak_mem_mb)]
+    busy = [r.record.totals.busy_pct for r in runs if r.record.totals.busy_pct is not None]
     slower = [_per_step(r) - _per_step(base) for r, base in pairs]
-    first = runs[0].record
+    first = runs[0].config
     return {"decoder": first.decoder, "every": first.every, "budget": first.budget, "preview_max": first.preview_max,
             "mode": first.mode, "steps": statistics.median(_steps(r) for r in runs),
             # the denoising's slowdown counts only as a finding: its pairs' interval must not hold 0
@@ -92,7 +93,7 @@ def _beside(runs: list[SweepRow], steps: list[StepRow], pairs: list[tuple[SweepR
             "peak_mem_mb": statistics.median(peaks) if peaks else None,
             "mem_over_mb": statistics.median(over) if over else None,
             "busy_pct": statistics.median(busy) if busy else None,
-            "mem_source": next((r.record.mem_source for r in runs), "")}
+            "mem_source": next((r.record.totals.mem_source for r in runs), "")}
 
 
 def overhead_of(row: dict[str, Any], key: str = "overhead") -> Estimate | None:

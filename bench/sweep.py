@@ -24,6 +24,7 @@ from previewlab.bench.rows import (RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, Config, 
 from previewlab.preview.run_ids import PROCESS_IDS
 from previewlab.preview.decoders import DecoderName
 from previewlab.preview.names import DecodeAt, FrameChoice
+from previewlab.preview.run import RunMeta
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
 from previewlab.preview.targets import Target
 
@@ -152,7 +153,8 @@ def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Pa
             image_path.write_bytes(png)
         wall = clock() - t0
     # the phases are not split out: all of it is wall time
-    rec = run_record(model, run_id, [], settings, Phases(wall_ms=wall * 1e3), status="done", preview=None)
+    meta = replace(RunMeta.of(model, run_id, settings), preview=None)  # no preview settings: no step callback
+    rec = run_record(model, meta, [], Phases(wall_ms=wall * 1e3), status="done")
     return Run(rec, [], image)
 
 
@@ -207,7 +209,7 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
             else:
                 run = generate(RunContext(model, settings, run_id, image_path=image, first_run=(n == 0),
                                           inflight=plan.inflight, previewer=previewer))
-            wall = run.record.wall_s
+            wall = run.record.totals.wall_s
             overhead = pair = None
             if role == "baseline":
                 baselines.setdefault(setup, []).append(wall)
@@ -216,12 +218,12 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
                 overhead = 100 * (wall / statistics.median(baselines[setup]) - 1)
                 pair = 100 * (wall / last_baseline - 1) if last_baseline else None
             r = run.record
-            config = Config(label + plan.name(p, model.space.video, setup), r.decoder, r.every, r.budget, r.mode)
+            config = Config.of(label + plan.name(p, model.space.video, setup), r.meta.preview)
             if role == "direct":  # the engine's own cost: decoder none against the bare call that follows
                 last_baseline = None
             if role == "baseline" and results and results[-1].role == "direct":
                 # pair the direct call with the none run right after it
-                pair = 100 * (wall / results[-1].record.wall_s - 1)
+                pair = 100 * (wall / results[-1].record.totals.wall_s - 1)
             row = SweepRow(config, role, rep, r, overhead, pair)
             steps_csv.append(SweepStep(config.name, role, rep, s).to_row() for s in run.rows)  # rows first: a
             runs_csv.append([row.to_row()])                                  # run in runs.csv has all its rows
@@ -275,5 +277,5 @@ def traced_run(model: Model, plan: Plan, out: Path, kind: str, label: str = "") 
             pr.dump_stats(str(path))
     finally:
         use(model.pipe, *back)
-    return {"config": label + plan.name(cfg, model.space.video, setup), "kind": kind, "path": str(path), "wall_s": run.record.wall_s,
-            "export_s": time.perf_counter() - t0}
+    return {"config": label + plan.name(cfg, model.space.video, setup), "kind": kind, "path": str(path),
+            "wall_s": run.record.totals.wall_s, "export_s": time.perf_counter() - t0}

@@ -25,10 +25,11 @@ watch.save(image, "own_script.png")
 watch.to_csv("own_script.csv")
 
 rec = watch.record
-assert rec is not None  # the call has finished: its record is closed
-print(f"wall {rec.wall_s:.2f} s = text {rec.text_encode_ms:.0f} ms + denoise {rec.denoise_ms:.0f} ms + previews "
-      f"{rec.preview_ms:.1f} ms ({rec.previews} frames, {rec.bytes} bytes) + final decode {rec.final_decode_ms:.0f} ms "
-      f"+ PNG {rec.final_encode_ms:.0f} ms + write {rec.write_ms:.1f} ms + other {rec.other_ms:.0f} ms")
+assert rec is not None  # the call has finished: its record (meta: what it was; totals: what it cost) is closed
+t = rec.totals
+print(f"wall {t.wall_s:.2f} s = text {t.text_encode_ms:.0f} ms + denoise {t.denoise_ms:.0f} ms + previews "
+      f"{t.preview_ms:.1f} ms ({t.previews} frames, {t.bytes} bytes) + final decode {t.final_decode_ms:.0f} ms "
+      f"+ PNG {t.final_encode_ms:.0f} ms + write {t.write_ms:.1f} ms + other {t.other_ms:.0f} ms")
 print("per-step rows in own_script.csv; image in own_script.png")
 if page is not None:
     input(f"the page is at {page.url}; press Enter to quit ")

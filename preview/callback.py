@@ -32,8 +32,8 @@ from .models import denoiser
 from .models.families import vae_of
 from .models.video_presets import clip_defaults
 from .previewer import Previewer
-from .records import STEP_COLUMNS, RunRecord, StepRow
-from .run import RunEnd, RunEvents, RunMeta
+from .records import STEP_COLUMNS, StepRow
+from .run import RunEnd, RunEvents, RunMeta, RunRecord
 from .run_ids import PROCESS_IDS
 from .script_pipe import call_inputs, model_of, script_call
 from .sources import chunked, source_of
@@ -252,12 +252,11 @@ class Watch(PipelineCallback):
         meter.drain()
         sw, meta = self.sw, c.meta
         status = "done" if len(meter.rows) >= meta.steps else "stopped"
-        rec = run_record(self.model, meter.run_id, meter.rows, meta, c.phases(sw), status=status,
-                         preview=meta.preview, inflight_peak=peak, cuda=sw.cuda, usage=meter.usage(),
-                         timing=sw.timing)
+        rec = run_record(self.model, meta, meter.rows, c.phases(sw), status=status, inflight_peak=peak, cuda=sw.cuda,
+                         usage=meter.usage(), timing=sw.timing)
         self.records.append(rec)
         if self.events:
-            self.events.ended(RunEnd.of(meta, rec, meter.rows))
+            self.events.ended(RunEnd.of(meta, rec.totals, meter.rows))
         return rec
 
     def summary(self, budget: float = 5.0) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -21,7 +20,8 @@ def _cell(v: Any) -> Any:
 
 
 def as_csv_row(record: Any, columns: Iterable[str], extra: dict[str, Any] | None = None) -> list[Any]:
-    d = asdict(record) if not isinstance(record, dict) else record
+    """A record's cells (its to_row(), or a dict of them) in the columns' order."""
+    d = record if isinstance(record, dict) else record.to_row()
     if extra:
         d = {**d, **extra}
     return [_cell(d.get(c)) for c in columns]

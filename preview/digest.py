@@ -11,7 +11,9 @@ import math
 from typing import Sequence
 
 from .decoders import DECODERS
-from .records import PREVIEW_STAGES, RunRecord, StepRow
+from .records import PREVIEW_STAGES, StepRow
+from .run import RunRecord
+from .settings import PreviewSettings
 
 # where a preview's time goes, and what to do when that part dominates (bench/advice.py says the same)
 REMEDY = {
@@ -41,44 +43,45 @@ def parts(rows: Sequence[StepRow]) -> dict[str, float]:
 
 def digest(record: RunRecord, rows: Sequence[StepRow], budget: float = 5.0) -> list[str]:
     """The run's lines, its cost judged against `budget` percent."""
-    steps = max(1, record.steps_run or len(rows))
+    t, p = record.totals, record.meta.preview or PreviewSettings(decoder="none")  # None: no step callback
+    steps = max(1, t.steps_run or len(rows))
     made = sum(r.preview for r in rows)
-    every = f"auto {record.budget:g} %" if record.budget > 0 else f"every {record.every}"
-    lines = [f"run {record.run_id}: {steps} steps in {record.wall_s:.2f} s, {record.denoise_ms / steps:.1f} ms a "
-             f"step denoising; {made} previews ({record.decoder}, {every}, {record.mode})"]
-    rest = record.wall_s * 1e3 - record.on_path_ms
-    share = 100 * record.on_path_ms / rest if rest > 0 else 0.0
+    every = f"auto {p.budget:g} %" if p.budget > 0 else f"every {p.every}"
+    lines = [f"run {record.run_id}: {steps} steps in {t.wall_s:.2f} s, {t.denoise_ms / steps:.1f} ms a "
+             f"step denoising; {made} previews ({p.decoder}, {every}, {p.mode})"]
+    rest = t.wall_s * 1e3 - t.on_path_ms
+    share = 100 * t.on_path_ms / rest if rest > 0 else 0.0
     if made:
         by = parts(rows)
         name = max(by, key=lambda k: by[k])
         total = sum(by.values())
         where = (f"; {name} holds {by[name] / made:.1f} of its {total / made:.1f} ms a preview "
                  f"({100 * by[name] / total:.0f} %)") if total > 0 else ""
-        lines.append(f"previews: {record.on_path_ms:.0f} ms on the denoising path, {share:.1f} % over the rest of "
+        lines.append(f"previews: {t.on_path_ms:.0f} ms on the denoising path, {share:.1f} % over the rest of "
                      f"the run{where}" + (f": {REMEDY[name]}" if where and share > budget else ""))
         most = max(r.mem_mb for r in rows)
-        if record.mem_source:
+        if t.mem_source:
             lines.append(f"memory: a preview raised it by up to {most:.1f} MiB over its step; the run peaked at "
-                         f"{record.peak_mem_mb:.0f} MiB ({record.mem_source})")
-    elif record.mem_source:
-        lines.append(f"memory: the run peaked at {record.peak_mem_mb:.0f} MiB ({record.mem_source})")
-    if record.busy_pct is not None:
-        lines.append(f"device busy while denoising: {record.busy_pct:.0f} % ({record.busy_source})")
+                         f"{t.peak_mem_mb:.0f} MiB ({t.mem_source})")
+    elif t.mem_source:
+        lines.append(f"memory: the run peaked at {t.peak_mem_mb:.0f} MiB ({t.mem_source})")
+    if t.busy_pct is not None:
+        lines.append(f"device busy while denoising: {t.busy_pct:.0f} % ({t.busy_source})")
     if made:
-        lines.append(_set(record, share, budget))
+        lines.append(_set(p, share, budget))
     return lines
 
 
-def _set(record: RunRecord, share: float, budget: float) -> str:
+def _set(p: PreviewSettings, share: float, budget: float) -> str:
     said = f"{share:.1f} % on the path"
-    if record.mode == "overlap":
+    if p.mode == "overlap":
         said += " (overlap: what runs beside it shows only against a run without previews; previewlab bench)"
     if share <= budget:
         return f"within {budget:g} %: {said}"
     ideas = []
-    if record.budget <= 0 and record.every > 0:
-        ideas.append(f"about every {math.ceil(record.every * share / budget - 1e-9)}")
-    down = DECODERS[record.decoder].cheaper if record.decoder in DECODERS else None  # type: ignore[index]
+    if p.budget <= 0 and p.every > 0:
+        ideas.append(f"about every {math.ceil(p.every * share / budget - 1e-9)}")
+    down = DECODERS[p.decoder].cheaper if p.decoder in DECODERS else None
     if down:
         ideas.append(down)
     return f"to stay under {budget:g} % ({said}): " + (", or ".join(ideas) or "fewer previews")

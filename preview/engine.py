@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,8 +17,8 @@ from .frames import Frame, preview_size, to_uint8_hwc
 from .meter import StepMeter
 from .models import Model
 from .previewer import Previewer
-from .records import RunRecord, StepRow, on_path_ms
-from .run import RunEvents
+from .records import StepRow, on_path_ms
+from .run import RunEvents, RunMeta, RunRecord
 from .settings import PreviewSettings, RunSettings
 from .sources import is_modular, source_of
 from .steps import StepTap, cpu_schedule, step_callback
@@ -99,7 +99,8 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
     start = controls.get()
     compile_ms = _warm(prev, start, settings)
     final_decode = None if modular else final_decoder(model)  # its constants built before the clock starts
-    start_encoder = prev.encoder(start.encoder).name
+    prev.encoder(start.encoder)  # built before the clock starts
+    meta = RunMeta.of(model, ctx.run_id, replace(settings, preview=start))  # the record's: its start's settings
     # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.
     timesteps = cpu_schedule(pipe.scheduler, settings.steps)
     tap = X0Tap(pipe.scheduler)  # x0 for previews: references to what each step computed anyway
@@ -145,9 +146,9 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
                     final_decode_ms=sw.ms(p.dec0, p.dec1) + (p.t_dec1 - p.t_copy) * 1e3,
                     final_encode_ms=(t_enc1 - p.t_dec1) * 1e3, write_ms=(t_end - t_enc1) * 1e3,
                     drain_ms=sw.ms(p.loop_end, p.dec0))
-    record = run_record(model, ctx.run_id, meter.rows, settings, phases, status=status, preview=start,
-                        encoder=start_encoder, first_run=ctx.first_run, inflight_peak=p.peak, compiled=prev.compile,
-                        compile_ms=compile_ms, cuda=sw.cuda, usage=meter.usage(), timing=sw.timing)
+    record = run_record(model, meta, meter.rows, phases, status=status, first_run=ctx.first_run,
+                        inflight_peak=p.peak, compiled=prev.compile, compile_ms=compile_ms, cuda=sw.cuda,
+                        usage=meter.usage(), timing=sw.timing)
     return Run(record, meter.rows, p.image)
 
 

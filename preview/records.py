@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Callable, TypeVar
 
-R = TypeVar("R", "StepRow", "RunRecord")
+R = TypeVar("R")
 
 PREVIEW_STAGES = ("decode_ms", "sync_ms", "transfer_ms", "resize_ms", "encode_ms")
 
@@ -156,32 +156,16 @@ def on_path_ms(mode: str, stages: StepRow | StepCells, cuda: bool) -> float:
 STEP_COLUMNS = tuple(f.name for f in fields(StepRow))
 
 
-@dataclass
-class RunRecord:
-    run_id: str
-    model: str
-    synthetic: int
-    model_note: str  # what reports say beside the model's name (the demo model's label); "" for most
-    device: str
+@dataclass(frozen=True)
+class Totals:
+    """What a run measured, and what it ran on beyond what its meta says (run.RunMeta): its record's second half
+    (run.RunRecord). Stage totals are the rows' sums; the rest are the run's phases, counts and readings."""
+    status: str           # done | stopped (a failed run has no totals)
+    first_run: int        # first run after the model loaded: kept, but out of steady-state statistics
     device_name: str
-    dtype: str
     threads: int
     torch: str
     diffusers: str
-    steps: int
-    width: int
-    height: int
-    seed: int
-    decoder: str          # the decoder at the start of the run
-    every: int
-    encoder: str          # the encoder that really ran
-    quality: int
-    preview_max: int
-    mode: str             # sync | overlap, at the start of the run
-    budget: float         # autopilot budget in percent, 0 = a fixed interval
-    target: str           # auto | x0 | latents, at the start of the run (each row says what it showed)
-    status: str           # done | stopped | failed
-    first_run: int        # first run after the model loaded: kept, but out of steady-state statistics
     load_s: float         # model load time of this process
     wall_s: float
     text_encode_ms: float
@@ -206,18 +190,8 @@ class RunRecord:
     channels_last: int
     compile_ms: float     # compiling the starting decoder, before the run's clock starts (not in wall_s)
     vae_copy_mb: float = 0.0  # previewlab's own float32 copy of an SDXL float16 VAE's decoder (never cast in place)
-    guidance: float | None = None  # classifier-free guidance scale of the run (None: the user's own call)
-    family: str = ""      # the latent space's known family, or "unnamed"
-    space: str = ""       # the latent space as read from the VAE (families.LatentSpace.describe)
-    task: str = "txt2img"  # txt2img | img2img | script
-    strength: float | None = None
-    batch: int = 1        # images per call
-    steps_run: int = 0    # steps the denoising ran: fewer than `steps` for img2img below strength 1, or stopped
-    num_frames: int = 1   # the clip's length in frames (1: an image)
-    fps: float = 0.0      # the clip's playback rate (0: an image)
-    frames: str = "first"  # a clip's preview frames at the start of the run (first | middle | all | N)
+    steps_run: int = 0    # steps the denoising ran: fewer than the meta's for img2img below strength 1, or stopped
     frames_sent: int = 0  # frames in all the previews sent (a clip preview sends several in one message)
-    decode_at: str = "preview"  # where the preview decoder stopped at the start of the run (each row says its own)
     peak_mem_mb: float = 0.0  # the run's peak memory, MiB: the device allocator's peak, or on a CPU the peak RSS
     mem_source: str = ""      # what peak_mem_mb and the rows' mem_mb read: cuda | xpu | mps | rss | "" (none)
     busy_pct: float | None = None  # the device busy during the denoising, %: NVML on NVIDIA, CPU time on a CPU
@@ -230,17 +204,19 @@ class RunRecord:
     def preview_ms(self) -> float:
         return sum(getattr(self, k) for k in PREVIEW_STAGES)
 
-    def to_row(self) -> dict[str, Any]:
-        """A runs.csv line's cells by column (csv_writer formats them)."""
+    def to_json(self) -> dict[str, Any]:
+        """The totals as the wire's `done` message and meta.json carry them."""
         return asdict(self)
 
     @classmethod
-    def from_row(cls, row: Mapping[str, str]) -> RunRecord:
-        """A runs.csv line read back (from_cells)."""
-        return from_cells(cls, row)
+    def from_json(cls, d: Mapping[str, Any]) -> Totals:
+        """meta.json's totals read back: keys it does not know are left out (an older file's totals also repeated
+        the meta), a missing one takes its default. Raises TypeError where a field without a default is missing."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
 
 
-RUN_COLUMNS = tuple(f.name for f in fields(RunRecord))
+TOTALS_COLUMNS = tuple(f.name for f in fields(Totals))
 
 
 def cell_float(cell: str | None) -> float | None:
@@ -248,27 +224,36 @@ def cell_float(cell: str | None) -> float | None:
     return None if cell in (None, "") else float(cell)
 
 
-_PARSE: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "int | None": int,
-                                           "float | None": float}
+def _bool(cell: str) -> bool:
+    if cell not in ("0", "1", "False", "True"):
+        raise ValueError(cell)
+    return cell in ("1", "True")
 
 
-def from_cells(cls: type[R], row: Mapping[str, str]) -> R:
+_PARSE: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "int | None": int, "float | None": float,
+                                           "bool": _bool}  # any other kind is text (a name's Literal among them)
+
+
+def from_cells(cls: type[R], row: Mapping[str, str], **given: Any) -> R:
     """The one place a CSV line becomes a record: each field's cell parsed to the field's type ("" is None where
-    the field may be None); a column an older file lacks takes the field's default, or its type's zero where
-    it has none; columns the record does not have are ignored. Raises ValueError naming a cell that does not
-    parse."""
-    out: dict[str, Any] = {}
-    for f in fields(cls):
-        cell = row.get(f.name)
-        kind = str(f.type)
-        if cell is None or (cell == "" and kind != "str"):
+    the field may be None; any kind but a number or a bool is text); a column an older file lacks takes the
+    field's default, or its type's zero where it has none; columns the record does not have are ignored; given:
+    fields made by the caller (a nested record). Raises ValueError naming a cell that does not parse."""
+    out: dict[str, Any] = dict(given)
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in given:
+            continue
+        cell, kind = row.get(f.name), str(f.type)
+        parse = _PARSE.get(kind, str)
+        optional = kind.endswith("| None")
+        if cell is None or (cell == "" and (optional or parse is not str)):
             if f.default is not MISSING:
                 out[f.name] = f.default
             else:
-                out[f.name] = None if kind.endswith("| None") else _PARSE[kind]("0") if kind != "str" else ""
+                out[f.name] = None if optional else parse("0") if parse is not str else ""
             continue
         try:
-            out[f.name] = _PARSE[kind](cell)
+            out[f.name] = parse(cell)
         except ValueError:
             raise ValueError(f"{f.name}={cell[:40]!r}: not {kind.split(' |')[0]}") from None
     return cls(**out)

@@ -7,12 +7,12 @@ wire protocol builds its messages from these records without loading the model s
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .history import history
-from .records import RunRecord, StepRow
+from .records import TOTALS_COLUMNS, StepRow, Totals, from_cells
 from .settings import PreviewSettings, RunSettings
 
 if TYPE_CHECKING:
@@ -51,8 +51,8 @@ def dtype_name(dtype: Any) -> str:
 
 @dataclass(frozen=True)
 class RunMeta:
-    """A run's identity and what it was asked: its `run` message and its meta.json. None is left out of
-    to_json (a script's guidance scale: unknown)."""
+    """A run's identity and what it was asked: its `run` message, its meta.json and the first half of its
+    runs.csv line (RunRecord). None is left out of to_json (a script's guidance scale: unknown)."""
     run_id: str
     started_at: str   # local time, ISO 8601 with its offset
     model: str
@@ -68,7 +68,8 @@ class RunMeta:
     height: int
     seed: int         # -1: a script's own call
     guidance: float | None
-    preview: PreviewSettings  # at the start of the run; live changes show in the rows
+    preview: PreviewSettings | None  # at the start of the run (live changes show in the rows); None: the bench's
+                                     # bare diffusers call, with no step callback (its row says decoder "direct")
     batch: int = 1
     task: str = "txt2img"     # txt2img | img2img | script
     init: str | None = None   # img2img: the run whose final image was the input
@@ -89,9 +90,54 @@ class RunMeta:
 
     def to_json(self) -> dict[str, Any]:
         """Flat, as on the wire and on disk: the run's fields, then the preview settings'."""
+        return {k: v for k, v in self._flat().items() if v is not None}
+
+    def _flat(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "preview"}
-        out.update(asdict(self.preview))
-        return {k: v for k, v in out.items() if v is not None}
+        out.update(asdict(self.preview) if self.preview is not None else DIRECT)
+        return out
+
+    def to_row(self) -> dict[str, Any]:
+        """The first half of a runs.csv line (META_COLUMNS): synthetic as 0/1, None as an empty cell."""
+        return {**self._flat(), "synthetic": int(self.synthetic)}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, str]) -> RunMeta:
+        """A runs.csv line's meta (records.from_cells; decoder "direct": no preview settings). Raises ValueError
+        (SettingsError among them) naming a cell that does not parse."""
+        preview = None if row.get("decoder") == "direct" else from_cells(PreviewSettings, row)
+        return from_cells(cls, row, preview=preview)
+
+
+# a direct call's preview columns (RunMeta.preview None): no decoder, no interval, no encoder
+DIRECT: dict[str, Any] = dict(decoder="direct", every=0, preview_max=0, encoder="", quality=0, mode="direct",
+                              budget=0.0, target="", batch_preview="", frames="", decode_at="")
+META_COLUMNS = tuple(f.name for f in fields(RunMeta) if f.name != "preview") + tuple(
+    f.name for f in fields(PreviewSettings))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A finished run: what it was (its meta) and what it cost (its totals); runs.csv holds one a line, the
+    meta's columns then the totals'."""
+    meta: RunMeta
+    totals: Totals
+
+    @property
+    def run_id(self) -> str:
+        return self.meta.run_id
+
+    def to_row(self) -> dict[str, Any]:
+        """A runs.csv line's cells by column (RUN_COLUMNS; csv_writer formats them)."""
+        return {**self.meta.to_row(), **self.totals.to_json()}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, str]) -> RunRecord:
+        """A runs.csv line read back. Raises ValueError naming a cell that does not parse."""
+        return cls(RunMeta.from_row(row), from_cells(Totals, row))
+
+
+RUN_COLUMNS = META_COLUMNS + TOTALS_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -101,15 +147,16 @@ class RunEnd:
     few words (history.py), "" when none or unknown."""
     meta: RunMeta
     status: Status
-    totals: RunRecord | None = None
+    totals: Totals | None = None
     error: str | None = None
     changes: str = ""
 
     @classmethod
-    def of(cls, meta: RunMeta, record: RunRecord, rows: Sequence[StepRow] = ()) -> RunEnd:
-        """rows: the run's step rows, read once here for its changes."""
-        p = meta.preview
-        return cls(meta, "stopped" if record.status == "stopped" else "done", record,
+    def of(cls, meta: RunMeta, totals: Totals, rows: Sequence[StepRow] = ()) -> RunEnd:
+        """A finished run's end, told with meta (its record's, or the meta its start was told with). rows: the
+        run's step rows, read once here for its changes."""
+        p = meta.preview or PreviewSettings()
+        return cls(meta, "stopped" if totals.status == "stopped" else "done", totals,
                    changes=history(rows, p.budget, p.preview_max))
 
     @classmethod
@@ -120,7 +167,7 @@ class RunEnd:
         """The run's meta, status and changes, then totals and error (each only when the run has one)."""
         out: dict[str, Any] = {**self.meta.to_json(), "status": self.status, "changes": self.changes}
         if self.totals is not None:
-            out["totals"] = asdict(self.totals)
+            out["totals"] = self.totals.to_json()
         if self.error is not None:
             out["error"] = self.error
         return out

@@ -74,10 +74,19 @@ def call_inputs(pipe: Any) -> tuple[int, float | None]:
     gen = found.get("generator")
     gen = gen[0] if isinstance(gen, (list, tuple)) and gen else gen
     seed = int(gen.initial_seed()) if isinstance(gen, torch.Generator) else -1
-    for guidance in (found.get("guidance_scale"), getattr(pipe, "_guidance_scale", None)):
-        if isinstance(guidance, (int, float)) and not isinstance(guidance, bool):
+    for guidance in (found.get("guidance_scale"), getattr(pipe, "_guidance_scale", None), _scale_of(pipe)):
+        if isinstance(guidance, (int, float)) and not isinstance(guidance, bool) and math.isfinite(guidance):
             return seed, float(guidance)
     return seed, None
+
+
+def _scale_of(pipe: Any) -> Any:
+    """The pipeline's guidance_scale property, where it has one that reads (diffusers' reads _guidance_scale,
+    which the call sets; a property may read state the pipeline has not set)."""
+    try:
+        return getattr(pipe, "guidance_scale", None)
+    except Exception:
+        return None
 
 
 

@@ -8,10 +8,8 @@ call at its next step.
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -61,28 +59,13 @@ class WatchSource:
         pass
 
 
-def guidance_of(pipe: Any) -> float | None:
-    """The guidance scale of the pipeline's call in progress (diffusers keeps it as pipe.guidance_scale for the
-    call), or None where the pipeline has none (FLUX.2 and others without classifier-free guidance)."""
-    try:
-        g = getattr(pipe, "guidance_scale", None)
-    except Exception:  # a property that reads state the pipeline has not set
-        return None
-    if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g):
-        return None
-    return float(g)
-
-
 class Embedded:
     """The watch's RunEvents, called on the denoising thread: each hands its event to the server's loop, none
-    waits. The server is the RunEvents on the loop. A run's guidance scale, which the watch does not see, is
-    read from the pipeline on the loop, so the page and the run list show what the script ran."""
+    waits. The server is the RunEvents on the loop."""
 
     def __init__(self, server: Server, uv: Any, thread: threading.Thread, loop: asyncio.AbstractEventLoop,
-                 url: str, pipe: Any = None) -> None:
+                 url: str) -> None:
         self.server, self.uv, self.thread, self.loop, self.url = server, uv, thread, loop, url
-        self.pipe = pipe
-        self._metas: dict[str, RunMeta] = {}  # run id -> its meta as recorded (with the call's guidance)
 
     def new_id(self) -> str:
         """The watch's next run id, from the store that keeps its runs (one scheme, ordered, never one it holds)."""
@@ -93,10 +76,8 @@ class Embedded:
 
     def started(self, meta: RunMeta) -> None:
         def begin() -> None:
-            seen = meta if meta.guidance is not None else replace(meta, guidance=guidance_of(self.pipe))
-            self._metas[seen.run_id] = seen
-            self.server.store.begin(seen)
-            self.server.started(seen)
+            self.server.store.begin(meta)
+            self.server.started(meta)
         self._call(begin)
 
     def row(self, row: StepRow) -> None:
@@ -109,13 +90,7 @@ class Embedded:
         self._call(self.server.error, run_id, message)
 
     def ended(self, end: RunEnd) -> None:
-        def finish() -> None:
-            meta = self._metas.pop(end.meta.run_id, end.meta)
-            totals = end.totals
-            if totals is not None and totals.guidance is None:
-                totals = replace(totals, guidance=meta.guidance)
-            self.server.ended(replace(end, meta=meta, totals=totals))
-        self._call(finish)
+        self._call(self.server.ended, end)
 
     def close(self) -> None:
         self.uv.should_exit = True
@@ -161,6 +136,6 @@ def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: st
         print(f"WARNING: previewlab listening on {host}, beyond loopback; the page needs the token in its URL",
               flush=True)
     print(f"previewlab: watching {watch.model.name}; open {url}" + (f" ({note})" if note else ""), flush=True)
-    embedded = Embedded(server, uv, t, holder["loop"], url, pipe=watch.pipe)
+    embedded = Embedded(server, uv, t, holder["loop"], url)
     watch.attach(embedded, close=embedded.close)
     return embedded

@@ -13,7 +13,6 @@ import logging
 import os
 import time
 from pathlib import Path
-from dataclasses import asdict
 from typing import Callable
 
 import torch
@@ -76,19 +75,19 @@ class Metrics:
     def run_ended(self, end: RunEnd) -> Callable[[], None]:
         """Record a run's end now (histogram, device memory: before the next run can start and reset them) and
         return the disk half, the side-log appends, for the caller to run off the event loop."""
-        m, p = end.meta, end.meta.preview
-        totals = asdict(end.totals) if end.totals is not None else {}
+        m, p = end.meta, end.meta.to_row()  # p: the preview settings' cells (every run a server shows has them)
+        totals = end.totals.to_json() if end.totals is not None else {}
         wall = end.totals.wall_s if end.totals is not None else 0.0
-        self.generation.labels(p.decoder, end.status).observe(wall)
+        self.generation.labels(p["decoder"], end.status).observe(wall)
         after = self.memory()
         for k, v in after.items():
             self.device_memory.labels(k).set(v)
         entry = {
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run_id": m.run_id, "prompt": m.prompt[:100],
             "seed": m.seed, "steps": m.steps, "width": m.width, "height": m.height, "model": m.model,
-            "synthetic": m.synthetic, "status": end.status, "guidance": m.guidance, "decoder": p.decoder,
-            "every": p.every, "mode": p.mode, "budget": p.budget, "encoder": p.encoder, "quality": p.quality,
-            "preview_max": p.preview_max, "wall_s": wall,
+            "synthetic": m.synthetic, "status": end.status, "guidance": m.guidance, "decoder": p["decoder"],
+            "every": p["every"], "mode": p["mode"], "budget": p["budget"], "encoder": p["encoder"],
+            "quality": p["quality"], "preview_max": p["preview_max"], "wall_s": wall,
             "totals_ms": {k: v for k, v in totals.items() if k.endswith("_ms")},
             "device_memory": {"before": self._mem_before or None, "after": after or None,
                               "peak": after.get("peak") if after else None},

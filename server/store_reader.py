@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from previewlab.preview.csv_writer import as_csv_row
-from previewlab.preview.records import RUN_COLUMNS, STEP_COLUMNS
+from previewlab.preview.records import STEP_COLUMNS, TOTALS_COLUMNS
 from previewlab.preview.run import RunMeta
 from previewlab.preview.run_ids import valid
 from previewlab.preview.settings import PreviewSettings
@@ -32,7 +32,7 @@ EXPORT_COLUMNS = STEP_COLUMNS + RUN_CONTEXT
 # the list's CSV, a row per run: what it was asked (meta.json's fields), how it ended, then its totals' own fields
 LIST_COLUMNS = tuple(dict.fromkeys(
     [f.name for f in fields(RunMeta) if f.name != "preview"] + [f.name for f in fields(PreviewSettings)]
-    + ["status", "error", "damaged", "changes"] + list(RUN_COLUMNS)))
+    + ["status", "error", "damaged", "changes"] + list(TOTALS_COLUMNS)))
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula
 EXPORT_CHUNK = 64 << 10         # characters per piece of a streamed export
 EXPORT_CACHE_CHARS = 16 << 20   # runs' CSV texts kept between exports, newest use last

@@ -138,7 +138,7 @@ class Worker:
             self._first = False
             if self.abandoned:  # shutdown recorded the run interrupted, without its image: keep disk and record one
                 self.store.final_image_path(rid).unlink(missing_ok=True)
-            end = RunEnd.of(meta, run.record, run.rows)
+            end = RunEnd.of(meta, run.record.totals, run.rows)
         except OSError as e:  # the disk (the final image): one line naming the file, not a traceback
             log.warning("run %s failed: %s", rid, e)
             named = f"{Path(e.filename).parent.name}/{Path(e.filename).name}: {e.strerror or e}" if e.filename else None

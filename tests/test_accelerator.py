@@ -46,7 +46,7 @@ def test_generic_stages_are_device_times_with_no_wait_added(tiny, mode):
         own, own_waits, _ = run_on(tiny, dev, dev, clock, mode)
         generic = Accelerator(FakeApi(dev))  # made once per device; finding out whether events time waits once
         run, waits, real_ms = run_on(tiny, generic, dev, clock, mode)
-    assert run.record.timing == own.record.timing == "events"
+    assert run.record.totals.timing == own.record.totals.timing == "events"
     assert waits == own_waits, (waits, own_waits)
     made = [r for r in run.rows if r.preview]
     assert len(made) == STEPS
@@ -68,19 +68,19 @@ def test_without_timing_events_the_edges_wait_and_say_so(tiny, mode):
         _, own_waits, _ = run_on(tiny, dev, dev, clock, mode)
         run, waits, real_ms = run_on(tiny, Accelerator(FakeApi(dev, timing=False)), dev, clock, mode)
     r = run.record
-    assert r.timing == "waits"
+    assert r.totals.timing == "waits"
     assert waits > own_waits  # the waits are added, and labelled
     made = [x for x in run.rows if x.preview]
     assert len(made) == STEPS
     assert all(TAESD_MS - 0.5 <= x.decode_ms <= TAESD_MS + real_ms for x in made), [x.decode_ms for x in made]
     assert all(UNET_MS - 0.5 <= x.denoise_ms <= UNET_MS + real_ms for x in run.rows), [x.denoise_ms for x in run.rows]
-    assert VAE_MS - 0.5 <= r.final_decode_ms <= VAE_MS + real_ms
-    assert 0 <= r.other_ms <= real_ms, (r.other_ms, real_ms)
+    assert VAE_MS - 0.5 <= r.totals.final_decode_ms <= VAE_MS + real_ms
+    assert 0 <= r.totals.other_ms <= real_ms, (r.totals.other_ms, real_ms)
 
 
 def test_a_cpu_run_is_timed_by_the_host_clock(tiny):
     s = RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="latent2rgb"))
-    assert generate(RunContext(tiny, s, "cpu")).record.timing == "host"
+    assert generate(RunContext(tiny, s, "cpu")).record.totals.timing == "host"
     back: Device | None = None
     assert Stopwatch(torch.device("cpu"), backend=back).timing == "host"
 

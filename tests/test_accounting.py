@@ -66,27 +66,27 @@ def measured(model: Any, mode: Mode, decoder: DecoderName, path: str = "fake") -
 def test_every_device_millisecond_is_counted_once(tiny, mode, decoder, path):
     run, dev, real_ms = measured(tiny, mode, decoder, path)
     r = run.record
-    wall_ms = r.wall_s * 1e3
+    wall_ms = r.totals.wall_s * 1e3
     # the host waited for all the device work: wall covers the queued work on the main stream
     main_work = TEXT_MS + STEPS * UNET_MS + VAE_MS + (STEPS * TAESD_MS if decoder != "none" and mode == "sync" else 0)
     assert wall_ms >= main_work
     # no stage counts the lag twice: what is left over is only the host's own glue, which took real time
-    assert 0 <= r.other_ms <= real_ms, (r.other_ms, real_ms)
-    assert r.denoise_ms >= STEPS * UNET_MS
+    assert 0 <= r.totals.other_ms <= real_ms, (r.totals.other_ms, real_ms)
+    assert r.totals.denoise_ms >= STEPS * UNET_MS
     assert all(x.sync_ms < 0.5 for x in run.rows), [x.sync_ms for x in run.rows]
     # the final decode is the VAE's own device time plus the host's real work, never the queued steps
-    assert VAE_MS - 0.01 <= r.final_decode_ms <= VAE_MS + real_ms
-    assert r.text_encode_ms >= TEXT_MS
+    assert VAE_MS - 0.01 <= r.totals.final_decode_ms <= VAE_MS + real_ms
+    assert r.totals.text_encode_ms >= TEXT_MS
     if decoder == "taesd":
         made = [x for x in run.rows if x.preview]
         assert len(made) == STEPS
         assert all(abs(x.decode_ms - TAESD_MS) < 0.5 for x in made), [x.decode_ms for x in made]
     if mode == "overlap" and decoder == "taesd":
         # the last preview (TAESD + copy, on the side stream) holds the main stream after the last step
-        assert abs(r.drain_ms - (TAESD_MS + COPY_MS)) < 1.0, r.drain_ms
+        assert abs(r.totals.drain_ms - (TAESD_MS + COPY_MS)) < 1.0, r.totals.drain_ms
         assert all(abs(x.transfer_ms - COPY_MS) < 0.5 for x in run.rows if x.preview)
     else:
-        assert r.drain_ms < 1.0, r.drain_ms
+        assert r.totals.drain_ms < 1.0, r.totals.drain_ms
 
 
 def test_overlap_costs_the_drain_and_sync_costs_the_decodes(tiny):
@@ -94,8 +94,8 @@ def test_overlap_costs_the_drain_and_sync_costs_the_decodes(tiny):
     base, _, real_base = measured(tiny, "sync", "none")
     sync, _, real_sync = measured(tiny, "sync", "taesd")
     over, _, real_over = measured(tiny, "overlap", "taesd")
-    extra_sync = (sync.record.wall_s - base.record.wall_s) * 1e3
-    extra_over = (over.record.wall_s - base.record.wall_s) * 1e3
+    extra_sync = (sync.record.totals.wall_s - base.record.totals.wall_s) * 1e3
+    extra_over = (over.record.totals.wall_s - base.record.totals.wall_s) * 1e3
     # sync: every decode lands on the main stream; overlap: only the last one's tail shows up. The host's real
     # work (which the device may wait for) bounds what the fake device's figures can be off by
     assert extra_sync >= STEPS * TAESD_MS - real_base
@@ -141,11 +141,11 @@ def test_every_step_source_ends_at_the_device_boundary(tiny, tiny_xl, modular_xl
         finally:
             w.remove()
             counter.remove()
-    assert rec is not None and rec.status == "done" and w.source == source
+    assert rec is not None and rec.totals.status == "done" and w.source == source
     # the pipeline's own final copy is not seen by the fake device, so only a device boundary covers its work
-    assert rec.wall_s * 1e3 >= TEXT_MS + STEPS * UNET_MS + VAE_MS
-    assert 0 <= rec.other_ms <= real_ms
-    assert VAE_MS - 0.01 <= rec.final_decode_ms <= VAE_MS + real_ms
+    assert rec.totals.wall_s * 1e3 >= TEXT_MS + STEPS * UNET_MS + VAE_MS
+    assert 0 <= rec.totals.other_ms <= real_ms
+    assert VAE_MS - 0.01 <= rec.totals.final_decode_ms <= VAE_MS + real_ms
     assert [x.step for x in w.rows] == list(range(1, STEPS + 1))
     assert all(x.sync_ms < 0.5 for x in w.rows)
     # each step's denoise is its UNet forwards on the device (one with CFG batched, two with Modular's guider
@@ -297,7 +297,7 @@ def test_a_host_bound_callback_is_on_the_path(tiny):
     # the first preview also starts the encode thread, which starts on its own fake clock: run first in a process
     # (the test alone) its row showed 42-54 ms at 7bd2388 too, so it is left out; every later launch is on the path
     assert all(r.on_path_ms >= LAUNCH_MS for r in made[1:]), [r.on_path_ms for r in made]
-    assert run.record.other_ms < LAUNCH_MS  # never left over as unexplained time
+    assert run.record.totals.other_ms < LAUNCH_MS  # never left over as unexplained time
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -315,5 +315,5 @@ def test_callback_clocks_ignore_the_users_queued_work(tiny, mode, path):
             rec, rows = w.record, w.rows
         finally:
             w.remove()
-    assert rec is not None and rec.status == "done"
+    assert rec is not None and rec.totals.status == "done"
     assert all(x.sync_ms < 0.5 for x in rows), [x.sync_ms for x in rows]

@@ -128,12 +128,12 @@ def test_vae_tiling_is_an_axis_that_reaches_previews_and_the_final_decode(tiny, 
     plan = Plan(RunSettings(steps=1, width=96, height=96, preview=PreviewSettings(decoder="none")), ("vae",), (1,),
                 repeats=1, warmup=0, vaes=("none", "tiling"), schedulers=("dpmpp_2m",))
     runs = run_sweep(tiny, plan, tmp_path)
-    assert [(r.config.name, r.record.vae, r.record.scheduler) for r in runs] == [
+    assert [(r.config.name, r.record.totals.vae, r.record.totals.scheduler) for r in runs] == [
         ("none/vae-none", "", "DPMSolverMultistepScheduler"),
         ("vae/every1/overlap/vae-none", "", "DPMSolverMultistepScheduler"),
         ("none/vae-tiling", "tiling", "DPMSolverMultistepScheduler"),
         ("vae/every1/overlap/vae-tiling", "tiling", "DPMSolverMultistepScheduler")]
-    assert runs[-1].record.previews == 1
+    assert runs[-1].record.totals.previews == 1
     assert tiled == [True] * 3  # the tiling baseline's final decode, the config's preview and its final decode
     assert not vae.use_tiling and tiny.pipe.scheduler is own  # the model as it came
 
@@ -169,7 +169,7 @@ def test_the_noise_line_compare_and_mode_ratios_read_each_setups_baseline():
     assert "the 3 no-preview baselines of none/euler/30steps (the noisiest of 2 groups) spread" in noise.line()
     # the two step counts' baselines lie far apart, yet each is like its namesake in the other sweep
     assert baselines_apart(runs, runs) == []
-    slow = [_run(r.config.name, r.record.wall_s * 3, r.role) if r.config.name == "none/euler/4steps" else r
+    slow = [_run(r.config.name, r.record.totals.wall_s * 3, r.role) if r.config.name == "none/euler/4steps" else r
             for r in runs]
     assert baselines_apart(runs, slow)[0].startswith("the no-preview baselines of none/euler/4steps differ x3.0")
     row = {"overhead_pct": 10.0, "overhead_n": 6, "overhead_lo": 8.0, "overhead_hi": 12.0, "overhead_level_pct": 96.9}
@@ -183,5 +183,5 @@ def test_every_run_records_its_scheduler_and_vae_mode_outside_the_bench_too(tiny
     from previewlab.preview.engine import RunContext, generate
 
     run = generate(RunContext(tiny, RunSettings(steps=1, preview=PreviewSettings(decoder="none")), "axes-record"))
-    assert (run.record.scheduler, run.record.vae) == (type(tiny.pipe.scheduler).__name__, "")
-    assert run.record.scheduler == "EulerDiscreteScheduler"
+    assert (run.record.totals.scheduler, run.record.totals.vae) == (type(tiny.pipe.scheduler).__name__, "")
+    assert run.record.totals.scheduler == "EulerDiscreteScheduler"

@@ -81,13 +81,14 @@ def test_rows_csv_and_phases_of_a_users_call(pipe, tmp_path):
     assert tuple(rows[0]) == STEP_COLUMNS and len(rows) == 4 and rows[3]["decoder"] == "latent2rgb"
     w.save((image * 255).round().astype(np.uint8), tmp_path / "out.png")
     rec = w.records[-1]
-    assert rec.text_encode_ms > 0 and rec.final_decode_ms > 0 and rec.final_encode_ms > 0 and rec.write_ms > 0
-    assert rec.previews == 2 and rec.steps == 4 and rec.status == "done"
-    measured = (rec.text_encode_ms + rec.denoise_ms + rec.preview_ms + rec.final_decode_ms + rec.final_encode_ms
-                + rec.write_ms + rec.drain_ms)
-    assert rec.on_path_ms == pytest.approx(rec.preview_ms)  # sync mode: all of the preview is on the path
+    t = rec.totals
+    assert t.text_encode_ms > 0 and t.final_decode_ms > 0 and t.final_encode_ms > 0 and t.write_ms > 0
+    assert t.previews == 2 and rec.meta.steps == 4 and t.status == "done"
+    measured = (t.text_encode_ms + t.denoise_ms + t.preview_ms + t.final_decode_ms + t.final_encode_ms + t.write_ms
+                + t.drain_ms)
+    assert t.on_path_ms == pytest.approx(t.preview_ms)  # sync mode: all of the preview is on the path
     # nothing counted twice, and the call's wall time fits inside a clock the callback never saw
-    assert measured <= rec.wall_s * 1e3 <= (time.perf_counter() - t_outer) * 1e3
+    assert measured <= t.wall_s * 1e3 <= (time.perf_counter() - t_outer) * 1e3
     assert (tmp_path / "out.png").read_bytes()[:4] == b"\x89PNG"
     # a second call starts a new record and new rows
     call(pipe, callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs)
@@ -167,13 +168,14 @@ def test_summary_says_what_the_call_cost_where_it_went_and_what_to_set(pipe):
     text = w.summary(budget=0.5)
     w.remove()
     rec = w.records[-1]
+    t = rec.totals
     lines = text.splitlines()
-    assert lines[0].startswith(f"run {rec.run_id}: 4 steps in {rec.wall_s:.2f} s") and "4 previews (vae, every 1, sync)" in lines[0]
+    assert lines[0].startswith(f"run {rec.run_id}: 4 steps in {t.wall_s:.2f} s") and "4 previews (vae, every 1, sync)" in lines[0]
     # the full VAE's decode is what a preview's time goes to, and its remedy follows (0.5 % is far below its cost)
-    assert f"{rec.on_path_ms:.0f} ms on the denoising path" in lines[1] and "decode holds" in lines[1]
+    assert f"{t.on_path_ms:.0f} ms on the denoising path" in lines[1] and "decode holds" in lines[1]
     assert lines[1].endswith("a smaller decoder or a smaller preview")
-    assert lines[2].startswith("memory: a preview raised it by up to") and f"peaked at {rec.peak_mem_mb:.0f} MiB (rss)" in lines[2]
-    assert lines[3] == f"device busy while denoising: {rec.busy_pct:.0f} % (cpu)"
+    assert lines[2].startswith("memory: a preview raised it by up to") and f"peaked at {t.peak_mem_mb:.0f} MiB (rss)" in lines[2]
+    assert lines[3] == f"device busy while denoising: {t.busy_pct:.0f} % (cpu)"
     wider = re.search(r"^to stay under 0\.5 % \(.*\): about every (\d+), or taesd$", lines[4])
     assert wider and int(wider.group(1)) > 1, lines[4]  # a sparser interval, or the full VAE's next step down
 
@@ -189,17 +191,17 @@ def test_the_record_reads_seed_and_guidance_from_the_call(pipe):
                        generator=torch.Generator().manual_seed(1234), callback_on_step_end=w,
                        callback_on_step_end_tensor_inputs=w.tensor_inputs).images[0]
         rec = w.record
-        assert rec is not None and (rec.seed, rec.guidance) == (1234, 3.0)
+        assert rec is not None and (rec.meta.seed, rec.meta.guidance) == (1234, 3.0)
         assert np.array_equal(plain, watched)
         pipe("a cat", num_inference_steps=2, height=64, width=64, output_type="np",  # no generator: no seed
              callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs)
         rec = w.record
-        assert rec is not None and (rec.seed, rec.guidance) == (-1, 7.5)  # the pipeline's default scale
+        assert rec is not None and (rec.meta.seed, rec.meta.guidance) == (-1, 7.5)  # the pipeline's default scale
         pipe("a cat", num_inference_steps=2, height=64, width=64, output_type="np",  # one generator per image
              num_images_per_prompt=2, generator=[torch.Generator().manual_seed(s) for s in (5, 6)],
              callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs)
         rec = w.record
-        assert rec is not None and rec.seed == 5 and rec.batch == 2
+        assert rec is not None and rec.meta.seed == 5 and rec.meta.batch == 2
     finally:
         w.remove()
     w = preview_watch(pipe, decoder="none", source="scheduler")  # the scheduler's step sees the same call
@@ -207,6 +209,6 @@ def test_the_record_reads_seed_and_guidance_from_the_call(pipe):
         pipe("a cat", num_inference_steps=2, height=64, width=64, output_type="np", guidance_scale=2.5,
              generator=torch.Generator().manual_seed(77))
         rec = w.record
-        assert rec is not None and (rec.seed, rec.guidance) == (77, 2.5)
+        assert rec is not None and (rec.meta.seed, rec.meta.guidance) == (77, 2.5)
     finally:
         w.remove()

@@ -25,7 +25,7 @@ from previewlab.preview.gathered import Gathered
 from previewlab.preview.models import DEMO_DIR, DEMO_NOTE, Model, ModelError, load
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
 from previewlab.preview.models.taesd import Decoder as TaeDecoder
-from previewlab.preview.records import RUN_COLUMNS
+from previewlab.preview.run import RUN_COLUMNS
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def test_every_decoder_previews_a_picture_and_the_record_says_demo(demo, decoder
                            preview=PreviewSettings(decoder=decoder, target="x0", mode="sync"))
     run = generate(RunContext(demo, settings, "demo"), told)
     frames = told.frames
-    assert run.record.model_note == DEMO_NOTE and run.record.synthetic == 0
+    assert run.record.meta.model_note == DEMO_NOTE and run.record.meta.synthetic is False
     assert len(frames) == 6 and all(r.event == "" for r in run.rows)
     side = 16 if decoder == "latent2rgb" else 128
     assert frames[-1].width == side

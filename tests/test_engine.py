@@ -31,7 +31,7 @@ def test_rows_follow_schedule_and_frames_match(tiny, tmp_path):
     assert [f.step for f in frames] == [2, 4]
     assert all(f.width == f.height == 64 and f.format == "jpeg" and f.data[:2] == b"\xff\xd8" for f in frames)
     assert [x.bytes for x in r.rows if x.preview] == [len(f.data) for f in frames]
-    assert r.record.previews == 2 and r.record.bytes == sum(len(f.data) for f in frames)
+    assert r.record.totals.previews == 2 and r.record.totals.bytes == sum(len(f.data) for f in frames)
     assert (tmp_path / "final.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert r.image is not None and r.image.shape == (64, 64, 3)
     # timesteps are the scheduler's, decreasing
@@ -69,26 +69,28 @@ def test_stage_sums_reconcile_with_wall_time(tiny, mode):
     finally:
         hook.remove()
     r, made = res.record, [x for x in res.rows if x.preview]
-    assert r.previews == STEPS and len(made) == STEPS and r.wall_s * 1e3 <= outer_ms
+    assert r.totals.previews == STEPS and len(made) == STEPS and r.totals.wall_s * 1e3 <= outer_ms
     assert all(x.decode_ms >= DECODE_MS and x.encode_ms >= ENCODE_MS for x in made)  # reported in both modes
     per_preview = DECODE_MS + ENCODE_MS if mode == "sync" else DECODE_MS  # 660 s or 60 s
     assert all(per_preview <= x.on_path_ms <= per_preview + real_ms for x in made), [x.on_path_ms for x in made]
-    assert STEPS * per_preview <= r.on_path_ms <= STEPS * per_preview + real_ms
+    assert STEPS * per_preview <= r.totals.on_path_ms <= STEPS * per_preview + real_ms
     if mode == "overlap":
-        assert r.wall_s * 1e3 <= STEPS * DECODE_MS + real_ms  # not one encode held the denoising path
+        assert r.totals.wall_s * 1e3 <= STEPS * DECODE_MS + real_ms  # not one encode held the denoising path
     else:
-        assert r.wall_s * 1e3 >= STEPS * (DECODE_MS + ENCODE_MS)
+        assert r.totals.wall_s * 1e3 >= STEPS * (DECODE_MS + ENCODE_MS)
     # nothing is counted twice: what is left over is the host's own glue, which took real time
-    phases = r.text_encode_ms + r.denoise_ms + r.final_decode_ms + r.final_encode_ms + r.write_ms + r.drain_ms
-    assert phases + r.on_path_ms <= r.wall_s * 1e3 and 0 <= r.other_ms <= real_ms
-    assert r.denoise_ms > 0 and r.text_encode_ms > 0 and r.final_decode_ms > 0
-    assert r.synthetic == 1 and r.status == "done" and r.mode == mode
+    t = r.totals
+    phases = t.text_encode_ms + t.denoise_ms + t.final_decode_ms + t.final_encode_ms + t.write_ms + t.drain_ms
+    assert phases + r.totals.on_path_ms <= r.totals.wall_s * 1e3 and 0 <= r.totals.other_ms <= real_ms
+    assert r.totals.denoise_ms > 0 and r.totals.text_encode_ms > 0 and r.totals.final_decode_ms > 0
+    assert r.meta.synthetic is True and r.totals.status == "done"
+    assert r.meta.preview is not None and r.meta.preview.mode == mode
 
 
 def test_decoder_none_touches_nothing(tiny):
     a = run(tiny, "none")
     b = run(tiny, "none")
-    assert a.record.previews == 0 and all(x.preview_ms == 0 and x.bytes == 0 for x in a.rows)
+    assert a.record.totals.previews == 0 and all(x.preview_ms == 0 and x.bytes == 0 for x in a.rows)
     assert (a.image == b.image).all()  # deterministic for a seed
 
 
@@ -124,7 +126,7 @@ def test_preview_failure_falls_back_and_run_goes_on(tiny):
     told = Gathered()
     r = run(broken, "taesd", steps=3, events=told)
     errors = [message for run_id, message in told.errors if run_id == "t"]
-    assert r.record.status == "done" and len(r.rows) == 3
+    assert r.record.totals.status == "done" and len(r.rows) == 3
     assert "taesd failed at step 1" in r.rows[0].event and "latent2rgb" in r.rows[0].event
     assert r.rows[0].preview == 0 and [x.decoder for x in r.rows[1:]] == ["latent2rgb", "latent2rgb"]
     assert r.rows[1].preview == 1 and len(errors) == 1
@@ -132,13 +134,13 @@ def test_preview_failure_falls_back_and_run_goes_on(tiny):
 
 def test_stop_keeps_completed_rows(tiny):
     r = run(tiny, steps=6, should_stop=lambda: True)
-    assert r.record.status == "stopped" and len(r.rows) == 1
+    assert r.record.totals.status == "stopped" and len(r.rows) == 1
 
 
 def test_sdxl_family_runs_with_every_decoder(tiny_xl):
     for d in ("latent2rgb", "taesd", "vae"):
         r = run(tiny_xl, d, steps=2)
-        assert r.record.previews == 2 and r.record.model == "synthetic:tiny-xl"
+        assert r.record.totals.previews == 2 and r.record.meta.model == "synthetic:tiny-xl"
 
 
 def test_local_folder_and_taesd_file_load(tiny, tmp_path):
@@ -151,7 +153,7 @@ def test_local_folder_and_taesd_file_load(tiny, tmp_path):
     s = RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="taesd"))
     r = generate(RunContext(m, s, "l"))
     # madebyollin's decoder always upsamples 8x: a 32x32 latent gives 256x256
-    assert r.rows[0].preview_width == 256 and r.record.synthetic == 0
+    assert r.rows[0].preview_width == 256 and r.record.meta.synthetic == 0
     # the same pipeline loaded from its folder gives the same picture
     assert (r.image == run(tiny, "none", steps=2).image).all()
 
@@ -206,7 +208,7 @@ def test_compiled_decoder_reports_compile_time_apart_and_gives_the_same_picture(
         told = Gathered()
         s = RunSettings(steps=3, width=64, height=64, preview=PreviewSettings(decoder="latent2rgb", mode="sync"))
         r = generate(RunContext(tiny, s, "c", compile_decoder=compile_decoder), told)
-        return told.frames, r.record
+        return told.frames, r.record.totals
 
     plain, rp = frames(False)
     compiled, rc = frames(True)

@@ -176,7 +176,7 @@ def test_a_batch_of_three_previews_as_one_grid_or_its_first_image(tinies):
             assert [r.batch for r in rows] == [3, 3] and [r.preview for r in rows] == [1, 1]
             assert all((f.width, f.height) == (cells * side, cells * side) for f in frames), (how, decoder)
             assert all((r.preview_width, r.preview_height) == (cells * side, cells * side) for r in rows)
-            assert record is not None and record.batch == 3
+            assert record is not None and record.meta.batch == 3
 
 
 class _Frames:
@@ -227,8 +227,8 @@ def test_a_local_folder_of_any_pipeline_loads_and_runs_in_the_engine(tinies, tmp
     size = 64  # the server's smallest side
     run = generate(RunContext(model, RunSettings(steps=2, width=size, height=size, guidance=1.0,
                                                  preview=PreviewSettings(decoder="latent2rgb", mode="sync")), "f"))
-    assert run.record.status == "done" and run.record.previews == 2 and run.image is not None
-    assert run.record.family == (SPACES[name][0] or "unnamed") and run.record.space == model.space.describe()
+    assert run.record.totals.status == "done" and run.record.totals.previews == 2 and run.image is not None
+    assert run.record.meta.family == (SPACES[name][0] or "unnamed") and run.record.meta.space == model.space.describe()
     fitted = [r.event for r in run.rows if r.event.startswith("latent2rgb factors fitted")]
     assert len(fitted) == (1 if SPACES[name][0] is None else 0)
 
@@ -315,9 +315,9 @@ def test_a_video_pipeline_runs_in_the_engine_and_its_final_image_is_the_first_fr
     model = model_of(t.pipe, None)
     run = generate(RunContext(model, RunSettings(steps=2, width=64, height=64, guidance=1.0,
                                                  preview=PreviewSettings(decoder="vae", mode="sync")), "w"))
-    assert run.record.status == "done" and run.record.previews == 2 and run.image is not None
-    assert run.image.shape == (64, 64, 3) and run.record.family == "wan21"
-    assert run.record.space.startswith("wan21: 16 channels at 1/8, a clip (B, C, T, h, w), 4 frames per latent "
+    assert run.record.totals.status == "done" and run.record.totals.previews == 2 and run.image is not None
+    assert run.image.shape == (64, 64, 3) and run.record.meta.family == "wan21"
+    assert run.record.meta.space.startswith("wan21: 16 channels at 1/8, a clip (B, C, T, h, w), 4 frames per latent "
                                        "frame after the first, decoded as latents / (1 / latents_std) + "
                                        "latents_mean by AutoencoderKLWan")
 

@@ -223,7 +223,7 @@ def test_stop_takes_effect_at_the_next_step_boundary(make_app):
         seen = recv_until(ws, "step")["step"]
         ws.send_text(json.dumps({"type": "stop"}))
         done = recv_until(ws, "done")
-    assert done["status"] == "stopped" and done["totals"]["steps"] <= 1000
+    assert done["status"] == "stopped" and done["steps"] <= 1000
     rows = list(csv.DictReader(io.StringIO(TestClient(app).get(f"/runs/{done['run_id']}.csv").text)))
     assert seen <= len(rows) <= seen + 2
 
@@ -403,7 +403,7 @@ def test_side_logs_are_bounded_by_the_runs_kept(tmp_path):
     from dataclasses import fields
     from typing import Any
 
-    from previewlab.preview.records import RunRecord
+    from previewlab.preview.records import Totals
     from previewlab.preview.run import RunEnd, RunMeta
     from previewlab.preview.settings import PreviewSettings
     from previewlab.server.metrics import Metrics
@@ -414,8 +414,8 @@ def test_side_logs_are_bounded_by_the_runs_kept(tmp_path):
         meta = RunMeta(run_id=f"r{i}", started_at="", model="m", synthetic=True, model_note="", family="sd15",
                        space="sd15: ...", device="cpu", dtype="float32", prompt="p", steps=2, width=64, height=64, seed=0,
                        guidance=7.5, preview=PreviewSettings())
-        zeros: dict[str, Any] = {f.name: 0 for f in fields(RunRecord)}
-        totals = RunRecord(**{**zeros, "run_id": f"r{i}", "wall_s": float(i)})
+        zeros: dict[str, Any] = {f.name: 0 for f in fields(Totals)}
+        totals = Totals(**{**zeros, "wall_s": float(i)})
         return RunEnd(meta, "done", totals)
 
     for i in range(23):

@@ -86,9 +86,9 @@ def test_a_real_runs_end_carries_its_live_change(tiny):
 
     run = generate(RunContext(tiny, settings, "h", controls=controls), Switch())
     landed = next(r.step for r in run.rows if r.decoder == "taesd")
-    end = RunEnd.of(RunMeta.of(tiny, "h", settings), run.record, run.rows)
+    end = RunEnd.of(RunMeta.of(tiny, "h", settings), run.record.totals, run.rows)
     assert end.changes == f"latent2rgb → taesd @{landed}" and end.to_json()["changes"] == end.changes
-    assert RunEnd.of(end.meta, run.record).changes == ""  # no rows given: nothing known
+    assert RunEnd.of(end.meta, run.record.totals).changes == ""  # no rows given: nothing known
 
 
 def test_the_servers_done_message_and_runs_list_carry_the_changes(make_app, tmp_path):

@@ -79,8 +79,8 @@ def test_each_preview_row_holds_its_own_memory_and_reading_it_adds_no_device_wai
     assert [r.step for r in made] == [2, 4, 6]
     assert all(r.mem_mb == RISE / MIB for r in made)           # the preview's rise, on its own row
     assert all(r.mem_mb == 0 for r in run.rows if not r.preview)
-    assert run.record.peak_mem_mb == (100 * MIB + RISE) / MIB  # the per-preview resets never lose the run's peak
-    assert run.record.mem_source == "fake"
+    assert run.record.totals.peak_mem_mb == (100 * MIB + RISE) / MIB  # the per-preview resets never lose the run's peak
+    assert run.record.totals.mem_source == "fake"
     assert dev.waits == plain_dev.waits                         # reading memory waited for nothing
 
 
@@ -124,8 +124,8 @@ def test_a_larger_preview_shows_a_larger_peak_on_this_cpu(cpu_runs):
 def test_every_run_records_its_peak_and_how_busy_it_kept_the_cpu(cpu_runs):
     for run in cpu_runs.values():
         rec = run.record
-        assert rec.mem_source == "rss" and rec.peak_mem_mb > 50  # the process holds the model at least
-        assert rec.busy_source == "cpu" and 0 < rec.busy_pct <= 100.5
+        assert rec.totals.mem_source == "rss" and rec.totals.peak_mem_mb > 50  # the process holds the model at least
+        assert rec.totals.busy_source == "cpu" and 0 < rec.totals.busy_pct <= 100.5
     assert all(r.mem_mb == 0 for r in cpu_runs["none"].rows)
 
 

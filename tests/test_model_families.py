@@ -44,7 +44,7 @@ def test_every_decoder_and_target_previews_every_family(family_model, decoder, t
     told = Gathered()
     run = generate(RunContext(family_model, settings(decoder, target, mode="sync"), "t"), told)
     frames = told.frames
-    assert run.record.previews == 2 and [r.target for r in run.rows] == [target, target]
+    assert run.record.totals.previews == 2 and [r.target for r in run.rows] == [target, target]
     assert all(r.event == "" for r in run.rows)  # no preview failed and fell back
     side = 64 if decoder != "latent2rgb" else 64 // family_model.vae_scale_factor  # latent2rgb: latent resolution
     assert all(f.width == f.height == side and f.data[:2] == b"\xff\xd8" for f in frames)
@@ -165,7 +165,8 @@ def test_watch_previews_a_flux_pipeline(tmp_path):
         w.remove()
     assert [r.preview for r in rows] == [1, 1, 1] and {r.target for r in rows} == {"x0"}
     assert all(r.preview_width == r.preview_height == 64 for r in rows)  # unpacked from FLUX's 2x2 patches
-    assert rec is not None and rec.status == "done" and rec.target == "x0"
+    assert rec is not None and rec.totals.status == "done"
+    assert rec.meta.preview is not None and rec.meta.preview.target == "x0"
     assert "step" not in m.pipe.scheduler.__dict__  # the tap is gone: the user's scheduler as it was
 
 
@@ -189,7 +190,7 @@ def test_a_folder_of_fp16_files_loads_without_being_told(tmp_path):
     loaded = load(str(tmp_path / "fp16"), device="cpu")
     assert loaded.family == "sd15" and not loaded.synthetic
     run = generate(RunContext(loaded, settings("latent2rgb"), "f"))
-    assert run.record.previews == 2
+    assert run.record.totals.previews == 2
     # a folder whose weights are gone says which component has none, not "not in the local cache"
     for f in (tmp_path / "fp16" / "unet").glob("*.safetensors"):
         f.unlink()

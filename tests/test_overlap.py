@@ -28,7 +28,8 @@ def test_overlap_frames_are_sync_frames(tiny, decoder):
     for a, b in zip(sync, over):
         assert a.data == b.data  # same pixels, same encoder: the same bytes
     assert rs.image is not None and ro.image is not None and np.array_equal(rs.image, ro.image)
-    assert all(r.mode == "overlap" for r in ro.rows) and ro.record.mode == "overlap"
+    assert all(r.mode == "overlap" for r in ro.rows)
+    assert ro.record.meta.preview is not None and ro.record.meta.preview.mode == "overlap"
 
 
 def test_inflight_bound_skips_and_counts(tiny, monkeypatch):
@@ -63,7 +64,7 @@ def test_inflight_bound_skips_and_counts(tiny, monkeypatch):
     # the encoder held every frame until the last step: the first K got in, every later one was skipped
     assert [r.preview for r in run.rows] == [1, 1] + [0] * (steps - k)
     assert [r.skipped for r in run.rows] == [0, 0] + [1] * (steps - k)
-    assert run.record.skipped == steps - k and run.record.inflight_peak == k
+    assert run.record.totals.skipped == steps - k and run.record.totals.inflight_peak == k
     assert [f.step for f in frames] == [1, 2] and len(started) == k
 
 

@@ -2,7 +2,10 @@
 disk keep the keys the page and older runs' folders read."""
 from __future__ import annotations
 
+import csv
+import io
 import json
+from dataclasses import fields, replace
 
 import pytest
 import torch
@@ -11,8 +14,9 @@ from starlette.testclient import TestClient
 from previewlab import watch as preview_watch
 from previewlab.preview.frames import Frame
 from previewlab.preview.models import synthetic_pipeline
-from previewlab.preview.records import RUN_COLUMNS, StepRow
-from previewlab.preview.run import RunEnd, RunEvents, RunMeta
+from previewlab.preview.csv_writer import to_csv_text
+from previewlab.preview.records import TOTALS_COLUMNS, StepRow, Totals
+from previewlab.preview.run import META_COLUMNS, RUN_COLUMNS, RunEnd, RunEvents, RunMeta, RunRecord
 from tests.conftest import SAME_ORIGIN, recv_until
 
 # the keys of a txt2img run's `run` message as the page (web/app.js) and meta.json have them, in order (init and
@@ -40,7 +44,7 @@ def test_a_server_runs_messages_and_meta_json_keep_their_keys(make_app, tmp_path
     assert list(run) == ["type", *META_KEYS] and run["seed"] == 5 and run["every"] == 2
     assert list(done) == ["type", *META_KEYS, "status", "changes", "totals"] and done["status"] == "done"
     assert {k: done[k] for k in META_KEYS} == {k: run[k] for k in META_KEYS}  # the end carries the start's meta
-    assert list(done["totals"]) == list(RUN_COLUMNS) and done["totals"]["seed"] == 5
+    assert list(done["totals"]) == list(TOTALS_COLUMNS) and done["seed"] == 5
     on_disk = json.loads((tmp_path / "runs" / run["run_id"] / "meta.json").read_text())
     assert on_disk == {k: v for k, v in done.items() if k != "type"}
     assert hello["running"] == {k: again[k] for k in META_KEYS}
@@ -87,8 +91,47 @@ def test_a_watch_tells_the_same_events_with_one_meta_from_start_to_end():
     assert [s for k, s in rec.events if k == "frame"] == [2, 4]
     meta, end = rec.events[0][1], rec.events[-1][1]
     assert isinstance(meta, RunMeta) and isinstance(end, RunEnd)
-    assert end.meta is meta and end.totals is record and end.status == "done"
+    assert record is not None and end.meta is meta is record.meta and end.totals is record.totals
+    assert end.status == "done"
     # the seed of the call's generator and the pipeline's guidance scale (its default, 7.5) are read from the call
     assert (meta.steps, meta.width, meta.height, meta.seed, meta.prompt) == (4, 64, 64, 3, "(your script)")
     assert meta.guidance == 7.5 and list(meta.to_json()) == list(META_KEYS)
     assert list(end.to_json()) == [*meta.to_json(), "status", "changes", "totals"]
+
+
+def _read_back(record: RunRecord, drop: tuple[str, ...] = ()) -> RunRecord:
+    """The record as runs.csv holds it (csv_writer's cells, a line read with csv), less the columns in drop."""
+    text = to_csv_text([record], RUN_COLUMNS)
+    (line,) = list(csv.DictReader(io.StringIO(text)))
+    return RunRecord.from_row({k: v for k, v in line.items() if k not in drop})
+
+
+def _same_totals(a: Totals, b: Totals) -> None:
+    for f in fields(Totals):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        assert x == pytest.approx(y, abs=5e-4) if isinstance(x, float) else x == y, (f.name, x, y)
+
+
+def test_a_run_record_is_its_meta_and_its_totals_and_reads_back_whole(tiny):
+    """Issue 36: RunRecord is the run's RunMeta and its totals, with no second copy of what the meta says; a
+    runs.csv line reads back into the same meta (bool, None and the preview settings typed) and totals."""
+    from previewlab.preview.engine import RunContext, generate
+    from previewlab.preview.settings import PreviewSettings, RunSettings
+
+    assert not set(META_COLUMNS) & set(TOTALS_COLUMNS) and len(set(RUN_COLUMNS)) == len(RUN_COLUMNS)
+    settings = RunSettings(prompt='a "quoted", two-line\nprompt', steps=2, width=64, height=64, seed=4, guidance=3.0,
+                           preview=PreviewSettings(decoder="latent2rgb", every=2, mode="sync", frames=8))
+    record = generate(RunContext(tiny, settings, "rt")).record
+    assert record.meta.preview == settings.preview and record.meta.synthetic is True and record.meta.seed == 4
+    back = _read_back(record)
+    assert back.meta == record.meta  # every field, typed: synthetic a bool, guidance a float, strength None
+    _same_totals(back.totals, record.totals)
+    # a bench's direct call: no step callback, no preview settings; its line says decoder "direct"
+    direct = RunRecord(replace(record.meta, preview=None), record.totals)
+    assert direct.to_row()["decoder"] == "direct" and _read_back(direct).meta == direct.meta
+    # an older line, without the columns this version added, reads with their defaults
+    old = _read_back(record, drop=("started_at", "prompt", "init", "batch_preview", "scheduler", "vae"))
+    assert (old.meta.prompt, old.meta.started_at, old.meta.preview) == ("", "", settings.preview)
+    assert (old.totals.scheduler, old.totals.vae) == ("", "")
+    with pytest.raises(ValueError, match="synthetic='yes': not bool"):
+        RunRecord.from_row({**record.to_row(), "synthetic": "yes"})

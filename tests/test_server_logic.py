@@ -49,7 +49,7 @@ def test_hello_start_refuse_stop_and_csv(make_app):
         ws.send_text(json.dumps({"type": "stop"}))
         done = recv_until(ws, "done")
         assert done["status"] == "stopped" and done["run_id"] == run["run_id"]
-        n_steps = done["totals"]["steps"]
+        n_steps = done["steps"]
         runs = client.get("/runs").json()
         assert [r["run_id"] for r in runs] == [run["run_id"]] and runs[0]["status"] == "stopped"
         res = client.get(f"/runs/{run['run_id']}.csv")
@@ -75,7 +75,7 @@ def test_img2img_from_a_past_run_and_a_batch_through_the_server(make_app, tmp_pa
         first = recv_until(ws, "run")
         done = recv_until(ws, "done")
         assert (first["batch"], first["task"], done["status"]) == (3, "txt2img", "done")
-        assert done["totals"]["batch"] == 3 and done["totals"]["steps_run"] == 2
+        assert done["batch"] == 3 and done["totals"]["steps_run"] == 2
         grid = Image.open(tmp_path / "runs" / first["run_id"] / "final.png")
         assert grid.size == (128, 128)  # 3 images of 64 px in a 2 x 2 grid
         # a past run's final image as the input: 8 steps at strength 0.5 run 4, and the overhead counts those
@@ -90,10 +90,10 @@ def test_img2img_from_a_past_run_and_a_batch_through_the_server(make_app, tmp_pa
         again = recv_until(ws, "run")
         end = recv_until(ws, "done")
         assert (again["task"], again["init"], again["strength"]) == ("img2img", first["run_id"], 0.5)
-        assert end["status"] == "done" and end["totals"]["steps"] == 8 and end["totals"]["steps_run"] == 4
+        assert end["status"] == "done" and end["steps"] == 8 and end["totals"]["steps_run"] == 4
         # the input (the 128 px grid) is resized to the run's size: SD's img2img would run at its size otherwise
         assert Image.open(tmp_path / "runs" / again["run_id"] / "final.png").size == (64, 64)
-        assert end["totals"]["task"] == "img2img" and end["totals"]["previews"] == 4
+        assert end["task"] == "img2img" and end["totals"]["previews"] == 4
         rows = list(csv.DictReader(io.StringIO(client.get(f"/runs/{again['run_id']}.csv").text)))
         assert [(r["step"], r["task"], r["strength"], r["batch"]) for r in rows] == \
             [(str(i), "img2img", "0.500", "1") for i in range(1, 5)]

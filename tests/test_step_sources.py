@@ -203,9 +203,9 @@ def test_watch_previews_every_kind_of_hook_bit_identically(tinies, name):
         made = [r.preview for r in rows]
         assert made == ([0] * steps if decoder == "none" else [1] * steps), (name, decoder, [r.event for r in rows])
         assert all("failed" not in r.event for r in rows)
-        assert record is not None and record.status == "done" and record.steps_run == steps
+        assert record is not None and record.totals.status == "done" and record.totals.steps_run == steps
         # the phases and the steps' stages lie inside the call's wall time
-        assert record.other_ms >= 0, (name, decoder, record)
+        assert record.totals.other_ms >= 0, (name, decoder, record)
     # the hooks are gone: the scheduler's own step, no previewlab block left in a Modular loop
     assert "step" not in vars(t.pipe.scheduler)
     if picked == "modular":
@@ -249,7 +249,7 @@ def test_the_scheduler_source_counts_the_tail_img2img_runs(tinies):
         w.remove()
     assert all(np.array_equal(a, b) for a, b in zip(ref, out))
     assert [r.step for r in rows] == [1, 2] and [r.preview for r in rows] == [1, 1]
-    assert record is not None and record.status == "done" and record.steps_run == 2
+    assert record is not None and record.totals.status == "done" and record.totals.steps_run == 2
 
 
 def test_the_scheduler_source_sees_the_latents_the_vae_decodes(tinies):
@@ -329,7 +329,8 @@ def test_the_callback_and_the_engine_count_pipeline_steps_with_pndm(tiny):
         pipe.scheduler = own
     assert calls == [0, 1, 2, 3]
     assert [r.step for r in rows] == [1, 2, 3] and [r.preview for r in rows] == [1, 1, 1]
-    assert [r.step for r in run.rows] == [1, 2, 3] and run.record.status == "done" and run.record.steps_run == 3
+    assert [r.step for r in run.rows] == [1, 2, 3]
+    assert run.record.totals.status == "done" and run.record.totals.steps_run == 3
 
 
 @pytest.mark.parametrize("name", ["if", "hunyuan15"])
@@ -346,7 +347,7 @@ def test_the_engine_runs_a_pipeline_without_a_step_callback(tinies, name):
                     preview=PreviewSettings(decoder="latent2rgb", mode="sync"))
     run = generate(RunContext(model, s, name))
     assert [r.step for r in run.rows] == [1, 2, 3] and [r.preview for r in run.rows] == [1, 1, 1]
-    assert run.record.status == "done" and run.image is not None and run.image.shape == (64, 64, 3)
+    assert run.record.totals.status == "done" and run.image is not None and run.image.shape == (64, 64, 3)
     assert "step" not in vars(t.pipe.scheduler)
 
 

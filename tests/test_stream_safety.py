@@ -38,12 +38,12 @@ def test_engine_previews_leave_the_float16_vae_alone(xl16, mode):
     before = snapshot(vae)
     s = RunSettings(steps=3, width=64, height=64, preview=PreviewSettings(decoder="vae", mode=mode))
     run = generate(RunContext(xl16, s, "t"))
-    assert run.record.previews == 3
+    assert run.record.totals.previews == 3
     assert vae.dtype == torch.float16
     assert_unchanged(before, vae)
     copy = decoders.fp32_decoder(xl16.pipe)
     assert copy.decoder.conv_in.weight.dtype == torch.float32
-    assert run.record.vae_copy_mb == pytest.approx(copy.bytes / 2**20) and run.record.vae_copy_mb > 0
+    assert run.record.totals.vae_copy_mb == pytest.approx(copy.bytes / 2**20) and run.record.totals.vae_copy_mb > 0
     # the copy decodes what the float16 VAE would, in float32
     lat = torch.randn(1, 4, 8, 8, dtype=torch.float16)
     ours = decoders.vae_decoder(xl16)(lat, 16, 16)
@@ -63,7 +63,7 @@ def test_callback_previews_leave_the_users_vae_alone(xl16):
         rec = w.record
     finally:
         w.remove()
-    assert rec is not None and rec.previews == 3
+    assert rec is not None and rec.totals.previews == 3
     assert_unchanged(before, vae)
 
 

@@ -149,8 +149,8 @@ def test_generate_previews_each_frames_choice(video, mode):
         told = RowThenSwitch() if mode == "sync" else Gathered()
         run = generate(RunContext(video, run_settings, f"v-{decoder}-{mode}", controls=controls), told)
         rows, frames = told.rows, told.frames
-        assert run.record.num_frames == video.num_frames and run.record.status == "done"
-        assert run.record.frames_sent == sum(r.frames for r in rows)
+        assert run.record.meta.num_frames == video.num_frames and run.record.totals.status == "done"
+        assert run.record.totals.frames_sent == sum(r.frames for r in rows)
         assert run.image is not None and run.image.shape == (video.default_size, video.default_size, 3)
         if mode == "sync":
             check_rows(video, decoder, rows, frames)

@@ -604,7 +604,7 @@ function referencesFor(m) {
 function figuresOf(m) {
   const t = m.totals;
   if (!t) return null;
-  const steps = Math.max(1, t.steps_run || t.steps);
+  const steps = Math.max(1, t.steps_run || m.steps);
   const onPathMs = onPath(t);
   const refs = referencesFor(m);
   const overheads = refs.map((r) => {

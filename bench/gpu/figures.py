@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 
 from previewlab.bench.gpu.measure import Measured
-from previewlab.preview.records import RunRecord
+from previewlab.preview.run import RunRecord
 
 HEAD = ["check (A / B)", "ratio", "figure", "previews A/B", "skipped A/B"]
 NOTE = ("ratio: 1 + the overhead (wall time), or as said; previews, skipped: median per run (B: the baselines, or "
@@ -19,10 +19,10 @@ NOTE = ("ratio: 1 + the overhead (wall time), or as said; previews, skipped: med
 
 def _counts(m: Measured, a: str, b: str) -> list[str]:
     def previews(r: RunRecord) -> float:
-        return r.previews
+        return r.totals.previews
 
     def skipped(r: RunRecord) -> float:
-        return r.skipped
+        return r.totals.skipped
     return [f"{m.median(a, previews)}/{m.median(b, previews)}", f"{m.median(a, skipped)}/{m.median(b, skipped)}"]
 
 
@@ -56,7 +56,7 @@ def image_rows(m: Measured, nvjpeg_why: str) -> list[list[str]]:
         rows.append([label, "-", f"not run: {nvjpeg_why}", "-", "-"])
     else:
         (nv_ms, nv_b), (tj_ms, tj_b) = _per_preview(m, "nvjpeg/sync"), _per_preview(m, "turbojpeg/sync")
-        rows.append([label, f"{nv_ms / tj_ms:.3f}", f"{nv_ms:.2f} vs {tj_ms:.2f} ms ({m.runs['turbojpeg/sync'][0].record.encoder}), "
+        rows.append([label, f"{nv_ms / tj_ms:.3f}", f"{nv_ms:.2f} vs {tj_ms:.2f} ms, "
                      f"bytes/frame x{nv_b / max(tj_b, 1):.2f}"] + _counts(m, "nvjpeg/sync", "turbojpeg/sync"))
     label = "nvjpeg every step, overlap / no previews"
     if nvjpeg_why:
@@ -75,7 +75,8 @@ def clip_rows(m: Measured, label: str) -> list[list[str]]:
     for arm, what in (("taesd/first", "taesd first frame"), ("taesd/all", "taesd whole clip"),
                       ("latent2rgb/all", "latent2rgb whole clip")):
         row = wall_row(f"{label}: {what} every step, overlap / no previews", m, arm)
-        row[2] += f", decode {m.summary[arm]['decode_ms_p50']:.1f} ms/preview, {m.median(arm, lambda r: r.frames_sent)} frames sent"
+        sent = m.median(arm, lambda r: r.totals.frames_sent)
+        row[2] += f", decode {m.summary[arm]['decode_ms_p50']:.1f} ms/preview, {sent} frames sent"
         rows.append(row)
     return rows
 

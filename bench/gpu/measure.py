@@ -17,7 +17,8 @@ from previewlab.bench.rows import SweepRow
 from previewlab.bench.summary import overhead_of, steady, summarize
 from previewlab.bench.sweep import Plan, read_back, run_sweep
 from previewlab.preview.models import Model
-from previewlab.preview.records import RunRecord, StepRow
+from previewlab.preview.records import StepRow
+from previewlab.preview.run import RunRecord
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
 
@@ -54,7 +55,7 @@ class Measured:
 
     def encoders(self) -> list[str]:
         """The JPEG encoders that ran, as the runs recorded them."""
-        return sorted({r.record.encoder for rs in self.runs.values() for r in rs if r.record.encoder})
+        return sorted({p.encoder for rs in self.runs.values() for r in rs if (p := r.record.meta.preview)})
 
 
 def measure(model: Model, setup: Setup, base: RunSettings, arms: dict[str, PreviewSettings], out: Path,

@@ -115,4 +115,4 @@ def row(model: Model, base: RunSettings, label: str = "hidden syncs in the step 
         return [label, "-", f"not run: {type(e).__name__}: {str(e)[:100]}", "-", "-"]
     assert run is not None
     what = "none" if not found else f"{len(found)}: " + ", ".join(sorted(set(found)))[:120]
-    return [label, str(len(found)), what, f"{run.record.previews}/-", f"{run.record.skipped}/-"]
+    return [label, str(len(found)), what, f"{run.record.totals.previews}/-", f"{run.record.totals.skipped}/-"]
