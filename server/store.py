@@ -46,8 +46,8 @@ from .owner import FolderLock
 from .retention import WHOLE, Retention
 from .run_files import MAX_LINE_CHARS, MAX_STEP_ROWS, Damaged, OnceLog
 from .run_files import write_json as _write_json  # a name tests replace to fill the disk at one write
-from .store_reader import (DELIVERY_COLUMNS, EXPORT_CHUNK, EXPORT_COLUMNS, LIST_COLUMNS, RunReader, export_header,
-                           inert)
+from .store_reader import (DELIVERY_COLUMNS, EXPORT_CHUNK, EXPORT_COLUMNS, LIST_COLUMNS, DeliveryRow, RunReader,
+                           export_header, inert)
 
 __all__ = ["Store", "Damaged", "RUN_ID", "DELIVERY_COLUMNS", "EXPORT_CHUNK", "EXPORT_COLUMNS", "LIST_COLUMNS", "MAX_LINE_CHARS",
            "MAX_STEP_ROWS", "WHOLE", "export_header", "inert"]
@@ -100,7 +100,8 @@ class Store:
     def known(self, rid: str) -> bool:
         return self.reader.known(rid)
 
-    def rows(self, rid: str) -> list[dict[str, Any]]:
+    def rows(self, rid: str) -> list[StepRow]:
+        """The run's step rows with their acks (store_reader.RunReader.rows). Raises Damaged."""
         return self.reader.rows(rid)
 
     def list_chunks(self, rids: Iterable[str]) -> Iterator[str]:
@@ -184,12 +185,12 @@ class Store:
         the last frame as `done` goes out) is appended to the closed run's file, so the export joins it."""
         w = self._deliveries.get(rid)
         if w:
-            self._run_write(rid, "deliveries.csv", w.append, [{"run_id": rid, **fields}])
+            self._run_write(rid, "deliveries.csv", w.append, [DeliveryRow(rid, **fields)])
         elif rid in self._closed and self.reader.known(rid):  # a run that just ended: retention never removes it
             def late() -> None:
                 late_w = CsvAppender(self.root / rid / "deliveries.csv", DELIVERY_COLUMNS, fsync=False)
                 try:
-                    late_w.append([{"run_id": rid, **fields}])
+                    late_w.append([DeliveryRow(rid, **fields)])
                 finally:
                     late_w.close()
             self._best_effort(f"{rid}/deliveries.csv", late)

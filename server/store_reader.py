@@ -10,12 +10,12 @@ import os
 import stat
 import threading
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeVar
 
 from previewlab.preview.csv_writer import as_csv_row
-from previewlab.preview.records import STEP_COLUMNS, TOTALS_COLUMNS
+from previewlab.preview.records import STEP_COLUMNS, TOTALS_COLUMNS, StepRow, from_cells
 from previewlab.preview.run import RunMeta
 from previewlab.preview.run_ids import valid
 from previewlab.preview.settings import PreviewSettings
@@ -23,9 +23,30 @@ from previewlab.preview.settings import PreviewSettings
 from .run_files import (MAX_DELIVERY_ROWS, MAX_IMAGE_BYTES, MAX_STEP_ROWS, Damaged, OnceLog, open_own, read_csv,
                         read_meta, stamp)
 
-DELIVERY_COLUMNS = ("run_id", "step", "seq", "client", "kind", "send_ms", "ack_rtt_ms", "client_decode_ms",
-                    "client_paint_ms")
-ACK_FIELDS = ("send_ms", "ack_rtt_ms", "client_decode_ms", "client_paint_ms")
+
+
+@dataclass(frozen=True)
+class DeliveryRow:
+    """A deliveries.csv line: one frame's trip to one client, acked (its timings, ms) or dropped (none)."""
+    run_id: str
+    step: int
+    seq: int
+    client: str
+    kind: str                          # ack | drop
+    send_ms: float | None = None
+    ack_rtt_ms: float | None = None
+    client_decode_ms: float | None = None
+    client_paint_ms: float | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, str]) -> DeliveryRow:
+        return from_cells(cls, row)
+
+
+DELIVERY_COLUMNS = tuple(f.name for f in fields(DeliveryRow))
 # a run's context, repeated on each step row of the server's CSVs (device_name comes from the run's totals)
 RUN_CONTEXT = ("model", "model_note", "device", "device_name", "dtype", "prompt", "seed", "guidance", "steps")
 EXPORT_COLUMNS = STEP_COLUMNS + RUN_CONTEXT
@@ -80,34 +101,42 @@ class RunReader:
         path = self.root / rid  # a link, even to a run folder, is not one of this folder's runs
         return valid(rid) and path.is_dir() and not path.is_symlink()
 
-    def rows(self, rid: str) -> list[dict[str, Any]]:
-        """The run's step rows in the export schema, with the first ack of each frame and its drop count.
-        Raises Damaged (and remembers it) when any of the run's files cannot be read."""
+    def rows(self, rid: str) -> list[StepRow]:
+        """The run's step rows, each with the first ack of its frame and (a preview) its drop count. Raises
+        Damaged (and remembers it) when any of the run's files cannot be read."""
+        d = self.root / rid
         try:
-            meta = self.meta(rid)
-            d = self.root / rid
-            steps = read_csv(d / "steps.csv", STEP_COLUMNS, MAX_STEP_ROWS)
-            deliveries = read_csv(d / "deliveries.csv", DELIVERY_COLUMNS, MAX_DELIVERY_ROWS)
+            steps = _records(d / "steps.csv", StepRow, STEP_COLUMNS, MAX_STEP_ROWS)
+            deliveries = _records(d / "deliveries.csv", DeliveryRow, DELIVERY_COLUMNS, MAX_DELIVERY_ROWS)
         except Damaged as e:
             self._damaged(rid, str(e))
             raise
         self.damaged.pop(rid, None)  # every file reads now
-        acks: dict[str, dict[str, str]] = {}
-        drops: dict[str, int] = {}
-        for r in deliveries:
-            if r.get("kind") == "ack":
-                acks.setdefault(r.get("step", ""), r)
-            elif r.get("kind") == "drop":
-                drops[r.get("step", "")] = drops.get(r.get("step", ""), 0) + 1
-        extra = run_context(meta)
+        acks: dict[int, DeliveryRow] = {}
+        drops: dict[int, int] = {}
+        for x in deliveries:
+            if x.kind == "ack":
+                acks.setdefault(x.step, x)
+            elif x.kind == "drop":
+                drops[x.step] = drops.get(x.step, 0) + 1
+        out = []
         for s in steps:
-            a = acks.get(s["step"])
-            for k in ACK_FIELDS:
-                s[k] = a.get(k, "") if a else ""
-            if s.get("preview") == "1":
-                s["dropped"] = drops.get(s["step"], 0)
-            s.update(extra)
-        return steps
+            a = acks.get(s.step)
+            if a is not None:
+                s = replace(s, send_ms=a.send_ms, ack_rtt_ms=a.ack_rtt_ms, client_decode_ms=a.client_decode_ms,
+                            client_paint_ms=a.client_paint_ms)
+            out.append(replace(s, dropped=drops.get(s.step, 0)) if s.preview == 1 else s)
+        return out
+
+    def export_rows(self, rid: str) -> Iterator[dict[str, Any]]:
+        """The run's rows in the export schema (EXPORT_COLUMNS): each step row, then the run's context."""
+        rows = self.rows(rid)
+        try:
+            extra = run_context(self.meta(rid))
+        except Damaged as e:
+            self._damaged(rid, str(e))
+            raise
+        return ({**r.to_row(), **extra} for r in rows)
 
     def list_chunks(self, rids: Iterable[str]) -> Iterator[str]:
         """The list's CSV, a row per run (LIST_COLUMNS), in pieces of about EXPORT_CHUNK characters: only each
@@ -159,7 +188,7 @@ class RunReader:
                 return kept[1]
         buf = io.StringIO()
         w = csv.writer(buf)
-        for r in self.rows(rid):
+        for r in self.export_rows(rid):
             w.writerow(as_csv_row(r, EXPORT_COLUMNS))
         text = buf.getvalue()
         with self._cache_lock:
@@ -253,3 +282,18 @@ def export_header() -> str:
     buf = io.StringIO()
     csv.writer(buf).writerow(EXPORT_COLUMNS)
     return buf.getvalue()
+
+
+R = TypeVar("R", StepRow, DeliveryRow)
+
+
+def _records(path: Path, kind: type[R], columns: tuple[str, ...], limit: int) -> list[R]:
+    """One of a run's CSVs as records (read_csv's complete lines). Raises Damaged naming the line whose cell
+    does not parse (its rows counted from 1)."""
+    out = []
+    for i, row in enumerate(read_csv(path, columns, limit), 1):
+        try:
+            out.append(kind.from_row(row))
+        except ValueError as e:
+            raise Damaged(path, f"row {i}: {e}") from None
+    return out

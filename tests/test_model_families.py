@@ -104,7 +104,7 @@ def test_server_streams_every_family_with_every_decoder_and_target(family_model,
                     done = msg
             assert done["status"] == "done" and frames == 2, (decoder, target)
             assert [(r["decoder"], r["target"], r["event"]) for r in steps] == [(decoder, target, "")] * 2
-            assert {r["target"] for r in srv.store.rows(done["run_id"])} == {target}
+            assert {r.target for r in srv.store.rows(done["run_id"])} == {target}
 
 
 def tae_file(m: Model, folder: Path) -> str:

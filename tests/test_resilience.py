@@ -61,7 +61,7 @@ def test_stuck_reader_is_dropped_and_costs_nothing(make_app):
         rows = srv.store.rows(done["run_id"])
         assert len(rows) == 30
         # while its send was blocked, newer frames replaced the one in its slot: counted as drops, not queued
-        assert stuck_client.frames_dropped == sum(int(r["dropped"] or 0) for r in rows)
+        assert stuck_client.frames_dropped == sum(r.dropped or 0 for r in rows)
         stuck.close()
 
 
@@ -133,9 +133,9 @@ def test_preview_fault_is_reported_and_recorded(make_app, tiny):
         assert done["status"] == "done"
         assert len(errors) == 1 and "OutOfMemoryError" in errors[0] and "continuing with latent2rgb" in errors[0]
         rows = srv.store.rows(done["run_id"])
-        assert "taesd failed at step 1" in rows[0]["event"]
-        assert [r["decoder"] for r in rows] == ["taesd", "latent2rgb", "latent2rgb", "latent2rgb"]
-        assert [r["preview"] for r in rows] == ["0", "1", "1", "1"]
+        assert "taesd failed at step 1" in rows[0].event
+        assert [r.decoder for r in rows] == ["taesd", "latent2rgb", "latent2rgb", "latent2rgb"]
+        assert [r.preview for r in rows] == [0, 1, 1, 1]
 
 
 def free_port() -> int:

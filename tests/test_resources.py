@@ -7,6 +7,7 @@ import io
 import socket
 import time
 import urllib.request
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -15,19 +16,21 @@ import websockets
 
 from previewlab import serve, watch
 from previewlab.preview.models import synthetic_pipeline
-from previewlab.preview.records import STEP_COLUMNS
+from previewlab.preview.records import STEP_COLUMNS, StepRow
 from previewlab.server.store import EXPORT_CHUNK
 from tests.conftest import live_server, make_run
 
 
 def _big_runs(root: Path, runs: int, steps: int) -> None:
+    kinds = {f.name: str(f.type) for f in fields(StepRow)}  # each cell one its column reads: a number, or text
+    cell = {c: "12.345" if "float" in k else "12" if "int" in k else "text" for c, k in kinds.items()}
     for k in range(runs):
         rid = f"20261130-120000-{k:03d}"
         buf = io.StringIO()
         w = csv.writer(buf)
         w.writerow(STEP_COLUMNS)
         for step in range(1, steps + 1):
-            w.writerow([rid if c == "run_id" else step if c == "step" else "12.345" for c in STEP_COLUMNS])
+            w.writerow([rid if c == "run_id" else step if c == "step" else cell[c] for c in STEP_COLUMNS])
         make_run(root, rid, steps=buf.getvalue())
 
 

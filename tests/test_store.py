@@ -58,6 +58,9 @@ def test_a_bad_cell_torn_header_or_foreign_bytes_skip_only_that_run(tmp_path, ca
         "20261130-120000-002": header + "\n" + "20261130-120000-002,1," + "x" * 471_000 + "\n",  # 471 KB cell
         "20261130-120000-003": "run_id,step,times",                                            # torn header
         "20261130-120000-004": header.encode() + b"\n\xff\xfe\x00garbage\n",                    # not UTF-8
+        # a cell its column cannot read (preview is 0 or 1): the rows are records, not text passed through
+        "20261130-120000-005": header + "\n" + ",".join("20261130-120000-005" if c == "run_id" else "yes"
+                                                      if c == "preview" else "1" for c in STEP_COLUMNS) + "\n",
     }
     for rid, steps in cases.items():
         make_run(tmp_path, rid, steps=steps)
@@ -73,6 +76,7 @@ def test_a_bad_cell_torn_header_or_foreign_bytes_skip_only_that_run(tmp_path, ca
     assert listed["20261130-120000-002"]["status"] == "done"  # its meta is fine: the CSV is what is damaged
     assert "a line over 262144 characters" in listed["20261130-120000-002"]["damaged"]  # read no further
     assert "torn" in listed["20261130-120000-003"]["damaged"]
+    assert listed["20261130-120000-005"]["damaged"] == "20261130-120000-005/steps.csv: row 1: preview='yes': not int"
     assert "damaged" not in listed[GOOD]
 
 
