@@ -33,7 +33,10 @@ t1=$(date +%s)
 compgen -G ".whl/*.whl" >/dev/null || bench/gpu/gpu_wheels.sh
 t2=$(date +%s)
 # what this proves is the environment: 4 steps, one repeat (tests/test_gpu_check.py reads the rows' figures)
-OUT="$tmp/out" PYTHON="$VENV/bin/python" bench/gpu/gpu_check.sh --dry-run --steps 4 --repeats 1 | tee "$tmp/table.txt"
+# bytecode written: the check imports torch, transformers and diffusers twice (its import check, then the run),
+# which PYTHONDONTWRITEBYTECODE (set on this machine) would compile twice, 8 s of the dry run here
+OUT="$tmp/out" PYTHON="$VENV/bin/python" env -u PYTHONDONTWRITEBYTECODE \
+  bench/gpu/gpu_check.sh --dry-run --steps 4 --repeats 1 | tee "$tmp/table.txt"
 t3=$(date +%s)
 for row in "engine, decoder none / bare diffusers call" "taesd every step, overlap / no previews" \
     "vae every step: overlap overhead / sync overhead" "latent2rgb every step, overlap / no previews" \
