@@ -4,6 +4,7 @@ list), each refusal one line that names the flag's meaning and its limits. clip_
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence, TypeVar
 
@@ -20,8 +21,9 @@ DESCRIPTION = ("previewlab bench: sweep preview decoders and intervals against n
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, status 2, no usage dump
-        self.exit(2, f"previewlab bench: {message}\n")
+    """A command's parser whose refusals are one line (its name, what was wrong), status 2, no usage dump."""
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
 
 
 def listof(kind: Callable[[str], T], allowed: Sequence[str] | None = None) -> Callable[[str], tuple[T, ...]]:
@@ -71,6 +73,16 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
+def _number(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return x
+
+
 def ranged(what: str, lo: int, hi: int) -> Callable[[str], int]:
     """An integer flag from lo to hi; the error names the flag's own meaning and its limits."""
     def parse(text: str) -> int:
@@ -79,6 +91,17 @@ def ranged(what: str, lo: int, hi: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{n}: {what} must be from {lo} to {hi}")
         return n
     parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+def between(what: str, lo: float, hi: float) -> Callable[[str], float]:
+    """A number flag from lo to hi (seconds, a scale); the error names the flag's meaning and its limits."""
+    def parse(text: str) -> float:
+        x = _number(text)
+        if not lo <= x <= hi:
+            raise argparse.ArgumentTypeError(f"{x:g}: {what} must be from {lo:g} to {hi:g}")
+        return x
+    parse.__name__ = what
     return parse
 
 

@@ -23,6 +23,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Sequence
 
+from previewlab.bench.flags import Parser, between, ranged, steps_value
+from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.records import StepRow
 
 
@@ -149,14 +151,15 @@ async def one_run(port: int, pid: int, crowd: int, args: argparse.Namespace) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="previewlab load", description=__doc__)
+    p = Parser(prog="previewlab load", description=__doc__)
     p.add_argument("--model", default="synthetic:small")
-    p.add_argument("--clients", type=int, default=50, help="watching clients besides the stuck and reconnecting ones")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--decoder", default="taesd")
-    p.add_argument("--pairs", type=int, default=2, help="(one client, crowd) pairs, interleaved")
-    p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
-    p.add_argument("--reconnect-period", type=float, default=0.1,
+    p.add_argument("--clients", type=ranged("clients", 1, 1000), default=50,
+                   help="watching clients besides the stuck and reconnecting ones")
+    p.add_argument("--steps", type=steps_value, default=20)
+    p.add_argument("--decoder", default="taesd", choices=[d for d in DECODER_NAMES if d != "none"])
+    p.add_argument("--pairs", type=ranged("pairs", 1, 100), default=2, help="(one client, crowd) pairs, interleaved")
+    p.add_argument("--timeout", type=between("timeout", 1, 86_400), default=600, help="seconds one run may take")
+    p.add_argument("--reconnect-period", type=between("reconnect-period", 0, 60), default=0.1,
                    help="seconds between the reconnecting client's connections (0: as fast as it can)")
     p.add_argument("--out", type=Path, default=Path("runs/load"))
     args = p.parse_args(argv)

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from previewlab.bench.flags import Parser
 from previewlab.preview import clips, decoders
 from previewlab.preview.frames import tile, to_uint8_hwc
 from previewlab.preview.decoders import DecoderName
@@ -89,11 +90,13 @@ def clip_rows(latents: Path) -> list[tuple[str, ...]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m previewlab.bench.preview_memory", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="python -m previewlab.bench.preview_memory", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--what", choices=("image", "clip", "both"), default="both")
     p.add_argument("--latents", type=Path, default=Path("tests/data/wan21/wan21_latents.pth"))
     args = p.parse_args(argv)
+    if args.what != "image" and not args.latents.is_file():
+        p.error(f"--latents {args.latents}: no such file; give a clip's latents (B, C, T, h, w), or --what image")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
           "columns: what | decoder | at | MiB a preview raised memory | the first time | ms")
     if args.what in ("image", "both"):

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from previewlab import cli
-from tests.conftest import previewlab
+from tests.conftest import previewlab, previewlab_here
 
 
 def one_line(p, needle: str) -> None:
@@ -147,3 +147,33 @@ def test_a_folder_without_weights_says_what_is_missing_not_variant(tmp_path):
         load(str(folder), device="cpu")
     said = str(e.value)
     assert "no weights for text_encoder (" in said and "its fp16 files load with --variant fp16" in said, said
+
+
+@pytest.mark.parametrize("args,said", [
+    # each of these ran before: a traceback, a silent default (steps 0 ran 8), or a negative crowd accepted
+    (("gpu-check", "--dry-run", "--steps", "0"),
+     "previewlab gpu-check: argument --steps: 0: steps must be from 1 to 1000"),
+    (("gpu-check", "--dry-run", "--repeats", "-1"),
+     "previewlab gpu-check: argument --repeats: -1: repeats must be from 1 to 1000"),
+    (("load", "--clients", "-1"), "previewlab load: argument --clients: -1: clients must be from 1 to 1000"),
+    (("load", "--pairs", "0"), "previewlab load: argument --pairs: 0: pairs must be from 1 to 100"),
+    (("load", "--decoder", "none"), "previewlab load: argument --decoder: invalid choice: 'none' (choose from "
+                                    "'latent2rgb', 'taesd', 'vae')"),
+    (("load", "--timeout", "nan"), "previewlab load: argument --timeout: 'nan' is not a finite number"),
+    (("train-demo", "--threads", "0"), "previewlab train-demo: argument --threads: 0: threads must be from 1 to 1024"),
+    (("train-demo", "--check", "x", "--guidance", "99"),
+     "previewlab train-demo: argument --guidance: 99: guidance must be from 0 to 30"),
+])
+def test_the_tools_refuse_a_bad_flag_in_one_line(args, said):
+    p = previewlab_here(*args)
+    assert (p.returncode, p.stderr, p.stdout) == (2, said + "\n", "")
+
+
+def test_the_preview_memory_bench_refuses_a_missing_latents_file(tmp_path, capsys):
+    from previewlab.bench.preview_memory import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--what", "clip", "--latents", str(tmp_path / "none.pth")])
+    assert e.value.code == 2 and capsys.readouterr().err == (
+        f"python -m previewlab.bench.preview_memory: --latents {tmp_path / 'none.pth'}: no such file; give a clip's "
+        "latents (B, C, T, h, w), or --what image\n")

@@ -12,6 +12,7 @@ from previewlab.bench.clip_decode import main
 DATA = Path(__file__).parent / "data" / "wan21" / "wan21_latents.pth"
 
 
+@pytest.mark.slow
 def test_each_decoder_and_frames_choice_is_timed_with_what_it_read_and_showed(tmp_path, capsys):
     crop = tmp_path / "crop.pth"  # the real latents' first 5 frames, 8 x 8 of them: a quick decode
     torch.save(torch.load(DATA, map_location="cpu", weights_only=True)[:, :, :5, :8, :8].clone(), crop)

@@ -26,7 +26,6 @@ On a machine shared with other busy processes, 2 torch threads each spin-wait fo
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -39,6 +38,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
+
+from previewlab.bench.flags import Parser, between, ranged, seed_value, steps_value
+from previewlab.preview.settings import MAX_GUIDANCE
 
 from . import parts
 from . import scenes as sc
@@ -260,14 +262,16 @@ def train(plan: parts.Plan, out: Path, seed: int = 0, threads: int = 2) -> Repor
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="previewlab train-demo", description=__doc__.split("\n")[0])
+    ap = Parser(prog="previewlab train-demo", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a throwaway 64 px model in under 2 minutes (for tests)")
     ap.add_argument("--out", type=Path, default=Path("runs/demo-model"), help="the model folder to write")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2, help="torch threads (the budget is for 2 cores)")
+    ap.add_argument("--seed", type=seed_value, default=0)
+    ap.add_argument("--threads", type=ranged("threads", 1, 1024), default=2,
+                    help="torch threads (the budget is for 2 cores)")
     ap.add_argument("--check", type=Path, metavar="DIR", help="check a trained model folder instead of training")
-    ap.add_argument("--steps", type=int, default=20, help="with --check: steps per image")
-    ap.add_argument("--guidance", type=float, default=7.5, help="with --check: classifier-free guidance scale")
+    ap.add_argument("--steps", type=steps_value, default=20, help="with --check: steps per image")
+    ap.add_argument("--guidance", type=between("guidance", 0, MAX_GUIDANCE), default=7.5,
+                    help="with --check: classifier-free guidance scale")
     ap.add_argument("--grid", type=Path, help="with --check: save the 50 images as one PNG, 10 to a row")
     args = ap.parse_args(argv)
     if args.check is not None:

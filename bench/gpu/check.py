@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from previewlab.bench.flags import Parser, repeats_value, steps_value
 from previewlab.bench.gpu.arms import (ARMS, DRY, GPU, NVJPEG_ARMS, VIDEO_ARMS, VIDEO_DRY, VIDEO_DRY_FRAMES,
                                       VIDEO_GPU, VIDEO_GPU_FRAMES, XL_DRY, XL_DRY_PREVIEW_MAX, XL_GPU,
                                       XL_GPU_PREVIEW_MAX, Setup, nvjpeg_missing, xl_arms)
@@ -88,11 +89,11 @@ def machine(model: Model) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="previewlab gpu-check", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="previewlab gpu-check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dry-run", action="store_true", help=f"CPU, {DRY.model}, {DRY.size} px, {DRY.steps} steps")
-    p.add_argument("--steps", type=int, default=None, help=f"denoising steps (default {GPU.steps}; dry run {DRY.steps})")
-    p.add_argument("--repeats", type=int, default=None,
+    p.add_argument("--steps", type=steps_value, default=None,
+                   help=f"denoising steps (default {GPU.steps}; dry run {DRY.steps})")
+    p.add_argument("--repeats", type=repeats_value, default=None,
                    help=f"interleaved pairs per check (default {GPU.repeats}; dry run {DRY.repeats})")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "runs/gpu-check"))
     return p
