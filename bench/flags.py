@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence, TypeVar
+from typing import Any, Callable, NoReturn, Sequence, TypeVar
 
 from previewlab.bench.axes import SCHEDULERS, VAE_MODES
 from previewlab.bench.noise import NOISE_LIMIT_PCT
@@ -83,26 +83,25 @@ def _number(text: str) -> float:
     return x
 
 
-def ranged(what: str, lo: int, hi: int) -> Callable[[str], int]:
-    """An integer flag from lo to hi; the error names the flag's own meaning and its limits."""
-    def parse(text: str) -> int:
-        n = _integer(text)
-        if not lo <= n <= hi:
-            raise argparse.ArgumentTypeError(f"{n}: {what} must be from {lo} to {hi}")
-        return n
+def _bounded(what: str, lo: float, hi: float, read: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        x = read(text)
+        if not lo <= x <= hi:
+            raise argparse.ArgumentTypeError(f"{x:g}: {what} must be from {lo:g} to {hi:g}" if isinstance(x, float)
+                                             else f"{x}: {what} must be from {lo} to {hi}")
+        return x
     parse.__name__ = what  # argparse names the type in its messages
     return parse
 
 
+def ranged(what: str, lo: int, hi: int) -> Callable[[str], int]:
+    """An integer flag from lo to hi; the error names the flag's own meaning and its limits."""
+    return _bounded(what, lo, hi, _integer)
+
+
 def between(what: str, lo: float, hi: float) -> Callable[[str], float]:
     """A number flag from lo to hi (seconds, a scale); the error names the flag's meaning and its limits."""
-    def parse(text: str) -> float:
-        x = _number(text)
-        if not lo <= x <= hi:
-            raise argparse.ArgumentTypeError(f"{x:g}: {what} must be from {lo:g} to {hi:g}")
-        return x
-    parse.__name__ = what
-    return parse
+    return _bounded(what, lo, hi, _number)
 
 
 every_value = ranged("every", 1, MAX_EVERY)
