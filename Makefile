@@ -29,7 +29,8 @@ typecheck: $(TEST_STAMP)
 	$(PY) -m mypy --explicit-package-bases previewlab tests examples docs
 
 test: $(TEST_STAMP) typecheck
-	$(PY) -m pytest -q --durations=25 tests  # the slowest 25 named: CI aims at 10 minutes in all
+	# a worker per core (pytest-xdist), a test file to each: a file's fixtures are built once
+	$(PY) -m pytest -q -n auto --dist loadfile --durations=25 tests  # the slowest 25 named: CI aims at 10 minutes
 
 bench: $(BENCH_STAMP)
 	$(PY) -m previewlab bench --model synthetic:small --out runs/bench

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence
+from typing import Callable, Iterator, NoReturn, Sequence
 
 from previewlab.preview.settings import MAX_SIDE, MIN_SIDE
 
@@ -106,6 +108,38 @@ def port_taken(host: str, port: int) -> str:
     return ""
 
 
+@contextlib.contextmanager
+def ctrl_c_kept() -> Iterator[None]:
+    """A Ctrl-C inside the block stops it, even one that lands in a finalizer: Python prints an exception raised
+    in a __del__ as "Exception ignored" and goes on, so a KeyboardInterrupt there was lost and the server started
+    anyway (a tokenizer's regex finalizer, seen while SD1.5 built). The handler also remembers it, and the
+    block's end raises it again. A SIGINT that is ignored (a shell's background job) stays ignored."""
+    caught = False
+
+    def interrupt(signum: int, frame: object) -> None:
+        nonlocal caught
+        caught = True
+        raise KeyboardInterrupt
+
+    def unraisable(u: sys.UnraisableHookArgs) -> None:  # the lost stop is raised again: no traceback for it
+        if u.exc_type is not KeyboardInterrupt:
+            hook(u)
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    hook = sys.unraisablehook
+    signal.signal(signal.SIGINT, interrupt)
+    sys.unraisablehook = unraisable
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = hook
+    if caught:
+        raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return serve(parser().parse_args(argv))
@@ -141,8 +175,10 @@ def serve(args: argparse.Namespace) -> int:
     from previewlab.preview.models import ModelError, load
 
     try:
-        model = load(args.model, taesd=args.taesd, device=args.device, dtype=args.dtype, seed=args.seed,
-                     offload=args.offload, channels_last=args.channels_last, variant=args.variant, config=args.config)
+        with ctrl_c_kept():
+            model = load(args.model, taesd=args.taesd, device=args.device, dtype=args.dtype, seed=args.seed,
+                         offload=args.offload, channels_last=args.channels_last, variant=args.variant,
+                         config=args.config)
     except ModelError as e:
         print(f"previewlab serve: {e}", file=sys.stderr)
         return 2
