@@ -31,7 +31,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if workers:
         import torch
 
-        share = max(1, (os.cpu_count() or 1) // int(workers))
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        share = max(1, cores // int(workers))  # the cores this process may use, as -n auto counts them
         os.environ["OMP_NUM_THREADS"] = str(share)
         torch.set_num_threads(share)
 
