@@ -94,20 +94,31 @@ def test_a_ctrl_c_that_lands_in_a_finalizer_still_stops_the_load(monkeypatch):
     from previewlab.server.cli import ctrl_c_kept
 
     ignored: list[type[BaseException] | None] = []
+
     def record(u: Any) -> None:
         ignored.append(u.exc_type)
 
     monkeypatch.setattr(sys, "unraisablehook", record)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    f = Finalizer()
-    del f  # without the guard Python reports the KeyboardInterrupt as ignored, and goes on
-    assert ignored == [KeyboardInterrupt]
-    with pytest.raises(KeyboardInterrupt):
+    # SIGINT as a terminal leaves it (a suite started in the background by a shell inherits it ignored)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        f = Finalizer()
+        del f  # without the guard Python reports the KeyboardInterrupt as ignored, and goes on
+        assert ignored == [KeyboardInterrupt]
+        with pytest.raises(KeyboardInterrupt):
+            with ctrl_c_kept():
+                f = Finalizer()
+                del f
+        assert ignored == [KeyboardInterrupt]  # the stop is raised at the block's end, not reported as ignored
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and sys.unraisablehook is record
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job's SIGINT stays ignored inside the guard
         with ctrl_c_kept():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             f = Finalizer()
             del f
-    assert ignored == [KeyboardInterrupt]  # the stop is raised at the block's end, not reported as ignored
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and sys.unraisablehook is record
+        assert ignored == [KeyboardInterrupt]
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 # Issue 35 item 8: each --model mistake is one line that says what is wrong, asked in-process of the loader
