@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweep = read_back(args.out, runs)
     rows = summarize(sweep.runs, sweep.steps)
     noise = baseline_noise(sweep.runs, args.noise_limit)
-    text = _summary(args, rows, meta, noise, traces)
+    text = _summary(args, sweep.runs, rows, meta, noise, traces)
     (args.out / "summary.txt").write_text(text + "\n")
     with open(args.out / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["config"])
@@ -145,10 +145,12 @@ def _meta(args: argparse.Namespace, model: Model, settings: RunSettings, r0: Run
             f"diffusers {r0.totals.diffusers}")
 
 
-def _summary(args: argparse.Namespace, rows: list[dict[str, Any]], meta: str, noise: Noise | None,
+def _summary(args: argparse.Namespace, runs: Sequence[SweepRow], rows: list[dict[str, Any]], meta: str,
+             noise: Noise | None,
              traces: list[dict]) -> str:
     """summary.txt: the table, the overlap/sync ratios, the advice, and each traced run against its median."""
-    from previewlab.bench.advice import DEFAULT_BUDGET_PCT, of_summary
+    from previewlab.bench.advice import DEFAULT_BUDGET_PCT
+    from previewlab.bench.advice import lines as advice_lines
     from previewlab.bench.summary import mode_ratios, table
 
     text = table(rows, meta, noise)
@@ -158,7 +160,7 @@ def _summary(args: argparse.Namespace, rows: list[dict[str, Any]], meta: str, no
     ratios = mode_ratios(rows)
     if ratios:
         text += "\n" + ratios
-    advice = of_summary(rows, args.budget if args.budget is not None else DEFAULT_BUDGET_PCT)
+    advice = advice_lines(runs, args.budget if args.budget is not None else DEFAULT_BUDGET_PCT, args.noise_limit)
     if advice:
         text += "\n" + "\n".join(advice)
     for t in traces:

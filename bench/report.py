@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from previewlab.bench.advice import DEFAULT_BUDGET_PCT, of_summary
+from previewlab.bench.advice import DEFAULT_BUDGET_PCT
+from previewlab.bench.advice import lines as advice_lines
 from previewlab.bench.noise import Estimate, baseline_noise
 from previewlab.bench.rows import NotASweep, Sweep, SweepRow, read
 from previewlab.bench.summary import overhead_of, steady, summarize
@@ -237,7 +238,7 @@ def render_html(fig: dict[str, Any], title: str, images: list[Path], advice: Seq
                    f"<figcaption>{p.stem.replace('_', ' ')}</figcaption></figure>" for p in images)
     return (f"<!doctype html><meta charset=utf-8><title>previewlab report</title>"
             f"<style>body{{font:14px system-ui;margin:24px}}td,th{{padding:2px 8px;border-bottom:1px solid #ddd}}"
-            f"img{{max-width:100%}}.noisy{{background:#fde3b8;border:1px solid #d08a1e;padding:8px}}</style>"
+            f"img{{max-width:100%}}pre.advice{{white-space:pre-wrap;overflow-wrap:anywhere}}.noisy{{background:#fde3b8;border:1px solid #d08a1e;padding:8px}}</style>"
             f"<h1>previewlab report</h1>{warn}<p>{html.escape(title)}</p>"
             f"<table><tr><th>config</th><th>runs</th><th>wall s</th><th>decode ms p50</th><th>encode ms p50</th>"
             f"<th>MiB a preview p50</th><th>peak MiB</th><th>peak over baseline MiB</th><th>device busy %</th>"
@@ -264,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     noise = fig["noise"]
     loud = f"NOISY MACHINE (baselines spread {noise.spread_pct:.1f} %) | " if noise is not None and noise.noisy else ""
     images = plot(fig, loud + title, args.dir)  # a plot copied out of the report still says so
-    advice = of_summary(fig["summary"], args.budget)
+    advice = advice_lines(sweep.runs, args.budget)
     (args.dir / "report.html").write_text(render_html(fig, title, images, advice))
     print(f"wrote {args.dir / 'report.html'} and {len(images)} plots")
     return 0

@@ -80,6 +80,11 @@ class SweepRow:
         return self.record.run_id
 
     @property
+    def name(self) -> str:
+        """Its configuration's name (analysis.Measured)."""
+        return self.config.name
+
+    @property
     def steady(self) -> bool:
         """A run statistics are taken over: neither a warm-up round nor the first run after the model loaded
         (both kept in runs.csv)."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Sequence
 
-from previewlab.bench.noise import LEVEL_PCT, Estimate, Noise, estimate, pair_overheads, paired, percentile
+from previewlab.bench.noise import Estimate, Noise, estimate, pair_overheads, paired, percentile
+from previewlab.preview.estimates import SAMPLES_FOR_LEVEL
+from previewlab.preview.estimates import verdict as shared_verdict
 from previewlab.bench.rows import SweepRow, SweepStep
 from previewlab.preview.records import PREVIEW_STAGES, StepRow
 
@@ -107,14 +109,12 @@ def overhead_of(row: dict[str, Any], key: str = "overhead") -> Estimate | None:
 
 
 def verdict(e: Estimate) -> str:
-    """What a reader may conclude: nothing from one pair, nothing from an interval that holds 0."""
-    if not e.has_interval:
-        return f"n={e.n}: no interval"
-    if e.within_noise:
-        return "within noise"
-    if e.level_pct < LEVEL_PCT:  # too few pairs for 95 %: say how sure, and how to be surer
-        return f"beyond noise at {e.level_pct:.0f} % only (--repeats 6 for 95 %)"
-    return "beyond noise"
+    """The verdict every surface gives (estimates.verdict), with how the bench gets to the 95 % level when a
+    figure is short of it."""
+    said = shared_verdict(e)
+    if e.has_interval and e.more_for_level and not e.within_noise and not e.below_zero:
+        said += f" (--repeats {SAMPLES_FOR_LEVEL} for 95 %)"
+    return said
 
 
 def table(rows: list[dict[str, Any]], meta: str, noise: Noise | None) -> str:

@@ -21,6 +21,7 @@ from previewlab.preview.models import Model
 from previewlab.preview.csv_writer import CsvAppender
 from previewlab.bench.rows import (RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, Config, Role, Sweep, SweepRow, SweepStep,
                                   read)
+from previewlab.preview.analysis import config_name
 from previewlab.preview.run_ids import PROCESS_IDS
 from previewlab.preview.decoders import DecoderName
 from previewlab.preview.names import DecodeAt, FrameChoice
@@ -116,20 +117,6 @@ class Plan:
                 for pair in pairs or [(("baseline", none),)]:
                     for role, q in pair:
                         yield role, r, q, u
-
-
-def config_name(p: PreviewSettings | None, clip: bool = False, at: bool = False) -> str:
-    """A configuration's name in the CSVs and the summary: decoder/interval/mode, the target when not auto, for a
-    clip (clip: a video model) the frames a preview shows, and where the decoder stops (at: a decode_at axis)."""
-    if p is None:
-        return "direct"
-    if p.decoder == "none":
-        return "none"
-    every = f"auto{p.budget:g}%" if p.budget > 0 else f"every{p.every}"
-    shown = "" if p.target == "auto" else f"/{p.target}"
-    frames = f"/frames-{p.frames}" if clip else ""
-    where = f"/at-{p.decode_at}" if at else ""
-    return f"{p.decoder}/{every}/{p.mode}{shown}{frames}{where}"
 
 
 def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Path | None,

@@ -25,7 +25,7 @@ from .call_marks import CallMarks
 from .controls import Controls
 from .csv_writer import to_csv_text
 from .decoders import DecoderError, taesd_refusal
-from .digest import digest
+from .digest import digest, judged
 from .final import save_image
 from .meter import StepMeter
 from .models import denoiser
@@ -260,12 +260,13 @@ class Watch(PipelineCallback):
         return rec
 
     def summary(self, budget: float = 5.0) -> str:
-        """The latest call in a few lines: its cost, where a preview's time went, its memory, and what to set to
-        keep previews under `budget` percent (digest.py). Closes the call if it has finished."""
+        """The latest call in a few lines: its cost, where a preview's time went, its memory; then what this
+        watch's calls of its settings support within `budget` percent, from the analysis the bench and the page
+        render (digest.py). Closes the call if it has finished."""
         rec = self.record
         if rec is None:
             return "no finished call yet"
-        return "\n".join(digest(rec, self.rows, budget))
+        return "\n".join(digest(rec, self.rows) + judged(self.records, self.controls.get(), budget))
 
     @property
     def record(self) -> RunRecord | None:

@@ -1,37 +1,23 @@
-"""One run in a few lines: what it cost, where a preview's time went, what it held, and what to set.
+"""One run in a few lines: what it cost, where a preview's time went and what it held; then what the watch's calls
+of the same settings support, from the one analysis every surface renders (advice.py).
 
-For a script's watch().summary(), which has no run without previews beside it: its cost is the previews' time on
-the denoising path, over the rest of the run's wall time. In sync mode that is all the previews cost the run on
-this thread; in overlap mode part of it runs beside the denoising and shows as slower steps, which only a run
-without previews can tell (previewlab bench). Each sentence quotes the figure it comes from.
+A script's watch sees only its own calls. A call with previews is measured against the watch's calls without
+previews (decoder none) of the same settings, paired as the bench pairs its runs: the call right before it.
+Without such calls the overhead is unknown, and the summary says how to measure it rather than advising on the
+previews' on-path share, which overlap mode hides and a loaded machine inflates.
 """
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
-from .decoders import DECODERS
+from .advice import DEFAULT_BUDGET_PCT, REMEDY, analyze, rank
+from .analysis import config_name, cost_key, entry
+from .estimates import SAMPLES_FOR_LEVEL
 from .records import PREVIEW_STAGES, StepRow
 from .run import RunRecord
 from .settings import PreviewSettings
 
-# where a preview's time goes, and what to do when that part dominates (bench/advice.py says the same)
-REMEDY = {
-    "decode": "a smaller decoder or a smaller preview",
-    "resize": "a smaller preview (decode at the preview's size)",
-    "transfer": "fewer or smaller frames (a larger interval, a smaller preview)",
-    "encode": "fewer or smaller frames (a larger interval, a smaller preview, a lower quality)",
-    "slower denoising": "look at syncs and memory pressure (overlap mode, a smaller decoder)",
-}
-
-
-def rank(decoder: str) -> int:
-    """How large a decoder is: the steps down its `cheaper` chain to the bottom (vae 3, taesd 2, latent2rgb 1)."""
-    spec = DECODERS.get(decoder)  # type: ignore[call-overload]
-    if spec is None or spec.build is None:
-        return 0
-    return 1 + (rank(spec.cheaper) if spec.cheaper else 0)
-
+__all__ = ["REMEDY", "digest", "judged", "parts", "rank"]
 
 def parts(rows: Sequence[StepRow]) -> dict[str, float]:
     """A run's preview time by part, ms over all its previews (sync and transfer together: the copy's wait)."""
@@ -41,8 +27,8 @@ def parts(rows: Sequence[StepRow]) -> dict[str, float]:
             "transfer": total["sync_ms"] + total["transfer_ms"], "encode": total["encode_ms"]}
 
 
-def digest(record: RunRecord, rows: Sequence[StepRow], budget: float = 5.0) -> list[str]:
-    """The run's lines, its cost judged against `budget` percent."""
+def digest(record: RunRecord, rows: Sequence[StepRow]) -> list[str]:
+    """The run's own lines: what it cost and where its previews' time went (facts of one run: no advice)."""
     t, p = record.totals, record.meta.preview or PreviewSettings(decoder="none")  # None: no step callback
     steps = max(1, t.steps_run or len(rows))
     made = sum(r.preview for r in rows)
@@ -57,8 +43,10 @@ def digest(record: RunRecord, rows: Sequence[StepRow], budget: float = 5.0) -> l
         total = sum(by.values())
         where = (f"; {name} holds {by[name] / made:.1f} of its {total / made:.1f} ms a preview "
                  f"({100 * by[name] / total:.0f} %)") if total > 0 else ""
+        overlap = " (overlap: what runs beside the denoising shows only against a call without previews)" \
+            if p.mode == "overlap" else ""
         lines.append(f"previews: {t.on_path_ms:.0f} ms on the denoising path, {share:.1f} % over the rest of "
-                     f"the run{where}" + (f": {REMEDY[name]}" if where and share > budget else ""))
+                     f"the run{overlap}{where}")
         most = max(r.mem_mb for r in rows)
         if t.mem_source:
             lines.append(f"memory: a preview raised it by up to {most:.1f} MiB over its step; the run peaked at "
@@ -67,21 +55,28 @@ def digest(record: RunRecord, rows: Sequence[StepRow], budget: float = 5.0) -> l
         lines.append(f"memory: the run peaked at {t.peak_mem_mb:.0f} MiB ({t.mem_source})")
     if t.busy_pct is not None:
         lines.append(f"device busy while denoising: {t.busy_pct:.0f} % ({t.busy_source})")
-    if made:
-        lines.append(_set(p, share, budget))
     return lines
 
 
-def _set(p: PreviewSettings, share: float, budget: float) -> str:
-    said = f"{share:.1f} % on the path"
-    if p.mode == "overlap":
-        said += " (overlap: what runs beside it shows only against a run without previews; previewlab bench)"
-    if share <= budget:
-        return f"within {budget:g} %: {said}"
-    ideas = []
-    if p.budget <= 0 and p.every > 0:
-        ideas.append(f"about every {math.ceil(p.every * share / budget - 1e-9)}")
-    down = DECODERS[p.decoder].cheaper if p.decoder in DECODERS else None
-    if down:
-        ideas.append(down)
-    return f"to stay under {budget:g} % ({said}): " + (", or ".join(ideas) or "fewer previews")
+WATCH_REMEDIES = "more pairs of calls, no other jobs on this machine, or fewer torch threads than cores"
+
+
+def watch_more(n: int) -> str:
+    """How a watch gets n more pairs."""
+    return f"{n} more pairs of calls (previews off, then on) for the 95 % level"
+
+
+def judged(records: Sequence[RunRecord], current: PreviewSettings, budget: float = DEFAULT_BUDGET_PCT) -> list[str]:
+    """What a watch's calls of the latest call's settings support (advice.analyze over them, in the order they
+    ran), for the settings in use now; how to measure where no call without previews can be paired."""
+    last = records[-1]
+    like = [entry(r, r.totals.status) for r in records if cost_key(r.meta) == cost_key(last.meta)]
+    in_use = config_name(current, clip=last.meta.num_frames > 1, at=current.decode_at != "preview", size=True)
+    a = analyze(like, budget, in_use, more=watch_more, remedies=WATCH_REMEDIES)
+    if not any(f.overhead is not None for f in a.findings):
+        return [f"overhead: unknown: no call of these settings without previews ran right before one with them. "
+                f"Alternate calls with previews off (watch.controls.set(decoder=\"none\")) and on, "
+                f"{SAMPLES_FOR_LEVEL} pairs or more, as the bench pairs its runs; summary() then says what previews "
+                f"cost, and how much of it is noise"]
+    quiet = [a.noise.line(WATCH_REMEDIES)] if a.noise is not None and not a.noise.noisy else []
+    return quiet + [ln.strip() for ln in a.advice.lines]

@@ -1,12 +1,13 @@
-"""The advice (bench/advice.py) against hand-made sweeps: rows as runs.csv and steps.csv hold them, read back as
-strings, through the same summarize() the bench, the report and compare use."""
+"""The advice (preview/advice.py, as bench/advice.py prints it) against hand-made sweeps: rows as runs.csv and
+steps.csv hold them, read back as strings, through the one analysis the bench, the report, the page and a watch
+use."""
 from __future__ import annotations
 
 import itertools
 
-from previewlab.bench.advice import of_summary, rank
+from previewlab.bench.advice import lines as advice_lines
+from previewlab.bench.advice import of_sweep, rank
 from previewlab.bench.rows import SweepRow, SweepStep
-from previewlab.bench.summary import summarize
 
 STEPS = 10
 
@@ -20,13 +21,15 @@ def sweep(configs: dict[str, dict], base_walls: list[float], repeats: int = 6) -
     walls = itertools.cycle(base_walls)
 
     def run(config: str, role: str, wall: float, decoder: str = "none", every: int = 1, preview_max: int = 512,
-            stage: dict | None = None) -> None:
+            stage: dict | None = None, mode: str = "sync", denoise_ms: float = 100.0) -> None:
         rid = f"r{next(ids)}"
         made = 0 if decoder == "none" else STEPS // every
+        sums = {f"{k}_ms": str(made * (stage or {}).get(k, 0.0)) for k in ("decode", "resize", "transfer", "encode")}
         runs.append(SweepRow.from_row(dict(run_id=rid, config=config, role=role, first_run="0", wall_s=str(wall), previews=str(made),
                          bytes=str(made * 9000), decoder=decoder, every=str(every), budget="0.0",
-                         preview_max=str(preview_max), mode="sync", steps=str(STEPS), steps_run=str(STEPS),
-                         denoise_ms=str(100.0 * STEPS), peak_mem_mb="500.0", busy_pct="90.0")))
+                         preview_max=str(preview_max), mode=mode, steps=str(STEPS), steps_run=str(STEPS),
+                         denoise_ms=str(denoise_ms * STEPS), peak_mem_mb="500.0", busy_pct="90.0", device="cpu",
+                         **sums)))
         for i in range(STEPS):
             shown = decoder != "none" and i % every == 0
             s = stage if shown and stage else {}
@@ -38,15 +41,17 @@ def sweep(configs: dict[str, dict], base_walls: list[float], repeats: int = 6) -
 
     for r in range(repeats):
         for name, c in configs.items():
+            if r >= c.get("repeats", repeats):
+                continue
             run("none", "baseline", next(walls))
             run(name, "config", c["walls"][r % len(c["walls"])], c["decoder"], c["every"], c.get("preview_max", 512),
-                c["stage"])
+                c["stage"], c.get("mode", "sync"), c.get("denoise", [100.0])[r % len(c.get("denoise", [100.0]))])
     return runs, steps
 
 
 def advice(configs: dict[str, dict], base_walls: list[float], budget: float = 5.0) -> list[str]:
-    runs, steps = sweep(configs, base_walls)
-    return of_summary(summarize(runs, steps), budget)
+    runs, _ = sweep(configs, base_walls)
+    return advice_lines(runs, budget)
 
 
 def test_the_decode_bound_case_names_decode_and_sets_the_most_frequent_preview_that_fits():
@@ -73,8 +78,9 @@ def test_the_encode_bound_case_says_send_fewer_or_smaller_frames():
     line = next(ln for ln in lines if "latent2rgb/every1/sync:" in ln)
     assert "encode holds 15.0 of its 18.5 ms a preview" in line and "fewer or smaller frames" in line
     # nothing fits: the cheapest, and how far apart the previews would have to be for 5 %: 20 % over 5 % -> every 4
-    assert "nothing measured fits 5 %: the cheapest, latent2rgb/every1/sync, costs +20.0 %" in lines[-1]
-    assert "about every 4" in lines[-1]
+    assert "nothing measured fits 5 % at the 95 % level: the cheapest measured, latent2rgb/every1/sync, costs " \
+           "+20.0 %" in lines[-1]
+    assert "every about 4" in lines[-1]
 
 
 def test_the_all_noise_case_says_noise_and_blames_no_part():
@@ -87,7 +93,7 @@ def test_the_all_noise_case_says_noise_and_blames_no_part():
     shown = [ln for ln in lines if "/every1/sync:" in ln]
     assert len(shown) == 2 and all("within noise" in ln and "no finding" in ln for ln in shown)
     assert not any("a smaller decoder" in ln for ln in shown)
-    assert any("every overhead here is noise" in ln for ln in lines)
+    assert any("no overhead here is a finding at the 95 % level" in ln for ln in lines)
 
 
 def test_nothing_fits_the_budget_names_the_cheapest_and_a_cheaper_decoder():
@@ -98,8 +104,9 @@ def test_nothing_fits_the_budget_names_the_cheapest_and_a_cheaper_decoder():
                                   stage=dict(decode=15.0, resize=2.0, encode=3.0)),
     }, [1.0])
     last = lines[-1]
-    assert last.startswith("  nothing measured fits 5 %: the cheapest, taesd/every2/sync, costs +10.0 %")
-    assert "about every 4" in last and "or latent2rgb" in last  # taesd's next step down
+    assert last.startswith("  nothing measured fits 5 % at the 95 % level: the cheapest measured, taesd/every2/sync, "
+                           "costs +10.0 %")
+    assert "every about 4" in last and "or decoder latent2rgb" in last  # taesd's next step down
     assert not any(ln.startswith("  set:") for ln in lines)
 
 
@@ -116,3 +123,65 @@ def test_a_larger_budget_lets_the_larger_decoder_in():
 
 def test_decoders_rank_by_their_cheaper_chain():
     assert rank("vae") > rank("taesd") > rank("latent2rgb") > rank("none") == 0
+
+
+def test_the_cheapest_is_the_lowest_cost_measured_whatever_its_level_and_says_its_level():
+    # issue 43: latent2rgb had one pair (+2.0 %) and the VAE +90.1 %; the advice named the VAE "the cheapest"
+    runs, _ = sweep({
+        "latent2rgb/every1/sync": dict(decoder="latent2rgb", every=1, walls=[1.02], repeats=1,
+                                       stage=dict(decode=1.0, encode=2.0)),
+        "vae/every1/sync": dict(decoder="vae", every=1, walls=[1.90, 1.91, 1.89, 1.90, 1.92, 1.88],
+                                stage=dict(decode=90.0, encode=2.0)),
+    }, [1.0])
+    a = of_sweep(runs).advice
+    assert a.pick is None and a.cheapest == "latent2rgb/every1/sync"
+    assert "the cheapest measured, latent2rgb/every1/sync, costs +2.0 % n=1: one pair: noise unknown" in a.lines[-1]
+    assert "measure it more" in a.lines[-1]  # its median is under 5 %: only more pairs can say it fits
+
+
+def test_a_figure_short_of_the_95_percent_level_is_never_set():
+    # issue 43: a `set:` line picked a configuration its own summary called "beyond noise at 50 % only"
+    lines = advice({
+        "latent2rgb/every1/sync": dict(decoder="latent2rgb", every=1, walls=[1.01, 1.02], repeats=2,
+                                       stage=dict(decode=1.0, encode=2.0)),
+    }, [1.0])
+    assert not any(ln.startswith("  set:") for ln in lines)
+    assert "beyond noise at 50 % only; --repeats 4 more for the 95 % level" in lines[1]
+
+
+def test_an_overhead_wholly_below_zero_is_called_drift_and_never_recommended():
+    runs, _ = sweep({
+        "latent2rgb/every1/sync": dict(decoder="latent2rgb", every=1, walls=[0.48, 0.49, 0.50, 0.47, 0.49, 0.48],
+                                       stage=dict(decode=1.0, encode=2.0)),
+    }, [1.0])
+    a = of_sweep(runs).advice
+    assert a.drifted == ("latent2rgb/every1/sync",) and a.pick is None and a.cheapest is None
+    assert any("the machine drifted" in ln for ln in a.lines)
+    assert not any(ln.startswith("  set:") for ln in a.lines)
+
+
+def test_the_advice_never_recommends_the_configuration_in_use_and_names_what_it_changes():
+    from previewlab.preview.advice import analyze
+    runs, _ = sweep({
+        "vae/every1/sync": dict(decoder="vae", every=1, walls=[1.30, 1.31, 1.29, 1.30, 1.32, 1.28],
+                                stage=dict(decode=40.0, encode=2.0)),
+        "taesd/every1/sync": dict(decoder="taesd", every=1, walls=[1.02, 1.03, 1.02, 1.03, 1.02, 1.03],
+                                  stage=dict(decode=4.0, encode=2.0)),
+    }, [1.0])
+    in_vae = analyze(runs, current="vae/every1/sync").advice
+    assert in_vae.pick == "taesd/every1/sync" and in_vae.change == "decoder vae -> taesd"
+    assert in_vae.lines[-1].startswith("  set: decoder vae -> taesd (now vae/every1/sync): taesd/every1/sync")
+    in_taesd = analyze(runs, current="taesd/every1/sync").advice
+    assert in_taesd.keep and in_taesd.pick is None and in_taesd.lines[-1].startswith("  keep: taesd/every1/sync")
+
+
+def test_a_slower_denoising_in_overlap_on_a_cpu_is_not_told_to_use_overlap():
+    # issue 43: a taesd/overlap run on a CPU was told "look at syncs and memory pressure (overlap mode, ...)"
+    lines = advice({
+        "taesd/every1/overlap": dict(decoder="taesd", every=1, mode="overlap", walls=[1.60, 1.61, 1.59, 1.62, 1.58, 1.60],
+                                     denoise=[160.0, 161.0, 159.0, 162.0, 158.0, 160.0],
+                                     stage=dict(decode=4.0, encode=2.0)),
+    }, [1.0])
+    line = next(ln for ln in lines if ln.strip().startswith("taesd/every1/overlap:"))
+    assert "slower denoising holds" in line and "overlap is in use" in line and "no side stream" in line
+    assert "(overlap mode" not in line

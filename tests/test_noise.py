@@ -70,11 +70,11 @@ def test_the_summary_prints_no_finding_inside_its_interval():
         runs += [_r(f"b{i}", "none", 1.0 + 0.01 * (i % 3), "baseline"), _r(f"c{i}", cfg, wall)]
     rows = {r["config"]: r for r in summarize(runs, [])}
     assert rows["taesd"]["verdict"] == "beyond noise" and rows["l2r"]["verdict"] == "within noise"
-    assert rows["vae"]["verdict"] == "n=1: no interval"
+    assert rows["vae"]["verdict"] == "one pair: noise unknown"
     text = table(list(rows.values()), "meta", baseline_noise(runs))
     lines = {ln.split()[0]: ln for ln in text.splitlines()[4:-1]}
     assert lines["l2r"].endswith("within noise") and "[" in lines["l2r"]
-    assert lines["vae"].endswith("n=1: no interval") and "±" not in text and "[" not in lines["vae"]
+    assert lines["vae"].endswith("one pair: noise unknown") and "±" not in text and "[" not in lines["vae"]
     assert text.splitlines()[0].startswith("noise: the 13 no-preview baselines spread")
 
 
