@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from previewlab.bench.flags import parser
 from previewlab.preview.names import FrameChoice
-from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings, SettingsError
+from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings, SettingsError, default_mode
 
 if TYPE_CHECKING:
     from previewlab.bench.noise import Noise
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ModelError, SettingsError, DecoderError, AxisError) as e:
             print(f"previewlab bench: {e}", file=sys.stderr)
             return 2
-        plan = _plan(args, settings, model.space.video, comp == "decoder", counts)
+        plan = _plan(args, settings, model.space.video, comp == "decoder", counts, model.device.type)
         total = len(list(plan.schedule()))
         synth = "synthetic " if model.synthetic else ""
         print(f"{label}{synth}model {model.name} ({model.space.describe()}) on {model.device} {dtype}, loaded in "
@@ -118,13 +118,15 @@ def _settings(args: argparse.Namespace, model: Model, preview: PreviewSettings, 
 
 
 def _plan(args: argparse.Namespace, settings: RunSettings, video: bool, compile_decoder: bool,
-          counts: tuple[int, ...]) -> Plan:
-    """The flags' sweep: a video model's defaults are every step and the frames axis."""
+          counts: tuple[int, ...], device: str) -> Plan:
+    """The flags' sweep: a video model's defaults are every step and the frames axis; the mode's, the device's
+    (settings.default_mode)."""
     from previewlab.bench.sweep import Plan
 
     every = args.every or ((1,) if video else (1, 2, 5, 10))
     frames: tuple[FrameChoice, ...] = (args.frames or ("first", "middle", "all")) if video else ()
-    return Plan(settings, args.decoders, every, args.repeats, args.warmup, args.direct, args.modes,
+    return Plan(settings, args.decoders, every, args.repeats, args.warmup, args.direct,
+                args.modes or (default_mode(device),),
                 args.budget if args.budget is not None else 10.0, args.inflight, compile_decoder,
                 args.target if len(args.target) > 1 else (), frames, args.decode_at or (),
                 args.scheduler or (), counts, args.vae_mode or ())

@@ -156,9 +156,10 @@ def parser() -> Parser:
     p.add_argument("--budget", type=budget_value, default=None,
                    help="preview overhead budget in percent: the advice's (default 5) and, with --every auto, the "
                         "autopilot's (default 10)")
-    p.add_argument("--modes", type=names("mode", MODES), default=("overlap",),
+    p.add_argument("--modes", type=names("mode", MODES), default=None,
                    help="sync: preview work inside the step callback (how popular UIs do it); overlap: off the "
-                        "denoising path (side CUDA stream, encode thread)")
+                        "denoising path (side CUDA stream, encode thread). Default: overlap on cuda, xpu and mps, "
+                        "sync on a CPU, where overlap has no side stream and takes nothing off the path")
     p.add_argument("--inflight", type=inflight_value, default=2, help="overlap: most previews in flight at once")
     p.add_argument("--steps", type=listof(steps_value), default=None,
                    help="denoising steps per run; several (4,8,30) make an axis, each count with its own baselines "

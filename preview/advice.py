@@ -195,14 +195,17 @@ class Analysis:
     noise: Noise | None
     baselines: int
     advice: Advice
+    more: Callable[[int], str] = field(default=bench_more, compare=False)  # how its surface gets more pairs
+    remedies: str | None = field(default=None, compare=False)             # its NOISY line's remedies
 
     def finding(self, name: str) -> Finding | None:
         return next((f for f in self.findings if f.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"findings": [f.to_json() for f in self.findings],
+        return {"findings": [f.to_json(said(f.overhead, self.more)) for f in self.findings],
                 "noise": self.noise.to_json() if self.noise else None,
-                "noise_line": self.noise.line(PAGE_REMEDIES) if self.noise else None,
+                "noise_line": (self.noise.line(self.remedies) if self.remedies else self.noise.line())
+                if self.noise else None,
                 "baselines": self.baselines, "advice": self.advice.to_json()}
 
 
@@ -216,5 +219,5 @@ def analyze(runs: Sequence[Measured], budget: float = DEFAULT_BUDGET_PCT, curren
     """The one analysis: runs in the order they ran (analysis.py's pairing), judged within `budget`."""
     found = tuple(findings(runs))
     noise = baseline_noise(runs, noise_limit)
-    return Analysis(found, noise, steady_baselines(runs),
-                    advise(found, budget, current, noise, more, remedies))
+    return Analysis(found, noise, steady_baselines(runs), advise(found, budget, current, noise, more, remedies),
+                    more, remedies)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, Sequence
+from typing import Any, Literal, Protocol, Sequence, TypeVar
 
 from .estimates import NOISE_LIMIT_PCT, Estimate, Noise, estimate, noise_of, verdict
 from .run import RunMeta, RunRecord
@@ -62,6 +62,12 @@ def config_name(p: PreviewSettings | None, clip: bool = False, at: bool = False,
     return f"{p.decoder}/{every}/{p.mode}{shown}{frames}{where}{most}"
 
 
+def name_of(p: PreviewSettings | None, num_frames: int = 1) -> str:
+    """The name the server's and a watch's runs give a configuration (config_name with every axis a run can
+    change: a clip's frames, where the decoder stops, the preview's size)."""
+    return config_name(p, clip=num_frames > 1, at=p is not None and p.decode_at != "preview", size=True)
+
+
 def cost_key(meta: RunMeta) -> tuple[Any, ...]:
     """What a run's denoising costs depend on (COST_FIELDS): runs with the same key are measured together."""
     return tuple(getattr(meta, k) for k in COST_FIELDS)
@@ -72,7 +78,7 @@ def entry(record: RunRecord, status: str, changed: bool = False, damaged: bool =
     the first run after the model loaded, a warm-up. It is steady when it ran whole (done or stopped, not
     damaged, some steps) with one configuration throughout (a live change makes it two)."""
     p, t = record.meta.preview, record.totals
-    name = config_name(p, clip=record.meta.num_frames > 1, at=p is not None and p.decode_at != "preview", size=True)
+    name = name_of(p, record.meta.num_frames)
     role: Role = "warmup" if t.first_run else "baseline" if name == "none" and t.previews == 0 else "config"
     why = ("the first run after the model loaded (a warm-up)" if t.first_run else
            "damaged" if damaged else f"it ended {status}" if status not in ("done", "stopped") else
@@ -81,9 +87,12 @@ def entry(record: RunRecord, status: str, changed: bool = False, damaged: bool =
     return Entry(name, role, not why, record, why)
 
 
-def paired(runs: Sequence[Measured]) -> dict[str, list[tuple[Measured, Measured]]]:
+M = TypeVar("M", bound=Measured)
+
+
+def paired(runs: Sequence[M]) -> dict[str, list[tuple[M, M]]]:
     """Per configuration, each steady run with the steady baseline it is paired with (the module's rule)."""
-    out: dict[str, list[tuple[Measured, Measured]]] = {}
+    out: dict[str, list[tuple[M, M]]] = {}
     for i, r in enumerate(runs):
         if r.role not in ("config", "direct") or not r.steady:
             continue
@@ -135,9 +144,10 @@ class Finding:
         name = max(self.parts, key=lambda k: self.parts[k])
         return name, self.parts[name], sum(self.parts.values())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, said: str = "") -> dict[str, Any]:
+        """said: its overhead and verdict in the words of the surface that shows it (advice.said)."""
         p = self.preview
-        return {"name": self.name, "decoder": p.decoder, "every": p.every, "budget": p.budget, "mode": p.mode,
+        return {"name": self.name, "said": said, "decoder": p.decoder, "every": p.every, "budget": p.budget, "mode": p.mode,
                 "preview_max": p.preview_max, "device": self.device, "runs": self.runs,
                 "overhead": self.overhead.to_json() if self.overhead else None, "verdict": self.verdict,
                 "more_for_level": self.overhead.more_for_level if self.overhead else None,

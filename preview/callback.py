@@ -14,6 +14,7 @@ text encoders and VAE decoder, and one forward pre-hook on the UNet that removes
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Unpack
 
@@ -35,6 +36,7 @@ from .previewer import Previewer
 from .records import STEP_COLUMNS, StepRow
 from .run import RunEnd, RunEvents, RunMeta, RunRecord
 from .run_ids import PROCESS_IDS
+from .settings import default_mode
 from .script_pipe import call_inputs, model_of, script_call
 from .sources import chunked, source_of
 from .steps import CallbackSteps, Source, Step, StepTap
@@ -58,9 +60,12 @@ class Watch(PipelineCallback):
         if settings is not None and keywords:
             raise TypeError("Watch: give settings or keywords, not both")
         super().__init__()
-        self.settings = s = settings if settings is not None else WatchSettings.of(**keywords)
+        s = settings if settings is not None else WatchSettings.of(**keywords)
         self.pipe = pipe
         self.model = model_of(pipe, s.taesd)
+        if settings is None and "mode" not in keywords:  # overlap where a side stream exists, sync on a CPU
+            s = replace(s, preview=replace(s.preview, mode=default_mode(self.model.device.type)))
+        self.settings = s
         self.controls = Controls(s.preview)
         # a clip's rate: the one given, else its family's (what diffusers' own examples export at)
         self.fps = s.fps or (clip_defaults(pipe, self.model.family)[1] if self.model.space.video else 0.0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .advice import DEFAULT_BUDGET_PCT, REMEDY, analyze, rank
-from .analysis import config_name, cost_key, entry
+from .analysis import cost_key, entry, name_of
 from .estimates import SAMPLES_FOR_LEVEL
 from .records import PREVIEW_STAGES, StepRow
 from .run import RunRecord
@@ -71,7 +71,7 @@ def judged(records: Sequence[RunRecord], current: PreviewSettings, budget: float
     ran), for the settings in use now; how to measure where no call without previews can be paired."""
     last = records[-1]
     like = [entry(r, r.totals.status) for r in records if cost_key(r.meta) == cost_key(last.meta)]
-    in_use = config_name(current, clip=last.meta.num_frames > 1, at=current.decode_at != "preview", size=True)
+    in_use = name_of(current, last.meta.num_frames)
     a = analyze(like, budget, in_use, more=watch_more, remedies=WATCH_REMEDIES)
     if not any(f.overhead is not None for f in a.findings):
         return [f"overhead: unknown: no call of these settings without previews ran right before one with them. "

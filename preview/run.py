@@ -76,6 +76,7 @@ class RunMeta:
     strength: float | None = None
     num_frames: int = 1       # a clip's length in frames (1: an image)
     fps: float = 0.0          # a clip's playback rate (0: an image)
+    purpose: str = ""         # "": the user's run; "baseline" or "measured": the page's measure series made it
 
     @classmethod
     def of(cls, model: Model, run_id: str, asked: Asked) -> RunMeta:
@@ -86,7 +87,7 @@ class RunMeta:
                    prompt=asked.prompt, steps=asked.steps, width=asked.width, height=asked.height, seed=asked.seed,
                    guidance=asked.guidance, preview=asked.preview, batch=asked.batch, task=asked.task,
                    init=getattr(asked, "init", None), strength=asked.strength if asked.task == "img2img" else None,
-                   num_frames=asked.num_frames, fps=asked.fps)
+                   num_frames=asked.num_frames, fps=asked.fps, purpose=getattr(asked, "purpose", ""))
 
     def to_json(self) -> dict[str, Any]:
         """Flat, as on the wire and on disk: the run's fields, then the preview settings'."""

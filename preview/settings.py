@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Literal
 
 from .names import (BATCH_PREVIEWS, DECODE_ATS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, BatchPreview, DecodeAt,
                     DecoderName, EncoderName, FrameChoice, Mode, Target, check, check_frames)
@@ -27,6 +27,9 @@ def default_mode(device: str) -> Mode:
     """The preview mode a run starts in where the user names none: overlap where a side stream exists, sync on a
     CPU, where overlap takes nothing off the denoising path."""
     return "overlap" if device in SIDE_STREAM_DEVICES else "sync"
+
+
+Purpose = Literal["", "baseline", "measured"]
 
 
 class SettingsError(ValueError):
@@ -88,6 +91,8 @@ class RunSettings:
     fps: float = 0.0              # a clip's playback rate (the previews' and the final clip's); 0: an image model
     max_frames: int = 1           # the most num_frames allows: the server's model (1 for an image model)
     frame_step: int = 1           # a clip is 1 + k x frame_step frames: the model's frames per latent frame
+    purpose: Purpose = ""         # who asked for the run: "" the user; the page's measure series its "baseline"
+                                  # and "measured" runs (server/measure.py); never a client's to set
 
     @property
     def task(self) -> str:
@@ -119,6 +124,8 @@ class RunSettings:
                                 f"frames (one latent frame, then {self.frame_step} per latent frame); the nearest: "
                                 f"{nearest}")
         check_fps(self.fps)
+        if self.purpose not in ("", "baseline", "measured"):
+            raise SettingsError(f"purpose={self.purpose!r}: must be '', baseline or measured")
         if self.init is not None and (not isinstance(self.init, str) or not 0 < len(self.init) <= 64
                                       or not set(self.init) <= RUN_ID_CHARS):
             raise SettingsError(f"init={self.init!r}: must be the id of a past run (letters, digits, - and _), "
@@ -134,7 +141,7 @@ class RunSettings:
 
 PREVIEW_FIELDS = tuple(f.name for f in fields(PreviewSettings))
 RUN_FIELDS = tuple(f.name for f in fields(RunSettings) if f.name not in ("preview", "max_side", "max_frames",
-                                                                          "frame_step"))
+                                                                          "frame_step", "purpose"))
 
 
 def check_fps(f: object) -> float:

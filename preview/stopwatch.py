@@ -29,6 +29,11 @@ from typing import Any, Callable, ContextManager, Iterator, Literal, Protocol
 import torch
 
 Clock = Callable[[], float]
+
+
+def host_clock() -> Clock:
+    """A run's host clock: the process's performance counter (a server asks for one per run; tests give theirs)."""
+    return time.perf_counter
 Timing = Literal["host", "events", "waits"]
 
 

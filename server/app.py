@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import importlib.resources
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
@@ -16,6 +17,8 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
+
+from previewlab.preview.advice import DEFAULT_BUDGET_PCT
 
 from . import protocol
 from .exports import stream
@@ -62,6 +65,24 @@ def page_args(query: Any) -> tuple[int, str | None, str | None]:
     return int(raw), bounds[0], bounds[1]
 
 
+def analysis_args(query: Any) -> tuple[str, float]:
+    """?run=ID (a run id) and ?budget=B (percent, above 0 and at most 1000; default the advice's); ValueError
+    with the line to answer."""
+    rid = query.get("run", "")
+    if not RUN_ID.match(rid):
+        raise ValueError(f"run: a run id like 20261130-120000-001, got {protocol.short(rid)}")
+    raw = query.get("budget", "")
+    if raw == "":
+        return rid, DEFAULT_BUDGET_PCT
+    try:
+        budget = float(raw) if len(raw) <= 16 else math.nan
+    except ValueError:
+        budget = math.nan
+    if not 0 < budget <= 1000:  # NaN and inf fail here too
+        raise ValueError(f"budget: a number of percent above 0 and at most 1000, got {protocol.short(raw)}")
+    return rid, budget
+
+
 def build_app(server: Server) -> ASGIApp:
     async def index(request: Request) -> Response:
         return FileResponse(WEB / "index.html")
@@ -72,7 +93,20 @@ def build_app(server: Server) -> ASGIApp:
             limit, before, after = page_args(request.query_params)
         except ValueError as e:
             return PlainTextResponse(str(e), status_code=400)
-        return AsciiJSON(await server.disk.run(server.store.runs, limit, before, after))
+        return AsciiJSON(await server.disk.run(lambda: server.figures.of_runs(server.store.runs(limit, before, after))))
+
+    async def analysis(request: Request) -> Response:
+        """?run=ID&budget=B: the analysis of the runs of that run's settings within budget percent (the page's
+        advice, NOISY line and configurations: server/figures.py), that run's configuration the one in use."""
+        try:
+            rid, budget = analysis_args(request.query_params)
+        except ValueError as e:
+            return PlainTextResponse(str(e), status_code=400)
+        found = await server.disk.run(server.figures.analysis, rid, budget)
+        if found is None:
+            return PlainTextResponse(f"run {rid}: no ended run of that id (a running or failed run has no figures)",
+                                     status_code=404)
+        return AsciiJSON(found)
 
     def export(request: Request, name: str, pieces: Iterator[str]) -> Response:
         """A CSV streamed a piece at a time, if the client may start one now (exports.Slots)."""
@@ -145,6 +179,7 @@ def build_app(server: Server) -> ASGIApp:
         Route("/", index),
         Route("/favicon.ico", favicon),  # browsers ask for it whatever the page links
         Route("/runs", runs),
+        Route("/analysis", analysis),
         Route("/runs.csv", all_csv),
         Route("/metrics", metrics),
         Route("/runs/steps.csv", all_steps_csv),  # before the run route: "steps" is never a run id

@@ -6,12 +6,14 @@ Both are fixed when the server is built (from the model and the RunOptions) and 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from previewlab.preview.decoders import default_for
 from previewlab.preview.encoders import ENCODERS
 from previewlab.preview.models import Model
 from previewlab.preview.run import RunMeta
-from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings
+from previewlab.preview.stopwatch import Clock, host_clock
+from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings, default_mode
 
 from . import protocol
 from .limits import DEFAULT_MAX_PIXEL_STEPS
@@ -26,6 +28,7 @@ class RunOptions:
     inflight: int = 2
     compile_decoder: bool = False
     shutdown_grace_s: float = 10.0  # SIGTERM waits this long for the run's step and final image (graceful)
+    clock: Callable[[], Clock] = host_clock  # each run's host clock, asked at its start (tests: a fake one)
 
 
 def fitting_frames(frames: int, step: int, pixel_steps: int, limit: int) -> int:
@@ -58,7 +61,7 @@ class Offer:
         frames = fitting_frames(model.num_frames, step, 20 * side * side, runs.max_pixel_steps) if video else 1
         decoder, note = default_for(model)
         defaults = RunSettings(steps=20, width=side, height=side, max_side=runs.max_side,
-                               preview=PreviewSettings(decoder=decoder),
+                               preview=PreviewSettings(decoder=decoder, mode=default_mode(model.device.type)),
                                num_frames=frames, fps=model.fps if video else 0.0,
                                max_frames=MAX_NUM_FRAMES if video else 1, frame_step=step)
         if model.prompt:  # a prompt the model knows (the demo model's): the page starts with it

@@ -9,8 +9,10 @@ Browser -> server (text, JSON objects with a "type"):
           decode_at: where the preview decoder stops, preview | full | half_latents)
   set    {decoder, every, preview_max, encoder, quality, mode, budget, target, batch_preview, frames, decode_at}
          (at least one)
-  stop   {}
+  stop   {}   (also ends a measure series)
   ack    {seq, client_decode_ms, client_paint_ms}
+  measure  the fields of start: no-preview baselines of those settings, each followed by a run with those
+         preview settings, as the bench pairs them, until that configuration's overhead holds at the 95 % level
 Server -> browser (text, each built by the function of its name below):
   hello     the model, the run defaults and limits (max_prompt: characters), the choices this server offers, the
             run going on (or null), whether a start is taken (starts: false when a script's watch owns the runs),
@@ -19,7 +21,10 @@ Server -> browser (text, each built by the function of its name below):
   run       a run's meta (preview.run.RunMeta): it started
   step      one step's row (preview.records.StepRow), once it is on disk
   delivery  one preview's trip to this client: send time, ack round trip, the browser's decode and paint (ms)
-  done      a run's end (preview.run.RunEnd): its meta, status, live changes, totals or error
+  done      a run's end (preview.run.RunEnd): its meta, status, live changes, totals or error; its figures and
+            its settings' analysis (server/figures.py: the page computes none)
+  measure   a measure series' progress: its state (running, done, stopped, failed), its configuration, the
+            pairs it has and needs, and its line in words
   error     one line: a message refused (to its sender), or a run's preview failure (run_id: to everyone)
 Binary previews: 4-byte big-endian header length N, N bytes of UTF-8 JSON header, then the image bytes: one
   image, or a clip's frames one after another (the header's `sizes` gives each frame's bytes, `frames` their
@@ -77,14 +82,21 @@ class Stop:
 
 
 @dataclass(frozen=True)
+class Measure:
+    """Measure `settings`' overhead: baselines of its run settings, each followed by a run of its preview
+    settings (server/measure.py)."""
+    settings: RunSettings
+
+
+@dataclass(frozen=True)
 class Ack:
     seq: int
     client_decode_ms: float
     client_paint_ms: float
 
 
-Message = Union[Start, Set, Stop, Ack]
-TYPES = ("start", "set", "stop", "ack")
+Message = Union[Start, Set, Stop, Ack, Measure]
+TYPES = ("start", "set", "stop", "ack", "measure")
 
 
 def _reject_constant(name: str) -> Any:
@@ -177,7 +189,7 @@ def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int, encoders: tu
                           settings.num_frames)
     if too_much:
         raise ProtocolError(too_much)
-    return Start(settings)
+    return Start(settings) if kind == "start" else Measure(settings)
 
 
 AUTO_BUDGET = 10.0  # percent, when every is "auto" and no budget is named
@@ -262,8 +274,13 @@ def delivery(d: Delivery) -> Outbound:
     return {"type": "delivery", **asdict(d)}
 
 
-def done(end: RunEnd) -> Outbound:
-    return {"type": "done", **end.to_json()}
+def done(end: RunEnd, judged: dict[str, Any] | None = None) -> Outbound:
+    """judged: the run's figures and its settings' analysis (server/figures.Figures.of_run), where it has them."""
+    return {"type": "done", **end.to_json(), **(judged or {})}
+
+
+def measure(state: str, config: str, pairs: int, needs: int, line: str) -> Outbound:
+    return {"type": "measure", "state": state, "config": config, "pairs": pairs, "needs": needs, "line": line}
 
 
 def error(message: str, run_id: str | None = None) -> Outbound:

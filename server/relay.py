@@ -14,7 +14,7 @@ import functools
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 from previewlab.preview.frames import Frame
 from previewlab.preview.records import StepRow
@@ -47,8 +47,12 @@ class Relay:
     the run going on (current), the newest row's (run id, step) (last_row: where a shutdown stopped it), the run
     that ended and waits for acks (closing: at most one), and the frames held until their run is announced."""
 
-    def __init__(self, store: Store, metrics: Metrics, disk: DiskReads, limits: SessionLimits) -> None:
-        self.store, self.metrics, self.disk = store, metrics, disk
+    def __init__(self, store: Store, metrics: Metrics, disk: DiskReads, limits: SessionLimits,
+                 judge: Callable[[str], dict[str, Any]] | None = None) -> None:
+        """judge: a run's figures and its settings' analysis, by id, for its `done` (read on the writer thread,
+        after its end is written)."""
+        self.store, self.metrics, self.disk, self.judge = store, metrics, disk, judge
+        self.on_done: Callable[[RunEnd, dict[str, Any]], None] | None = None  # after each `done` went out
         self.ack_wait_s = limits.ack_wait_s
         self.hub = Hub(limits.send_timeout_s, on_sent=self._sent, on_drop=self._dropped, on_gone=self._gone)
         self.writes = OrderedWrites()  # rows, deliveries and a run's end: written off the loop, then announced
@@ -129,17 +133,25 @@ class Relay:
             closing.timer.cancel()
         end, side_logs, rid = closing.end, closing.side_logs, closing.end.meta.run_id
         recorded = end
+        judged: dict[str, Any] = {}
 
         def write() -> None:
-            nonlocal recorded
+            nonlocal recorded, judged
             recorded = self.store.finish(end)  # `failed` if the disk lost some of its rows
             self.store.close_run(rid)
             if side_logs is not None:
                 side_logs()
+            if self.judge is not None:
+                try:
+                    judged = self.judge(rid)
+                except Exception:  # the end goes out with its record whatever the analysis does
+                    log.exception("run %s: its figures failed; its end is delivered without them", rid)
 
         def then() -> None:
-            self.hub.text(protocol.done(recorded))
+            self.hub.text(protocol.done(recorded, judged))
             self.disk.submit(self.store.prune, self.store.open_runs())  # retention, off the loop
+            if self.on_done is not None:
+                self.on_done(recorded, judged)
 
         self.writes.submit(write, then)
 

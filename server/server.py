@@ -4,20 +4,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 from previewlab.preview.decoders import taesd_refusal
 from previewlab.preview.frames import Frame
 from previewlab.preview.models import Model
 from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunMeta
-from previewlab.preview.settings import SettingsError
+from previewlab.preview.settings import SIDE_STREAM_DEVICES, RunSettings, SettingsError
 
 from . import protocol
 from .disk import DiskReads
 from .exports import Slots
+from .figures import Figures
 from .guard import Access
 from .hub import Client, Hub
 from .limits import DEFAULT_KEEP_RUNS
+from .measure import Series
 from .metrics import Metrics
 from .options import Offer, RunOptions
 from .relay import Relay
@@ -26,6 +29,15 @@ from .store import Store
 from .worker import Busy, RunOwner, TaskError, Worker
 
 log = logging.getLogger("previewlab.server")
+
+
+def mode_note(device: str) -> str:
+    """Which mode applies on this device and why, for the page's mode select."""
+    if device in SIDE_STREAM_DEVICES:
+        return (f"overlap by default: on {device} its side stream decodes, resizes and copies previews beside the "
+                f"denoising; sync does every preview inside the step")
+    return (f"sync by default: on a {device} overlap has no side stream, so the preview work shares the cores with "
+            f"the denoising whatever the mode (overlap runs it on a thread beside the step)")
 
 
 class Server:
@@ -49,7 +61,10 @@ class Server:
         self.disk = DiskReads()
         self.exports = Slots()  # CSV exports streaming at once (exports.py)
         self.metrics = Metrics(data_dir, model.device, keep=keep_runs)
-        self.relay = Relay(self.store, self.metrics, self.disk, limits)
+        self.figures = Figures(self.store)  # every figure the page shows (figures.py)
+        self.relay = Relay(self.store, self.metrics, self.disk, limits, judge=self.figures.of_run)
+        self.relay.on_done = self._measured
+        self.series: Series | None = None  # the page's measure series, while one runs (measure.py)
         self.source = source
         self.worker: RunOwner | None = None  # `source`, or a Worker on the running loop (attach)
 
@@ -58,7 +73,7 @@ class Server:
         self.relay.attach(loop)
         self.worker = self.source if self.source is not None else Worker(
             self.model, self.store, loop, self.relay, inflight=self.runs.inflight,
-            compile_decoder=self.runs.compile_decoder)
+            compile_decoder=self.runs.compile_decoder, clock=self.runs.clock)
 
     async def close(self) -> None:
         """The app's end: the run stopped (its thread joined off the loop), its rows and end written, the
@@ -98,7 +113,9 @@ class Server:
     # -- messages from one client ----------------------------------------------------------------------------
     def hello(self) -> protocol.Outbound:
         live = self.worker.live() if self.worker is not None else None
-        return self.offer.hello(self.model, live, running=self.relay.current, starts=self.source is None)
+        said = self.offer.hello(self.model, live, running=self.relay.current, starts=self.source is None)
+        return {**said, "measure": self.series.message() if self.series is not None else None,
+                "mode_note": mode_note(self.model.device.type)}
 
     def _runnable(self, decoder: str | None) -> None:
         """A decoder this model can run, asked the same way by start and set: taesd needs TAE weights (before,
@@ -110,7 +127,13 @@ class Server:
         """Act on one valid message. A message that cannot be acted on raises ProtocolError: the session
         answers it with an `error` and counts it as a bad message, so no error reply can be flooded."""
         assert self.worker is not None
-        if isinstance(msg, protocol.Start):
+        series = self.series
+        if isinstance(msg, (protocol.Set, protocol.Start, protocol.Measure)) and series and series.state == "running":
+            raise protocol.ProtocolError(f"a measure series of {series.config} is running: its runs keep the "
+                                         "settings it measures; stop it first")
+        if isinstance(msg, protocol.Measure):
+            self._measure(msg.settings)
+        elif isinstance(msg, protocol.Start):
             self._runnable(msg.settings.preview.decoder)
             try:
                 self.worker.start(msg.settings)
@@ -126,10 +149,53 @@ class Server:
             except (Busy, SettingsError) as e:
                 raise protocol.ProtocolError(str(e)) from None
         elif isinstance(msg, protocol.Stop):
+            if self._measuring():
+                assert self.series is not None
+                self.series.stop("stopped by a watcher")
+                self.hub.text(self.series.message())
             if not self.worker.stop():
                 raise protocol.ProtocolError("no generation is running")
         elif isinstance(msg, protocol.Ack):
             self.relay.acked(c, msg)
+
+    # -- the measure series (measure.py) ---------------------------------------------------------------------
+    def _measuring(self) -> bool:
+        return self.series is not None and self.series.state == "running"
+
+    def _measure(self, settings: RunSettings) -> None:
+        """Start a series: its first baseline now (refused as a start would be)."""
+        assert self.worker is not None
+        if self.source is not None:
+            raise protocol.ProtocolError("measure: a script owns the runs here (serve(watch)); alternate its calls "
+                                         "with previews off and on, and watch.summary() measures them")
+        self._runnable(settings.preview.decoder)
+        if settings.preview.decoder == "none":
+            raise protocol.ProtocolError("measure: decoder none has no overhead to measure; choose the decoder "
+                                         "whose cost you want, and the series runs the baselines itself")
+        series = Series(settings)
+        try:
+            self.worker.start(series.first())
+        except (Busy, TaskError) as e:
+            raise protocol.ProtocolError(f"measure: {e}") from None
+        except OSError as e:
+            raise protocol.ProtocolError(f"measure: could not write the run's folder: {e}") from None
+        self.series = series
+        self.hub.text(series.message("a baseline"))
+
+    def _measured(self, end: RunEnd, judged: dict[str, Any]) -> None:
+        """A run ended and its figures went out: the series' next run, or its end, told to every watcher."""
+        series = self.series
+        if series is None or series.state != "running" or self.worker is None:
+            return
+        nxt = series.after(end, judged)
+        if nxt is not None:
+            try:
+                self.worker.start(nxt)
+            except (Busy, TaskError, OSError) as e:
+                series.state, series.why = "failed", f"its next run could not start: {e}"
+                nxt = None
+        self.hub.text(series.message(("a baseline" if nxt.purpose == "baseline" else "a run with previews")
+                                     if nxt is not None else ""))
 
     # -- SIGTERM / Ctrl-C ------------------------------------------------------------------------------------
     async def graceful(self) -> str:
@@ -139,6 +205,8 @@ class Server:
         without waiting for the step. Returns the line that says where the stopped run is kept ("": none ran)."""
         grace, relay = self.runs.shutdown_grace_s, self.relay
         going = relay.current
+        if self.series is not None:
+            self.series.stop("the server shut down")
         if self.worker is not None and self.worker.stop() and not await self.worker.ended(grace):
             self.worker.abandon()
             await asyncio.sleep(0)  # rows the run handed over before it was abandoned land first

@@ -100,6 +100,13 @@ class Store:
     def known(self, rid: str) -> bool:
         return self.reader.known(rid)
 
+    def ended_meta(self, rid: str) -> dict[str, Any] | None:
+        """Run rid's meta as the listing gives it: its end the writer holds when meta.json could not take it
+        yet, else its meta.json; None when damaged."""
+        with self._lock:
+            pending = self._pending.get(rid)
+        return pending if pending is not None else self.reader.meta_or_none(rid)
+
     def rows(self, rid: str) -> list[StepRow]:
         """The run's step rows with their acks (store_reader.RunReader.rows). Raises Damaged."""
         return self.reader.rows(rid)

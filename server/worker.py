@@ -20,6 +20,7 @@ from previewlab.preview.frames import Frame
 from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunEvents, RunMeta
 from previewlab.preview.settings import PreviewSettings, RunSettings
+from previewlab.preview.stopwatch import Clock, host_clock
 
 from .store import Store
 
@@ -72,8 +73,10 @@ class ToLoop:
 
 class Worker:
     def __init__(self, model: Model, store: Store, loop: asyncio.AbstractEventLoop, events: RunEvents, *,
-                 inflight: int = 2, compile_decoder: bool = False) -> None:
+                 inflight: int = 2, compile_decoder: bool = False, clock: Callable[[], Clock] = host_clock) -> None:
+        """clock: each run's host clock, asked once per run (tests: a fake one, a run's walls made noisy)."""
         self.model, self.store, self.loop, self.events = model, store, loop, events
+        self.clock = clock
         self.previewer = Previewer(model, compile_decoder)  # decoders are built once and kept across runs
         self.inflight = inflight
         self.state: State = "idle"
@@ -133,7 +136,7 @@ class Worker:
                     else None)
             context = RunContext(self.model, settings, rid, controls=self.controls, should_stop=self._stop.is_set,
                                  init_image=init, image_path=self.store.final_image_path(rid), first_run=self._first,
-                                 inflight=self.inflight, previewer=self.previewer)
+                                 inflight=self.inflight, previewer=self.previewer, clock=self.clock())
             run = generate(context, told)
             self._first = False
             if self.abandoned:  # shutdown recorded the run interrupted, without its image: keep disk and record one

@@ -23,7 +23,7 @@ from tests.conftest import SAME_ORIGIN, recv_until
 # strength appear for img2img only)
 META_KEYS = ["run_id", "started_at", "model", "synthetic", "model_note", "family", "space", "device", "dtype",
              "prompt", "steps", "width", "height", "seed", "guidance", "batch", "task", "num_frames", "fps",
-             "decoder", "every", "preview_max", "encoder", "quality", "mode", "budget", "target", "batch_preview",
+             "purpose", "decoder", "every", "preview_max", "encoder", "quality", "mode", "budget", "target", "batch_preview",
              "frames", "decode_at"]
 
 
@@ -42,7 +42,8 @@ def test_a_server_runs_messages_and_meta_json_keep_their_keys(make_app, tmp_path
         ws.send_text(json.dumps({"type": "stop"}))
         assert recv_until(ws, "done")["status"] == "stopped"
     assert list(run) == ["type", *META_KEYS] and run["seed"] == 5 and run["every"] == 2
-    assert list(done) == ["type", *META_KEYS, "status", "changes", "totals"] and done["status"] == "done"
+    assert list(done) == ["type", *META_KEYS, "status", "changes", "totals", "figures", "analysis"]
+    assert done["status"] == "done"
     assert {k: done[k] for k in META_KEYS} == {k: run[k] for k in META_KEYS}  # the end carries the start's meta
     assert list(done["totals"]) == list(TOTALS_COLUMNS) and done["seed"] == 5
     on_disk = json.loads((tmp_path / "runs" / run["run_id"] / "meta.json").read_text())

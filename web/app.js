@@ -127,6 +127,8 @@ function onText(msg) {
       if (msg.max_prompt) maxPrompt = msg.max_prompt;
       checkPrompt();
       showWords(msg.vocabulary || null);
+      $("mode-note").textContent = msg.mode_note || "";
+      $("mode-note").hidden = !msg.mode_note;
       $("decoder-note").textContent = msg.decoder_note || "";
       $("decoder-note").hidden = !msg.decoder_note;
       offered = { decoders: (msg.choices || {}).decoder || null, taesd: msg.taesd !== false };
@@ -137,10 +139,12 @@ function onText(msg) {
         $("stop").disabled = true;
       }
       showLive(msg.defaults);  // the preview settings now: a running run's live ones, or a script's watch's
+      showMeasure(msg.measure);
       firstPage.then(fetchNew);  // after a reconnect: only the runs that ended while this tab was away
       break;
     }
     case "run": beginRun(msg); break;
+    case "measure": showMeasure(msg); break;
     case "step": onStep(msg); break;
     case "delivery": onDelivery(msg); break;
     case "done": endRun(msg); break;
@@ -263,8 +267,8 @@ function beginRun(meta) {
   $("f-status").textContent = `running ${meta.run_id}`;
   $("start").disabled = true;
   $("stop").disabled = false;
+  $("measure").disabled = true;
   showLive(meta);
-  showAdvice();
   chartDirty = true;
 }
 
@@ -280,78 +284,41 @@ function showLive(settings) {
 
 function endRun(msg) {
   $("f-status").textContent = `${msg.status} ${msg.run_id}` + (msg.error ? ` (${msg.error})` : "");
-  $("start").disabled = false;
+  $("start").disabled = measuring;  // a measure series starts its next run at once
   $("stop").disabled = true;
-  const { type, ...meta } = msg;
+  $("measure").disabled = measuring;
+  const { type, analysis, ...meta } = msg;
+  if (analysis) newerFindings(analysis);
   addRuns([meta]);  // the end of a run carries its whole record: no need to ask the server again
+  if (msg.analysis) showAnalysis(meta.run_id, msg.analysis);
   if (run && run.meta.run_id === meta.run_id) {
-    const f = figuresOf(meta);
+    const f = meta.figures;
     if (f) {
-      $("f-overhead").textContent = overheadText(f.overhead, f.references, "");
+      $("f-overhead").textContent = overheadText(f);
       $("f-onpath").textContent = `${f.on_path_share_pct.toFixed(1)} % (${f.preview_on_path.toFixed(0)} of ${meta.totals.denoise_ms.toFixed(0)} ms)`;
       $("f-mem").textContent = previewMemText(run.rows) +
-        (f.peak_mem_mb > 0 ? `; run peak ${f.peak_mem_mb.toFixed(0)} MiB (${meta.totals.mem_source})` : "");
+        (f.peak_mem_mb !== null ? `; run peak ${f.peak_mem_mb.toFixed(0)} MiB (${meta.totals.mem_source})` : "");
       $("f-busy").textContent = f.busy_pct === null ? "not read" : `${f.busy_pct.toFixed(1)} % (${meta.totals.busy_source})`;
     }
     if (hasFinal(meta)) showFinal(meta.run_id);
   }
 }
 
-// Python's f"{x:+.1f}", as bench/noise.py prints its figures
+// Python's f"{x:+.1f}": a difference of two server figures in the comparison
 function num(x) {
   return `${x >= 0 ? "+" : ""}${x.toFixed(1)}`;
 }
 
-function signed(x) {
-  return `${num(x)} %`;
-}
-
-// The interval of a median, ported from bench/noise.py (coverage_pct and estimate), which states the rule: the
-// order statistics [x(k), x(n+1-k)] of the sorted values hold the true median with a probability that the
-// binomial distribution alone gives, whatever the noise; k is the largest that keeps it at 95 % or more. Under
-// six values no interval reaches 95 %: it is their whole range at its own level (2: 50 %, 3: 75 %). One value
-// has no interval.
-const LEVEL_PCT = 95;
-
-// 1 - 2 P(Binomial(n, 1/2) < k), in percent; the terms summed from their logs, so 2**n never overflows
-function coveragePct(n, k) {
-  let sum = 0, logTerm = -n * Math.LN2;  // log of C(n, i) / 2**n, from i = 0
-  for (let i = 0; i < k; i++) {
-    sum += Math.exp(logTerm);
-    logTerm += Math.log((n - i) / (i + 1));
-  }
-  return 100 * (1 - 2 * sum);
-}
-
-// The median of xs and its interval: { value, n, lo, hi, level } (lo and hi null under two values)
-function estimate(xs) {
-  const s = [...xs].sort((a, b) => a - b), n = s.length;
-  if (n < 2) return { value: s[0], n: 1, lo: null, hi: null, level: 0 };
-  let k = 1;
-  while (k + 1 <= Math.floor(n / 2) && coveragePct(n, k + 1) >= LEVEL_PCT) k += 1;
-  const mid = Math.floor(n / 2);
-  const median = n % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
-  return { value: median, n, lo: s[k - 1], hi: s[n - k], level: coveragePct(n, k) };
-}
-
-// "[+8.1, +16.0]", the level added under 95 % ("[+8.1, +16.0] (75 %)"), as noise.py's Estimate.signed
-function intervalText(e) {
-  if (e.lo === null) return "";
-  return `[${num(e.lo)}, ${num(e.hi)}]` + (e.level >= LEVEL_PCT ? "" : ` (${e.level.toFixed(0)} %)`);
-}
-
-// The interval holds 0: the figure cannot be told apart from no overhead at all
-function withinNoise(e) {
-  return e.lo !== null && e.lo <= 0 && 0 <= e.hi;
-}
-
-// A run's overhead against its references (ids), in words; note: what the figure covers ("the steps so far")
-function overheadText(e, refs, note) {
-  if (!e) return "no reference: run these settings once with decoder none";
-  const tail = note ? `; ${note}` : "";
-  if (e.lo === null) return `${signed(e.value)} vs run ${refs[0]}: one baseline, noise unknown${tail}`;
-  return `${signed(e.value)} ${intervalText(e)} vs ${refs.length} no-preview runs` +
-         (withinNoise(e) ? ", within noise" : "") + tail;
+// A run's overhead as the server judged it (server/figures.py, the analysis the bench and watch.summary() use):
+// its configuration's figure over all its pairs, with its verdict and what is missing, then this run's own pair.
+// The page adds no figure and no verdict of its own.
+function overheadText(f) {
+  if (!f) return "–";
+  if (f.role === "baseline") return "a no-preview baseline: runs with previews of these settings are measured against it";
+  if (!f.steady) return `no figure: ${f.why}`;
+  const config = f.finding && f.finding.overhead ? `${f.config}: ${f.finding.said}` :
+    `${f.config}: no baseline ran right before a run of it, so its overhead is unknown; Measure runs the pairs`;
+  return f.pair ? `${config} (this run ${f.pair.said} vs baseline ${f.pair.baseline})` : config;
 }
 
 // The latest preview's memory rise over its step and the most so far (the rows' mem_mb, MiB)
@@ -382,17 +349,9 @@ function onStep(msg) {
     n += 1;
   }
   $("f-onpath").textContent = denoise ? `${(100 * preview / denoise).toFixed(1)} % (${preview.toFixed(0)} of ${denoise.toFixed(0)} ms)` : "–";
-  // so far: the steps' wall time on the denoising path against each reference's no-preview step, one overhead
-  // per reference; their median is the overhead against the median reference step (exactly, for an odd count).
-  // The whole run's figure (its wall time) replaces it at the end
-  const refs = referencesFor(run.meta);
-  const overheads = refs.map((r) => 100 * ((denoise + preview) / (n * (r.totals.denoise_ms + onPath(r.totals)) /
-                                                                  r.totals.steps_run) - 1));
-  run.live = n && refs.length ? { overhead: estimate(overheads), references: refs.map((r) => r.run_id) } : null;
-  $("f-overhead").textContent = !refs.length ? overheadText(null, [], "") : !run.live ? "–" :
-    overheadText(run.live.overhead, run.live.references, "the steps so far");
+  // the overhead is the whole run's wall time against the baseline right before it: the server says it at the end
+  $("f-overhead").textContent = "at the run's end: its wall time against the no-preview run right before it";
   $("f-mem").textContent = previewMemText(run.rows);
-  showAdvice();
   chartDirty = true;
 }
 
@@ -572,152 +531,58 @@ function onPath(r) {
   return r.on_path_ms || 0;
 }
 
-// A run's time outside its denoising loop, ms: the same for any preview setting, so not scaled by steps
-function fixedMs(t) {
-  return (t.text_encode_ms || 0) + (t.final_decode_ms || 0) + (t.final_encode_ms || 0) + (t.write_ms || 0);
-}
-
-// A no-preview run that can be another's reference: decoder none from start to end, whole, not the first run
-// after the model loaded (its warm-up is no steady state)
-function isReference(r) {
-  const t = r.totals;
-  return !!t && r.decoder === "none" && t.previews === 0 && (r.status === "done" || r.status === "stopped") &&
-         !r.damaged && !t.first_run && t.steps_run > 0 && t.wall_s > 0;
-}
-
-function sameSettings(a, b) {
-  return COST_KEYS.every((k) => (a[k] ?? null) === (b[k] ?? null));
-}
-
-// The references of run m: every no-preview run of the same settings in the list but m itself, oldest first.
-// All of them, not the nearest one: one run on a loaded machine can be far off, and only several show how far.
-function referencesFor(m) {
-  return [...runsById.values()].filter((r) => r.run_id !== m.run_id && isReference(r) && sameSettings(r, m))
-    .sort((a, b) => (a.run_id < b.run_id ? -1 : 1));
-}
-
-// One run's figures from its totals: what the page's table and comparison show. Per-step figures divide by
-// the steps that ran (fewer for img2img, or a stopped run). The overhead has the bench's meaning: the run's
-// wall time against a no-preview run's, the reference's loop scaled to the steps this run did; one per
-// reference, their median and its interval (estimate) the figure. Memory over none: the run's peak minus the
-// median peak of the references that read memory the same way.
-function figuresOf(m) {
-  const t = m.totals;
-  if (!t) return null;
-  const steps = Math.max(1, t.steps_run || m.steps);
-  const onPathMs = onPath(t);
-  const refs = referencesFor(m);
-  const overheads = refs.map((r) => {
-    const rt = r.totals;
-    const expected = fixedMs(rt) + (rt.wall_s * 1e3 - fixedMs(rt)) / rt.steps_run * steps;  // no previews, ms
-    return 100 * (t.wall_s * 1e3 / expected - 1);
-  });
-  const overhead = overheads.length ? estimate(overheads) : null;
-  const peak = t.mem_source && t.peak_mem_mb > 0 ? t.peak_mem_mb : null;
-  const refPeaks = refs.filter((r) => r.totals.mem_source === t.mem_source && r.totals.peak_mem_mb > 0)
-    .map((r) => r.totals.peak_mem_mb);
-  return { wall_s: t.wall_s, wall_per_step: t.wall_s * 1e3 / steps, denoise_per_step: t.denoise_ms / steps,
-           preview_on_path: onPathMs, on_path_share_pct: t.denoise_ms ? 100 * onPathMs / t.denoise_ms : 0,
-           overhead, overhead_pct: overhead ? overhead.value : null, references: refs.map((r) => r.run_id),
-           previews: t.previews, kb_per_frame: t.previews ? t.bytes / t.previews / 1024 : 0, decode_ms: t.decode_ms,
-           encode_ms: t.encode_ms, peak_mem_mb: peak,
-           mem_over_mb: peak !== null && refPeaks.length ? peak - estimate(refPeaks).value : null,
-           busy_pct: t.busy_pct ?? null };
-}
-
-// What to set, from the runs in the list (bench/advice.py's rules, in its words where they fit). The settings
-// are the running run's, else the latest run's; among the runs of those settings (COST_KEYS) with previews, a
-// configuration (decoder, every, preview_max, mode, decode_at) is measured by its latest steady run's figure,
-// the one the run list shows (the running run's by its live one). A configuration fits when its overhead
-// interval's top is at most the budget (one baseline: no interval, never fits); the best fitting is the most
-// frequent preview, then the largest decoder, then the largest preview. Every number it names is on the page:
-// the overhead figures (run list, This run), the budget (its input, else the default) and the interval it sets.
-const DEFAULT_BUDGET_PCT = 5;  // bench/advice.py's default
-const RANK = { vae: 3, taesd: 2, latent2rgb: 1 };              // how large a decoder is
-const CHEAPER = { vae: "taesd", taesd: "latent2rgb" };          // preview/decoders.py's chain down
+// The advice, the NOISY line and the baselines of the latest run's settings, as the server's analysis says them
+// (GET /analysis: the bench's rules, server-side); the budget the user typed goes with the request.
+let analysis = null;  // { run_id, data }: the analysis shown
+const DEFAULT_BUDGET_PCT = 5;  // the server's default, named in the hint before any run
 
 function budgetPct() {
   const b = Number($("budget").value);
-  return $("budget").dataset.set && b > 0 ? b : DEFAULT_BUDGET_PCT;
+  return $("budget").dataset.set && b > 0 ? b : null;
 }
 
-// The next cheaper decoder this server offers (its hello: the decoders, and whether TAESD weights are there)
-function cheaperDecoder(d) {
-  let next = CHEAPER[d];
-  while (next && offered && ((offered.decoders && !offered.decoders.includes(next)) ||
-                             (next === "taesd" && !offered.taesd))) next = CHEAPER[next];
-  return next || null;
+async function fetchAnalysis(rid) {
+  const b = budgetPct();
+  const res = await fetch(`/analysis?run=${encodeURIComponent(rid)}` + (b ? `&budget=${b}` : ""));
+  if (res.ok) showAnalysis(rid, await res.json(), true);
 }
 
-function configKey(m) {
-  return [m.decoder, m.budget > 0 ? `auto${m.budget}` : m.every, m.preview_max || 0, m.mode, m.decode_at || ""].join("|");
-}
-
-function configText(m) {
-  return `${m.decoder} ` + (m.budget > 0 ? `auto ${m.budget} %` : `every ${m.every}`) +
-         (m.preview_max > 0 ? ` max ${m.preview_max} px` : "") + ` ${m.mode}` +
-         (m.decode_at && m.decode_at !== "preview" ? ` decode_at ${m.decode_at}` : "");
-}
-
-function fits(o, budget) {
-  return o.overhead.hi !== null && o.overhead.hi <= budget;
-}
-
-// "+12.3 % [+8.1, +16.0]" with its level, as the overhead figures print it
-function costText(e) {
-  return e.lo === null ? signed(e.value) : `${signed(e.value)} ${intervalText(e)}`;
-}
-
-function adviceText() {
-  const running = run && !$("stop").disabled ? run.meta : null;
-  const latest = [...runsById.values()].filter((r) => r.totals && !r.damaged)
-    .sort((a, b) => (a.run_id < b.run_id ? 1 : -1))[0];
-  const cur = running || latest;
-  if (!cur) return "no advice yet: no run in the list";
-  if (!referencesFor(cur).length && !isReference(cur)) return "no advice yet: run these settings once with decoder none";
-  const options = new Map();  // configuration -> its latest steady run's { meta, overhead, run_id }
-  for (const r of [...runsById.values()].sort((a, b) => (a.run_id < b.run_id ? -1 : 1))) {
-    if (r.decoder === "none" || !r.totals || !r.totals.previews || r.totals.first_run || r.damaged ||
-        !(r.status === "done" || r.status === "stopped") || !sameSettings(r, cur)) continue;
-    const f = figuresOf(r);
-    if (f && f.overhead) options.set(configKey(r), { meta: r, overhead: f.overhead, run_id: r.run_id });
-  }
-  if (running && running.decoder !== "none" && run.live) {
-    options.set(configKey(running), { meta: running, overhead: run.live.overhead, run_id: running.run_id, live: true });
-  }
-  // the configuration asked about: the running run's or the latest run's; after a no-preview run, the latest
-  // configuration measured
-  let c = cur.decoder !== "none" ? options.get(configKey(cur)) : null;
-  if (!c && cur.decoder === "none" && options.size) {
-    c = [...options.values()].sort((a, b) => (a.run_id < b.run_id ? 1 : -1))[0];
-  }
-  if (!c) return "no advice yet: no run with previews of these settings has finished";
-  const budget = budgetPct();
-  const e = c.overhead;
-  let out = `${configText(c.meta)} (run ${c.run_id}${c.live ? ", the steps so far" : ""}): ` +
-            `at this rate previews cost ${costText(e)}`;
-  if (e.lo === null) out += ": one baseline, noise unknown";
-  else if (withinNoise(e)) out += "; within noise: these runs cannot tell it from none";
-  if (fits(c, budget)) return `${out}, under ${budget} %`;
-  const fit = [...options.values()].filter((o) => o.meta.budget <= 0 && fits(o, budget));
-  fit.sort((a, b) => a.meta.every - b.meta.every || (RANK[b.meta.decoder] || 0) - (RANK[a.meta.decoder] || 0) ||
-                     (b.meta.preview_max || 0) - (a.meta.preview_max || 0));
-  if (fit.length) {
-    const best = fit[0];
-    return `${out}; to stay under ${budget} %: ${configText(best.meta)} (run ${best.run_id}: ${costText(best.overhead)})`;
-  }
-  // nothing measured fits: what would, if the cost scales with the previews made
-  const ideas = [];
-  const every = c.meta.budget > 0 ? 0 : c.meta.every;
-  const wider = e.value > 0 && every > 0 ? Math.ceil(every * e.value / budget - 1e-9) : 0;
-  if (wider > every) ideas.push(`about every ${wider}`);
-  const down = cheaperDecoder(c.meta.decoder);
-  if (down) ideas.push(down);
-  return `${out}; to stay under ${budget} %: ${ideas.length ? ideas.join(", or ") : "fewer previews"}`;
+// A done message carries its settings' analysis at the default budget (or the run's own); a budget the user set
+// asks the server again
+function showAnalysis(rid, data, asked = false) {
+  if (!asked && budgetPct() && data.advice.budget !== budgetPct()) { fetchAnalysis(rid); return; }
+  analysis = { run_id: rid, data };
+  newerFindings(data);
+  renderRuns();
+  showAdvice();
 }
 
 function showAdvice() {
-  $("advice").textContent = adviceText();
+  const noisy = $("noisy");
+  if (!analysis) {
+    $("advice").textContent = "no advice yet: no run in the list has ended";
+    $("baselines").textContent = "";
+    noisy.hidden = true;
+    return;
+  }
+  const d = analysis.data;
+  noisy.hidden = !(d.noise && d.noise.noisy);
+  noisy.textContent = noisy.hidden ? "" : d.noise_line;
+  $("baselines").textContent = `the settings of run ${analysis.run_id}: ${d.baselines} steady no-preview baseline` +
+    `${d.baselines === 1 ? "" : "s"}` + (!d.noise ? "; fewer than two, so their noise is unknown: Measure runs more" :
+                                         noisy.hidden ? `; ${d.noise_line}` : "");
+  $("advice").textContent = d.advice.lines.length ? d.advice.lines.join("\n") :
+    "no advice yet: no run with previews of these settings has a baseline right before it; Measure runs the pairs";
+}
+
+// The measure series' progress, from the server (measure messages; hello's for a tab that joins during one)
+let measuring = false;
+function showMeasure(m) {
+  measuring = !!m && m.state === "running";
+  $("measure-line").hidden = !m;
+  $("measure-line").textContent = m ? m.line : "";
+  $("measure").disabled = measuring || !$("stop").disabled;
+  if (measuring) $("start").disabled = true;
 }
 
 // The comparison's rows, named in words: [label, figure, kind]; a percentage compares by its difference in
@@ -728,7 +593,7 @@ const COMPARED = [
   ["denoise ms per step done", "denoise_per_step", "ratio"],
   ["preview ms on the denoising path", "preview_on_path", "ratio"],
   ["on-path share (%)", "on_path_share_pct", "points"],
-  ["overhead, wall time vs the no-preview runs (%)", "overhead_pct", "points"],
+  ["overhead: its configuration's over all its pairs, then this run's against its baseline (%)", "overhead_pct", "points"],
   ["previews", "previews", "ratio"],
   ["KB per frame", "kb_per_frame", "ratio"],
   ["preview decode ms (all previews)", "decode_ms", "ratio"],
@@ -745,7 +610,7 @@ function showCompare() {
   box.hidden = picked.length !== 2;
   if (box.hidden) return;
   const [a, b] = picked.map((id) => runsById.get(id));
-  const fa = figuresOf(a), fb = figuresOf(b);
+  const fa = a.figures || null, fb = b.figures || null;
   const t = $("compare-table");
   t.textContent = "";
   const head = document.createElement("tr");
@@ -764,16 +629,14 @@ function showCompare() {
     t.appendChild(tr);
   }
   const shown = (v, kind, key, f) => (v === null || v === undefined || Number.isNaN(v) ? "–" :
-    key === "overhead_pct" ? num(v) + (f.overhead.lo === null ? " (one baseline)" : ` ${intervalText(f.overhead)}`) :
-    key === "previews" ? String(v) : kind === "points" ? num(v) : Number(v).toFixed(2));
-  // two overheads differ within noise when either median lies inside the other's interval
-  const inside = (e, x) => e.lo !== null && e.lo <= x && x <= e.hi;
+    key === "overhead_pct" ? overheadText(f) : key === "previews" ? String(v) : kind === "points" ? num(v) :
+    Number(v).toFixed(2));
   for (const [label, key, kind] of COMPARED) {
-    const va = fa ? fa[key] : null, vb = fb ? fb[key] : null;
+    const va = fa ? figureOf(fa, key) : null, vb = fb ? figureOf(fb, key) : null;
     const known = va !== null && vb !== null && va !== undefined && vb !== undefined;
-    const noise = key === "overhead_pct" && known && (inside(fa.overhead, vb) || inside(fb.overhead, va));
-    const vs = !known ? "–" : kind === "points" ? `${num(vb - va)} points${noise ? ", within noise" : ""}` :
-               va ? `×${(vb / va).toFixed(3)}` : "–";
+    // two overheads: each with its own verdict above; their difference is no finding the page can judge
+    const vs = !known ? "–" : key === "overhead_pct" ? "each with its verdict" :
+               kind === "points" ? `${num(vb - va)} points` : va ? `×${(vb / va).toFixed(3)}` : "–";
     const tr = document.createElement("tr");
     tr.dataset.figure = key;
     for (const c of [label, shown(va, kind, key, fa), shown(vb, kind, key, fb), vs]) {
@@ -781,6 +644,21 @@ function showCompare() {
     }
     t.appendChild(tr);
   }
+}
+
+// A newer analysis of one group of settings: the listed runs of its configurations take its findings (the
+// server's own, newer than the ones their `done` or the listing carried)
+function newerFindings(a) {
+  const byName = new Map(a.findings.map((f) => [f.name, f]));
+  for (const m of runsById.values()) {
+    const f = m.figures;
+    if (f && f.group === a.group && f.finding && byName.has(f.config)) f.finding = byName.get(f.config);
+  }
+}
+
+// A comparison row's figure from a run's server figures: the overhead is its own pair's (null without one)
+function figureOf(f, key) {
+  return key === "overhead_pct" ? (f.pair ? f.pair.overhead_pct : null) : f[key];
 }
 
 async function fetchRuns(query) {
@@ -791,7 +669,9 @@ async function fetchRuns(query) {
 function addRuns(list) {
   for (const m of list) runsById.set(m.run_id, m);
   renderRuns();
-  showAdvice();
+  // before any run ends in this tab: the advice of the newest ended run's settings
+  const newest = [...runsById.values()].filter((m) => m.figures).sort((a, b) => (a.run_id < b.run_id ? 1 : -1))[0];
+  if (!analysis && newest) fetchAnalysis(newest.run_id);
 }
 
 // Pages of PAGE runs, newest first; "older runs" asks for the page before the oldest shown.
@@ -814,7 +694,7 @@ function renderRuns() {
   for (const id of [...runsById.keys()].sort().reverse()) {
     const m = runsById.get(id);
     const tr = document.createElement("tr");
-    const f = m.status === "damaged" ? null : figuresOf(m);
+    const f = m.status === "damaged" ? null : (m.figures || null);
     const box = document.createElement("input");
     box.type = "checkbox";
     box.className = "pick";
@@ -837,24 +717,23 @@ function renderRuns() {
                  (m.batch > 1 ? ` ×${m.batch}` : "");
     const steps = m.steps || (m.totals ? m.totals.steps_run : "");
     const guidance = m.guidance === undefined || m.guidance === null ? (m.task === "script" ? "not seen" : "") : m.guidance;
-    const e = f ? f.overhead : null;
-    const interval = !e ? "" : e.lo === null ? "one baseline, noise unknown" :
-                     intervalText(e) + (withinNoise(e) ? ", within noise" : "");
-    const refs = f ? f.references : [];
-    const cells = [m.run_id, m.model, status, m.decoder, every, m.changes || "", m.mode, task, steps, size, guidance,
-                   f ? f.wall_s.toFixed(2) : "", f ? f.denoise_per_step.toFixed(1) : "",
-                   f ? f.preview_on_path.toFixed(0) : "", f ? f.on_path_share_pct.toFixed(1) : "",
-                   e ? num(e.value) : "", interval,
-                   refs.length === 1 ? refs[0] : refs.length ? `${refs.length} no-preview runs` : "",
-                   f ? f.previews : "", f ? f.kb_per_frame.toFixed(1) : "",
-                   f && f.peak_mem_mb !== null ? f.peak_mem_mb.toFixed(0) : "",
-                   f && f.mem_over_mb !== null ? `${f.mem_over_mb >= 0 ? "+" : ""}${f.mem_over_mb.toFixed(0)}` : "",
-                   f && f.busy_pct !== null ? f.busy_pct.toFixed(1) : ""];
-    const titles = { 1: m.model_note || "", 17: refs.join(" "), 20: m.totals ? m.totals.mem_source : "",
-                     22: m.totals ? m.totals.busy_source : "" };
+    const role = !f ? "" : f.role + (m.purpose ? ` (${m.purpose === "baseline" ? "measure" : "measured"})` : "");
+    const pair = f && f.pair ? f.pair.said : "";
+    const config = !f || f.role !== "preview" ? "" : !f.steady ? `no figure: ${f.why}` :
+      f.finding && f.finding.overhead ? f.finding.said : "no baseline right before a run of it: Measure runs the pairs";
+    const cells = [m.run_id, m.model, status, role, m.decoder, every, m.mode, m.changes || "", task, steps, size,
+                   guidance, f ? f.wall_s.toFixed(2) : "", pair, config, f ? f.previews : "",
+                   f && f.peak_mem_mb !== null ? f.peak_mem_mb.toFixed(0) : ""];
+    // what the list leaves out is in the cells' hover text and in the comparison (tick two runs)
+    const titles = { 1: m.model_note || "", 13: f && f.pair ? `against baseline ${f.pair.baseline}` : "",
+                     14: f && f.finding ? `${f.finding.runs} steady runs; pairs (run vs its baseline): ` +
+                       f.finding.pairs.map((p) => p.join(" vs ")).join(", ") : "",
+                     16: m.totals ? `${m.totals.mem_source}` + (f && f.mem_over_mb !== null ?
+                       `; ${f.mem_over_mb >= 0 ? "+" : ""}${f.mem_over_mb.toFixed(0)} MiB over its baseline` : "") : "" };
     cells.forEach((c, i) => {
       const td = document.createElement("td");
       td.textContent = c === undefined || c === null ? "" : c;
+      if (i === 14) td.className = "said";
       if (titles[i]) td.title = titles[i];
       tr.appendChild(td);
     });
@@ -907,6 +786,14 @@ $("start-form").addEventListener("submit", (ev) => {
   msg.init = init;
   send(msg);
 });
+// Measure: the current settings' no-preview baselines, paired with runs of the current preview settings, until
+// the overhead holds at the 95 % level (server/measure.py); the controls keep what the user chose
+$("measure").addEventListener("click", () => {
+  const msg = { type: "measure", ...previewFields(LIVE) };
+  for (const k of RUN_FIELDS) msg[k] = value(k);
+  msg.init = init;
+  send(msg);
+});
 $("clear-init").addEventListener("click", () => setInit(null));
 $("prompt").addEventListener("input", checkPrompt);
 $("example").addEventListener("click", fillExample);
@@ -918,7 +805,10 @@ for (const k of LIVE) {
   });
 }
 for (const k of RUN_FIELDS) $(k).addEventListener("input", () => { $(k).dataset.touched = "1"; });
-$("budget").addEventListener("input", () => { $("budget").dataset.set = "1"; showAdvice(); });
+$("budget").addEventListener("input", () => {
+  $("budget").dataset.set = "1";
+  if (analysis && budgetPct()) fetchAnalysis(analysis.run_id);
+});
 for (const k of [...RUN_FIELDS, ...LIVE]) $(k).addEventListener("input", () => inputEdited(k));
 $("older").addEventListener("click", loadOlder);
 window.addEventListener("resize", () => { if (chart) chart.setSize({ width: chartWidth(), height: 260 }); });

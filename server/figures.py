@@ -1,0 +1,177 @@
+"""The figures the page shows, computed here from the runs in the data folder with the one analysis every
+surface renders (preview/advice.py): each run's own figures and its pair's overhead, its configuration's verdict,
+the baselines' noise and the advice. The page formats what it is sent and computes no statistic of its own.
+
+A run is read once it has ended (its meta.json has totals) and kept by id until its meta.json changes or the run
+is removed; a listing then costs one stat per run. The analysis of a run takes the runs of the same settings
+(analysis.cost_key), in the order they ran.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from previewlab.preview.advice import DEFAULT_BUDGET_PCT, PAGE_REMEDIES, Analysis, analyze, said
+from previewlab.preview.analysis import Entry, cost_key, entry, overhead_pct, paired
+from previewlab.preview.run import RunRecord
+
+from .store import Store
+
+
+def page_more(n: int) -> str:
+    """How the page gets n more pairs."""
+    return f"measure {n} more pair{'s' if n > 1 else ''} for the 95 % level"
+
+
+def record_of(meta: Mapping[str, Any]) -> RunRecord | None:
+    """meta.json's run as a record (the meta's fields and its totals), None while it has no totals (running,
+    failed, interrupted). Raises ValueError for a cell that does not parse."""
+    totals = meta.get("totals")
+    if not isinstance(totals, dict):
+        return None
+    cells = {k: _cell(v) for k, v in {**totals, **meta}.items() if k != "totals"}
+    return RunRecord.from_row(cells)
+
+
+def _cell(v: Any) -> str:
+    """A JSON value as the CSV cell RunRecord.from_row reads: None empty, a bool 0/1."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return str(int(v))
+    return v if isinstance(v, str) else str(v)
+
+
+@dataclass(frozen=True)
+class Known:
+    stamp: int     # meta.json's mtime_ns when it was read
+    entry: Entry
+
+
+class Figures:
+    """The data folder's ended runs as the analysis reads them, kept between requests (store: where they are)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._known: dict[str, Known] = {}
+        self._lock = threading.Lock()  # the disk thread (listings) and the writer (a run's end) both read
+
+    def entries(self) -> list[Entry]:
+        """Every ended run of the data folder, oldest first, read anew only where its meta.json changed."""
+        with self._lock:
+            ids = self.store.ids()
+            for gone in set(self._known) - set(ids):
+                del self._known[gone]
+            out = []
+            for rid in ids:
+                try:
+                    stamp = os.stat(self.store.root / rid / "meta.json").st_mtime_ns
+                except OSError:
+                    continue
+                k = self._known.get(rid)
+                if k is None or k.stamp != stamp:
+                    e = self._read(rid)
+                    if e is None:
+                        self._known.pop(rid, None)
+                        continue
+                    k = self._known[rid] = Known(stamp, e)
+                out.append(k.entry)
+            return out
+
+    def _read(self, rid: str) -> Entry | None:
+        meta = self.store.ended_meta(rid)
+        if meta is None:
+            return None
+        try:
+            rec = record_of(meta)
+        except (ValueError, TypeError):
+            return None  # a meta.json the listing names damaged: no figure is made of it
+        if rec is None:
+            return None
+        return entry(rec, str(meta.get("status", "")), changed=bool(meta.get("changes")),
+                     damaged=bool(meta.get("damaged")))
+
+    def like(self, rid: str) -> tuple[Entry | None, list[Entry]]:
+        """Run rid's entry and the runs of its settings, oldest first (rid among them)."""
+        every = self.entries()
+        me = next((e for e in every if e.record.run_id == rid), None)
+        if me is None:
+            return None, []
+        key = cost_key(me.record.meta)
+        return me, [e for e in every if cost_key(e.record.meta) == key]
+
+    def analysis(self, rid: str, budget: float = DEFAULT_BUDGET_PCT) -> dict[str, Any] | None:
+        """The analysis of the runs of rid's settings, rid's configuration the one in use, with the settings'
+        group (group_of); None: no such run."""
+        me, group = self.like(rid)
+        if me is None:
+            return None
+        current = me.name if me.role == "config" else None
+        a = analyze(group, budget, current, more=page_more, remedies=PAGE_REMEDIES)
+        return {**a.to_json(), "group": group_of(me)}
+
+    def of_runs(self, metas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The listed runs, each ended one with its `figures` (run_figures)."""
+        every = self.entries()
+        groups: dict[tuple[Any, ...], list[Entry]] = {}
+        for e in every:
+            groups.setdefault(cost_key(e.record.meta), []).append(e)
+        by_id = {e.record.run_id: e for e in every}
+        judged: dict[tuple[Any, ...], tuple[Analysis, dict[str, tuple[Entry, Entry]]]] = {}
+        out = []
+        for m in metas:
+            me = by_id.get(str(m.get("run_id")))
+            if me is None:
+                out.append(m)
+                continue
+            key = cost_key(me.record.meta)
+            if key not in judged:
+                group = groups[key]
+                judged[key] = (analyze(group, more=page_more, remedies=PAGE_REMEDIES),
+                               {r.record.run_id: (r, b) for ps in paired(group).values() for r, b in ps})
+            a, pairs = judged[key]
+            out.append({**m, "figures": run_figures(me, a, pairs.get(me.record.run_id))})
+        return out
+
+    def of_run(self, rid: str, budget: float = DEFAULT_BUDGET_PCT) -> dict[str, Any]:
+        """A run's figures and its settings' analysis, for its `done` message ({} while it has none)."""
+        me, group = self.like(rid)
+        if me is None:
+            return {}
+        a = analyze(group, budget, me.name if me.role == "config" else None, more=page_more, remedies=PAGE_REMEDIES)
+        pair = next(((r, b) for ps in paired(group).values() for r, b in ps if r.record.run_id == rid), None)
+        return {"figures": run_figures(me, a, pair), "analysis": {**a.to_json(), "group": group_of(me)}}
+
+
+def group_of(e: Entry) -> str:
+    """The settings a run is measured with, as one string (analysis.cost_key): the page updates the figures of
+    the listed runs of one group from a newer analysis of it."""
+    return "|".join(map(str, cost_key(e.record.meta)))
+
+
+def run_figures(e: Entry, a: Analysis, pair: tuple[Entry, Entry] | None) -> dict[str, Any]:
+    """One run's figures as the run list, This run and the comparison show them: its own costs, its role, its
+    pair's overhead (against the baseline right before it), and its configuration's verdict over all its pairs."""
+    t, steps = e.record.totals, max(1, e.record.totals.steps_run or e.record.meta.steps)
+    peak = t.peak_mem_mb if t.mem_source and t.peak_mem_mb > 0 else None
+    out: dict[str, Any] = {
+        "group": group_of(e), "role": "warm-up" if e.role == "warmup" else "baseline" if e.role == "baseline" else "preview",
+        "steady": e.steady, "why": e.why, "config": e.name,
+        "wall_s": t.wall_s, "wall_per_step": t.wall_s * 1e3 / steps, "denoise_per_step": t.denoise_ms / steps,
+        "preview_on_path": t.on_path_ms, "on_path_share_pct": 100 * t.on_path_ms / t.denoise_ms if t.denoise_ms else 0.0,
+        "previews": t.previews, "kb_per_frame": t.bytes / t.previews / 1024 if t.previews else 0.0,
+        "decode_ms": t.decode_ms, "encode_ms": t.encode_ms, "peak_mem_mb": peak, "busy_pct": t.busy_pct,
+        "pair": None, "mem_over_mb": None, "finding": None, "noisy": bool(a.noise and a.noise.noisy)}
+    if pair is not None:
+        r, b = pair
+        x = overhead_pct(r.record, b.record)
+        out["pair"] = {"baseline": b.record.run_id, "overhead_pct": x, "said": f"{x:+.1f} %"}
+        bt = b.record.totals
+        if peak is not None and bt.mem_source == t.mem_source and bt.peak_mem_mb > 0:
+            out["mem_over_mb"] = peak - bt.peak_mem_mb
+    f = a.finding(e.name) if e.role == "config" else None
+    if f is not None:
+        out["finding"] = f.to_json(said(f.overhead, a.more))
+    return out
