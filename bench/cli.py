@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from previewlab.bench.rows import SweepRow
     from previewlab.preview.run import RunRecord
 
-__all__ = ["main", "parser", "progress_bar"]
+__all__ = ["main", "parser", "progress_bar", "summary_text"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweep = read_back(args.out, runs)
     rows = summarize(sweep.runs, sweep.steps)
     noise = baseline_noise(sweep.runs, args.noise_limit)
-    text = _summary(args, sweep.runs, rows, meta, noise, traces)
+    text = summary_text(args, sweep.runs, rows, meta, noise, traces)
     (args.out / "summary.txt").write_text(text + "\n")
     with open(args.out / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["config"])
@@ -147,9 +147,8 @@ def _meta(args: argparse.Namespace, model: Model, settings: RunSettings, r0: Run
             f"diffusers {r0.totals.diffusers}")
 
 
-def _summary(args: argparse.Namespace, runs: Sequence[SweepRow], rows: list[dict[str, Any]], meta: str,
-             noise: Noise | None,
-             traces: list[dict]) -> str:
+def summary_text(args: argparse.Namespace, runs: Sequence[SweepRow], rows: list[dict[str, Any]], meta: str,
+                 noise: Noise | None, traces: list[dict]) -> str:
     """summary.txt: the table, the overlap/sync ratios, the advice, and each traced run against its median."""
     from previewlab.bench.advice import DEFAULT_BUDGET_PCT
     from previewlab.bench.advice import lines as advice_lines

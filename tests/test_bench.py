@@ -47,9 +47,9 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     # overhead is relative to the median baseline of the sweep so far
     cfg = [r for r in runs if r["role"] == "config"]
     assert all(r["overhead_pct"] != "" for r in cfg)
-    vae1 = [r for r in cfg if r["config"] == "vae/every1/overlap"]
+    vae1 = [r for r in cfg if r["config"] == "vae/every1/sync"]
     assert len(vae1) == 2 and all(int(r["previews"]) == 4 for r in vae1)
-    every2 = [r for r in cfg if r["config"].endswith("/every2/overlap")]
+    every2 = [r for r in cfg if r["config"].endswith("/every2/sync")]
     assert len(every2) == 4 and all(int(r["previews"]) == 2 for r in every2)
     # every run's step rows are in steps.csv, with previews where the schedule says
     by_run: dict[str, list[dict[str, str]]] = {}
@@ -182,12 +182,12 @@ def test_a_video_sweep_compares_first_middle_and_all(tmp_path):
     with open(tmp_path / "runs.csv", newline="") as f:
         runs = [r for r in csv.DictReader(f) if r["role"] == "config"]
     by = {r["config"]: r for r in runs}
-    assert set(by) == {f"{d}/every1/overlap/frames-{f}" for d in ("latent2rgb", "vae") for f in ("first", "middle", "all")}
+    assert set(by) == {f"{d}/every1/sync/frames-{f}" for d in ("latent2rgb", "vae") for f in ("first", "middle", "all")}
     # frames sent in the run's 2 previews: one each, or the whole clip (5 frames decoded, 2 latent ones projected)
     assert {c: int(r["frames_sent"]) for c, r in by.items()} == {
-        "latent2rgb/every1/overlap/frames-first": 2, "latent2rgb/every1/overlap/frames-middle": 2,
-        "latent2rgb/every1/overlap/frames-all": 4, "vae/every1/overlap/frames-first": 2,
-        "vae/every1/overlap/frames-middle": 2, "vae/every1/overlap/frames-all": 10}
+        "latent2rgb/every1/sync/frames-first": 2, "latent2rgb/every1/sync/frames-middle": 2,
+        "latent2rgb/every1/sync/frames-all": 4, "vae/every1/sync/frames-first": 2,
+        "vae/every1/sync/frames-middle": 2, "vae/every1/sync/frames-all": 10}
     assert all(r["num_frames"] == "5" for r in runs)
     head = (tmp_path / "summary.txt").read_text().splitlines()[2]
     assert "frames" in head and "ms/frame" in head and "KB/prev" in head
@@ -213,7 +213,7 @@ def test_a_noisy_sweep_says_so_first_and_last_and_strict_fails_it(tmp_path):
     assert first.startswith("NOISY MACHINE: the 3 no-preview baselines spread") and "over the 0.001 % limit" in first
     assert "more --repeats, a quiet machine (no other jobs), or fewer torch threads than cores (--threads N, with taskset to pin them)" in first
     assert p.stderr.strip().splitlines()[-1] == f"previewlab bench: {first}"
-    assert p.stdout.splitlines()[0] == first and "latent2rgb/every1/overlap" in p.stdout
+    assert p.stdout.splitlines()[0] == first and "latent2rgb/every1/sync" in p.stdout
     runs = rows(tmp_path / "runs.csv")
     assert {r["threads"] for r in runs} == {"1"}  # --threads pinned torch's CPU threads
 
@@ -227,13 +227,13 @@ def test_decode_at_is_an_axis_whose_rows_say_where_the_decoder_stopped(tmp_path)
                    "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr[-2000:]
     runs = [r for r in rows(tmp_path / "runs.csv") if r["role"] == "config"]
-    assert sorted(r["config"] for r in runs) == ["taesd/every1/overlap/at-full", "taesd/every1/overlap/at-preview"]
+    assert sorted(r["config"] for r in runs) == ["taesd/every1/sync/at-full", "taesd/every1/sync/at-preview"]
     ids = {r["run_id"]: r["config"] for r in runs}
-    assert {r["config"]: r["decode_at"] for r in runs} == {"taesd/every1/overlap/at-full": "full",
-                                                          "taesd/every1/overlap/at-preview": "preview"}
+    assert {r["config"]: r["decode_at"] for r in runs} == {"taesd/every1/sync/at-full": "full",
+                                                          "taesd/every1/sync/at-preview": "preview"}
     made = {(ids[s["run_id"]], s["decode_at"], s["decode_width"], s["preview_width"])
             for s in rows(tmp_path / "steps.csv") if s["run_id"] in ids and s["preview"] == "1"}
-    assert made == {("taesd/every1/overlap/at-preview", "preview", "32", "16"),
-                    ("taesd/every1/overlap/at-full", "full", "64", "16")}
+    assert made == {("taesd/every1/sync/at-preview", "preview", "32", "16"),
+                    ("taesd/every1/sync/at-full", "full", "64", "16")}
     summary = (tmp_path / "summary.txt").read_text()
     assert "preview_max 16" in summary.splitlines()[1] and "at-preview" in summary

@@ -39,7 +39,7 @@ def test_two_schedulers_by_two_step_counts_each_have_their_own_baselines(tmp_pat
     for name, cls in (("euler", "EulerDiscreteScheduler"), ("dpmpp_2m", "DPMSolverMultistepScheduler")):
         for n in ("1", "2"):
             want += [(f"none/{name}/{n}steps", "baseline", cls, n, n),
-                     (f"latent2rgb/every1/overlap/{name}/{n}steps", "config", cls, n, n)]
+                     (f"latent2rgb/every1/sync/{name}/{n}steps", "config", cls, n, n)]
     assert got == want  # A B per combination: each configuration right after its own baseline
     # each overhead is against its own setup's baselines alone (one repeat: the median of them is the one beside
     # it), never the median of all setups' (a 1-step and a 2-step baseline); the CSV's walls are rounded

@@ -229,3 +229,38 @@ def test_hello_offers_the_running_runs_live_settings(make_app):
         recv_until(ws, "done")
     assert (seen["defaults"]["decoder"], seen["defaults"]["every"]) == ("vae", 3)
     assert seen["running"]["decoder"] == "latent2rgb"  # the run's start settings stay what they were
+
+
+def test_a_measure_series_pairs_baselines_with_the_settings_and_holds_them_until_it_ends(make_app):
+    """Issue 43, item 2: `measure` runs a baseline of the run settings, then a run of the preview settings, and
+    again; its runs are marked (purpose, in the list and the CSV), the settings it measures cannot be changed
+    while it runs, and stop ends it. Decoder none has nothing to measure."""
+    from tests.conftest import acks_not_awaited
+
+    srv, app = make_app(limits=acks_not_awaited())
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        recv_until(ws, "hello")
+        ws.send_text(json.dumps({"type": "measure", "steps": 2, "decoder": "none"}))
+        assert recv_until(ws, "error")["message"].startswith("measure: decoder none has no overhead to measure")
+        ws.send_text(json.dumps({"type": "measure", "steps": 2, "decoder": "latent2rgb", "every": 1}))
+        going = recv_until(ws, "measure")  # at once; the run's own message once its folder is written
+        first = recv_until(ws, "run")
+        assert (first["decoder"], first["purpose"]) == ("none", "baseline")
+        assert going["state"] == "running" and going["config"] == "latent2rgb/every1/sync"
+        assert going["line"] == "measuring latent2rgb/every1/sync: 0 of 6 pairs for the 95 % level; now a baseline"
+        for refused in ({"type": "set", "decoder": "vae"}, {"type": "start", "steps": 2},
+                        {"type": "measure", "steps": 2}):
+            ws.send_text(json.dumps(refused))
+            assert "a measure series of latent2rgb/every1/sync is running" in recv_until(ws, "error")["message"]
+        second = recv_until(ws, "run")  # the series starts its run with previews once the baseline has ended
+        assert (second["decoder"], second["every"], second["purpose"]) == ("latent2rgb", 1, "measured")
+        ws.send_text(json.dumps({"type": "stop"}))
+        stopped = recv_until(ws, "measure")
+        while stopped["state"] == "running":
+            stopped = recv_until(ws, "measure")
+        assert stopped["state"] == "stopped" and "stopped by a watcher" in stopped["line"]
+        recv_until(ws, "done")
+        listed = list(csv.DictReader(io.StringIO(client.get("/runs.csv").text)))
+        assert [(r["decoder"], r["purpose"]) for r in listed][:2] == [("none", "baseline"), ("latent2rgb", "measured")]
+        ws.send_text(json.dumps({"type": "start", "steps": 2}))  # the series is over: a start is taken again
+        assert recv_until(ws, "run")["purpose"] == ""
