@@ -46,6 +46,7 @@ from .totals import run_record
 from .watch_settings import WatchKeywords, WatchSettings
 
 __all__ = ["Watch", "WatchSettings", "call_inputs", "model_of"]
+KeepFinal = Callable[[str, bytes], bool]  # (run id, PNG) -> whether the image is kept as that run's final one
 
 
 class Watch(PipelineCallback):
@@ -92,12 +93,14 @@ class Watch(PipelineCallback):
         # attach(): the live page (previewlab.serve(watch) attaches itself)
         self.events: RunEvents | None = None
         self._close_events: Callable[[], None] | None = None
+        self._keep_final: KeepFinal | None = None
         self._hook()
 
-    def attach(self, events: RunEvents | None, close: Callable[[], None] | None = None) -> None:
+    def attach(self, events: RunEvents | None, close: Callable[[], None] | None = None,
+               keep_final: KeepFinal | None = None) -> None:
         """Tell `events` of this watch's runs too, from the denoising thread (None detaches); remove() calls
-        `close`."""
-        self.events, self._close_events = events, close
+        `close`; save() hands `keep_final` the run's PNG (the server keeps it as the run's final image)."""
+        self.events, self._close_events, self._keep_final = events, close, keep_final
 
     @property
     def running(self) -> bool:
@@ -232,7 +235,9 @@ class Watch(PipelineCallback):
 
     # -- the end of the request ------------------------------------------------------------------------------
     def save(self, image: Any, path: str | Path) -> Path:
-        """Encode the final image as PNG and write it, timed: the request ends here."""
+        """Encode the final image as PNG and write it, timed: the request ends here. Served (serve(watch)), the
+        same PNG becomes the run's final image on the page, handed over after the timed request; a call already
+        closed (finish(), `record`, `summary()`, or the next call) keeps none there."""
         arr = np.asarray(image.convert("RGB") if hasattr(image, "convert") else image)
         t0 = self.sw.clock()
         png = save_image(arr.astype(np.uint8))
@@ -241,14 +246,15 @@ class Watch(PipelineCallback):
         t2 = self.sw.clock()
         c = self._call
         c.final_encode_ms, c.write_ms, c.t_end = (t1 - t0) * 1e3, (t2 - t1) * 1e3, t2
-        self._close_call()
+        self._close_call(png)
         return Path(path)
 
     def finish(self) -> RunRecord | None:
         """Close the latest call's record without saving an image (save() does this for you)."""
         return self._close_call()
 
-    def _close_call(self) -> RunRecord | None:
+    def _close_call(self, png: bytes | None = None) -> RunRecord | None:
+        """png: the call's final image as save() wrote it, kept where the run is shown before its end is told."""
         c, meter = self._call, self.meter
         self._call, self.meter = CallMarks(), None
         if meter is None or c.meta is None:
@@ -260,8 +266,10 @@ class Watch(PipelineCallback):
         rec = run_record(self.model, meta, meter.rows, c.phases(sw), status=status, inflight_peak=peak, cuda=sw.cuda,
                          usage=meter.usage(), timing=sw.timing)
         self.records.append(rec)
+        # after the record's clock stopped (t_end): keeping the image is not the user's request
+        kept = png is not None and self._keep_final is not None and self._keep_final(meta.run_id, png)
         if self.events:
-            self.events.ended(RunEnd.of(meta, rec.totals, meter.rows))
+            self.events.ended(RunEnd.of(meta, rec.totals, meter.rows, has_final=kept))
         return rec
 
     def summary(self, budget: float = 5.0) -> str:

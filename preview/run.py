@@ -145,28 +145,31 @@ RUN_COLUMNS = META_COLUMNS + TOTALS_COLUMNS
 class RunEnd:
     """How a run ended: its record (totals) when it finished, its one-line error when it failed. A run that
     lost rows to the disk keeps its totals and fails with the error saying so. changes: its live changes in a
-    few words (history.py), "" when none or unknown."""
+    few words (history.py), "" when none or unknown. has_final: its final image is kept beside its rows (a
+    server's finished run; a script's once watch.save() handed it over), so the page can show and reuse it."""
     meta: RunMeta
     status: Status
     totals: Totals | None = None
     error: str | None = None
     changes: str = ""
+    has_final: bool = False
 
     @classmethod
-    def of(cls, meta: RunMeta, totals: Totals, rows: Sequence[StepRow] = ()) -> RunEnd:
+    def of(cls, meta: RunMeta, totals: Totals, rows: Sequence[StepRow] = (), has_final: bool = False) -> RunEnd:
         """A finished run's end, told with meta (its record's, or the meta its start was told with). rows: the
         run's step rows, read once here for its changes."""
         p = meta.preview or PreviewSettings()
         return cls(meta, "stopped" if totals.status == "stopped" else "done", totals,
-                   changes=history(rows, p.budget, p.preview_max))
+                   changes=history(rows, p.budget, p.preview_max), has_final=has_final)
 
     @classmethod
     def failed(cls, meta: RunMeta, e: BaseException) -> RunEnd:
         return cls(meta, "failed", error=f"{type(e).__name__}: {str(e)[:200]}")
 
     def to_json(self) -> dict[str, Any]:
-        """The run's meta, status and changes, then totals and error (each only when the run has one)."""
-        out: dict[str, Any] = {**self.meta.to_json(), "status": self.status, "changes": self.changes}
+        """The run's meta, status, changes and has_final, then totals and error (each only when the run has one)."""
+        out: dict[str, Any] = {**self.meta.to_json(), "status": self.status, "changes": self.changes,
+                               "has_final": self.has_final}
         if self.totals is not None:
             out["totals"] = self.totals.to_json()
         if self.error is not None:

@@ -142,7 +142,7 @@ def build_app(server: Server) -> ASGIApp:
             return PlainTextResponse(f"unknown run id {protocol.short(rid)}", status_code=404)
         if image is None:
             return PlainTextResponse(f"run {rid} has no final image: it failed, is still running, or a script "
-                                     "ran it (the script saves its own)", status_code=404)
+                                     "ran it and did not call watch.save()", status_code=404)
         return FileResponse(image, media_type="image/png", headers={"Cache-Control": "no-cache"})
 
     async def favicon(request: Request) -> Response:

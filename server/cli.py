@@ -215,21 +215,35 @@ def serve(args: argparse.Namespace) -> int:
         print(note, flush=True)
 
     class Graceful(uvicorn.Server):
-        """On SIGTERM / Ctrl-C: stop the run and close clients with 1001 before uvicorn shuts down."""
-        closing = False
+        """On SIGTERM / Ctrl-C: stop the run and close clients with 1001 before uvicorn shuts down. A second one
+        while the run is still given its grace shuts down at once, the clients closed with 1001 first; a third
+        is uvicorn's force exit."""
+        signals = 0  # SIGTERM and Ctrl-C received so far
 
         def handle_exit(self, sig: int, frame: object) -> None:
-            if self.closing:
-                return super().handle_exit(sig, frame)  # type: ignore[arg-type]
-            self.closing = True
             import asyncio
+
+            self.signals += 1
+            loop = asyncio.get_event_loop()
+
+            def shut_down() -> None:  # uvicorn's own handling, once: told again, a Ctrl-C would force its exit
+                if not self.should_exit:
+                    uvicorn.Server.handle_exit(self, sig, frame)  # type: ignore[arg-type]
 
             def stopped(task: asyncio.Task[str]) -> None:
                 if not task.cancelled() and task.exception() is None and task.result():
                     print(f"previewlab: {task.result()}", flush=True)  # where the run it stopped is kept
-                uvicorn.Server.handle_exit(self, sig, frame)  # type: ignore[arg-type]
+                shut_down()
 
-            asyncio.get_event_loop().create_task(server.graceful()).add_done_callback(stopped)
+            if self.should_exit or self.signals > 2:  # uvicorn is shutting down: a Ctrl-C forces its exit
+                super().handle_exit(sig, frame)  # type: ignore[arg-type]
+            elif self.signals == 1:
+                loop.create_task(server.graceful()).add_done_callback(stopped)
+            else:
+                # uvicorn's shutdown closes each open WebSocket with 1012 (service restart) and aborts what is
+                # left 2.5 s later (1006): the watchers are closed with 1001 first, as graceful() closes them
+                closed = loop.create_task(server.hub.close_all(1001, "server shutting down"))
+                closed.add_done_callback(lambda _: shut_down())
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             # uvicorn cancels the tasks still running 3 s into shutdown and logs a traceback for each (60 stuck

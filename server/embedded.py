@@ -3,16 +3,18 @@ watch as its RunEvents (preview/run.py): the core never imports the server.
 
 The user's code owns the pipeline and its loop; this side only shows what the watch measures. Start is
 refused (generations come from the script); set changes the watch's live controls; stop interrupts the
-call at its next step.
+call at its next step. The image the script saves (watch.save()) becomes its run's final image.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from previewlab.preview.final import write_whole
 from previewlab.preview.frames import Frame
 from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunMeta
@@ -21,6 +23,9 @@ from previewlab.preview.settings import PreviewSettings, RunSettings
 
 from .app import Server, build_app
 from .worker import Busy
+
+log = logging.getLogger("previewlab.server")
+LOOP_WAIT_S = 5.0  # keep_final's wait for the loop to have made the run's folder (it takes milliseconds)
 
 
 class WatchSource:
@@ -92,6 +97,26 @@ class Embedded:
     def ended(self, end: RunEnd) -> None:
         self._call(self.server.ended, end)
 
+    def keep_final(self, run_id: str, png: bytes) -> bool:
+        """A script's saved image as its run's final image (final.png beside its rows), written whole on the
+        script's thread after its call, before the run's end is told; True once it is there. The run's folder is
+        made on the loop (started), so this waits for the loop to have run what it was handed before."""
+        if not self.thread.is_alive():  # closed (watch.remove()): no loop will answer
+            return False
+        caught_up = threading.Event()
+        try:
+            self.loop.call_soon_threadsafe(caught_up.set)
+        except RuntimeError:  # its loop has closed
+            return False
+        if not caught_up.wait(LOOP_WAIT_S) or not self.server.store.known(run_id):
+            return False
+        try:
+            write_whole(self.server.store.final_image_path(run_id), png)
+        except OSError as e:  # a full disk: the run is listed without its image, the script's own file is kept
+            log.warning("run %s: its final image could not be kept: %s", run_id, e)
+            return False
+        return True
+
     def close(self) -> None:
         self.uv.should_exit = True
         self.thread.join(30)
@@ -137,5 +162,5 @@ def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: st
               flush=True)
     print(f"previewlab: watching {watch.model.name}; open {url}" + (f" ({note})" if note else ""), flush=True)
     embedded = Embedded(server, uv, t, holder["loop"], url)
-    watch.attach(embedded, close=embedded.close)
+    watch.attach(embedded, close=embedded.close, keep_final=embedded.keep_final)
     return embedded

@@ -154,11 +154,13 @@ class Hub:
         return False
 
     async def kill(self, c: Client, code: int, why: str) -> None:
-        """Close a client from the server's side and end its endpoint; its finally releases it."""
+        """Close a client from the server's side with `code` and `why` as its reason (a few words: a close
+        frame holds 123 bytes of it), and end its endpoint; its finally releases it."""
         c.killed = why
         self.clients.pop(c.cid, None)  # no more frames for it, whatever the close does
         try:
-            await asyncio.wait_for(c.ws.close(code), 1.0)
+            # a close frame's reason holds 123 bytes: a longer one would fail the close itself
+            await asyncio.wait_for(c.ws.close(code, why.encode()[:123].decode(errors="ignore")), 1.0)
         except Exception:
             pass  # a client that does not read cannot take a close frame either
         if c.owner is not None and c.owner is not asyncio.current_task():

@@ -42,7 +42,7 @@ from previewlab.preview.names import (BATCH_PREVIEWS, DECODE_ATS, DECODER_NAMES,
                                      TARGETS)
 from previewlab.preview.records import StepRow
 from previewlab.preview.run import RunEnd, RunMeta, dtype_name
-from previewlab.preview.settings import (MAX_BATCH, MAX_PROMPT, PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings,
+from previewlab.preview.settings import (MAX_BATCH, MAX_EVERY, MAX_PROMPT, PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings,
                                         RunSettings, SettingsError)
 
 from .limits import clip, short, work_error
@@ -196,16 +196,21 @@ AUTO_BUDGET = 10.0  # percent, when every is "auto" and no budget is named
 
 
 def _auto(msg: dict[str, Any], default_budget: float) -> dict[str, Any]:
-    """every: "auto" means the autopilot with the named budget; a number turns it off."""
+    """every: "auto" means the autopilot with the named budget; a number turns it off. Anything else is refused
+    here, naming what was sent and both choices (the settings' own error knows no "auto")."""
     msg = dict(msg)
-    if msg.get("every") == "auto":
+    every = msg.get("every")
+    if every == "auto":
         msg["every"] = 1
         if "budget" not in msg:
             msg["budget"] = default_budget or AUTO_BUDGET
         elif msg["budget"] == 0:
             raise ProtocolError("budget: every=\"auto\" needs a budget above 0 percent")
-    elif "every" in msg and "budget" not in msg:
-        msg["budget"] = 0.0
+    elif "every" in msg:
+        if isinstance(every, bool) or not isinstance(every, int) or not 1 <= every <= MAX_EVERY:
+            raise ProtocolError(f"every={short(every)}: must be an integer from 1 to {MAX_EVERY}, or auto")
+        if "budget" not in msg:
+            msg["budget"] = 0.0
     return msg
 
 

@@ -141,7 +141,8 @@ class Worker:
             self._first = False
             if self.abandoned:  # shutdown recorded the run interrupted, without its image: keep disk and record one
                 self.store.final_image_path(rid).unlink(missing_ok=True)
-            end = RunEnd.of(meta, run.record.totals, run.rows)
+            # the engine wrote the image whole or raised; asked of the disk, so the end says what is there
+            end = RunEnd.of(meta, run.record.totals, run.rows, has_final=self.store.final_image(rid) is not None)
         except OSError as e:  # the disk (the final image): one line naming the file, not a traceback
             log.warning("run %s failed: %s", rid, e)
             named = f"{Path(e.filename).parent.name}/{Path(e.filename).name}: {e.strerror or e}" if e.filename else None

@@ -42,12 +42,13 @@ def test_a_server_runs_messages_and_meta_json_keep_their_keys(make_app, tmp_path
         ws.send_text(json.dumps({"type": "stop"}))
         assert recv_until(ws, "done")["status"] == "stopped"
     assert list(run) == ["type", *META_KEYS] and run["seed"] == 5 and run["every"] == 2
-    assert list(done) == ["type", *META_KEYS, "status", "changes", "totals", "figures", "analysis"]
-    assert done["status"] == "done"
+    assert list(done) == ["type", *META_KEYS, "status", "changes", "has_final", "totals", "figures", "analysis"]
+    assert done["status"] == "done" and done["has_final"] is True
     assert {k: done[k] for k in META_KEYS} == {k: run[k] for k in META_KEYS}  # the end carries the start's meta
     assert list(done["totals"]) == list(TOTALS_COLUMNS) and done["seed"] == 5
     on_disk = json.loads((tmp_path / "runs" / run["run_id"] / "meta.json").read_text())
-    assert on_disk == {k: v for k, v in done.items() if k != "type"}
+    # the figures and the analysis are the server's judgement of the runs so far, not the run's record
+    assert on_disk == {k: v for k, v in done.items() if k not in ("type", "figures", "analysis")}
     assert hello["running"] == {k: again[k] for k in META_KEYS}
 
 
@@ -97,7 +98,8 @@ def test_a_watch_tells_the_same_events_with_one_meta_from_start_to_end():
     # the seed of the call's generator and the pipeline's guidance scale (its default, 7.5) are read from the call
     assert (meta.steps, meta.width, meta.height, meta.seed, meta.prompt) == (4, 64, 64, 3, "(your script)")
     assert meta.guidance == 7.5 and list(meta.to_json()) == list(META_KEYS)
-    assert list(end.to_json()) == [*meta.to_json(), "status", "changes", "totals"]
+    assert list(end.to_json()) == [*meta.to_json(), "status", "changes", "has_final", "totals"]
+    assert end.has_final is False  # finish(), not save(): and no server to keep an image anyway
 
 
 def _read_back(record: RunRecord, drop: tuple[str, ...] = ()) -> RunRecord:

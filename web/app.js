@@ -65,7 +65,11 @@ function inputEdited(id) {
 function value(id) {
   const el = $(id);
   if (id === "every" && el.value.trim() === "auto") return "auto";
-  return NUMERIC.has(id) ? Number(el.value) : el.value;
+  if (!NUMERIC.has(id)) return el.value;
+  // Text that is not a finite number goes as typed, so the server's error names it: Number("abc") is NaN, which
+  // JSON sends as null. A number input that cannot parse its text reads "" (validity.badInput): "" is sent.
+  const n = Number(el.value);
+  return Number.isFinite(n) && !el.validity.badInput ? n : el.value;
 }
 
 // every and budget travel together: budget only means something when every is "auto"
@@ -87,9 +91,14 @@ function send(msg) {
 function connect() {
   ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws${location.search}`);
   ws.binaryType = "arraybuffer";
-  ws.onopen = () => { $("conn").textContent = "connected"; $("conn").className = "pill ok"; };
+  ws.onopen = () => { $("conn").textContent = "connected"; $("conn").className = "pill ok"; delete $("conn").dataset.closed; };
   ws.onclose = (ev) => {
-    $("conn").textContent = `disconnected (${ev.code})`; $("conn").className = "pill";
+    // the server's own close is the news (1001 server shutting down); the reconnects refused while it is down
+    // each read 1006, which says nothing new: the first code stays until a connection opens again
+    const first = $("conn").dataset.closed;
+    const said = first && ev.code === 1006 ? first : `${ev.code}${ev.reason ? " " + ev.reason : ""}`;
+    $("conn").dataset.closed = said;
+    $("conn").textContent = `disconnected (${said})`; $("conn").className = "pill";
     setTimeout(connect, 1000);
   };
   ws.onmessage = (ev) => {
@@ -255,8 +264,12 @@ function showFinal(id) {
   img.src = `/runs/${encodeURIComponent(id)}/final.png`;
 }
 
+// has_final: the server's word (a script's run has an image once the script called watch.save()); a run that
+// ended before the server said so: a finished run of the server's own
 function hasFinal(m) {
-  return (m.status === "done" || m.status === "stopped") && !m.damaged && m.task !== "script";
+  if (m.damaged) return false;
+  if (typeof m.has_final === "boolean") return m.has_final;
+  return (m.status === "done" || m.status === "stopped") && m.task !== "script";
 }
 
 function beginRun(meta) {
