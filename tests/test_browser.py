@@ -567,7 +567,8 @@ def test_on_a_noisy_machine_the_page_says_so_measures_its_baselines_and_advises_
         wait_js(page, "document.getElementById('measure-line').textContent.startsWith('measured')", 300)
         line = page.text_content("#measure-line") or ""
         assert line == "measured latent2rgb/every1/sync: 6 of 6 pairs, its interval at the 95 % level", line
-        # the user's choices are as they were
+        # the series is over: Start and Measure are offered again; the user's choices are as they were
+        wait_js(page, "!document.getElementById('start').disabled && !document.getElementById('measure').disabled")
         assert (page.input_value("#decoder"), page.input_value("#every"), page.input_value("#mode")) == \
             ("latent2rgb", "1", "sync")
         wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 14")

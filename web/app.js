@@ -594,8 +594,9 @@ function showMeasure(m) {
   measuring = !!m && m.state === "running";
   $("measure-line").hidden = !m;
   $("measure-line").textContent = m ? m.line : "";
-  $("measure").disabled = measuring || !$("stop").disabled;
-  if (measuring) $("start").disabled = true;
+  const idle = $("stop").disabled;  // no run going: the series' end may come after its last run's
+  $("measure").disabled = measuring || !idle;
+  $("start").disabled = measuring || !idle;
 }
 
 // The comparison's rows, named in words: [label, figure, kind]; a percentage compares by its difference in
