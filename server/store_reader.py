@@ -48,7 +48,8 @@ class DeliveryRow:
 
 DELIVERY_COLUMNS = tuple(f.name for f in fields(DeliveryRow))
 # a run's context, repeated on each step row of the server's CSVs (device_name comes from the run's totals)
-RUN_CONTEXT = ("model", "model_note", "device", "device_name", "dtype", "prompt", "seed", "guidance", "steps")
+RUN_CONTEXT = ("model", "model_note", "device", "device_name", "dtype", "prompt", "seed", "guidance", "steps",
+               "purpose")  # purpose: a measure series' baseline or measured run, "" a user's
 EXPORT_COLUMNS = STEP_COLUMNS + RUN_CONTEXT
 # the list's CSV, a row per run: what it was asked (meta.json's fields), how it ended, then its totals' own fields
 LIST_COLUMNS = tuple(dict.fromkeys(

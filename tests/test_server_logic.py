@@ -262,5 +262,7 @@ def test_a_measure_series_pairs_baselines_with_the_settings_and_holds_them_until
         recv_until(ws, "done")
         listed = list(csv.DictReader(io.StringIO(client.get("/runs.csv").text)))
         assert [(r["decoder"], r["purpose"]) for r in listed][:2] == [("none", "baseline"), ("latent2rgb", "measured")]
+        steps = list(csv.DictReader(io.StringIO(client.get("/runs/steps.csv").text)))  # each step row says it too
+        assert {r["purpose"] for r in steps if r["run_id"] == first["run_id"]} == {"baseline"}
         ws.send_text(json.dumps({"type": "start", "steps": 2}))  # the series is over: a start is taken again
         assert recv_until(ws, "run")["purpose"] == ""
