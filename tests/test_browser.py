@@ -123,8 +123,10 @@ def test_a_page_that_reconnects_to_a_restarted_server_can_start_again(make_app, 
         wait_js(page, "!document.getElementById('conn').classList.contains('ok')")
         # the server's own close code stays while the reconnects are refused (each a 1006 that says nothing new)
         first = page.text_content("#conn") or ""
-        time.sleep(2.5)
+        time.sleep(3.5)
         assert first.startswith("disconnected (") and "1006" not in first and page.text_content("#conn") == first
+        # and they back off: 1 s, 2 s, then 4 s before the next try (issue 44)
+        assert page.evaluate("Number(document.getElementById('conn').dataset.retryMs)") >= 4000
         srv2, app2 = make_app(data_dir=data)
         with live_server(app2, port=int(addr.rsplit(":", 1)[1])):
             page.wait_for_selector("#conn.ok", timeout=30_000)
@@ -216,14 +218,14 @@ def test_a_none_run_after_a_taesd_run_starts_clean_and_each_run_shows_its_final_
         assert first in (page.text_content("#final-caption") or "")
         assert not page.evaluate(BLANK_CANVAS)  # the TAESD preview is on the canvas
         # the chart: whole steps only on the x axis; render is its own line, not stacked on the step's stages
-        wait_js(page, "chart.data[0].length === 3")
-        ticks = page.evaluate("chart.axes[0]._splits")
+        wait_js(page, "previewlab.chart.data[0].length === 3")
+        ticks = page.evaluate("previewlab.chart.axes[0]._splits")
         assert ticks and all(float(t).is_integer() for t in ticks), ticks
-        labels = page.evaluate("chart.series.map((s) => s.label)")
+        labels = page.evaluate("previewlab.chart.series.map((s) => s.label)")
         assert labels[-1].startswith("browser render") and "render" not in labels[:-1]
-        rows = page.evaluate("rawRows.map((r) => [r.render_ms ?? null, r.denoise_ms])")
-        top = page.evaluate("chart.data[1]")  # the top of the stack: every server stage of the step
-        shown = page.evaluate("chart.data[chart.data.length - 1]")
+        rows = page.evaluate("previewlab.rows.map((r) => [r.render_ms ?? null, r.denoise_ms])")
+        top = page.evaluate("previewlab.chart.data[1]")  # the top of the stack: every server stage of the step
+        shown = page.evaluate("previewlab.chart.data[previewlab.chart.data.length - 1]")
         assert shown == [r[0] for r in rows] and any(v is not None for v in shown)
         assert all(t >= d for t, (_, d) in zip(top, rows))
 
@@ -467,7 +469,7 @@ def test_decode_at_is_a_live_control_and_its_runs_record_where_the_decoder_stopp
         # previews decoded at the size sent: once the row of a preview after the switch is in, the caption names
         # one size again
         wait_js(page, f"(() => {{ const s = Number(document.getElementById('preview').dataset.step);"
-                      f" const r = run.rows.get(s);"
+                      f" const r = previewlab.state.run.rows.get(s);"
                       f" return s > {switched} + 2 && !!r && r.decode_at === 'preview' && r.decode_width > 0; }})()")
         caption = page.text_content("#caption") or ""
         assert " · 32x32 · " in caption and "decoded" not in caption, caption
@@ -606,6 +608,8 @@ def test_on_a_noisy_machine_the_page_says_so_measures_its_baselines_and_advises_
         right = page.evaluate("Math.max(...[...document.querySelectorAll('#runs tbody tr:first-child td')]"
                               ".map((td) => td.getBoundingClientRect().right))")
         assert right <= 1280, right
+        # the list is updated by run id: a row whose run did not change is the same element after other runs end
+        page.evaluate("document.querySelector('#runs tbody tr:last-child').dataset.kept = '1'")
         # Stop ends a series: its run stops, and the line says so
         page.click("#measure")
         wait_js(page, "document.getElementById('measure-line').textContent.startsWith('measuring')", 60)
@@ -613,6 +617,8 @@ def test_on_a_noisy_machine_the_page_says_so_measures_its_baselines_and_advises_
         wait_js(page, "document.getElementById('measure-line').textContent.includes('stopped')", 60)
         assert "stopped by a watcher" in (page.text_content("#measure-line") or "")
         wait_js(page, "!document.getElementById('start').disabled", 60)
+        wait_js(page, "document.querySelectorAll('#runs tbody tr').length >= 15")
+        assert page.evaluate("document.querySelector('#runs tbody tr:last-child').dataset.kept") == "1"
         assert errors == []
         browser.close()
 

@@ -34,9 +34,9 @@ def wait_js(page: Any, expression: str, timeout_s: float = 30) -> None:
 
 
 def page_numeric_fields() -> list[str]:
-    """The page's numeric fields, as web/app.js lists them (NUMERIC): each one's text goes through value()."""
-    found = re.search(r"const NUMERIC = new Set\(\[(.*?)\]\)", (ROOT / "web" / "app.js").read_text(), re.S)
-    assert found, "web/app.js no longer lists its numeric fields in NUMERIC"
+    """The page's numeric fields, as web/controls.js lists them (NUMERIC): each one's text goes through value()."""
+    found = re.search(r"const NUMERIC = new Set\(\[(.*?)\]\)", (ROOT / "web" / "controls.js").read_text(), re.S)
+    assert found, "web/controls.js no longer lists its numeric fields in NUMERIC"
     return re.findall(r'"([a-z_]+)"', found.group(1))
 
 
