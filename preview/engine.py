@@ -110,7 +110,7 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
     # a pipeline without a step callback: the scheduler's step is the step source (steps.py)
     by_scheduler = not modular and source_of(pipe) == "scheduler"
     step_tap = StepTap(pipe.scheduler, x0=tap, on_step=meter.step if by_scheduler else None, pipe=pipe)
-    sw, rng, clock = meter.sw, meter.rng, meter.sw.clock
+    sw, ranges, clock = meter.sw, meter.ranges, meter.sw.clock
     status = "done"  # a failure raises; the caller records it
 
     with torch.inference_mode():
@@ -125,9 +125,9 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
                 passed = _modular(ctx, gen, meter, t_start)
             else:
                 passed = _classic(ctx, pipe, gen, meter, step_tap, by_scheduler, final_decode)
-            rng.begin("final_encode")
+            ranges.begin("final_encode")
             png = save_image(passed.image)
-            rng.end("final_encode")
+            ranges.end("final_encode")
             t_enc1 = clock()
             if ctx.image_path is not None:
                 write_whole(ctx.image_path, png)
@@ -182,10 +182,10 @@ def _classic(ctx: RunContext, pipe: Any, gen: torch.Generator, meter: StepMeter,
              by_scheduler: bool, final_decode: FinalDecode | None) -> _Passed:
     """A pipeline with encode_prompt and latent output: the prompt encoded ahead, the call denoising only, the
     final decode ours (previews in flight finish before it uses the VAE)."""
-    model, settings, sw, rng = ctx.model, ctx.settings, meter.sw, meter.rng
-    rng.begin("text_encode")
+    model, settings, sw, ranges = ctx.model, ctx.settings, meter.sw, meter.ranges
+    ranges.begin("text_encode")
     embeds = encode_prompt(model, settings.prompt, settings.guidance, pipe)
-    rng.end("text_encode")
+    ranges.end("text_encode")
     mark_te = sw.mark()
     meter.begin(mark_te)
     step_tap.install()
@@ -203,18 +203,18 @@ def _classic(ctx: RunContext, pipe: Any, gen: torch.Generator, meter: StepMeter,
                 **task, **embeds)
     out = pipe(**takes(pipe, call))
     latents = out.frames if model.space.video else out.images  # a clip's final image: its first frame
-    rng.end("denoise")
+    ranges.end("denoise")
     loop_end = sw.mark()
     meter.denoised()
     peak = meter.finish_previews()  # previews in flight finish before the final decode uses the VAE
     dec0 = sw.mark()
-    rng.begin("final_decode")
+    ranges.begin("final_decode")
     u8 = final_u8(model, latents, settings.height, settings.width, final_decode)
     dec1 = sw.mark()
     sw.wait(dec1)  # the wait the copy below makes anyway, split off so the copy alone is timed
     t_copy = sw.clock()
     image = u8.cpu().numpy()
-    rng.end("final_decode")
+    ranges.end("final_decode")
     return _Passed(image, mark_te, loop_end, dec0, dec1, t_copy, sw.clock(), peak)
 
 

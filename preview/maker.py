@@ -19,6 +19,7 @@ from .overlap import Overlap
 from .planner import also as _also
 from .records import StepCells
 from .settings import PreviewSettings
+from .stages import decode_resize
 from .streams import jpeg_stream
 from .targets import choose
 
@@ -112,34 +113,27 @@ class PreviewMaker:
 
     def _sync(self, marks: Marks, latents: torch.Tensor, s: PreviewSettings, render: _Render,
               enc: encoders.Encoder) -> None:
-        sw, rng = self.p.sw, self.p.rng
-        rng.begin("decode")
-        marks.dec0 = sw.mark()
-        image = render.fn(latents)
-        marks.dec1 = sw.mark()
-        rng.end("decode")
-        rng.begin("resize")
-        u8 = (to_uint8_chw if enc.on_device else to_uint8_hwc)(image, s.preview_max)
-        marks.res1 = sw.mark()
-        rng.end("resize")
-        rng.begin("sync")
+        sw, ranges = self.p.sw, self.p.ranges
+        to_u8 = to_uint8_chw if enc.on_device else to_uint8_hwc
+        u8 = decode_resize(sw, ranges, marks, latents, render.fn, lambda img: to_u8(img, s.preview_max))
+        ranges.begin("sync")
         waited = sw.wait(marks.res1)  # the wait the host copy needs anyway; only its uncounted part is sync_ms
         t1 = sw.clock()
-        rng.end("sync")
+        ranges.end("sync")
         arr: Any = u8
         if not enc.on_device:  # an on-device encoder copies only its bytes, timed in _finish
-            rng.begin("transfer")
+            ranges.begin("transfer")
             arr = u8.cpu().numpy()
             marks.cells.transfer_ms = (sw.clock() - t1) * 1e3
-            rng.end("transfer")
-        rng.begin("encode")
+            ranges.end("transfer")
+        ranges.begin("encode")
         self._finish(marks, s, enc, arr, waited.uncounted_ms, render)
-        rng.end("encode")
+        ranges.end("encode")
 
     def _overlap(self, marks: Marks, latents: torch.Tensor, s: PreviewSettings, render: _Render,
                  enc: encoders.Encoder) -> None:
         if self.overlap is None:
-            self.overlap = Overlap(self.p.sw, self.p.inflight)
+            self.overlap = Overlap(self.p.sw, self.p.inflight, self.p.ranges)
         if self.overlap.flight.full():
             marks.cells.skipped = 1  # the pipeline is full: skip this preview, never queue it
             return
@@ -151,11 +145,9 @@ class PreviewMaker:
                 self._failed(marks, s, e)
 
         marks.cells.preview = 1  # made, or being made; a failure on the encode thread resets it, so set it first
-        self.p.rng.begin("decode")
         to_u8 = to_uint8_chw if enc.on_device else to_uint8_hwc
         marks.future = self.overlap.submit(latents, render.fn, lambda img: to_u8(img, s.preview_max), done, marks,
                                            on_device=enc.on_device)
-        self.p.rng.end("decode")
 
     def _finish(self, marks: Marks, s: PreviewSettings, enc: encoders.Encoder, arr: Any, sync_ms: float,
                 render: _Render) -> None:

@@ -50,9 +50,9 @@ class StepMeter:
         self._first = True
         prev = previewer or Previewer(model)
         self.plan = Planner(model, controls, prev, self.width, self.height, self.steps)
-        self.sw, self.rng, self.readings = sw, Ranges(ranges), RunUsage(model.device)
+        self.sw, self.ranges, self.readings = sw, Ranges(ranges), RunUsage(model.device)
         self.parts = MeterParts(model, run_id, self.width, self.height, asked.fps, controls, prev, self.plan, sw,
-                                self.rng, self.readings, events, tap, inflight)
+                                self.ranges, self.readings, events, tap, inflight)
         self.ledger = Ledger(self.parts)
         self.maker = PreviewMaker(self.parts)
         self.last: Any = None  # the mark where the current step's denoising began
@@ -71,7 +71,7 @@ class StepMeter:
         """The denoising starts now (or at an earlier mark)."""
         self.readings.begin()
         self.last = mark if mark is not None else self.sw.mark()
-        self.rng.begin("denoise")
+        self.ranges.begin("denoise")
 
     def denoised(self) -> None:
         """The denoising loop has ended: how busy it kept the device is known."""
@@ -87,7 +87,7 @@ class StepMeter:
         denoising ended, its last where the next step's begins: everything between them is on the denoising
         path."""
         cb = self.sw.mark()
-        self.rng.end("denoise")
+        self.ranges.end("denoise")
         if self._first:
             self._read_call(step)
         s = self.controls.get()
@@ -100,7 +100,7 @@ class StepMeter:
         self.ledger.add(marks)
         self.ledger.emit(False)
         stop = bool(self.should_stop and self.should_stop())
-        self.rng.begin("denoise")
+        self.ranges.begin("denoise")
         self.last = marks.end = self.sw.mark()
         return stop
 
@@ -133,5 +133,5 @@ class StepMeter:
     def drain(self) -> None:
         """Wait for previews in flight, then hand over every row left."""
         self.finish_previews()
-        self.rng.end_all()
+        self.ranges.end_all()
         self.ledger.emit(True)

@@ -27,7 +27,7 @@ class MeterParts:
     previewer: Previewer        # decoders and encoders, built once and kept across runs
     plan: Planner               # which steps get a preview, with which decoder
     sw: Stopwatch               # marks on the host clock or the device's timeline; sw.clock is the host clock
-    rng: Ranges                 # profiler ranges named previewlab.<stage> (off unless a trace asked for them)
+    ranges: Ranges                 # profiler ranges named previewlab.<stage> (off unless a trace asked for them)
     readings: RunUsage          # the run's memory: each preview's rise is read around it
     events: RunEvents | None    # who hears the rows, frames and errors (None: nobody)
     tap: X0Tap | None = None    # the scheduler's x0 of each step, when a preview asks for it

@@ -19,6 +19,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .ranges import Ranges
+from .stages import decode_resize
 from .stopwatch import Stopwatch
 from .streams import side_stream
 
@@ -52,8 +54,9 @@ class InFlight:
 
 
 class Overlap:
-    def __init__(self, sw: Stopwatch, limit: int) -> None:
+    def __init__(self, sw: Stopwatch, limit: int, ranges: Ranges | None = None) -> None:
         self.sw, self.dev = sw, sw.dev
+        self.ranges = ranges or Ranges(False)
         self.cuda = self.dev is not None
         self.flight = InFlight(limit)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="previewlab-encode")
@@ -74,13 +77,8 @@ class Overlap:
         try:
             if self.cuda:
                 host, copied = self._device_part(latents, decode, to_u8, marks, on_device)
-            else:
-                marks.dec0 = self.sw.mark()
-                image = decode(latents)
-                marks.dec1 = self.sw.mark()
-                host = to_u8(image).numpy()
-                marks.res1 = self.sw.mark()
-                copied = None
+            else:  # no device to overlap with: the stages stay here, only the encode leaves
+                host, copied = decode_resize(self.sw, self.ranges, marks, latents, decode, to_u8).numpy(), None
         except BaseException:
             self.flight.leave()
             raise
@@ -96,11 +94,7 @@ class Overlap:
         with dev.use(stream):
             dev.after(stream, ready)
             dev.keep(lat, stream)  # the allocator must not hand lat's memory to the main stream early
-            marks.dec0 = self.sw.mark()
-            image = decode(lat)
-            marks.dec1 = self.sw.mark()
-            u8 = to_u8(image)
-            marks.res1 = self.sw.mark()
+            u8 = decode_resize(self.sw, self.ranges, marks, lat, decode, to_u8)
             if on_device:  # the encode thread reads u8 once its wait has seen res1 pass
                 dev.keep(u8, stream)
                 self.last_copied = marks.res1
