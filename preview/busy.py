@@ -18,6 +18,13 @@ from typing import Any, Callable, Protocol
 import torch
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity where the OS keeps one (Linux), else every core (Windows
+    and macOS have no sched_getaffinity)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 class Busy(Protocol):
     source: str
 
@@ -32,7 +39,7 @@ class CpuTime:
     def __init__(self, cpu: Callable[[], float] = time.process_time, wall: Callable[[], float] = time.perf_counter,
                  cores: int | None = None) -> None:
         self.cpu, self.wall = cpu, wall
-        self.cores = cores or len(os.sched_getaffinity(0))
+        self.cores = cores or usable_cores()
         self._t: tuple[float, float] | None = None
 
     def start(self) -> None:

@@ -217,7 +217,7 @@ def serve(args: argparse.Namespace) -> int:
     class Graceful(uvicorn.Server):
         """On SIGTERM / Ctrl-C: stop the run and close clients with 1001 before uvicorn shuts down. A second one
         while the run is still given its grace shuts down at once, the clients closed with 1001 first; a third
-        is uvicorn's force exit."""
+        is uvicorn's force exit. What it reads and overrides of uvicorn's own: http11.UVICORN_INTERNALS."""
         signals = 0  # SIGTERM and Ctrl-C received so far
 
         def handle_exit(self, sig: int, frame: object) -> None:

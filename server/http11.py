@@ -26,7 +26,9 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Type, Union
 
 import h11
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from .limits import FRAME_BURST, FRAME_PER_S, MAX_CONNECTIONS_PER_ADDRESS, MAX_REQUESTS_PER_CONNECTION
 from .transports import reset
@@ -66,6 +68,27 @@ class HeadLimitedConnection(h11.Connection):
             self.refusal = f"request line and headers over {self.max_head_bytes // 1024} KiB"
             raise h11.RemoteProtocolError(self.refusal)  # uvicorn answers 400 and closes
         return event
+
+
+# uvicorn's internals that previewlab reads or overrides, beyond what uvicorn documents (Config's keywords, a Server's
+# run and serve), per class: "name" an attribute its instances have (dotted: an attribute of that one), "name(a, b)"
+# a method with these parameters after self, "async name(a)" a coroutine method. pyproject pins uvicorn below the
+# next minor, which may move them; tests/test_uvicorn_pin.py checks every one on the uvicorn installed.
+UVICORN_INTERNALS: dict[type, tuple[str, ...]] = {
+    H11Protocol: (  # BoundedH11, below; abort_all
+        "connection_made(transport)", "data_received(data)", "on_response_complete()", "connection_lost(exc)",
+        "send_400_response(msg)",
+        "conn",  # replaced by HeadLimitedConnection: uvicorn must read every request through self.conn
+        "cycle", "client", "transport", "loop"),
+    RequestResponseCycle: ("response_complete", "keep_alive"),  # BoundedH11's response deadline and request cap
+    WebSocketsSansIOProtocol: (  # ws_limits.BoundedWebSocket
+        "pause_writing()", "resume_writing()", "async receive()", "async send(message)", "handle_events()",
+        "read_paused", "writable", "queue", "close_sent", "client", "transport", "loop",
+        "conn.events"),  # websockets' list of parsed events, which uvicorn's handle_events drains
+    uvicorn.Server: (  # cli.py's Graceful, abort_all, embedded.py
+        "handle_exit(sig, frame)", "async shutdown(sockets)",
+        "should_exit", "started", "servers", "server_state.connections"),
+}
 
 
 class BoundedH11(H11Protocol):
@@ -234,8 +257,6 @@ def connection_limits(max_clients: int, head_timeout_s: float = HEAD_TIMEOUT_S,
 
 def uvicorn_config(app: Any, host: str, port: int, max_clients: int) -> Any:
     """The one uvicorn.Config of `previewlab serve` and of serve(watch): every bound above, one message size."""
-    import uvicorn
-
     from .protocol import MAX_MESSAGE_BYTES
 
     # no permessage-deflate: previews are JPEG or PNG bytes, which it cannot shrink, and it compresses on the

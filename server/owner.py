@@ -1,19 +1,23 @@
 """One owner per data folder: the server (or the embedded one) that holds `<data>/.lock`.
 
 Two servers on one folder lose runs: the second's start marks the first's live run interrupted, and its
-retention removes it. The lock is an advisory flock on `.lock`, which holds the owner's pid for the refusal's
-line; the kernel releases it when the process ends, however it ends, so a killed server never leaves the folder
-locked. A folder that cannot be written (read-only, an unpacked archive) is not locked: no run can be written
-there, so there is nothing to lose.
+retention removes it. The lock is the platform's own file lock on `.lock` (file_lock.py: flock on POSIX,
+msvcrt.locking on Windows), and the file holds the owner's pid for the refusal's line; the kernel releases the
+lock when the process ends, however it ends, so a killed server never leaves the folder locked. A folder that
+cannot be written (read-only, an unpacked archive) is not locked: no run can be written there, so there is
+nothing to lose.
 """
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 from pathlib import Path
 
+from .file_lock import try_lock, unlock
+from .no_follow import open_no_follow
+
 LOCK = ".lock"
+PID_BYTES = 32  # what is read back of the holder's pid line
 
 
 class InUse(RuntimeError):
@@ -22,7 +26,8 @@ class InUse(RuntimeError):
 
 def _holder(fd: int) -> str:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, PID_BYTES).decode("ascii", "replace").strip()
     except OSError:
         return "?"
     return text if text.isdigit() else "?"
@@ -35,27 +40,29 @@ class FolderLock:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.fd: int | None = None
-        try:  # never through a link someone put there
-            fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:  # never through a link someone put there (ELOOP, raised)
+            fd = open_no_follow(self.root / LOCK, os.O_RDWR | os.O_CREAT)
         except OSError as e:
             if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
                 return  # a folder nobody can write: nothing to guard
             raise
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not try_lock(fd):
             pid = _holder(fd)
             os.close(fd)
             raise InUse(f"{self.root}/ is in use by previewlab pid {pid}: one server per data folder; give this one "
-                        "its own --data-dir (or data_dir=)") from None
+                        "its own --data-dir (or data_dir=)")
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode())
         self.fd = fd
 
     def release(self) -> None:
         if self.fd is not None:
-            os.close(self.fd)  # closing the descriptor drops the flock
-            self.fd = None
+            fd, self.fd = self.fd, None
+            try:
+                unlock(fd)
+            finally:
+                os.close(fd)
 
     def __del__(self) -> None:
         self.release()

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from .no_follow import open_no_follow
+
 log = logging.getLogger("previewlab.server")
 MAX_META_BYTES = 1 << 20  # a meta.json is about 2 KB; anything near this is not one
 # a run has a row per step (the server allows 1000, a script's call rarely more) and a delivery per frame and
@@ -93,13 +95,13 @@ def write_json(path: Path, meta: dict[str, Any]) -> None:
 
 
 class Link(OSError):
-    """Opening a link where a run's own file should be (O_NOFOLLOW's ELOOP)."""
+    """Opening a link where a run's own file should be (ELOOP: no_follow.py)."""
 
 
 def open_own(path: Path, mode: str, **kw: Any) -> Any:
     """Open a run's file, never through a symbolic link (a hand-placed link would serve files from outside)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_no_follow(path, os.O_RDONLY)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise Link(e.errno, e.strerror, str(path)) from None

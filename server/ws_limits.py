@@ -31,6 +31,7 @@ ABORT_AFTER_S = 2.0  # a refused peer that has not taken its close frame by then
 
 
 class BoundedWebSocket(WebSocketsSansIOProtocol):
+    # what this reads and overrides of uvicorn's own: http11.UVICORN_INTERNALS, checked by tests/test_uvicorn_pin.py
     frame_burst = FRAME_BURST
     frame_per_s = FRAME_PER_S
 

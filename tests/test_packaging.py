@@ -1,15 +1,26 @@
-"""The wheel carries what an installed previewlab needs: the page's files, the demo model, the single-file configs."""
+"""The wheel carries what an installed previewlab needs: the page's files, the demo model, the single-file configs;
+and the Python it claims is the one its code needs."""
 from __future__ import annotations
 
+import ast
+import functools
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
+from typing import Iterator
 
+import mypy
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+# typeshed, as the type check reads the standard library: which Python first has each module, and each name
+TYPESHED = Path(mypy.__file__).parent / "typeshed" / "stdlib"
+Version = tuple[int, int]
 
 
 @pytest.mark.slow
@@ -51,3 +62,128 @@ def test_one_console_command_lists_and_runs_its_subcommands():
     assert wrong.returncode == 2 and wrong.stdout == ""
     assert wrong.stderr == ("previewlab: unknown command 'sever'; the commands are serve, bench, report, compare, "
                             "load, gpu-check, train-demo\n")
+
+
+def _version(text: str) -> Version:
+    major, minor = text.strip().split(".")[:2]
+    return int(major), int(minor)
+
+
+@functools.cache
+def _module_since() -> dict[str, Version]:
+    """The first Python with each standard module ("tomllib: 3.11-" in typeshed's VERSIONS)."""
+    since = {}
+    for line in (TYPESHED / "VERSIONS").read_text().splitlines():
+        if line := line.partition("#")[0].strip():
+            name, span = line.split(":")
+            since[name.strip()] = _version(span.partition("-")[0])
+    return since
+
+
+def _module_needs(module: str) -> Version | None:
+    """The first Python with `module` (its own entry, else its package's), None when it is not a standard one."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in _module_since():
+            return _module_since()[".".join(parts[:n])]
+    return None
+
+
+def _at_least(test: ast.expr) -> Version | None:
+    """(3, N) for a stub's `sys.version_info >= (3, N)`, else None."""
+    if (isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.GtE)
+            and ast.unparse(test.left) == "sys.version_info" and isinstance(test.comparators[0], ast.Tuple)):
+        return _version(".".join(ast.unparse(e) for e in test.comparators[0].elts))
+    return None
+
+
+def _defines(node: ast.stmt) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return [node.target.id]
+    if isinstance(node, ast.ImportFrom):
+        return [a.asname or a.name for a in node.names]
+    return []
+
+
+@functools.cache
+def _names_since(module: str) -> dict[str, Version]:
+    """Each name typeshed's stub of `module` defines at its top level, with the first Python that has it: a name
+    under `if sys.version_info >= (3, N)` is N's; a star import from a submodule (asyncio's) counts as its own."""
+    base = TYPESHED.joinpath(*module.split("."))
+    stub = next((p for p in (base / "__init__.pyi", base.with_suffix(".pyi")) if p.is_file()), None)
+    if stub is None:
+        return {}
+    package = module if stub.name == "__init__.pyi" else module.rpartition(".")[0]
+    since: dict[str, Version] = {}
+
+    def add(name: str, version: Version) -> None:
+        since[name] = min(since.get(name, version), version)
+
+    def visit(body: list[ast.stmt], floor: Version) -> None:
+        for node in body:
+            if isinstance(node, ast.If):
+                visit(node.body, max(floor, _at_least(node.test) or floor))
+                visit(node.orelse, floor)
+            elif isinstance(node, ast.ImportFrom) and node.names[0].name == "*":
+                parent = package.rsplit(".", node.level - 1)[0] if node.level else ""
+                source = ".".join(p for p in (parent, node.module or "") if p)
+                for name, version in _names_since(source).items():
+                    add(name, max(floor, version))
+            else:
+                for name in _defines(node):
+                    add(name, floor)
+
+    visit(ast.parse(stub.read_text()).body, (3, 0))
+    return since
+
+
+def _installed_modules() -> Iterator[Path]:
+    """The .py files of every package pyproject installs."""
+    for package in PYPROJECT["tool"]["setuptools"]["packages"]:
+        yield from sorted(ROOT.joinpath(*package.split(".")).glob("*.py"))
+
+
+def _needs(path: Path) -> Iterator[tuple[Version, str]]:
+    """(the Python it needs, where and what) for each use in `path` of a standard module, of a name imported from
+    or read off one, and of `except*`."""
+    tree = ast.parse(path.read_text(), str(path))
+    imported: dict[str, str] = {}  # the name `import M` or `import M as X` binds -> M
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                imported[a.asname or a.name.partition(".")[0]] = a.name if a.asname else a.name.partition(".")[0]
+    for node in ast.walk(tree):
+        at = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+        used: list[tuple[Version | None, str]] = []
+        if isinstance(node, ast.Import):
+            used = [(_module_needs(a.name), f"import {a.name}") for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            used = [(_module_needs(node.module), f"from {node.module}")]
+            used += [(_names_since(node.module).get(a.name), f"from {node.module} import {a.name}") for a in node.names]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported:
+            used = [(_names_since(imported[node.value.id]).get(node.attr), f"{imported[node.value.id]}.{node.attr}")]
+        elif isinstance(node, ast.TryStar):
+            used = [((3, 11), "except*")]
+        yield from ((version, f"{at}: {what}") for version, what in used if version is not None)
+
+
+def test_the_python_the_package_claims_is_the_one_its_code_needs():
+    """Issue 44, item 6: pyproject claimed Python >= 3.10 while preview/callback.py imports typing.Unpack (3.11), so
+    previewlab.watch() failed on 3.10. The claim, the type check's version and the code's needs agree: nothing in
+    the installed code needs a newer Python than the claim (the type check reads it as the claim's), and something
+    needs the claim's own, so an older one would fail."""
+    claim = re.fullmatch(r">=\s*(\d+\.\d+)", PYPROJECT["project"]["requires-python"].strip())
+    assert claim is not None, "requires-python is a lower bound alone: >=3.N"
+    floor = _version(claim[1])
+    assert _version(PYPROJECT["tool"]["mypy"]["python_version"]) == floor  # the type check reads the code as the floor
+    needs = [need for path in _installed_modules() for need in _needs(path)]
+    assert len({where for _, where in needs}) > 100  # the scan read the package, not an empty folder
+    newer = [f"{where} ({v[0]}.{v[1]})" for v, where in needs if v > floor]
+    assert newer == [], f"requires-python says >={claim[1]}, but these need a newer Python: {newer}"
+    at_floor = [where for v, where in needs if v == floor]
+    assert at_floor, (f"nothing in the package needs Python {claim[1]}: requires-python (and mypy's python_version) "
+                      "could be lowered, once an interpreter that old has run the tests")
