@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .history import history
-from .records import TOTALS_COLUMNS, StepRow, Totals, from_cells
-from .settings import PreviewSettings, RunSettings
+from .records import TOTALS_COLUMNS, StepRow, Totals, from_cells, json_cells
+from .settings import PreviewSettings, Purpose, RunSettings
 
 if TYPE_CHECKING:
     from .frames import Frame
@@ -76,7 +76,7 @@ class RunMeta:
     strength: float | None = None
     num_frames: int = 1       # a clip's length in frames (1: an image)
     fps: float = 0.0          # a clip's playback rate (0: an image)
-    purpose: str = ""         # "": the user's run; "baseline" or "measured": the page's measure series made it
+    purpose: Purpose = ""     # "": the user's run; "baseline" or "measured": the page's measure series made it
 
     @classmethod
     def of(cls, model: Model, run_id: str, asked: Asked) -> RunMeta:
@@ -92,6 +92,13 @@ class RunMeta:
     def to_json(self) -> dict[str, Any]:
         """Flat, as on the wire and on disk: the run's fields, then the preview settings'."""
         return {k: v for k, v in self._flat().items() if v is not None}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RunMeta:
+        """to_json's object read back (a `run` message, a meta.json: keys that are not the meta's are left out),
+        each value parsed and checked as its runs.csv cell is (from_row). Raises ValueError naming a value that
+        does not parse."""
+        return cls.from_row(json_cells(d))
 
     def _flat(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "preview"}
@@ -137,6 +144,16 @@ class RunRecord:
         """A runs.csv line read back. Raises ValueError naming a cell that does not parse."""
         return cls(RunMeta.from_row(row), from_cells(Totals, row))
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RunRecord:
+        """A finished run's meta.json (RunEnd.to_json: the flat meta, its totals nested) read back as its record.
+        Raises ValueError naming a value that does not parse, or where the run has no totals (running, failed,
+        interrupted)."""
+        totals = d.get("totals")
+        if not isinstance(totals, Mapping):
+            raise ValueError(f"totals={totals!r:.40}: a run that did not finish has none")
+        return cls(RunMeta.from_json(d), Totals.from_json(totals))
+
 
 RUN_COLUMNS = META_COLUMNS + TOTALS_COLUMNS
 
@@ -175,6 +192,15 @@ class RunEnd:
         if self.error is not None:
             out["error"] = self.error
         return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RunEnd:
+        """to_json's object read back (an ended run's meta.json, a `done` message): its meta, status (one of
+        Status: a meta.json that says running is no end), totals where it has them, error, changes and has_final.
+        Raises ValueError naming a value that does not parse."""
+        totals = d.get("totals")
+        return from_cells(cls, json_cells(d), meta=RunMeta.from_json(d),
+                          totals=Totals.from_json(totals) if isinstance(totals, Mapping) else None)
 
 
 class RunEvents(Protocol):

@@ -8,7 +8,8 @@ import torch
 
 from . import decoders
 from .models import Model, device_name
-from .records import PREVIEW_STAGES, StepRow, Totals, on_path_ms
+from .names import check
+from .records import ENDED, PREVIEW_STAGES, StepRow, Totals, on_path_ms
 from .run import RunMeta, RunRecord
 from .usage import Usage
 
@@ -49,7 +50,8 @@ def run_record(model: Model, meta: RunMeta, rows: list[StepRow], phases: Phases,
     other = ph.wall_ms - sums["denoise_ms"] - on_path - outside - ph.drain_ms
     pipe = model.pipe
     scheduler = getattr(pipe, "scheduler", None)
-    totals = Totals(status=status, first_run=int(first_run), **_env(model), load_s=model.load_s,
+    ended = check("status", status, ENDED)  # a run with totals is done or stopped (ValueError otherwise)
+    totals = Totals(status=ended, first_run=int(first_run), **_env(model), load_s=model.load_s,
                     wall_s=ph.wall_ms / 1e3, **sums, text_encode_ms=ph.text_encode_ms,
                     final_decode_ms=ph.final_decode_ms, final_encode_ms=ph.final_encode_ms, write_ms=ph.write_ms,
                     drain_ms=ph.drain_ms, on_path_ms=on_path, other_ms=other, previews=sum(r.preview for r in rows),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from previewlab.preview.advice import DEFAULT_BUDGET_PCT, PAGE_REMEDIES, Analysis, analyze, said
 from previewlab.preview.analysis import Entry, cost_key, entry, overhead_pct, paired
@@ -23,25 +23,6 @@ from .store import Store
 def page_more(n: int) -> str:
     """How the page gets n more pairs."""
     return f"measure {n} more pair{'s' if n > 1 else ''} for the 95 % level"
-
-
-def record_of(meta: Mapping[str, Any]) -> RunRecord | None:
-    """meta.json's run as a record (the meta's fields and its totals), None while it has no totals (running,
-    failed, interrupted). Raises ValueError for a cell that does not parse."""
-    totals = meta.get("totals")
-    if not isinstance(totals, dict):
-        return None
-    cells = {k: _cell(v) for k, v in {**totals, **meta}.items() if k != "totals"}
-    return RunRecord.from_row(cells)
-
-
-def _cell(v: Any) -> str:
-    """A JSON value as the CSV cell RunRecord.from_row reads: None empty, a bool 0/1."""
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return str(int(v))
-    return v if isinstance(v, str) else str(v)
 
 
 @dataclass(frozen=True)
@@ -84,12 +65,12 @@ class Figures:
         meta = self.store.ended_meta(rid)
         if meta is None:
             return None
+        if not isinstance(meta.get("totals"), dict):
+            return None  # running, failed before its totals, or interrupted: nothing measured to judge
         try:
-            rec = record_of(meta)
+            rec = RunRecord.from_json(meta)
         except (ValueError, TypeError):
             return None  # a meta.json the listing names damaged: no figure is made of it
-        if rec is None:
-            return None
         return entry(rec, str(meta.get("status", "")), changed=bool(meta.get("changes")),
                      damaged=bool(meta.get("damaged")))
 

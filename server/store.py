@@ -13,11 +13,12 @@ RUN_ID: no path is built from a request or from a file's content. A run whose fi
 "damaged": it is listed as such, left out of the step export, its file named in one log line, and it never
 breaks another run.
 
-Three parts: the writer (this module's Store, which composes the others), the reader (store_reader.py: the
-list, a run's rows, the exports) and retention (retention.py); run_files.py reads and writes a run's files
-safely. Reading runs can be slow (thousands of files): the server calls runs(), rows() and csv() off the event loop, and
-its writes (step, delivery, finish, close_run) come from its writer thread (server/writes.py); begin() alone runs
-on the loop, once per run, because a run whose folder cannot be made must not start.
+One object, three parts: the Store is the folder's reader (store_reader.RunReader, its base: the list, a run's
+rows, the exports) with the writes here, and its retention (retention.py), handed the store when it prunes;
+run_files.py reads and writes a run's files safely. Reading runs can be slow (thousands of files): the server
+calls runs(), rows() and csv() off the event loop, and its writes (step, delivery, finish, close_run) come from
+its writer thread (server/writes.py); begin() alone runs on the loop, once per run, because a run whose folder
+cannot be made must not start.
 
 A full disk loses no kept run: a run folder appears whole (renamed into place) or not at all; a run whose rows
 could not all be written ends `failed`, and an end that cannot be written is kept in memory, listed, and written
@@ -34,7 +35,7 @@ import shutil
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from previewlab.preview.csv_writer import CsvAppender
 from previewlab.preview.records import STEP_COLUMNS, StepRow
@@ -47,93 +48,51 @@ from .retention import WHOLE, Retention
 from .run_files import MAX_LINE_CHARS, MAX_STEP_ROWS, Damaged, OnceLog
 from .run_files import write_json as _write_json  # a name tests replace to fill the disk at one write
 from .store_reader import (DELIVERY_COLUMNS, EXPORT_CHUNK, EXPORT_COLUMNS, LIST_COLUMNS, DeliveryRow, RunReader,
-                           export_header, inert)
+                           export_header, inert, status_of)
 
 __all__ = ["Store", "Damaged", "RUN_ID", "DELIVERY_COLUMNS", "EXPORT_CHUNK", "EXPORT_COLUMNS", "LIST_COLUMNS", "MAX_LINE_CHARS",
            "MAX_STEP_ROWS", "WHOLE", "export_header", "inert"]
 TMP_PREFIX = ".new-"  # a run folder being made; never matches RUN_ID, so no listing sees it
 
 
-class Store:
-    """The data folder's writer, with its reader and its retention."""
+class Store(RunReader):
+    """The data folder: what the server reads (RunReader's methods: ids, meta, runs, rows, the exports, the final
+    images), what it writes (begin, step, delivery, finish) and its retention (prune)."""
 
     def __init__(self, root: Path, keep_runs: int = DEFAULT_KEEP_RUNS) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.owner = FolderLock(self.root)  # raises InUse: another server writes here (owner.py)
-        self._log = OnceLog()
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        self.owner = FolderLock(root)  # raises InUse: another server writes here (owner.py)
+        self._pending: dict[str, dict[str, Any]] = {}  # run -> its end, not yet written to meta.json
+        super().__init__(root, self._pending, OnceLog())
         self._steps: dict[str, CsvAppender] = {}
         self._deliveries: dict[str, CsvAppender] = {}
         self._lost: dict[str, str] = {}      # open run -> its first write that failed (the run will end failed)
-        self._pending: dict[str, dict[str, Any]] = {}  # run -> its end, not yet written to meta.json
         self._closed: collections.deque[str] = collections.deque(maxlen=4)  # runs that late acks may still reach
         self._lock = threading.Lock()        # ids and pending ends: begin runs on the loop, finish on the writer
-        self.reader = RunReader(self.root, self._pending, self._log)
-        self.retention = Retention(self.reader, keep_runs, self._pending, self._steps, self._log)
+        self.retention = Retention(keep_runs, self._pending, self._steps, self._log)
         for e in os.scandir(self.root):      # a process killed inside begin() left a half-made folder
             if e.name.startswith(TMP_PREFIX) and RUN_ID.match(e.name[len(TMP_PREFIX):]):
                 shutil.rmtree(e.path, ignore_errors=True)
-        ids = [rid for rid in self.reader.ids() if roomy(rid)]
+        ids = [rid for rid in self.ids() if roomy(rid)]
         self._ids = RunIds(ids[-1] if ids else "")
         for rid in ids:
-            meta = self.reader.meta_or_none(rid)
-            if meta is not None and meta.get("status") == "running":  # the process died mid-run
+            meta = self.meta_or_none(rid)
+            if meta is not None and status_of(meta) == "running":  # the process died mid-run
                 self._best_effort(f"{rid}/meta.json", _write_json, self.root / rid / "meta.json",
                                   {**meta, "status": "interrupted"})
         self.prune()
-
-    # what the server reads, from the reader; retention's one call
-    @property
-    def damaged(self) -> dict[str, str]:
-        return self.reader.damaged
-
-    def ids(self) -> list[str]:
-        return self.reader.ids()
-
-    def meta(self, rid: str) -> dict[str, Any]:
-        return self.reader.meta(rid)
-
-    def runs(self, limit: int | None = None, before: str | None = None, after: str | None = None
-             ) -> list[dict[str, Any]]:
-        return self.reader.runs(limit, before, after)
-
-    def known(self, rid: str) -> bool:
-        return self.reader.known(rid)
 
     def ended_meta(self, rid: str) -> dict[str, Any] | None:
         """Run rid's meta as the listing gives it: its end the writer holds when meta.json could not take it
         yet, else its meta.json; None when damaged."""
         with self._lock:
             pending = self._pending.get(rid)
-        return pending if pending is not None else self.reader.meta_or_none(rid)
-
-    def rows(self, rid: str) -> list[StepRow]:
-        """The run's step rows with their acks (store_reader.RunReader.rows). Raises Damaged."""
-        return self.reader.rows(rid)
-
-    def list_chunks(self, rids: Iterable[str]) -> Iterator[str]:
-        return self.reader.list_chunks(rids)
-
-    def csv(self, rids: Iterable[str], skip_damaged: bool = True) -> str:
-        return self.reader.csv(rids, skip_damaged)
-
-    def csv_chunks(self, rids: Iterable[str], skip_damaged: bool = True) -> Iterator[str]:
-        return self.reader.csv_chunks(rids, skip_damaged)
-
-    def run_rows_csv(self, rid: str) -> str:
-        return self.reader.run_rows_csv(rid)
-
-    def final_image_path(self, rid: str) -> Path:
-        return self.reader.final_image_path(rid)
-
-    def final_image(self, rid: str) -> Path | None:
-        return self.reader.final_image(rid)
-
-    def read_final_image(self, rid: str) -> bytes:
-        return self.reader.read_final_image(rid)
+        return pending if pending is not None else self.meta_or_none(rid)
 
     def prune(self, keep: Iterable[str] = ()) -> list[str]:
-        return self.retention.prune(keep)
+        """Retention over this folder (retention.Retention.prune): the runs removed."""
+        return self.retention.prune(self, keep)
 
     def _best_effort(self, what: str, fn: Any, *args: Any) -> bool:
         """Writes beside the run (meta, rows) must never end the run's delivery: log once, carry on."""
@@ -193,7 +152,7 @@ class Store:
         w = self._deliveries.get(rid)
         if w:
             self._run_write(rid, "deliveries.csv", w.append, [DeliveryRow(rid, **fields)])
-        elif rid in self._closed and self.reader.known(rid):  # a run that just ended: retention never removes it
+        elif rid in self._closed and self.known(rid):  # a run that just ended: retention never removes it
             def late() -> None:
                 late_w = CsvAppender(self.root / rid / "deliveries.csv", DELIVERY_COLUMNS, fsync=False)
                 try:
@@ -229,7 +188,7 @@ class Store:
                     del self._pending[rid]
                 elif self._best_effort(f"{rid}/meta.json", _write_json, self.root / rid / "meta.json", meta):
                     del self._pending[rid]
-                    self.retention.ended(rid, str(meta.get("status", "")))
+                    self.retention.ended(rid, status_of(meta))
 
     def close_run(self, rid: str) -> None:
         self._closed.append(rid)

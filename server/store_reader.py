@@ -1,6 +1,10 @@
 """Reading the data folder (store.py has the layout): the run list, a run's meta and rows, the CSV exports, the
 final images. Every failure is a Damaged naming the file; a damaged run is listed as such and left out of the
-exports, and never breaks another run. The server calls these off the event loop (its disk thread)."""
+exports, and never breaks another run. The server calls these off the event loop (its disk thread).
+
+A meta.json is passed on as it was written where it is shown (the list, /runs, the exports' cells: a guidance
+of 7 stays 7, not 7.000). Where it is acted on, it is read typed: its status here (status_of: retention, a
+restart), its run by run.RunEnd/RunRecord/RunMeta.from_json."""
 from __future__ import annotations
 
 import csv
@@ -12,7 +16,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, Iterator, Literal, TypeVar, get_args
 
 from previewlab.preview.csv_writer import as_csv_row
 from previewlab.preview.records import STEP_COLUMNS, TOTALS_COLUMNS, StepRow, from_cells
@@ -32,7 +36,7 @@ class DeliveryRow:
     step: int
     seq: int
     client: str
-    kind: str                          # ack | drop
+    kind: Literal["ack", "drop"]
     send_ms: float | None = None
     ack_rtt_ms: float | None = None
     client_decode_ms: float | None = None
@@ -55,13 +59,17 @@ EXPORT_COLUMNS = STEP_COLUMNS + RUN_CONTEXT
 LIST_COLUMNS = tuple(dict.fromkeys(
     [f.name for f in fields(RunMeta) if f.name != "preview"] + [f.name for f in fields(PreviewSettings)]
     + ["status", "error", "damaged", "changes"] + list(TOTALS_COLUMNS)))
+# a meta.json's status: running from begin() until the run's end (run.Status: the rest) is written
+Stored = Literal["running", "done", "stopped", "failed", "interrupted"]
+STORED: tuple[Stored, ...] = get_args(Stored)
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula
 EXPORT_CHUNK = 64 << 10         # characters per piece of a streamed export
 EXPORT_CACHE_CHARS = 16 << 20   # runs' CSV texts kept between exports, newest use last
 
 
 class RunReader:
-    """pending: the ends the writer holds but could not write yet (listed as they are); log: the store's."""
+    """What the server reads of the data folder; the Store is one, with its writes. pending: the ends the writer
+    holds but could not write yet (listed as they are); log: the store's."""
 
     def __init__(self, root: Path, pending: Mapping[str, dict[str, Any]], log: OnceLog) -> None:
         self.root = root
@@ -244,6 +252,12 @@ class RunReader:
         """Its bytes, opened without following a link (a link put there after final_image() looked)."""
         with open_own(self.final_image_path(rid), "rb") as f:
             return bytes(f.read(MAX_IMAGE_BYTES))
+
+
+def status_of(meta: Mapping[str, Any] | None) -> Stored | None:
+    """A meta.json's status (STORED), read typed; None for no meta or a status previewlab never writes."""
+    status = None if meta is None else meta.get("status")
+    return next((known for known in STORED if known == status), None)
 
 
 def inert(v: Any) -> Any:

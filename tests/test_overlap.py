@@ -93,13 +93,39 @@ def test_a_row_is_whole_when_handed_over_and_never_changes_after(tiny):
         run.rows[0].bytes = 0  # type: ignore[misc]
 
 
-def test_the_cells_a_step_fills_are_its_rows_own_columns():
-    """StepCells repeats the measured part of StepRow's columns: each must stay one of them, with the row's type
-    and starting value, or folding the cells in (StepCells.into) would fail or write a wrong cell."""
+def test_the_cells_a_step_fills_are_its_rows_measured_columns():
+    """StepCells is made from StepRow's fields marked measured(): the same names, types and starting values, so a
+    new measured column is one field of StepRow. None of the planner's or the server's columns is among them (the
+    fold would overwrite the scheduled value), a name that is none of them is refused when they are folded in (it
+    would be lost), and folding them in (into) gives the row that replace() gives, frozen."""
     import dataclasses
+    from typing import Any
 
-    from previewlab.preview.records import StepCells, StepRow
+    from previewlab.preview.records import PREVIEW_STAGES, StepCells, StepRow
 
     row = {f.name: f for f in dataclasses.fields(StepRow)}
-    for f in dataclasses.fields(StepCells):
-        assert f.name in row and (f.type, f.default) == (row[f.name].type, row[f.name].default), f.name
+    cells = {f.name: f for f in dataclasses.fields(StepCells)}
+    assert list(cells) == [name for name, f in row.items() if f.metadata.get("measured")]
+    assert {"preview", "denoise_ms", *PREVIEW_STAGES, "on_path_ms", "bytes", "event", "mem_mb"} <= set(cells)
+    assert not {"run_id", "step", "timestep", "decoder", "every", "quality", "width", "height", "mode", "batch",
+                "task", "strength", "decode_at", "send_ms", "ack_rtt_ms", "dropped"} & set(cells)
+    for name, f in cells.items():
+        assert (f.type, f.default) == (row[name].type, row[name].default), name
+
+    scheduled = StepRow("r", 3, 981.0, decoder="taesd", every=2, quality=80, width=64, height=64, mode="overlap",
+                        event="taesd from latent2rgb", task="img2img", strength=0.5, decode_at="full")
+    filled = StepCells(event=scheduled.event)
+    assert all(getattr(filled, name) == (scheduled.event if name == "event" else f.default)
+               for name, f in cells.items())
+    measured: dict[str, Any] = {name: {"int": i + 1, "float": i + 0.25, "str": f"cell {i}"}[str(f.type)]
+                for i, (name, f) in enumerate(cells.items())}
+    for name, value in measured.items():
+        setattr(filled, name, value)
+    out = filled.into(scheduled)
+    assert type(out) is StepRow and out == dataclasses.replace(scheduled, **measured)
+    assert vars(out) == vars(dataclasses.replace(scheduled, **measured))  # every column, none beside them
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        out.bytes = 0  # type: ignore[misc]
+    filled.decod_ms = 1.0  # a misspelt cell
+    with pytest.raises(AttributeError, match="StepCells: decod_ms: not one of StepRow's measured fields"):
+        filled.into(scheduled)

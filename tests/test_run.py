@@ -138,3 +138,55 @@ def test_a_run_record_is_its_meta_and_its_totals_and_reads_back_whole(tiny):
     assert (old.totals.scheduler, old.totals.vae) == ("", "")
     with pytest.raises(ValueError, match="synthetic='yes': not bool"):
         RunRecord.from_row({**record.to_row(), "synthetic": "yes"})
+
+
+def test_meta_json_reads_back_as_the_run_that_wrote_it(tiny):
+    """Issue 44: meta.json (RunEnd.to_json) has its reader beside its writer: through JSON and back, an ended
+    run is the same RunEnd, its record the same RunRecord (typed as runs.csv reads them); a failed run has no
+    record, and a meta.json that says running is no end."""
+    from previewlab.preview.engine import RunContext, generate
+    from previewlab.preview.settings import PreviewSettings, RunSettings
+
+    settings = RunSettings(steps=2, width=64, height=64, seed=4, guidance=3.0,
+                           preview=PreviewSettings(decoder="latent2rgb", every=2, mode="sync", frames=8))
+    record = generate(RunContext(tiny, settings, "mj")).record
+    end = RunEnd(record.meta, "stopped", record.totals, changes="latent2rgb \u2192 taesd @2", has_final=True)
+    on_disk = json.loads(json.dumps(end.to_json(), indent=1))
+    assert RunEnd.from_json(on_disk) == end and RunRecord.from_json(on_disk) == record
+    assert RunMeta.from_json(on_disk) == record.meta and RunMeta.from_json(record.meta.to_json()) == record.meta
+    script = replace(record.meta, guidance=None, seed=-1, task="script", preview=None)  # None is left out of it
+    failed = RunEnd.failed(script, RuntimeError("out of memory"))
+    back = RunEnd.from_json(json.loads(json.dumps(failed.to_json())))
+    assert back == failed and back.totals is None and back.meta.guidance is None and back.meta.preview is None
+    with pytest.raises(ValueError, match="totals=None: a run that did not finish has none"):
+        RunRecord.from_json(failed.to_json())
+    with pytest.raises(ValueError, match="status='running': allowed are done, stopped, failed, interrupted"):
+        RunEnd.from_json({**record.meta.to_json(), "status": "running"})  # store.begin()'s meta.json
+    with pytest.raises(ValueError, match="steps='2.5': not int"):
+        RunMeta.from_json({**on_disk, "steps": 2.5})
+
+
+def test_a_name_outside_its_literal_is_refused_naming_the_cell(tiny):
+    """Issue 44: a record's Literal fields are checked when it is read, as its numbers are: a runs.csv line whose
+    status or mode, a steps.csv line whose mode, is none of the names allowed is refused in one line naming the
+    cell and the names; an empty cell is no value, as a number's is (the field's default)."""
+    from previewlab.preview.engine import RunContext, generate
+    from previewlab.preview.settings import PreviewSettings, RunSettings
+
+    settings = RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="latent2rgb", mode="sync"))
+    run = generate(RunContext(tiny, settings, "lit"))
+    line = {k: "" if v is None else str(v) for k, v in run.record.to_row().items()}
+    assert RunRecord.from_row(line).totals.status == "done"
+    with pytest.raises(ValueError, match=r"^status='finished': allowed are done, stopped$"):
+        RunRecord.from_row({**line, "status": "finished"})
+    with pytest.raises(ValueError, match=r"^mode='fast': allowed are sync, overlap$"):
+        RunRecord.from_row({**line, "mode": "fast"})
+    step = {k: "" if v is None else str(v) for k, v in run.rows[0].to_row().items()}
+    assert StepRow.from_row(step) == run.rows[0]
+    with pytest.raises(ValueError, match=r"^mode='async': allowed are sync, overlap$"):
+        StepRow.from_row({**step, "mode": "async"})
+    with pytest.raises(ValueError, match=r"^mode='SYNC': allowed are sync, overlap$"):
+        StepRow.from_row({**step, "mode": "SYNC"})
+    assert StepRow.from_row({**step, "mode": ""}).mode == "sync"  # no value: the field's default
+    with pytest.raises(ValueError, match=r"^status='interrupted': allowed are done, stopped$"):
+        Totals.from_json({**run.record.totals.to_json(), "status": "interrupted"})

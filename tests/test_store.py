@@ -61,6 +61,9 @@ def test_a_bad_cell_torn_header_or_foreign_bytes_skip_only_that_run(tmp_path, ca
         # a cell its column cannot read (preview is 0 or 1): the rows are records, not text passed through
         "20261130-120000-005": header + "\n" + ",".join("20261130-120000-005" if c == "run_id" else "yes"
                                                       if c == "preview" else "1" for c in STEP_COLUMNS) + "\n",
+        # a name its Literal does not allow (mode is sync or overlap): checked as a number's cell is
+        "20261130-120000-006": header + "\n" + ",".join("20261130-120000-006" if c == "run_id" else "fast"
+                                                      if c == "mode" else "1" for c in STEP_COLUMNS) + "\n",
     }
     for rid, steps in cases.items():
         make_run(tmp_path, rid, steps=steps)
@@ -77,6 +80,8 @@ def test_a_bad_cell_torn_header_or_foreign_bytes_skip_only_that_run(tmp_path, ca
     assert "a line over 262144 characters" in listed["20261130-120000-002"]["damaged"]  # read no further
     assert "torn" in listed["20261130-120000-003"]["damaged"]
     assert listed["20261130-120000-005"]["damaged"] == "20261130-120000-005/steps.csv: row 1: preview='yes': not int"
+    assert listed["20261130-120000-006"]["damaged"] == (
+        "20261130-120000-006/steps.csv: row 1: mode='fast': allowed are sync, overlap")
     assert "damaged" not in listed[GOOD]
 
 
@@ -130,6 +135,21 @@ def test_retention_removes_the_oldest_first_and_never_an_open_run(tmp_path, capl
     assert Store(tmp_path, keep_runs=0).ids() == [ids[2], ids[4], ids[5]]  # 0 keeps everything
 
 
+def test_retention_reads_a_status_it_does_not_know_as_not_whole(tmp_path):
+    """meta.json's status is read typed (status_of: running, or an end run.Status names); one previewlab never
+    writes is not a whole run, so it is counted with the failed and never pushes a good run out."""
+    from typing import get_args
+
+    from previewlab.preview.run import Status
+    from previewlab.server.store_reader import STORED
+
+    assert set(STORED) == {"running", *get_args(Status)}
+    ids = [f"20261130-120000-{i:03d}" for i in range(3)]
+    for rid, status in zip(ids, ("failed", "done", "finished")):
+        make_run(tmp_path, rid, meta={"run_id": rid, "status": status}, steps=None)
+    assert Store(tmp_path, keep_runs=1).ids() == ids[1:]  # the newest whole run, the newest other
+
+
 def test_export_carries_guidance_from_the_run(tmp_path):
     make_run(tmp_path, GOOD, guidance=1.0)
     rows = export(Store(tmp_path))
@@ -140,12 +160,12 @@ def test_an_unchanged_run_is_parsed_once_for_any_number_of_exports(tmp_path, mon
     make_run(tmp_path, GOOD)
     store = Store(tmp_path)
     parsed: list[str] = []
-    real = store.reader.rows
+    real = store.rows
     def counted(rid: str) -> Any:
         parsed.append(rid)
         return real(rid)
 
-    monkeypatch.setattr(store.reader, "rows", counted)
+    monkeypatch.setattr(store, "rows", counted)
     first = store.csv(store.ids())
     assert store.csv(store.ids()) == first and parsed == [GOOD]
     with open(tmp_path / GOOD / "steps.csv", "a") as f:  # a run still writing: its next export sees the row
