@@ -29,8 +29,7 @@ from .decoders import DecoderError, taesd_refusal
 from .digest import digest, judged
 from .final import save_image
 from .meter import StepMeter
-from .models import denoiser
-from .models.families import vae_of
+from .phase_hooks import PhaseHooks
 from .models.video_presets import clip_defaults
 from .previewer import Previewer
 from .records import STEP_COLUMNS, StepRow
@@ -85,10 +84,7 @@ class Watch(PipelineCallback):
         self.records: list[RunRecord] = []     # one per finished call
         self.meter: StepMeter | None = None
         self._call = CallMarks()               # marks of the call in progress
-        self._previewing = False
         self._stop = threading.Event()
-        self._hooks: list[Any] = []
-        self._unet_hook: Any = None
         self._latent_hw: tuple[int, int] | None = None  # LTX: the latent height and width of the call's clip
         # attach(): the live page (previewlab.serve(watch) attaches itself)
         self.events: RunEvents | None = None
@@ -107,25 +103,12 @@ class Watch(PipelineCallback):
         """A pipeline call is between its first step and its last."""
         return self.meter is not None and not self._call.finished
 
-    # -- the call's phases, from hooks on the user's own modules ----------------------------------------------
+    # -- the call's phases, from hooks on the user's own modules (phase_hooks.py) -----------------------------
     def _hook(self) -> None:
-        for name in ("text_encoder", "text_encoder_2", "text_encoder_3"):
-            te = getattr(self.pipe, name, None)
-            if te is not None:
-                self._hooks.append(te.register_forward_pre_hook(lambda *a: self._text_start()))
-                self._hooks.append(te.register_forward_hook(lambda *a: self._text_end()))
-        vae = vae_of(self.pipe)
-        if vae is not None:  # pixel space has no final decode
-            self._hooks.append(vae.decoder.register_forward_pre_hook(lambda *a: self._decode_start()))
-            self._hooks.append(vae.decoder.register_forward_hook(lambda *a: self._decode_end()))
-        self._arm()
+        self.hooks = PhaseHooks(self.pipe, first_forward=self._first_forward, decode_start=self._decode_start,
+                                decode_end=self._decode_end, text_start=self._text_start, text_end=self._text_end)
 
-    def _arm(self) -> None:
-        """A one-shot hook: the UNet's first forward of the next call marks where step 1 begins."""
-        if self._unet_hook is None:
-            self._unet_hook = denoiser(self.pipe).register_forward_pre_hook(self._first_forward, with_kwargs=True)
-
-    def _first_forward(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+    def _first_forward(self, kwargs: dict[str, Any]) -> None:
         """The denoiser's first forward of a call. LTXPipeline calls its transformer with the clip's latent
         height and width, which its packed latents do not say (image_size reads them)."""
         h, w = kwargs.get("height"), kwargs.get("width")
@@ -141,9 +124,6 @@ class Watch(PipelineCallback):
             self.sw.anchor(c.denoise0, c.t0)
         if c.denoise0 is None:
             c.denoise0 = self.sw.mark()
-        if self._unet_hook is not None:
-            self._unet_hook.remove()
-            self._unet_hook = None
         if not self.step_tap.installed:  # for this call only: the user's scheduler is left as it was after it
             self.step_tap.install()
 
@@ -158,15 +138,15 @@ class Watch(PipelineCallback):
     def _text_end(self) -> None:
         self._call.te1 = self.sw.mark()
 
-    # the pipeline's own final decode, not a preview's (a preview may run the same VAE)
+    # the pipeline's own final decode, never a preview's (the hooks leave out a VAE run inside a step)
     def _decode_start(self) -> None:
-        if not self._previewing and self.meter is not None and not self._call.finished:
+        if self.meter is not None and not self._call.finished:
             self._end_denoise()  # a loop that ended before its last step (stopped, or fewer steps than planned)
-        if not self._previewing and self._call.finished:
+        if self._call.finished:
             self._call.decode0 = self.sw.mark()
 
     def _decode_end(self) -> None:
-        if not self._previewing and self._call.finished:
+        if self._call.finished:
             self._call.decode1, self._call.t_decoded = self.sw.mark(), self.sw.clock()
 
     # -- the steps, from whichever source ----------------------------------------------------------------------
@@ -184,11 +164,8 @@ class Watch(PipelineCallback):
         if step.index == 0 or self.meter is None:
             self._begin(step)
         assert self.meter is not None
-        self._previewing = True
-        try:
+        with self.hooks.step():
             stop = self.meter.step(step)
-        finally:
-            self._previewing = False
         if step.index + 1 >= (step.total or 10**9) or getattr(step.pipe, "_interrupt", False):
             self._end_denoise()
         return stop
@@ -231,7 +208,7 @@ class Watch(PipelineCallback):
         if self.meter is not None:
             self.meter.denoised()
         self.step_tap.remove()
-        self._arm()
+        self.hooks.arm()
 
     # -- the end of the request ------------------------------------------------------------------------------
     def save(self, image: Any, path: str | Path) -> Path:
@@ -298,12 +275,7 @@ class Watch(PipelineCallback):
 
     def remove(self) -> None:
         """Remove the hooks from the user's modules and stop the server, if any."""
-        for h in self._hooks:
-            h.remove()
-        self._hooks.clear()
-        if self._unet_hook is not None:
-            self._unet_hook.remove()
-            self._unet_hook = None
+        self.hooks.remove()
         self.step_tap.remove()
         if self._block is not None:
             modular.detach(self.pipe, self._block)

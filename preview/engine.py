@@ -11,6 +11,7 @@ import torch
 
 from . import modular_run
 from .call_args import TaskError, clip_args, img2img_pipe, takes
+from .call_marks import CallMarks
 from .controls import Controls
 from .final import FinalDecode, final_decoder, final_image, final_u8, save_image, write_whole
 from .frames import Frame, preview_size, to_uint8_hwc
@@ -63,19 +64,6 @@ class RunContext:
     stopwatch: Stopwatch | None = None   # None: one on the model's device and `clock`
 
 
-@dataclass(frozen=True)
-class _Passed:
-    """Where a call's phases passed: stopwatch marks, and host times (s) around the final image's host copy."""
-    image: np.ndarray  # the final image, uint8 (H, W, 3)
-    text_end: Any      # the text encoding has ended; the denoising starts
-    loop_end: Any      # the last step's work is queued
-    dec0: Any          # previews in flight have finished; the final decode starts
-    dec1: Any
-    t_copy: float      # the host copy of the image starts (the device has passed dec1)
-    t_dec1: float      # the image is on the host
-    peak: int          # the most previews in flight at once (overlap)
-
-
 def generate(context: RunContext, events: RunEvents | None = None) -> Run:
     """Run one generation and measure it. `events` hear its rows (in step order, as soon as their times are
     known), frames and preview errors as they come: on the calling thread, or on the encode thread for what an
@@ -122,16 +110,20 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
             gen = torch.Generator("cpu").manual_seed(settings.seed)  # rebuilt for every run
             if modular:  # one call, as a user makes it: its phases marked by hooks (modular_run.py)
                 step_tap.install()
-                passed = _modular(ctx, gen, meter, t_start)
+                image, marks = _modular(ctx, gen, meter, t_start)
             else:
-                passed = _classic(ctx, pipe, gen, meter, step_tap, by_scheduler, final_decode)
+                image, marks = _classic(ctx, pipe, gen, meter, step_tap, by_scheduler, final_decode)
+            marks.t0, marks.te0 = t_start, mark0
+            t_dec1 = marks.t_decoded
+            assert t_dec1 is not None
             ranges.begin("final_encode")
-            png = save_image(passed.image)
+            png = save_image(image)
             ranges.end("final_encode")
             t_enc1 = clock()
             if ctx.image_path is not None:
                 write_whole(ctx.image_path, png)
             t_end = clock()
+            marks.final_encode_ms, marks.write_ms, marks.t_end = (t_enc1 - t_dec1) * 1e3, (t_end - t_enc1) * 1e3, t_end
             if meter.ledger.count < meter.steps:  # the steps the pipeline runs
                 status = "stopped"
         except BaseException:
@@ -141,15 +133,10 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
             step_tap.remove()
         meter.drain()
 
-    p = passed
-    phases = Phases(wall_ms=(t_end - t_start) * 1e3, text_encode_ms=sw.ms(mark0, p.text_end),
-                    final_decode_ms=sw.ms(p.dec0, p.dec1) + (p.t_dec1 - p.t_copy) * 1e3,
-                    final_encode_ms=(t_enc1 - p.t_dec1) * 1e3, write_ms=(t_end - t_enc1) * 1e3,
-                    drain_ms=sw.ms(p.loop_end, p.dec0))
-    record = run_record(model, meta, meter.rows, phases, status=status, first_run=ctx.first_run,
-                        inflight_peak=p.peak, compiled=prev.compile, compile_ms=compile_ms, cuda=sw.cuda,
+    record = run_record(model, meta, meter.rows, marks.phases(sw), status=status, first_run=ctx.first_run,
+                        inflight_peak=marks.peak, compiled=prev.compile, compile_ms=compile_ms, cuda=sw.cuda,
                         usage=meter.usage(), timing=sw.timing)
-    return Run(record, meter.rows, p.image)
+    return Run(record, meter.rows, image)
 
 
 def _check(ctx: RunContext) -> bool:
@@ -179,15 +166,17 @@ def _warm(prev: Previewer, start: PreviewSettings, settings: RunSettings) -> flo
 
 
 def _classic(ctx: RunContext, pipe: Any, gen: torch.Generator, meter: StepMeter, step_tap: StepTap,
-             by_scheduler: bool, final_decode: FinalDecode | None) -> _Passed:
+             by_scheduler: bool, final_decode: FinalDecode | None) -> tuple[np.ndarray, CallMarks]:
     """A pipeline with encode_prompt and latent output: the prompt encoded ahead, the call denoising only, the
-    final decode ours (previews in flight finish before it uses the VAE)."""
+    final decode ours (previews in flight finish before it uses the VAE). The final image as uint8 (H, W, 3) on
+    the host, and where the phases passed (the caller marks the start, the encode and the write)."""
     model, settings, sw, ranges = ctx.model, ctx.settings, meter.sw, meter.ranges
+    marks = CallMarks()
     ranges.begin("text_encode")
     embeds = encode_prompt(model, settings.prompt, settings.guidance, pipe)
     ranges.end("text_encode")
-    mark_te = sw.mark()
-    meter.begin(mark_te)
+    marks.te1 = marks.denoise0 = sw.mark()
+    meter.begin(marks.denoise0)
     step_tap.install()
     task: dict[str, Any] = {}
     if settings.init is not None:
@@ -204,26 +193,32 @@ def _classic(ctx: RunContext, pipe: Any, gen: torch.Generator, meter: StepMeter,
     out = pipe(**takes(pipe, call))
     latents = out.frames if model.space.video else out.images  # a clip's final image: its first frame
     ranges.end("denoise")
-    loop_end = sw.mark()
+    marks.drain0 = sw.mark()
     meter.denoised()
-    peak = meter.finish_previews()  # previews in flight finish before the final decode uses the VAE
-    dec0 = sw.mark()
+    marks.peak = meter.finish_previews()  # previews in flight finish before the final decode uses the VAE
+    marks.decode0 = sw.mark()
     ranges.begin("final_decode")
     u8 = final_u8(model, latents, settings.height, settings.width, final_decode)
-    dec1 = sw.mark()
-    sw.wait(dec1)  # the wait the copy below makes anyway, split off so the copy alone is timed
+    marks.decode1 = sw.mark()
+    sw.wait(marks.decode1)  # the wait the copy below makes anyway, split off so the copy alone is timed
     t_copy = sw.clock()
     image = u8.cpu().numpy()
     ranges.end("final_decode")
-    return _Passed(image, mark_te, loop_end, dec0, dec1, t_copy, sw.clock(), peak)
+    marks.t_decoded = sw.clock()
+    marks.copy_ms = (marks.t_decoded - t_copy) * 1e3
+    return image, marks
 
 
-def _modular(ctx: RunContext, gen: torch.Generator, meter: StepMeter, t_start: float) -> _Passed:
-    """A Modular pipeline's one call, as a user makes it: its phases marked by hooks (modular_run.py)."""
+def _modular(ctx: RunContext, gen: torch.Generator, meter: StepMeter,
+             t_start: float) -> tuple[np.ndarray, CallMarks]:
+    """A Modular pipeline's one call, as a user makes it: its phases marked by hooks (modular_run.py); the
+    text encoding is everything before the denoiser's first forward."""
     sw = meter.sw
-    image, m = modular_run.call(ctx.model, ctx.settings, gen, meter)
-    sw.wait(m.decode1)  # passed already: the pipeline's own postprocess copied the image
-    device_end = sw.host_time(m.decode1)
-    t_copy = max(m.t_decode1 or t_start, device_end if device_end is not None else t_start)
-    t_dec1 = sw.clock()  # the pipeline's postprocess and copy, after the decode
-    return _Passed(image, m.denoise0, m.loop_end, m.decode0, m.decode1, t_copy, t_dec1, m.peak)
+    image, marks = modular_run.call(ctx.model, ctx.settings, gen, meter)
+    marks.te1 = marks.denoise0
+    sw.wait(marks.decode1)  # passed already: the pipeline's own postprocess copied the image
+    device_end = sw.host_time(marks.decode1)
+    t_copy = max(marks.t_decoded or t_start, device_end if device_end is not None else t_start)
+    marks.t_decoded = sw.clock()  # the pipeline's postprocess and copy, after the decode
+    marks.copy_ms = (marks.t_decoded - t_copy) * 1e3
+    return image, marks

@@ -9,67 +9,48 @@ final decode uses the VAE, as engine.generate has them do.
 """
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from . import modular
+from .call_marks import CallMarks
 from .frames import grid, to_uint8_hwc
 from .meter import StepMeter
-from .models import Model, denoiser
-from .models.families import vae_of
+from .models import Model
+from .phase_hooks import PhaseHooks
 from .settings import RunSettings
 from .steps import Step, StepTap
 
 
-@dataclass
-class Marks:
-    """Where the call's phases passed: stopwatch marks, and host times (s) of the final decode's end."""
-    denoise0: Any = None     # the denoiser's first forward: text encoding and latent preparation are before it
-    loop_end: Any = None     # the final decode is about to start: the last step's work is queued before it
-    decode0: Any = None      # previews in flight have finished
-    decode1: Any = None
-    t_decode1: float | None = None
-    peak: int = 0            # the most previews in flight at once (overlap)
-
-
-def call(model: Model, settings: RunSettings, gen: torch.Generator, meter: StepMeter) -> tuple[np.ndarray, Marks]:
+def call(model: Model, settings: RunSettings, gen: torch.Generator,
+         meter: StepMeter) -> tuple[np.ndarray, CallMarks]:
     """Run the pipeline once and measure it: its image as uint8 (H, W, 3) on the host (a batch as one grid),
-    and the marks of its phases (on the meter's stopwatch). The loop block and the hooks are removed whatever
-    happens."""
-    pipe, marks, sw = model.pipe, Marks(), meter.sw
-    caller = threading.get_ident()
-    stepping = [False]  # a sync preview runs the VAE inside a step: never the final decode
+    and where its phases passed (on the meter's stopwatch: denoise0, drain0, decode0, decode1 and t_decoded,
+    peak). The loop block and the hooks are removed whatever happens."""
+    pipe, marks, sw = model.pipe, CallMarks(), meter.sw
 
     def on_step(step: Step) -> bool:
-        stepping[0] = True
-        try:
+        with hooks.step():
             return meter.step(step)
-        finally:
-            stepping[0] = False
 
-    def first_forward(*_: Any) -> None:
-        if marks.denoise0 is None:
-            marks.denoise0 = sw.mark()
-            meter.begin(marks.denoise0)
+    def first_forward(kwargs: dict[str, Any]) -> None:
+        marks.denoise0 = sw.mark()
+        meter.begin(marks.denoise0)
 
-    def decode_start(*_: Any) -> None:
-        if threading.get_ident() == caller and not stepping[0] and marks.decode0 is None:
-            marks.loop_end = sw.mark()
+    def decode_start() -> None:
+        if marks.decode0 is None:
+            marks.drain0 = sw.mark()
             meter.denoised()
             marks.peak = meter.finish_previews()
             marks.decode0 = sw.mark()
 
-    def decode_end(*_: Any) -> None:
-        if threading.get_ident() == caller and not stepping[0] and marks.decode1 is None:
-            marks.decode1, marks.t_decode1 = sw.mark(), sw.clock()
+    def decode_end() -> None:
+        if marks.decode1 is None:
+            marks.decode1, marks.t_decoded = sw.mark(), sw.clock()
 
-    decoder = vae_of(pipe).decoder
-    hooks = [denoiser(pipe).register_forward_pre_hook(first_forward),
-             decoder.register_forward_pre_hook(decode_start), decoder.register_forward_hook(decode_end)]
+    hooks = PhaseHooks(pipe, first_forward=first_forward, decode_start=decode_start, decode_end=decode_end)
     block = modular.attach(pipe, on_step)
     # a loop per chunk (Helios): the scheduler's step, steps numbered across chunks
     tap = StepTap(pipe.scheduler, on_step=on_step, pipe=pipe, chunked=True) if block is None else None
@@ -87,8 +68,7 @@ def call(model: Model, settings: RunSettings, gen: torch.Generator, meter: StepM
             tap.remove()
         if block is not None:
             modular.detach(pipe, block)
-        for h in hooks:
-            h.remove()
+        hooks.remove()
     return _u8(out), marks
 
 
