@@ -1,12 +1,12 @@
-"""What to set after a sweep: the one analysis (previewlab.preview.advice), over the sweep's runs in the order they
+"""What to set after a sweep: the one analysis (previewlab.preview.judging.advice), over the sweep's runs in the order they
 ran, as the bench's summary and its report print it. The server's page and a watch's summary render the same."""
 from __future__ import annotations
 
 from typing import Sequence
 
 from previewlab.bench.rows import SweepRow
-from previewlab.preview.advice import DEFAULT_BUDGET_PCT, Analysis, analyze, rank
-from previewlab.preview.estimates import NOISE_LIMIT_PCT
+from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Analysis, analyze, rank
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
 
 __all__ = ["DEFAULT_BUDGET_PCT", "of_sweep", "lines", "rank"]
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from previewlab.bench.sweep import Plan
     from previewlab.preview.models import Model
     from previewlab.bench.rows import SweepRow
-    from previewlab.preview.run import RunRecord
+    from previewlab.preview.record.run import RunRecord
 
 __all__ = ["main", "parser", "progress_bar", "summary_text"]
 
@@ -39,8 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from previewlab.bench.noise import baseline_noise
     from previewlab.bench.summary import summarize
     from previewlab.bench.sweep import read_back, run_sweep, traced_run
-    from previewlab.preview.csv_writer import CsvSchemaError
-    from previewlab.preview.decoders import DecoderError, taesd_refusal
+    from previewlab.preview.record.csv_writer import CsvSchemaError
+    from previewlab.preview.decoding.decoders import DecoderError, taesd_refusal
     from previewlab.preview.models import ModelError, load
 
     if args.threads is not None:

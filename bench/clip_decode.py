@@ -17,13 +17,15 @@ from typing import NoReturn, Sequence
 
 import torch
 
-from previewlab.preview import clips, decoders
-from previewlab.preview.encoders import Encoder, get as encoder
-from previewlab.preview.frames import tile, to_uint8_hwc
+from previewlab.preview.decoding import clips
+
+from previewlab.preview.decoding import decoders
+from previewlab.preview.pipeline.encoders import Encoder, get as encoder
+from previewlab.preview.pipeline.frames import tile, to_uint8_hwc
 from previewlab.preview.models import ModelError, load
 from previewlab.bench.flags import frames_value, listof, names
 from previewlab.preview.names import DECODER_NAMES
-from previewlab.preview.previewer import Previewer
+from previewlab.preview.decoding.previewer import Previewer
 
 
 class Parser(argparse.ArgumentParser):

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from previewlab.bench.noise import Estimate, baseline_noise, estimate, pair_overheads, spread_pct
 from previewlab.bench.rows import NotASweep, SweepRow, read
 from previewlab.bench.summary import steady
-from previewlab.preview.run import RunRecord
+from previewlab.preview.record.run import RunRecord
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from previewlab.bench.flags import Parser, between, ranged, steps_value
 from previewlab.preview.names import DECODER_NAMES
-from previewlab.preview.records import StepRow
+from previewlab.preview.record.records import StepRow
 
 
 def start_server(*flags: str) -> tuple[subprocess.Popen[bytes], int]:

@@ -1,7 +1,7 @@
 """python -m previewlab.bench.preview_memory: what one preview holds in memory, outside any run.
 
 Each cell decodes one preview and makes its uint8 pixels, as a run's preview does, and reads how far that raised
-the process's memory over the level before it (preview/memory.py: the allocator's counters on a GPU, the resident
+the process's memory over the level before it (preview/timing/memory.py: the allocator's counters on a GPU, the resident
 set on a CPU), twice: the second reading is the figure (the first pays one-time allocations).
 
   image  SDXL at 1024x1024 with 512 px previews: TAESD's real architecture and SDXL's VAE architecture (both
@@ -19,13 +19,14 @@ from typing import Callable, Sequence
 import torch
 
 from previewlab.bench.flags import Parser
-from previewlab.preview import clips, decoders
-from previewlab.preview.frames import tile, to_uint8_hwc
-from previewlab.preview.decoders import DecoderName
-from previewlab.preview.memory import Memory, reading_for
+from previewlab.preview.decoding import clips
+from previewlab.preview.decoding import decoders
+from previewlab.preview.pipeline.frames import tile, to_uint8_hwc
+from previewlab.preview.decoding.decoders import DecoderName
+from previewlab.preview.timing.memory import Memory, reading_for
 from previewlab.preview.names import DecodeAt
 from previewlab.preview.models import load
-from previewlab.preview.previewer import Previewer
+from previewlab.preview.decoding.previewer import Previewer
 from previewlab.preview.settings import PreviewSettings
 
 SDXL_VAE = dict(block_out_channels=(128, 256, 512, 512), in_channels=3, out_channels=3, latent_channels=4,

@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from previewlab.bench.flags import listof, ranged
-from previewlab.preview import decoders
-from previewlab.preview.decoders import WHOLE, Cut
+from previewlab.preview.decoding import decoders
+from previewlab.preview.decoding.decoders import WHOLE, Cut
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
 from previewlab.preview.models.taesd import cut, load_tae, upsample_factors
 

@@ -18,7 +18,7 @@ from previewlab.bench.advice import lines as advice_lines
 from previewlab.bench.noise import Estimate, baseline_noise
 from previewlab.bench.rows import NotASweep, Sweep, SweepRow, read
 from previewlab.bench.summary import overhead_of, steady, summarize
-from previewlab.preview.records import PREVIEW_STAGES
+from previewlab.preview.record.records import PREVIEW_STAGES
 
 PREVIEW_PARTS = PREVIEW_STAGES + ("send_ms", "browser_ms")
 

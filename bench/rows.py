@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from previewlab.preview.records import STEP_COLUMNS, StepRow, cell_float
-from previewlab.preview.run import RUN_COLUMNS, RunRecord
+from previewlab.preview.record.records import STEP_COLUMNS, StepRow, cell_float
+from previewlab.preview.record.run import RUN_COLUMNS, RunRecord
 from previewlab.preview.settings import PreviewSettings
 
 Role = Literal["warmup", "baseline", "config", "direct"]

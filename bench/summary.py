@@ -5,10 +5,10 @@ import statistics
 from typing import Any, Iterable, Sequence
 
 from previewlab.bench.noise import Estimate, Noise, estimate, pair_overheads, paired, percentile
-from previewlab.preview.estimates import SAMPLES_FOR_LEVEL
-from previewlab.preview.estimates import verdict as shared_verdict
+from previewlab.preview.judging.estimates import SAMPLES_FOR_LEVEL
+from previewlab.preview.judging.estimates import verdict as shared_verdict
 from previewlab.bench.rows import SweepRow, SweepStep
-from previewlab.preview.records import PREVIEW_STAGES, StepRow
+from previewlab.preview.record.records import PREVIEW_STAGES, StepRow
 
 STAGES = ("denoise_ms",) + PREVIEW_STAGES
 __all__ = ["STAGES", "percentile", "steady", "summarize", "overhead_of", "verdict", "table", "mode_ratios"]

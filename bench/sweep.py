@@ -15,19 +15,19 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 
 from previewlab.bench.axes import Setup, as_now, schedulers_for, use
-from previewlab.preview.engine import (Phases, Previewer, Run, RunContext, clip_args, final_image, generate,
+from previewlab.preview.call.engine import (Phases, Previewer, Run, RunContext, clip_args, final_image, generate,
                                       run_record, save_image)
 from previewlab.preview.models import Model
-from previewlab.preview.csv_writer import CsvAppender
+from previewlab.preview.record.csv_writer import CsvAppender
 from previewlab.bench.rows import (RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, Config, Role, Sweep, SweepRow, SweepStep,
                                   read)
-from previewlab.preview.analysis import config_name
-from previewlab.preview.run_ids import PROCESS_IDS
-from previewlab.preview.decoders import DecoderName
+from previewlab.preview.judging.analysis import config_name
+from previewlab.preview.record.run_ids import PROCESS_IDS
+from previewlab.preview.decoding.decoders import DecoderName
 from previewlab.preview.names import DecodeAt, FrameChoice
-from previewlab.preview.run import RunMeta
+from previewlab.preview.record.run import RunMeta
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
-from previewlab.preview.targets import Target
+from previewlab.preview.source.targets import Target
 
 Slot = tuple[Role, int, PreviewSettings | None, Setup]  # role, repeat, preview settings (None: a direct call), run setup
 

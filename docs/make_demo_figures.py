@@ -3,7 +3,7 @@ one run's previews at steps 1, 5, 10 and 20 for each decoder, target x0 (docs/de
 
     .venv/bin/python docs/make_demo_figures.py
 
-Both go through previewlab's own engine (previewlab.preview.engine.generate) with the shipped model, 20 steps, seed 0.
+Both go through previewlab's own engine (previewlab.preview.call.engine.generate) with the shipped model, 20 steps, seed 0.
 """
 import io
 import sys
@@ -14,8 +14,8 @@ from PIL import Image, ImageDraw
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from previewlab.preview.engine import RunContext, generate  # noqa: E402
-from previewlab.preview.gathered import Gathered  # noqa: E402
+from previewlab.preview.call.engine import RunContext, generate  # noqa: E402
+from previewlab.preview.record.kept_events import Gathered  # noqa: E402
 from previewlab.preview.models import DEMO_GUIDANCE, load  # noqa: E402
 from previewlab.preview.settings import PreviewSettings, RunSettings  # noqa: E402
 

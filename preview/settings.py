@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-from .names import (BATCH_PREVIEWS, DECODE_ATS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, BatchPreview, DecodeAt,
+from previewlab.preview.names import (BATCH_PREVIEWS, DECODE_ATS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, BatchPreview, DecodeAt,
                     DecoderName, EncoderName, FrameChoice, Mode, Target, check, check_frames)
 
 MAX_STEPS = 1000

@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from previewlab.preview.callback import Watch
+    from previewlab.preview.call.callback import Watch
     from previewlab.server.embedded import Embedded
 
 
 def watch(pipe: Any, **kw: Any) -> "Watch":
-    """A diffusers step-end callback that measures `pipe`'s previews (keywords: previewlab.preview.callback.Watch).
+    """A diffusers step-end callback that measures `pipe`'s previews (keywords: previewlab.preview.call.callback.Watch).
     To see them live: `serve(watch(pipe))`."""
-    from previewlab.preview.callback import Watch
+    from previewlab.preview.call.callback import Watch
 
     if "serve" in kw:
         raise TypeError("watch(serve=...) is gone: make the watch, then `from previewlab import serve; "

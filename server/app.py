@@ -18,15 +18,15 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
-from previewlab.preview.advice import DEFAULT_BUDGET_PCT
+from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
 
-from . import protocol
-from .exports import stream
-from .guard import Guard
-from .headers import SecurityHeaders
-from .server import Server
-from .session import serve_client
-from .store import EXPORT_CHUNK, RUN_ID, Damaged, export_header
+from previewlab.server.ws import protocol
+from previewlab.server.http.exports import stream
+from previewlab.server.http.guard import Guard
+from previewlab.server.http.headers import SecurityHeaders
+from previewlab.server.server import Server
+from previewlab.server.ws.session import serve_client
+from previewlab.server.data.store import EXPORT_CHUNK, RUN_ID, Damaged, export_header
 
 
 def _web() -> Path:

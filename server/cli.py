@@ -11,7 +11,7 @@ from typing import Callable, Iterator, NoReturn, Sequence
 
 from previewlab.preview.settings import MAX_SIDE, MIN_SIDE
 
-from .limits import DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS
+from previewlab.server.limits import DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS
 
 
 class Parser(argparse.ArgumentParser):
@@ -152,7 +152,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.max_pixel_steps < 0 or args.keep_runs < 0:
         print("previewlab serve: --max-pixel-steps and --keep-runs take 0 (no limit) or a positive number", file=sys.stderr)
         return 2
-    from .exposure import ExposureError, access_for, page_url
+    from previewlab.server.http.exposure import ExposureError, access_for, page_url
 
     try:  # a token, once given, is always required, on loopback too (a local reverse proxy forwards anyone)
         access = access_for(args.host, allow_remote=args.allow_remote, token=args.token, allow_hosts=args.allow_host)
@@ -165,7 +165,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"previewlab serve: --host {args.host} --port {args.port}: {taken.lower()}; another server may hold it: "
               "pick another with --port (0: a free one)", file=sys.stderr)
         return 2
-    from .owner import InUse, in_use
+    from previewlab.server.data.owner import InUse, in_use
 
     owned = in_use(args.data_dir)
     if owned:  # asked before the model loads; the Server takes the lock itself
@@ -186,12 +186,12 @@ def serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from .app import build_app
-    from .guard import is_loopback
-    from .http11 import SHUTDOWN_ABORT_S, abort_all, uvicorn_config
-    from .options import RunOptions
-    from .server import Server
-    from .session import SessionLimits
+    from previewlab.server.app import build_app
+    from previewlab.server.http.guard import is_loopback
+    from previewlab.server.http.http11 import SHUTDOWN_ABORT_S, abort_all, uvicorn_config
+    from previewlab.server.options import RunOptions
+    from previewlab.server.server import Server
+    from previewlab.server.ws.session import SessionLimits
 
     try:
         server = Server(model, args.data_dir, access=access,

@@ -1,5 +1,5 @@
 """The live page for a user's own pipeline: serve(watch) runs the server in a thread and attaches itself to the
-watch as its RunEvents (preview/run.py): the core never imports the server.
+watch as its RunEvents (preview/record/run.py): the core never imports the server.
 
 The user's code owns the pipeline and its loop; this side only shows what the watch measures. Start is
 refused (generations come from the script); set changes the watch's live controls; stop interrupts the
@@ -14,15 +14,15 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from previewlab.preview.final import write_whole
-from previewlab.preview.frames import Frame
-from previewlab.preview.records import StepRow
-from previewlab.preview.run import RunEnd, RunMeta
+from previewlab.preview.call.final import write_whole
+from previewlab.preview.pipeline.frames import Frame
+from previewlab.preview.record.records import StepRow
+from previewlab.preview.record.run import RunEnd, RunMeta
 
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
-from .app import Server, build_app
-from .worker import Busy
+from previewlab.server.app import Server, build_app
+from previewlab.server.worker import Busy
 
 log = logging.getLogger("previewlab.server")
 LOOP_WAIT_S = 5.0  # keep_final's wait for the loop to have made the run's folder (it takes milliseconds)
@@ -132,9 +132,9 @@ def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: st
     token the rules refuse, InUse when another server owns data_dir."""
     import uvicorn
 
-    from .exposure import access_for, page_url
-    from .guard import is_loopback
-    from .http11 import uvicorn_config
+    from previewlab.server.http.exposure import access_for, page_url
+    from previewlab.server.http.guard import is_loopback
+    from previewlab.server.http.http11 import uvicorn_config
 
     access = access_for(host, allow_remote=allow_remote, token=token, allow_hosts=allow_hosts, cli=False)
     server = Server(watch.model, Path(data_dir), access=access, source=WatchSource(watch))

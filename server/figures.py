@@ -1,5 +1,5 @@
 """The figures the page shows, computed here from the runs in the data folder with the one analysis every
-surface renders (preview/advice.py): each run's own figures and its pair's overhead, its configuration's verdict,
+surface renders (preview/judging/advice.py): each run's own figures and its pair's overhead, its configuration's verdict,
 the baselines' noise and the advice. The page formats what it is sent and computes no statistic of its own.
 
 A run is read once it has ended (its meta.json has totals) and kept by id until its meta.json changes or the run
@@ -13,11 +13,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from previewlab.preview.advice import DEFAULT_BUDGET_PCT, PAGE_REMEDIES, Analysis, analyze, said
-from previewlab.preview.analysis import Entry, cost_key, entry, overhead_pct, paired
-from previewlab.preview.run import RunRecord
+from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, PAGE_REMEDIES, Analysis, analyze, said
+from previewlab.preview.judging.analysis import Entry, cost_key, entry, overhead_pct, paired
+from previewlab.preview.record.run import RunRecord
 
-from .store import Store
+from previewlab.server.data.store import Store
 
 
 def page_more(n: int) -> str:

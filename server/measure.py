@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Literal
 
-from previewlab.preview.analysis import name_of
-from previewlab.preview.estimates import SAMPLES_FOR_LEVEL
-from previewlab.preview.run import RunEnd
+from previewlab.preview.judging.analysis import name_of
+from previewlab.preview.judging.estimates import SAMPLES_FOR_LEVEL
+from previewlab.preview.record.run import RunEnd
 from previewlab.preview.settings import RunSettings
 
-from . import protocol
+from previewlab.server.ws import protocol
 
 MAX_PAIRS = 24  # a machine this noisy after 24 pairs will not settle by measuring more: the series says so
 State = Literal["running", "done", "stopped", "failed"]

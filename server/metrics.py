@@ -18,8 +18,8 @@ from typing import Callable
 import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from previewlab.preview.records import PREVIEW_STAGES, StepRow
-from previewlab.preview.run import RunEnd
+from previewlab.preview.record.records import PREVIEW_STAGES, StepRow
+from previewlab.preview.record.run import RunEnd
 
 log = logging.getLogger("previewlab.server")
 SECONDS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)

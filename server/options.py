@@ -8,15 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from previewlab.preview.decoders import default_for
-from previewlab.preview.encoders import ENCODERS
+from previewlab.preview.decoding.decoders import default_for
+from previewlab.preview.pipeline.encoders import ENCODERS
 from previewlab.preview.models import Model
-from previewlab.preview.run import RunMeta
-from previewlab.preview.stopwatch import Clock, host_clock
+from previewlab.preview.record.run import RunMeta
+from previewlab.preview.timing.stopwatch import Clock, host_clock
 from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings, default_mode
 
-from . import protocol
-from .limits import DEFAULT_MAX_PIXEL_STEPS
+from previewlab.server.ws import protocol
+from previewlab.server.limits import DEFAULT_MAX_PIXEL_STEPS
 
 
 @dataclass(frozen=True)

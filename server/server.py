@@ -6,27 +6,27 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from previewlab.preview.decoders import taesd_refusal
-from previewlab.preview.frames import Frame
+from previewlab.preview.decoding.decoders import taesd_refusal
+from previewlab.preview.pipeline.frames import Frame
 from previewlab.preview.models import Model
-from previewlab.preview.records import StepRow
-from previewlab.preview.run import RunEnd, RunMeta
+from previewlab.preview.record.records import StepRow
+from previewlab.preview.record.run import RunEnd, RunMeta
 from previewlab.preview.settings import SIDE_STREAM_DEVICES, RunSettings, SettingsError
 
-from . import protocol
-from .disk import DiskReads
-from .exports import Slots
-from .figures import Figures
-from .guard import Access
-from .hub import Client, Hub
-from .limits import DEFAULT_KEEP_RUNS
-from .measure import Series
-from .metrics import Metrics
-from .options import Offer, RunOptions
-from .relay import Relay
-from .session import SessionLimits
-from .store import Store
-from .worker import Busy, RunOwner, TaskError, Worker
+from previewlab.server.ws import protocol
+from previewlab.server.data.disk import DiskReads
+from previewlab.server.http.exports import Slots
+from previewlab.server.figures import Figures
+from previewlab.server.http.guard import Access
+from previewlab.server.ws.sender import Client, Hub
+from previewlab.server.limits import DEFAULT_KEEP_RUNS
+from previewlab.server.measure import Series
+from previewlab.server.metrics import Metrics
+from previewlab.server.options import Offer, RunOptions
+from previewlab.server.ws.relay import Relay
+from previewlab.server.ws.session import SessionLimits
+from previewlab.server.data.store import Store
+from previewlab.server.worker import Busy, RunOwner, TaskError, Worker
 
 log = logging.getLogger("previewlab.server")
 

@@ -14,15 +14,15 @@ from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Literal, Protocol
 
-from previewlab.preview.engine import Controls, Previewer, RunContext, TaskError, generate, img2img_pipe
+from previewlab.preview.call.engine import Controls, Previewer, RunContext, TaskError, generate, img2img_pipe
 from previewlab.preview.models import Model
-from previewlab.preview.frames import Frame
-from previewlab.preview.records import StepRow
-from previewlab.preview.run import RunEnd, RunEvents, RunMeta
+from previewlab.preview.pipeline.frames import Frame
+from previewlab.preview.record.records import StepRow
+from previewlab.preview.record.run import RunEnd, RunEvents, RunMeta
 from previewlab.preview.settings import PreviewSettings, RunSettings
-from previewlab.preview.stopwatch import Clock, host_clock
+from previewlab.preview.timing.stopwatch import Clock, host_clock
 
-from .store import Store
+from previewlab.server.data.store import Store
 
 log = logging.getLogger("previewlab.server")
 State = Literal["idle", "running", "stopping"]

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import pytest
 
 from previewlab.preview.models import Model, load
-from previewlab.preview.records import STEP_COLUMNS
+from previewlab.preview.record.records import STEP_COLUMNS
 
 if TYPE_CHECKING:
-    from previewlab.server.session import SessionLimits
+    from previewlab.server.ws.session import SessionLimits
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -135,7 +135,7 @@ def live_server(app, host: str = "127.0.0.1", sndbuf: int | None = None, port: i
 @pytest.fixture
 def make_app(tiny, tmp_path):
     from previewlab.server.app import Server, build_app
-    from previewlab.server.guard import Access
+    from previewlab.server.http.guard import Access
 
     def make(data_dir: Path | None = None, model=None, *, access: Access = Access(hosts=("testserver",)), **kw):
         """access: Starlette's TestClient sends Host: testserver; kw: the Server's other typed parts."""
@@ -148,7 +148,7 @@ def make_app(tiny, tmp_path):
 def acks_not_awaited() -> SessionLimits:
     """Limits for a test client that never acks its frames (the page acks each in milliseconds): a run's end
     waits for no ack, where the default waits SessionLimits.ack_wait_s (1 s) for one that never comes."""
-    from previewlab.server.session import SessionLimits
+    from previewlab.server.ws.session import SessionLimits
 
     return SessionLimits(ack_wait_s=0.0)
 

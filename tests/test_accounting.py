@@ -18,13 +18,13 @@ import pytest
 import torch
 
 from fake_device import FakeApi, FakeClock, FakeDevice, FakeJpeg
-from previewlab.preview.callback import Watch
-from previewlab.preview.modular import step_loops
-from previewlab.preview.engine import RunContext, generate
-from previewlab.preview.gathered import Gathered
-from previewlab.preview.decoders import DecoderName
+from previewlab.preview.call.callback import Watch
+from previewlab.preview.source.modular import step_loops
+from previewlab.preview.call.engine import RunContext, generate
+from previewlab.preview.record.kept_events import Gathered
+from previewlab.preview.decoding.decoders import DecoderName
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
-from previewlab.preview.stopwatch import Accelerator, Device, Stopwatch
+from previewlab.preview.timing.stopwatch import Accelerator, Device, Stopwatch
 
 UNET_MS, TAESD_MS, VAE_MS, TEXT_MS, COPY_MS = 500.0, 150.0, 100.0, 30.0, 2.0
 STEPS = 5
@@ -177,7 +177,7 @@ def test_waits_report_only_what_events_do_not_time(path):
 
 
 def test_nvjpeg_is_refused_off_cuda_with_a_clear_error():
-    from previewlab.preview.encoders import EncoderError, get
+    from previewlab.preview.pipeline.encoders import EncoderError, get
 
     with pytest.raises(EncoderError, match="nvjpeg runs on a CUDA device .* use turbojpeg"):
         get("nvjpeg", torch.device("cpu"))
@@ -188,8 +188,8 @@ def test_on_device_encoder_sends_only_the_bytes(tiny, mode):
     """The frame path of an encoder that runs on the device (nvjpeg on a GPU): the pixels stay on the device,
     the encoded bytes are copied. nvjpeg needs CUDA, so a device-side stand-in encodes with turbojpeg here
     and returns its bytes as a tensor, as torchvision.io.encode_jpeg does."""
-    from previewlab.preview.encoders import Encoder, get
-    from previewlab.preview.engine import Previewer
+    from previewlab.preview.pipeline.encoders import Encoder, get
+    from previewlab.preview.call.engine import Previewer
 
     jpeg = get("turbojpeg")
     seen: list[torch.Tensor] = []
@@ -234,8 +234,8 @@ def nvjpeg_frames(tiny: Any, dev: FakeDevice, clock: FakeClock, jpeg: FakeJpeg, 
     import sys
     import types
 
-    from previewlab.preview import encoders
-    from previewlab.preview.engine import Previewer
+    from previewlab.preview.pipeline import encoders
+    from previewlab.preview.call.engine import Previewer
 
     tv, io = types.ModuleType("torchvision"), types.ModuleType("torchvision.io")
     io.encode_jpeg = jpeg  # type: ignore[attr-defined]

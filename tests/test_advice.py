@@ -1,4 +1,4 @@
-"""The advice (preview/advice.py, as bench/advice.py prints it) against hand-made sweeps: rows as runs.csv and
+"""The advice (preview/judging/advice.py, as bench/advice.py prints it) against hand-made sweeps: rows as runs.csv and
 steps.csv hold them, read back as strings, through the one analysis the bench, the report, the page and a watch
 use."""
 from __future__ import annotations
@@ -161,7 +161,7 @@ def test_an_overhead_wholly_below_zero_is_called_drift_and_never_recommended():
 
 
 def test_the_advice_never_recommends_the_configuration_in_use_and_names_what_it_changes():
-    from previewlab.preview.advice import analyze
+    from previewlab.preview.judging.advice import analyze
     runs, _ = sweep({
         "vae/every1/sync": dict(decoder="vae", every=1, walls=[1.30, 1.31, 1.29, 1.30, 1.32, 1.28],
                                 stage=dict(decode=40.0, encode=2.0)),

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from previewlab.preview.autopilot import Autopilot
+from previewlab.preview.budget.autopilot import Autopilot
 
 BASE = 100.0  # ms per step without previews
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from previewlab.preview.records import STEP_COLUMNS
+from previewlab.preview.record.records import STEP_COLUMNS
 from tests.conftest import previewlab_here
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,9 +19,9 @@ from previewlab.bench.noise import baseline_noise
 from previewlab.bench.summary import mode_ratios
 from previewlab.bench.rows import SweepRow
 from previewlab.bench.sweep import Plan, run_sweep
-from previewlab.preview import decoders
+from previewlab.preview.decoding import decoders
 from previewlab.preview.settings import PreviewSettings, RunSettings
-from previewlab.preview.vae_memory import Fp32Decoder, as_vae_would
+from previewlab.preview.decoding.vae_memory import Fp32Decoder, as_vae_would
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -180,7 +180,7 @@ def test_the_noise_line_compare_and_mode_ratios_read_each_setups_baseline():
 
 @pytest.mark.slow
 def test_every_run_records_its_scheduler_and_vae_mode_outside_the_bench_too(tiny):
-    from previewlab.preview.engine import RunContext, generate
+    from previewlab.preview.call.engine import RunContext, generate
 
     run = generate(RunContext(tiny, RunSettings(steps=1, preview=PreviewSettings(decoder="none")), "axes-record"))
     assert (run.record.totals.scheduler, run.record.totals.vae) == (type(tiny.pipe.scheduler).__name__, "")

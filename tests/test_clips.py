@@ -1,4 +1,4 @@
-"""Which frames a clip preview shows and what its decoder reads for them (preview/clips.py), and the ground it
+"""Which frames a clip preview shows and what its decoder reads for them (preview/decoding/clips.py), and the ground it
 stands on: a causal decoder's prefix decode is exactly the start of the whole clip's decode."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from previewlab.preview import clips
+from previewlab.preview.decoding import clips
 from previewlab.preview.models.taehv import TAEHV, Layout
 from previewlab.preview.names import check_frames
 from previewlab.preview.settings import PreviewSettings, RunSettings, SettingsError
@@ -119,7 +119,7 @@ def test_a_taehv_prefix_decode_is_the_start_of_the_whole_clip():
 def test_a_bad_frames_value_on_the_wire_is_an_error_message_not_a_dead_session():
     import json
 
-    from previewlab.server.protocol import ProtocolError, Set, parse
+    from previewlab.server.ws.protocol import ProtocolError, Set, parse
 
     for odd in ("²", "9" * 5000, 1, "last"):
         with pytest.raises(ProtocolError, match="frames="):

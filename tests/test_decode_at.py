@@ -13,21 +13,22 @@ from diffusers import AutoencoderTiny
 
 from fake_device import FakeClock
 from previewlab.bench import quality
-from previewlab.preview import previewer as previewer_module
-from previewlab.preview import decoders, models
-from previewlab.preview.clips import pick
-from previewlab.preview.controls import Controls
-from previewlab.preview.decoders import WHOLE, Cut, cut_for
-from previewlab.preview.engine import RunContext, generate
-from previewlab.preview.gathered import Gathered
-from previewlab.preview.stopwatch import Stopwatch
+from previewlab.preview.decoding import previewer as previewer_module
+from previewlab.preview import models
+from previewlab.preview.decoding import decoders
+from previewlab.preview.decoding.clips import pick
+from previewlab.preview.call.controls import Controls
+from previewlab.preview.decoding.decoders import WHOLE, Cut, cut_for
+from previewlab.preview.call.engine import RunContext, generate
+from previewlab.preview.record.kept_events import Gathered
+from previewlab.preview.timing.stopwatch import Stopwatch
 from previewlab.preview.models.presets import TINY
 from previewlab.preview.models.taehv import TAEHV, Layout
 from previewlab.preview.models.taesd import Decoder, _from_combined, cut, upsample_factors
-from previewlab.preview.previewer import Previewer
-from previewlab.preview.records import STEP_COLUMNS, StepRow
+from previewlab.preview.decoding.previewer import Previewer
+from previewlab.preview.record.records import STEP_COLUMNS, StepRow
 from previewlab.preview.settings import PreviewSettings, RunSettings, SettingsError
-from previewlab.server.protocol import ProtocolError, Set, parse
+from previewlab.server.ws.protocol import ProtocolError, Set, parse
 
 CUTS = [WHOLE, Cut(1, 2), Cut(2, 4), Cut(3, 8)]
 

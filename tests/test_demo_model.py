@@ -18,14 +18,14 @@ from safetensors.torch import load_file, save_file
 from previewlab import watch as preview_watch
 from previewlab.bench.demo import checker, scenes
 from previewlab.bench.demo.check import generate as check_images
-from previewlab.preview.csv_writer import to_csv_text
-from previewlab.preview.decoders import DECODERS, WHOLE, DecoderError, check_name
-from previewlab.preview.engine import Frame, RunContext, generate
-from previewlab.preview.gathered import Gathered
+from previewlab.preview.record.csv_writer import to_csv_text
+from previewlab.preview.decoding.decoders import DECODERS, WHOLE, DecoderError, check_name
+from previewlab.preview.call.engine import Frame, RunContext, generate
+from previewlab.preview.record.kept_events import Gathered
 from previewlab.preview.models import DEMO_DIR, DEMO_NOTE, Model, ModelError, load
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
 from previewlab.preview.models.taesd import Decoder as TaeDecoder
-from previewlab.preview.run import RUN_COLUMNS
+from previewlab.preview.record.run import RUN_COLUMNS
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]

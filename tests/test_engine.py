@@ -10,10 +10,10 @@ import torch
 from fake_device import FakeClock
 from previewlab.preview import models
 from previewlab.preview.models import sd_presets
-from previewlab.preview.encoders import Encoder, get
-from previewlab.preview.engine import Controls, Previewer, RunContext, generate
-from previewlab.preview.gathered import Gathered
-from previewlab.preview.records import StepRow
+from previewlab.preview.pipeline.encoders import Encoder, get
+from previewlab.preview.call.engine import Controls, Previewer, RunContext, generate
+from previewlab.preview.record.kept_events import Gathered
+from previewlab.preview.record.records import StepRow
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
 
@@ -175,7 +175,7 @@ def test_missing_model_and_weights_are_one_line_errors(tmp_path):
 def test_taesd_needs_weights_for_a_real_model(tiny, tmp_path):
     tiny.pipe.save_pretrained(tmp_path / "sd")
     m = models.load(str(tmp_path / "sd"), device="cpu")
-    from previewlab.preview.decoders import DecoderError, build
+    from previewlab.preview.decoding.decoders import DecoderError, build
 
     with pytest.raises(DecoderError, match="--taesd PATH"):
         build("taesd", m)

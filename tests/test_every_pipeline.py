@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from previewlab import watch as preview_watch
-from previewlab.preview import decoders
-from previewlab.preview.frames import Frame
+from previewlab.preview.decoding import decoders
+from previewlab.preview.pipeline.frames import Frame
 from previewlab.preview.models import fit
 from previewlab.preview.models.reading import latent_space
 from tests.tiny_pipes import Tiny, build
@@ -195,7 +195,7 @@ class _Frames:
 
 
 def test_taesd_is_refused_before_the_run_where_no_tae_fits(tinies, tmp_path):
-    from previewlab.preview.decoders import DecoderError
+    from previewlab.preview.decoding.decoders import DecoderError
     from previewlab.preview.models import ModelError
     from previewlab.preview.models.taesd import Decoder
 
@@ -216,7 +216,7 @@ def test_taesd_is_refused_before_the_run_where_no_tae_fits(tinies, tmp_path):
 def test_a_local_folder_of_any_pipeline_loads_and_runs_in_the_engine(tinies, tmp_path, name):
     """DiffusionPipeline.from_pretrained(local_files_only=True) on a saved folder: the class comes from its
     model_index.json, and the run records the latent space it read."""
-    from previewlab.preview.engine import RunContext, generate
+    from previewlab.preview.call.engine import RunContext, generate
     from previewlab.preview.models import load
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
@@ -278,8 +278,8 @@ def test_ltx_decodes_as_its_pipeline_does(tinies):
     """LTX-Video, read from its pipeline: tokens unpacked by its own _unpack_latents, the VAE's latents_mean /
     latents_std buffers, the decode timestep its timestep-conditioned VAE takes. The vae decoder's whole clip is
     the pipeline's own clip; decoder taesd is refused in one line (no published TAE fits)."""
-    from previewlab.preview import clips
-    from previewlab.preview.decoders import DecoderError
+    from previewlab.preview.decoding import clips
+    from previewlab.preview.decoding.decoders import DecoderError
 
     t = tiny_of(tinies, "ltx")
     space = latent_space(t.pipe)
@@ -307,8 +307,8 @@ def test_ltx_decodes_as_its_pipeline_does(tinies):
 
 
 def test_a_video_pipeline_runs_in_the_engine_and_its_final_image_is_the_first_frame(tinies):
-    from previewlab.preview.callback import model_of
-    from previewlab.preview.engine import RunContext, generate
+    from previewlab.preview.call.callback import model_of
+    from previewlab.preview.call.engine import RunContext, generate
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
     t = tiny_of(tinies, "wan")
@@ -359,7 +359,7 @@ def test_the_video_tae_previews_wan_latents_from_a_published_layout(tinies, tmp_
 
 
 def test_a_grid_puts_each_image_in_its_own_cell_and_leaves_the_rest_black():
-    from previewlab.preview.frames import grid
+    from previewlab.preview.pipeline.frames import grid
 
     images = torch.rand(3, 3, 4, 6, generator=torch.Generator().manual_seed(1))
     g = grid(images)
@@ -388,7 +388,7 @@ def test_wan_style_unscaling_matches_the_pipeline_in_bfloat16():
 def test_ltx_unscaling_matches_the_pipeline_in_bfloat16():
     """LTX unscales its float32 latents with the VAE's buffers cast up to float32, then casts to the text
     encoder's dtype and the VAE's: a cast to bfloat16 first would round them twice."""
-    from previewlab.preview import clips
+    from previewlab.preview.decoding import clips
 
     t = build("ltx")
     t.pipe.to(dtype=torch.bfloat16)
@@ -407,7 +407,7 @@ def test_ltx_unscaling_matches_the_pipeline_in_bfloat16():
 
 
 def test_a_compiled_latent2rgb_never_fits_its_factors_to_the_warm_up_zeros():
-    from previewlab.preview.previewer import Previewer
+    from previewlab.preview.decoding.previewer import Previewer
 
     t = build("sd3_4ch")  # an unnamed space: its factors are fitted
     w = preview_watch(t.pipe, decoder="latent2rgb", size=(t.height, t.width))

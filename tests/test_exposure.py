@@ -12,8 +12,8 @@ from starlette.testclient import TestClient
 
 from previewlab import serve, watch
 from previewlab.preview.models import synthetic_pipeline
-from previewlab.server.exposure import ExposureError, access_for
-from previewlab.server.guard import Access
+from previewlab.server.http.exposure import ExposureError, access_for
+from previewlab.server.http.guard import Access
 
 
 def _get(url: str, headers: dict[str, str] | None = None) -> int:
@@ -108,7 +108,7 @@ def test_one_address_cannot_hold_every_connection(make_app):
     Now one address holds at most MAX_CONNECTIONS_PER_ADDRESS; others are still answered."""
     import socket
 
-    from previewlab.server.http11 import connection_limits
+    from previewlab.server.http.http11 import connection_limits
     from previewlab.server.limits import MAX_CONNECTIONS_PER_ADDRESS
     from tests.conftest import live_server
 

@@ -99,7 +99,7 @@ def test_ltxv_reads_its_tokens_and_statistics_as_its_pipeline_does():
     by its _denormalize_latents with the VAE's buffers; latent2rgb with ComfyUI's LTXV factors."""
     from diffusers import LTXPipeline
 
-    from previewlab.preview import decoders
+    from previewlab.preview.decoding import decoders
     from previewlab.preview.models import load
 
     model = load("synthetic:tiny-ltxv", device="cpu")

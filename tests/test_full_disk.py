@@ -19,10 +19,10 @@ from typing import Any, Callable, Iterator
 import pytest
 from starlette.testclient import TestClient
 
-from previewlab.preview.run import RunEnd, RunMeta
+from previewlab.preview.record.run import RunEnd, RunMeta
 from previewlab.preview.settings import PreviewSettings
-from previewlab.server import store as store_module
-from previewlab.server.store import Store
+from previewlab.server.data import store as store_module
+from previewlab.server.data.store import Store
 from tests.conftest import SAME_ORIGIN, acks_not_awaited, make_run, recv_until
 
 GOOD = [f"20261130-120000-{i:03d}" for i in range(3)]
@@ -145,7 +145,7 @@ def test_failed_and_half_made_folders_never_push_a_good_run_out(tmp_path):
 def test_a_run_that_loses_rows_ends_failed_on_disk_too_once_its_end_can_be_written(tmp_path, monkeypatch):
     """Item 1: the disk fills mid-run: the run ends `failed` in meta.json as in its `done`; while meta.json
     cannot be written either, the listing already says failed, and the write is retried at the next start."""
-    from previewlab.preview.records import StepRow
+    from previewlab.preview.record.records import StepRow
 
     store = Store(tmp_path, keep_runs=3)
     rid = store.new_id()

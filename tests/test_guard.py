@@ -8,8 +8,8 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from previewlab.server.limits import RateLimit
-from previewlab.server.guard import Access, split_host
-from previewlab.server.session import SessionLimits
+from previewlab.server.http.guard import Access, split_host
+from previewlab.server.ws.session import SessionLimits
 from tests.conftest import SAME_ORIGIN
 
 

@@ -16,10 +16,10 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from previewlab.preview.settings import RunSettings, SettingsError
-from previewlab.server import store as store_module
+from previewlab.server.data import store as store_module
 from previewlab.server.limits import work_error
 from previewlab.server.options import RunOptions
-from previewlab.server.session import SessionLimits
+from previewlab.server.ws.session import SessionLimits
 from tests.conftest import GOOD, SAME_ORIGIN, live_server, make_run, recv_until
 
 
@@ -340,7 +340,7 @@ def test_runs_query_is_validated(make_app):
 def test_an_ack_after_done_is_recorded_and_exported(make_app):
     """Item 3: the browser acks the last frame as `done` goes out. Before, the run's deliveries file was closed
     by then and the ack was dropped (8 runs in 10 for a browser that acks 25 ms after each frame)."""
-    from previewlab.server.protocol import unpack_frame
+    from previewlab.server.ws.protocol import unpack_frame
     from tests.conftest import wait_until
 
     srv, app = make_app()
@@ -403,8 +403,8 @@ def test_side_logs_are_bounded_by_the_runs_kept(tmp_path):
     from dataclasses import fields
     from typing import Any
 
-    from previewlab.preview.records import Totals
-    from previewlab.preview.run import RunEnd, RunMeta
+    from previewlab.preview.record.records import Totals
+    from previewlab.preview.record.run import RunEnd, RunMeta
     from previewlab.preview.settings import PreviewSettings
     from previewlab.server.metrics import Metrics
 

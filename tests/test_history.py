@@ -1,4 +1,4 @@
-"""A run's live changes in words (preview/history.py): from its step rows, once, at its end."""
+"""A run's live changes in words (preview/record/history.py): from its step rows, once, at its end."""
 from __future__ import annotations
 
 import json
@@ -7,12 +7,12 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
-from previewlab.preview.controls import Controls
-from previewlab.preview.engine import RunContext, generate
-from previewlab.preview.gathered import Gathered
-from previewlab.preview.history import MAX_CHANGES, history
-from previewlab.preview.records import StepRow
-from previewlab.preview.run import RunEnd, RunMeta
+from previewlab.preview.call.controls import Controls
+from previewlab.preview.call.engine import RunContext, generate
+from previewlab.preview.record.kept_events import Gathered
+from previewlab.preview.record.history import MAX_CHANGES, history
+from previewlab.preview.record.records import StepRow
+from previewlab.preview.record.run import RunEnd, RunMeta
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from tests.conftest import SAME_ORIGIN, recv_until
 

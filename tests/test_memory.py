@@ -1,4 +1,4 @@
-"""What previews cost in memory and how busy a run keeps the device (preview/memory.py, preview/busy.py).
+"""What previews cost in memory and how busy a run keeps the device (preview/timing/memory.py, preview/timing/busy.py).
 
 On this CPU a run reads the process's resident memory, for real. With the fake device, an allocator that the
 taesd decoder's forward raises by a known amount stands in for a device's counters: each preview's row must
@@ -11,14 +11,14 @@ import time
 import pytest
 import torch
 
-from previewlab.preview import usage as usage_module
-from previewlab.preview.busy import CpuTime, Nvml
-from previewlab.preview.engine import RunContext, generate
-from previewlab.preview.decoders import DecoderName
-from previewlab.preview.memory import MIB, Memory, Rss
+from previewlab.preview.timing import usage as usage_module
+from previewlab.preview.timing.busy import CpuTime, Nvml
+from previewlab.preview.call.engine import RunContext, generate
+from previewlab.preview.decoding.decoders import DecoderName
+from previewlab.preview.timing.memory import MIB, Memory, Rss
 from previewlab.preview.names import Mode
 from previewlab.preview.settings import PreviewSettings, RunSettings
-from previewlab.preview.stopwatch import Stopwatch
+from previewlab.preview.timing.stopwatch import Stopwatch
 from tests.test_accounting import backend, fake_gpu
 
 RISE = 8 * MIB
@@ -60,7 +60,7 @@ def fake_run(model, monkeypatch, mode: Mode, reading_of):
 
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
 def test_each_preview_row_holds_its_own_memory_and_reading_it_adds_no_device_wait(tiny, monkeypatch, mode: Mode):
-    from previewlab.preview.memory import Nothing
+    from previewlab.preview.timing.memory import Nothing
 
     fake_run(tiny, monkeypatch, mode, lambda dev: Nothing())  # warm-up: first allocations, first compiles
     plain, plain_dev = fake_run(tiny, monkeypatch, mode, lambda dev: Nothing())

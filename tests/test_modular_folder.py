@@ -1,5 +1,5 @@
 """A Modular Diffusers pipeline folder (modular_model_index.json) as --model: loaded, run by the engine the
-server and the bench share (preview/modular_run.py), and by the bench's command line.
+server and the bench share (preview/call/modular_run.py), and by the bench's command line.
 
 The folder is a real one: tiny-xl's SDXL components in StableDiffusionXLAutoBlocks, saved with
 ModularPipeline.save_pretrained and loaded back with ModularPipeline.from_pretrained(local_files_only=True).
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from previewlab.preview.engine import RunContext, TaskError, generate
+from previewlab.preview.call.engine import RunContext, TaskError, generate
 from previewlab.preview.models import ModelError, load
 from previewlab.preview.settings import PreviewSettings, RunSettings
-from previewlab.preview.sources import is_modular
+from previewlab.preview.source.sources import is_modular
 from tests.conftest import previewlab_here
 
 pytestmark = pytest.mark.filterwarnings("ignore")

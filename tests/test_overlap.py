@@ -6,10 +6,10 @@ import threading
 import numpy as np
 import pytest
 
-from previewlab.preview import encoders
-from previewlab.preview.decoders import DecoderName
-from previewlab.preview.engine import Frame, Run, RunContext, generate
-from previewlab.preview.gathered import Gathered
+from previewlab.preview.pipeline import encoders
+from previewlab.preview.decoding.decoders import DecoderName
+from previewlab.preview.call.engine import Frame, Run, RunContext, generate
+from previewlab.preview.record.kept_events import Gathered
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
 
 
@@ -74,7 +74,7 @@ def test_a_row_is_whole_when_handed_over_and_never_changes_after(tiny):
     row a RunEvents receives already holds them, and the run's rows are those very rows, unchanged."""
     import dataclasses
 
-    from previewlab.preview.records import StepRow
+    from previewlab.preview.record.records import StepRow
 
     seen: list[tuple[StepRow, dict]] = []
 
@@ -101,7 +101,7 @@ def test_the_cells_a_step_fills_are_its_rows_measured_columns():
     import dataclasses
     from typing import Any
 
-    from previewlab.preview.records import PREVIEW_STAGES, StepCells, StepRow
+    from previewlab.preview.record.records import PREVIEW_STAGES, StepCells, StepRow
 
     row = {f.name: f for f in dataclasses.fields(StepRow)}
     cells = {f.name: f for f in dataclasses.fields(StepCells)}

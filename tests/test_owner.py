@@ -1,4 +1,4 @@
-"""The data folder's one owner (server/owner.py) over the platform's own lock (server/file_lock.py).
+"""The data folder's one owner (server/data/owner.py) over the platform's own lock (server/data/file_lock.py).
 
 What runs here is the POSIX side (flock, O_NOFOLLOW); the Windows side (msvcrt.locking, a link refused before the
 open) is type-checked as Windows reads it, and its refusal of a link is run here with O_NOFOLLOW taken away.
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from previewlab.server import no_follow
-from previewlab.server.owner import LOCK, FolderLock, InUse, in_use
+from previewlab.server.data import no_follow
+from previewlab.server.data.owner import LOCK, FolderLock, InUse, in_use
 
 ROOT = Path(__file__).resolve().parents[1]
 HOLD = """
 import sys
 from pathlib import Path
-from previewlab.server.owner import FolderLock
+from previewlab.server.data.owner import FolderLock
 lock = FolderLock(Path(sys.argv[1]))
 print("held", flush=True)
 sys.stdin.read()  # until the test kills this process

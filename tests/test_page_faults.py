@@ -20,7 +20,7 @@ import pytest
 import websockets
 from starlette.testclient import TestClient
 
-from previewlab.server.session import SessionLimits
+from previewlab.server.ws.session import SessionLimits
 from tests.conftest import ROOT, SAME_ORIGIN, live_server, recv_until, wait_until
 
 CHROMIUM = "/usr/bin/chromium"

@@ -9,9 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
-from previewlab.preview import decoders, encoders
+from previewlab.preview.decoding import decoders
+
+from previewlab.preview.pipeline import encoders
 from previewlab.preview.models.latent_formats import LATENT_RGB
-from previewlab.preview.engine import preview_size, to_uint8_hwc
+from previewlab.preview.call.engine import preview_size, to_uint8_hwc
 from previewlab.preview.settings import PreviewSettings, RunSettings, SettingsError, should_preview
 
 
@@ -86,8 +88,8 @@ def test_turbojpeg_falls_back_to_pillow_once(caplog):
 def test_registries_are_the_names_the_types_allow():
     from typing import get_args
 
-    from previewlab.preview.decoders import DECODERS, DecoderName, cheaper
-    from previewlab.preview.encoders import ENCODERS, EncoderName
+    from previewlab.preview.decoding.decoders import DECODERS, DecoderName, cheaper
+    from previewlab.preview.pipeline.encoders import ENCODERS, EncoderName
 
     assert list(DECODERS) == list(get_args(DecoderName)) and list(ENCODERS) == list(get_args(EncoderName))
     assert cheaper("vae", has_taesd=True) == "taesd" and cheaper("vae", has_taesd=False) == "latent2rgb"
@@ -123,7 +125,7 @@ def test_run_settings_reject_bad_values(kw, field):
 
 
 def test_a_flood_of_sets_within_one_step_is_one_short_event():
-    from previewlab.preview.engine import Controls
+    from previewlab.preview.call.engine import Controls
     from previewlab.preview.settings import PreviewSettings
 
     c = Controls(PreviewSettings(decoder="latent2rgb", every=1))
@@ -143,7 +145,7 @@ def test_a_flood_of_sets_within_one_step_is_one_short_event():
 
 def test_csv_appender_refuses_a_file_with_another_header(tmp_path):
     """A runs.csv from an older version (one column fewer) is not appended to: its rows would read back shifted."""
-    from previewlab.preview.csv_writer import CsvAppender, CsvSchemaError
+    from previewlab.preview.record.csv_writer import CsvAppender, CsvSchemaError
 
     old = tmp_path / "runs.csv"
     old.write_text("run_id,model,device\nr1,m,cpu\n")

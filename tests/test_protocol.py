@@ -6,8 +6,8 @@ import json
 import pytest
 
 from previewlab.preview.settings import RunSettings
-from previewlab.server import protocol
-from previewlab.server.protocol import Ack, ProtocolError, Set, Start, Stop, pack_frame, parse, unpack_frame
+from previewlab.server.ws import protocol
+from previewlab.server.ws.protocol import Ack, ProtocolError, Set, Start, Stop, pack_frame, parse, unpack_frame
 
 DEFAULTS = RunSettings(steps=20, width=64, height=64, max_side=256)
 
@@ -58,7 +58,7 @@ def test_the_protocol_and_the_settings_import_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, previewlab.server.protocol, previewlab.preview.settings; "
+    code = ("import sys, previewlab.server.ws.protocol, previewlab.preview.settings; "
             "print(sorted(m for m in ('torch', 'diffusers', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

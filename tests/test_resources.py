@@ -16,14 +16,15 @@ import websockets
 
 from previewlab import serve, watch
 from previewlab.preview.models import synthetic_pipeline
-from previewlab.preview.records import STEP_COLUMNS, StepRow
-from previewlab.server.store import EXPORT_CHUNK
+from previewlab.preview.record.records import STEP_COLUMNS, StepRow
+from previewlab.server.data.store import EXPORT_CHUNK
 from tests.conftest import live_server, make_run
 
 
 def _big_runs(root: Path, runs: int, steps: int) -> None:
     kinds = {f.name: str(f.type) for f in fields(StepRow)}  # each cell one its column reads: a number, or text
     cell = {c: "12.345" if "float" in k else "12" if "int" in k else "text" for c, k in kinds.items()}
+    cell["mode"] = "sync"  # a Literal column reads only its names (records.from_cells)
     for k in range(runs):
         rid = f"20261130-120000-{k:03d}"
         buf = io.StringIO()
@@ -112,7 +113,7 @@ def test_an_export_that_keeps_flowing_outlives_the_response_deadline(make_app, t
     """Item 7: a cold export of every run took about 12 s, so the 10 s response deadline aborted it. A response
     now has to make progress within each deadline, not be whole: with a 0.5 s deadline, an export that takes
     longer but keeps flowing arrives whole, and one whose reader stops is still aborted."""
-    from previewlab.server.http11 import connection_limits
+    from previewlab.server.http.http11 import connection_limits
 
     data = tmp_path / "runs"
     _big_runs(data, runs=12, steps=1000)

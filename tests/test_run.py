@@ -1,4 +1,4 @@
-"""A run's life (preview/run.py): the server's runs and a watch's make the same records, and the wire and the
+"""A run's life (preview/record/run.py): the server's runs and a watch's make the same records, and the wire and the
 disk keep the keys the page and older runs' folders read."""
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import torch
 from starlette.testclient import TestClient
 
 from previewlab import watch as preview_watch
-from previewlab.preview.frames import Frame
+from previewlab.preview.pipeline.frames import Frame
 from previewlab.preview.models import synthetic_pipeline
-from previewlab.preview.csv_writer import to_csv_text
-from previewlab.preview.records import TOTALS_COLUMNS, StepRow, Totals
-from previewlab.preview.run import META_COLUMNS, RUN_COLUMNS, RunEnd, RunEvents, RunMeta, RunRecord
+from previewlab.preview.record.csv_writer import to_csv_text
+from previewlab.preview.record.records import TOTALS_COLUMNS, StepRow, Totals
+from previewlab.preview.record.run import META_COLUMNS, RUN_COLUMNS, RunEnd, RunEvents, RunMeta, RunRecord
 from tests.conftest import SAME_ORIGIN, recv_until
 
 # the keys of a txt2img run's `run` message as the page (web/app.js) and meta.json have them, in order (init and
@@ -118,7 +118,7 @@ def _same_totals(a: Totals, b: Totals) -> None:
 def test_a_run_record_is_its_meta_and_its_totals_and_reads_back_whole(tiny):
     """Issue 36: RunRecord is the run's RunMeta and its totals, with no second copy of what the meta says; a
     runs.csv line reads back into the same meta (bool, None and the preview settings typed) and totals."""
-    from previewlab.preview.engine import RunContext, generate
+    from previewlab.preview.call.engine import RunContext, generate
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
     assert not set(META_COLUMNS) & set(TOTALS_COLUMNS) and len(set(RUN_COLUMNS)) == len(RUN_COLUMNS)
@@ -144,7 +144,7 @@ def test_meta_json_reads_back_as_the_run_that_wrote_it(tiny):
     """Issue 44: meta.json (RunEnd.to_json) has its reader beside its writer: through JSON and back, an ended
     run is the same RunEnd, its record the same RunRecord (typed as runs.csv reads them); a failed run has no
     record, and a meta.json that says running is no end."""
-    from previewlab.preview.engine import RunContext, generate
+    from previewlab.preview.call.engine import RunContext, generate
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
     settings = RunSettings(steps=2, width=64, height=64, seed=4, guidance=3.0,
@@ -170,7 +170,7 @@ def test_a_name_outside_its_literal_is_refused_naming_the_cell(tiny):
     """Issue 44: a record's Literal fields are checked when it is read, as its numbers are: a runs.csv line whose
     status or mode, a steps.csv line whose mode, is none of the names allowed is refused in one line naming the
     cell and the names; an empty cell is no value, as a number's is (the field's default)."""
-    from previewlab.preview.engine import RunContext, generate
+    from previewlab.preview.call.engine import RunContext, generate
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
     settings = RunSettings(steps=2, width=64, height=64, preview=PreviewSettings(decoder="latent2rgb", mode="sync"))

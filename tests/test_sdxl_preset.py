@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from previewlab.preview.decoders import Cut, cut_for
-from previewlab.preview.engine import RunContext, generate
+from previewlab.preview.decoding.decoders import Cut, cut_for
+from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.models import Model, load, sd_presets
 from previewlab.preview.models.reading import latent_space
 from previewlab.preview.models.taesd import upsample_factors

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 import pytest
 import websockets
 
-from previewlab.server.exposure import allowed_hosts, page_url
-from previewlab.server.guard import Access, Guard, split_host
-from previewlab.server.http11 import SHUTDOWN_GRACE_S, connection_limits
+from previewlab.server.http.exposure import allowed_hosts, page_url
+from previewlab.server.http.guard import Access, Guard, split_host
+from previewlab.server.http.http11 import SHUTDOWN_GRACE_S, connection_limits
 from tests.conftest import GOOD, live_server, make_run, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]

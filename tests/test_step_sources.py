@@ -1,4 +1,4 @@
-"""Where a step comes from (preview/steps.py, preview/modular.py), on real diffusers classes.
+"""Where a step comes from (preview/source/steps.py, preview/source/modular.py), on real diffusers classes.
 
 The scheduler's step wrapper on real schedulers: it keeps `step`'s signature, steps a deep copy's own state and
 never reports it, counts pipeline steps (PNDM: 3 calls, 2 steps), ignores a prior's embeddings and leaves the
@@ -20,10 +20,10 @@ import torch
 
 from previewlab import watch as preview_watch
 from previewlab.bench.survey.outputs import arrays
-from previewlab.preview import decoders
-from previewlab.preview.modular import NAME, PreviewBlock, step_loops
-from previewlab.preview.sources import SourceError, source_of
-from previewlab.preview.steps import Step, StepTap
+from previewlab.preview.decoding import decoders
+from previewlab.preview.source.modular import NAME, PreviewBlock, step_loops
+from previewlab.preview.source.sources import SourceError, source_of
+from previewlab.preview.source.steps import Step, StepTap
 from tests.tiny_hooks import Tiny, build
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -297,7 +297,7 @@ def test_a_block_a_user_inserted_before_init_pipeline_feeds_the_watch(tinies):
 
 
 def step_loops_of(blocks: Any) -> list[Any]:
-    from previewlab.preview.modular import denoising, loops, per_step
+    from previewlab.preview.source.modular import denoising, loops, per_step
 
     return [lp for lp in loops(blocks) if denoising(lp) and per_step(lp)]
 
@@ -306,7 +306,7 @@ def test_the_callback_and_the_engine_count_pipeline_steps_with_pndm(tiny):
     """SD1.5's own scheduler is PNDM: its loop calls the step callback 4 times for 3 steps. A row is a step."""
     from diffusers import PNDMScheduler
 
-    from previewlab.preview.engine import RunContext, generate
+    from previewlab.preview.call.engine import RunContext, generate
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
     pipe, own = tiny.pipe, tiny.pipe.scheduler
@@ -337,8 +337,8 @@ def test_the_callback_and_the_engine_count_pipeline_steps_with_pndm(tiny):
 def test_the_engine_runs_a_pipeline_without_a_step_callback(tinies, name):
     """The server's and the bench's engine: a pipeline without a callback (HunyuanVideo 1.5), or in pixel space
     (IF), runs with the scheduler's step as its step source."""
-    from previewlab.preview.callback import model_of
-    from previewlab.preview.engine import RunContext, generate
+    from previewlab.preview.call.callback import model_of
+    from previewlab.preview.call.engine import RunContext, generate
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
     t = tiny_of(tinies, name)

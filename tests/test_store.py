@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from previewlab.preview.records import STEP_COLUMNS
-from previewlab.server.store import EXPORT_COLUMNS, LIST_COLUMNS, Damaged, Store, export_header
+from previewlab.preview.record.records import STEP_COLUMNS
+from previewlab.server.data.store import EXPORT_COLUMNS, LIST_COLUMNS, Damaged, Store, export_header
 from tests.conftest import GOOD, make_run
 
 
@@ -140,8 +140,8 @@ def test_retention_reads_a_status_it_does_not_know_as_not_whole(tmp_path):
     writes is not a whole run, so it is counted with the failed and never pushes a good run out."""
     from typing import get_args
 
-    from previewlab.preview.run import Status
-    from previewlab.server.store_reader import STORED
+    from previewlab.preview.record.run import Status
+    from previewlab.server.data.store_reader import STORED
 
     assert set(STORED) == {"running", *get_args(Status)}
     ids = [f"20261130-120000-{i:03d}" for i in range(3)]

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from previewlab.preview import decoders
-from previewlab.preview.callback import Watch
-from previewlab.preview.engine import RunContext, generate
+from previewlab.preview.decoding import decoders
+from previewlab.preview.call.callback import Watch
+from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.models import load
 from previewlab.preview.settings import PreviewSettings, RunSettings
 

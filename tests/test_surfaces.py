@@ -1,7 +1,7 @@
 """Issue 43: one set of runs through every surface. The same runs, in the same order, go to the bench's summary
 (a sweep folder), its report, the server's figures (a data folder, through the real app) and watch.summary()
 (a watch's calls), and each names the same verdicts, the same configuration and the same level: they all
-render the one analysis (preview/advice.py), none computes its own."""
+render the one analysis (preview/judging/advice.py), none computes its own."""
 from __future__ import annotations
 
 import argparse
@@ -14,8 +14,8 @@ from previewlab.bench import report
 from previewlab.bench.cli import summary_text
 from previewlab.bench.rows import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, Config, SweepRow, read
 from previewlab.bench.summary import summarize
-from previewlab.preview.analysis import name_of
-from previewlab.preview.run import RunEnd, RunRecord
+from previewlab.preview.judging.analysis import name_of
+from previewlab.preview.record.run import RunEnd, RunRecord
 from tests.conftest import SAME_ORIGIN, make_run
 
 STEPS = 10
@@ -69,10 +69,10 @@ PICK = "latent2rgb/every1/sync"
 
 
 def test_the_bench_the_report_the_server_and_a_watch_name_the_same_verdicts_and_configuration(tmp_path, tiny):
-    from previewlab.preview.callback import Watch
+    from previewlab.preview.call.callback import Watch
     from previewlab.preview.models import synthetic_pipeline
     from previewlab.server.app import Server, build_app
-    from previewlab.server.guard import Access
+    from previewlab.server.http.guard import Access
 
     ordered = runs()
     # the bench: a sweep folder, read back as report and compare read it

@@ -1,6 +1,6 @@
 """What one peer can make the transport hold or do, against a real uvicorn and raw sockets: unread pongs, floods
 of control frames and empty fragments, pipelined requests never read, whole heads over 16 KiB, and a SIGTERM
-with stuck peers (server/http11.py, server/ws_limits.py)."""
+with stuck peers (server/http/http11.py, server/ws/ws_limits.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import websockets
 
-from previewlab.server.http11 import BoundedH11, connection_limits
+from previewlab.server.http.http11 import BoundedH11, connection_limits
 from previewlab.server.limits import FRAME_BURST, MAX_FRAGMENTS, MAX_REQUESTS_PER_CONNECTION
-from previewlab.server.protocol import unpack_frame
-from previewlab.server.ws_limits import BoundedWebSocket
-from previewlab.server.guard import Access
+from previewlab.server.ws.protocol import unpack_frame
+from previewlab.server.ws.ws_limits import BoundedWebSocket
+from previewlab.server.http.guard import Access
 from tests.conftest import live_server, raw_ws, wait_until
 
 pytestmark = pytest.mark.slow

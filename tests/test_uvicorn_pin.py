@@ -1,4 +1,4 @@
-"""The uvicorn internals previewlab relies on (server/http11.py: UVICORN_INTERNALS) are where it expects them.
+"""The uvicorn internals previewlab relies on (server/http/http11.py: UVICORN_INTERNALS) are where it expects them.
 
 pyproject pins uvicorn below its next minor; this fails first when a release inside the pin, or a widened pin,
 moves a name: each attribute is looked up on an instance uvicorn made (a started Server, the cycle of a real
@@ -25,12 +25,12 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from previewlab.server.http11 import UVICORN_INTERNALS, BoundedH11, uvicorn_config
+from previewlab.server.http.http11 import UVICORN_INTERNALS, BoundedH11, uvicorn_config
 
 ROOT = Path(__file__).resolve().parents[1]
 # previewlab's subclasses of uvicorn's classes: where each is written, and its uvicorn base
-SUBCLASSES = (("server/http11.py", "BoundedH11", H11Protocol),
-              ("server/ws_limits.py", "BoundedWebSocket", WebSocketsSansIOProtocol),
+SUBCLASSES = (("server/http/http11.py", "BoundedH11", H11Protocol),
+              ("server/ws/ws_limits.py", "BoundedWebSocket", WebSocketsSansIOProtocol),
               ("server/cli.py", "Graceful", uvicorn.Server))
 SPEC = re.compile(r"(?P<coroutine>async )?(?P<name>[\w.]+)(?:\((?P<params>[\w, ]*)\))?")
 

@@ -102,7 +102,7 @@ def test_a_tiny_video_presets_tae_decodes_its_latents_to_the_clip(models, latent
 @pytest.mark.parametrize("name", ["synthetic:tiny-mochi", "synthetic:tiny-ltxv"])
 def test_mochi_and_ltxv_have_no_tae(models, name):
     """Neither has a published TAE: madebyollin's taeltx_2 is for LTX-2's VAE, not LTX-Video 0.9's."""
-    from previewlab.preview.decoders import DecoderError, build
+    from previewlab.preview.decoding.decoders import DecoderError, build
 
     model = models[name]
     assert model.taesd is None and model.taesd_kind == "none" and PRESETS[name].tae is None
@@ -178,10 +178,10 @@ def test_a_synthetic_video_preset_starts_with_latent2rgb_because_its_tae_paints_
 
     from PIL import Image
 
-    from previewlab.preview.controls import Controls
-    from previewlab.preview.decoders import SYNTHETIC_CLIP_NOTE
-    from previewlab.preview.engine import RunContext, generate
-    from previewlab.preview.gathered import Gathered
+    from previewlab.preview.call.controls import Controls
+    from previewlab.preview.decoding.decoders import SYNTHETIC_CLIP_NOTE
+    from previewlab.preview.call.engine import RunContext, generate
+    from previewlab.preview.record.kept_events import Gathered
     from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings
 
     for i, (name, model) in enumerate(models.items()):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from previewlab.preview import encoders
-from previewlab.preview.encoders import ENCODERS
+from previewlab.preview.pipeline import encoders
+from previewlab.preview.pipeline.encoders import ENCODERS
 from previewlab.preview.models import Model
 from previewlab.preview.settings import PreviewSettings, RunSettings
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 
 from previewlab.bench.gpu.measure import Measured
-from previewlab.preview.run import RunRecord
+from previewlab.preview.record.run import RunRecord
 
 HEAD = ["check (A / B)", "ratio", "figure", "previews A/B", "skipped A/B"]
 NOTE = ("ratio: 1 + the overhead (wall time), or as said; previews, skipped: median per run (B: the baselines, or "

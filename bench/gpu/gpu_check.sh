@@ -39,7 +39,7 @@ fi
 "$PY" - "$@" <<'EOF'
 import importlib, sys
 failed = False
-for name in ("numpy", "PIL", "torch", "transformers", "diffusers", "previewlab.preview.engine", "previewlab.bench.gpu.check"):
+for name in ("numpy", "PIL", "torch", "transformers", "diffusers", "previewlab.preview.call.engine", "previewlab.bench.gpu.check"):
     try:
         m = importlib.import_module(name)
         print(f"gpu_check: {name} {getattr(m, '__version__', '')} from {getattr(m, '__file__', '?')}", file=sys.stderr)

@@ -17,8 +17,8 @@ from previewlab.bench.rows import SweepRow
 from previewlab.bench.summary import overhead_of, steady, summarize
 from previewlab.bench.sweep import Plan, read_back, run_sweep
 from previewlab.preview.models import Model
-from previewlab.preview.records import StepRow
-from previewlab.preview.run import RunRecord
+from previewlab.preview.record.records import StepRow
+from previewlab.preview.record.run import RunRecord
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
 

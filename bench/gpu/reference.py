@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from previewlab.preview.engine import Previewer, Run, RunContext, generate
+from previewlab.preview.call.engine import Previewer, Run, RunContext, generate
 from previewlab.preview.models import Model
-from previewlab.preview.records import StepRow
+from previewlab.preview.record.records import StepRow
 from previewlab.preview.settings import RunSettings
 
 ROW_STAGES = ("denoise", "decode", "resize", "transfer", "encode")  # not sync: see the module docstring
-DEVICE_TIMED = frozenset({"denoise", "decode", "resize"})  # event-timed on CUDA (see preview/records.py)
+DEVICE_TIMED = frozenset({"denoise", "decode", "resize"})  # event-timed on CUDA (see preview/record/records.py)
 PREFIX = "previewlab."
 
 

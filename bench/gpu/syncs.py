@@ -18,14 +18,15 @@ from typing import Any, Iterator
 
 import torch
 
-from previewlab.preview.engine import Controls, Previewer, Run, RunContext, generate
-from previewlab.preview.gathered import Gathered
+from previewlab.preview.call.engine import Controls, Previewer, Run, RunContext, generate
+from previewlab.preview.record.kept_events import Gathered
 from previewlab.preview.models.families import constant
 from previewlab.preview.models import Model
-from previewlab.preview.records import StepRow
+from previewlab.preview.record.records import StepRow
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
-STEP_CODE = ("meter.py", "maker.py", "ledger.py", "overlap.py", "decoders.py", "cuts.py", "rgb_decoder.py",
+STEP_CODE = ("meter.py", "preview_maker.py", "stages.py", "row_ledger.py", "overlap.py", "decoders.py", "stops.py",
+             "rgb_decoder.py",
              "tae_decoder.py", "vae_decoder.py", "vae_memory.py", "frames.py", "controls.py", "previewer.py", "taesd.py",
              "families.py", "unscaling.py", "latent_formats.py", "targets.py", "streams.py", "encoders.py", "clips.py",
              "taehv.py", "fit.py")
@@ -37,7 +38,7 @@ def step_frame(frame: Any) -> str | None:
     None when there is none, or when it is one of the designed waits (stopwatch.py, engine.py)."""
     while frame is not None:
         path = PurePath(frame.f_code.co_filename)
-        if PACKAGE in path.parts[-3:-1]:  # preview/ or preview/models/
+        if PACKAGE in path.parts[-3:-1]:  # preview/ or one of its rooms (preview/pipeline/, preview/models/ ...)
             return f"{path.name}:{frame.f_lineno}" if path.name in STEP_CODE else None
         frame = frame.f_back
     return None

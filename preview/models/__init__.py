@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 
-from .demo import DEMO_DIR, DEMO_GUIDANCE, DEMO_NOTE, DEMO_PROMPT, DEMO_SIZE
-from .devices import DEVICES, allowed_devices, choose_device, device_arg, device_name, device_refusal
-from .loader import DTYPES, OFFLOADS, load, quiet, synthetic_pipeline
-from .model import Model, ModelError, default_size, denoiser
-from .names import KNOWN, SYNTHETIC, did_you_mean, known_models, model_refusal
-from .previews import check_tae, load_taesd, previews_of, tae_channels
-from .sd_presets import BENCH_PRESETS, SD_PRESETS
+from previewlab.preview.models.demo import DEMO_DIR, DEMO_GUIDANCE, DEMO_NOTE, DEMO_PROMPT, DEMO_SIZE
+from previewlab.preview.models.devices import DEVICES, allowed_devices, choose_device, device_arg, device_name, device_refusal
+from previewlab.preview.models.loader import DTYPES, OFFLOADS, load, quiet, synthetic_pipeline
+from previewlab.preview.models.model import Model, ModelError, default_size, denoiser
+from previewlab.preview.models.names import KNOWN, SYNTHETIC, did_you_mean, known_models, model_refusal
+from previewlab.preview.models.previews import check_tae, load_taesd, previews_of, tae_channels
+from previewlab.preview.models.sd_presets import BENCH_PRESETS, SD_PRESETS
 
 # transformers warns at import that torchvision is missing; nothing here uses image processors (every module
 # here imports transformers only where it builds or loads a model)

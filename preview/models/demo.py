@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
-from .loading import LATENT_RGB_FILE
-from .model import ModelError
+from previewlab.preview.models.loading import LATENT_RGB_FILE
+from previewlab.preview.models.model import ModelError
 
 DEMO_DIR = Path(str(importlib.resources.files(__package__ or __name__) / "demo_model"))  # package data, in a wheel too
 DEMO_NOTE = ("demo model trained on drawn scenes: real pictures from a small model; its costs are a small model's "

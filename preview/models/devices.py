@@ -5,7 +5,7 @@ import argparse
 
 import torch
 
-from .model import ModelError
+from previewlab.preview.models.model import ModelError
 
 DEVICES = ("cpu", "cuda", "mps", "xpu")  # what --device may name, where torch sees it (besides auto)
 

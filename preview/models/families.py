@@ -13,7 +13,7 @@ Three views of the same step's latents:
   static `_unpack_latents(latents, height, width, vae_scale_factor)` (FLUX.1 and its Fill, Kontext and
   ControlNet variants, Chroma, Bria, Qwen-Image, whose unpacking gives (B, C, 1, h, w) for its Wan-style VAE).
   flux2: patchified and normalised by the VAE's batch-norm statistics, (B, h/2 * w/2, 4 * 32). A clip:
-  (B, C, T, h, w) or (B, T, C, h, w), previewed by the frames the `frames` setting picks (preview/clips.py).
+  (B, C, T, h, w) or (B, T, C, h, w), previewed by the frames the `frames` setting picks (preview/decoding/clips.py).
   ltx: a clip packed as tokens, (B, T/p_t * h/p * w/p, C * p_t * p * p) with the transformer's patch sizes
   (LTX-Video 0.9: p = p_t = 1), unpacked to (B, C, T, h, w) by the pipeline class's own static
   `_unpack_latents(latents, num_frames, height, width, patch_size, patch_size_t)`; T is not handed over, so it
@@ -36,8 +36,8 @@ from typing import Any, Callable, Literal
 
 import torch
 
-from .unscaling import UNSCALES, Unscale, unpatchify, unscaler
-from .unscaling import constant as constant  # where its importers have always found it
+from previewlab.preview.models.unscaling import UNSCALES, Unscale, unpatchify, unscaler
+from previewlab.preview.models.unscaling import constant as constant  # where its importers have always found it
 
 # Known families: a name, ComfyUI's latent2rgb factors and madebyollin's TAE. Any other space is unnamed.
 Family = Literal["sd15", "sdxl", "sd3", "flux1", "flux2", "wan21", "wan22", "hunyuanvideo", "mochi", "cogvideox",

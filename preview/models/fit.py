@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .latent_formats import Factors
+from previewlab.preview.models.latent_formats import Factors
 
 RIDGE = 1e-4  # of the mean diagonal of XᵀX: enough to make a rank-deficient system solvable, too small to bias it
 

@@ -20,8 +20,8 @@ from typing import Callable
 
 import torch
 
-from .families import Family
-from .unscaling import constant
+from previewlab.preview.models.families import Family
+from previewlab.preview.models.unscaling import constant
 
 Factors = tuple[tuple[tuple[float, float, float], ...], tuple[float, float, float]]
 

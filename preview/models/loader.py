@@ -9,16 +9,16 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from . import loading, sd_presets, single_file
-from .demo import DEMO_GUIDANCE, DEMO_NOTE, DEMO_PROMPT, DEMO_SIZE, demo_folder
-from .devices import choose_device
-from .families import Family
-from .model import Model, ModelError, default_size, denoiser
-from .names import model_refusal, unknown_synthetic
-from .presets import PRESETS, build_preset
-from .previews import load_taesd, previews_of
-from .reading import latent_space
-from .video_presets import clip_defaults
+from previewlab.preview.models import loading, sd_presets, single_file
+from previewlab.preview.models.demo import DEMO_GUIDANCE, DEMO_NOTE, DEMO_PROMPT, DEMO_SIZE, demo_folder
+from previewlab.preview.models.devices import choose_device
+from previewlab.preview.models.families import Family
+from previewlab.preview.models.model import Model, ModelError, default_size, denoiser
+from previewlab.preview.models.names import model_refusal, unknown_synthetic
+from previewlab.preview.models.presets import PRESETS, build_preset
+from previewlab.preview.models.previews import load_taesd, previews_of
+from previewlab.preview.models.reading import latent_space
+from previewlab.preview.models.video_presets import clip_defaults
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 OFFLOADS = ("none", "model", "sequential")
@@ -52,10 +52,10 @@ def _load_local(name: str, dtype: torch.dtype, variant: str | None, config: str 
 def quiet(pipe: Any) -> None:
     """No progress bars: the pipeline's, and a Modular pipeline's loops' (its own setting reaches only the top)."""
     pipe.set_progress_bar_config(disable=True)
-    from ..sources import is_modular
+    from previewlab.preview.source.sources import is_modular
 
     if is_modular(pipe):
-        from ..modular import loops
+        from previewlab.preview.source.modular import loops
 
         for loop in loops(pipe._blocks):
             loop.set_progress_bar_config(disable=True)

@@ -15,11 +15,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from .families import FAMILIES, Family, FamilyError
-from .latent_formats import Factors
-from .reading import latent_space
-from .taehv import FAMILY_FILES, is_taehv, load_taehv
-from .taesd import PREFIXES, TaeError, load_tae, read_state
+from previewlab.preview.models.families import FAMILIES, Family, FamilyError
+from previewlab.preview.models.latent_formats import Factors
+from previewlab.preview.models.reading import latent_space
+from previewlab.preview.models.taehv import FAMILY_FILES, is_taehv, load_taehv
+from previewlab.preview.models.taesd import PREFIXES, TaeError, load_tae, read_state
 
 TaeKind = Literal["diffusers", "madebyollin", "none"]
 WEIGHTS = (".safetensors", ".bin", ".ckpt", ".pth")

@@ -7,9 +7,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from .families import Family, LatentSpace
-from .latent_formats import Factors
-from .reading import latent_space
+from previewlab.preview.models.families import Family, LatentSpace
+from previewlab.preview.models.latent_formats import Factors
+from previewlab.preview.models.reading import latent_space
 
 
 class ModelError(ValueError):

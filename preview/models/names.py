@@ -4,9 +4,9 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from . import single_file
-from .presets import PRESETS
-from .sd_presets import BENCH_PRESETS, SD_PRESETS
+from previewlab.preview.models import single_file
+from previewlab.preview.models.presets import PRESETS
+from previewlab.preview.models.sd_presets import BENCH_PRESETS, SD_PRESETS
 
 SYNTHETIC = SD_PRESETS + tuple(PRESETS)
 KNOWN = ("demo", *SYNTHETIC)  # every --model name previewlab builds itself

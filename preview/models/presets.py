@@ -16,10 +16,10 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from . import video_presets
-from .families import Family
-from .offline_tokenizers import clip_tokenizer, mistral_tokenizer, t5_tokenizer
-from .taesd import Decoder
+from previewlab.preview.models import video_presets
+from previewlab.preview.models.families import Family
+from previewlab.preview.models.offline_tokenizers import clip_tokenizer, mistral_tokenizer, t5_tokenizer
+from previewlab.preview.models.taesd import Decoder
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # transformers warns that torchvision is missing
 

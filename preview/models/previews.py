@@ -6,11 +6,11 @@ from typing import Any, Literal
 
 from torch import nn
 
-from . import loading
-from .families import Family, LatentSpace
-from .latent_formats import Factors
-from .model import ModelError
-from .reading import latent_space
+from previewlab.preview.models import loading
+from previewlab.preview.models.families import Family, LatentSpace
+from previewlab.preview.models.latent_formats import Factors
+from previewlab.preview.models.model import ModelError
+from previewlab.preview.models.reading import latent_space
 
 
 def tae_channels(tae: Any) -> int | None:

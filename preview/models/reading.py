@@ -11,9 +11,9 @@ from typing import Any, Callable
 
 import torch
 
-from .families import (CHANNELS, SDXL_SCALE, VIDEO_VAES, Family, FamilyError, LatentSpace, Packing, vae_of,
+from previewlab.preview.models.families import (CHANNELS, SDXL_SCALE, VIDEO_VAES, Family, FamilyError, LatentSpace, Packing, vae_of,
                        vae_scale_factor)
-from .unscaling import Unscale
+from previewlab.preview.models.unscaling import Unscale
 
 
 # The static _unpack_latents signatures previewlab can call, and the packing each means: FLUX.1's 2x2 patches
@@ -94,9 +94,9 @@ def makes_video(pipe: Any) -> bool:
 
 def refusal(pipe: Any) -> str | None:
     """Why previewlab cannot preview this pipeline, in one line; None when it can. A step comes from its step
-    callback, its scheduler's step or a Modular loop block (preview/steps.py): only a pipeline with none of them
+    callback, its scheduler's step or a Modular loop block (preview/source/steps.py): only a pipeline with none of them
     has no step to preview from."""
-    from ..sources import SourceError, source_of
+    from previewlab.preview.source.sources import SourceError, source_of
 
     cls = type(pipe)
     name = cls.__name__
@@ -274,7 +274,7 @@ def latent_space(pipe: Any) -> LatentSpace:
     if channels <= 0:
         raise FamilyError(f"{type(pipe).__name__}: its {type(vae).__name__} config names no latent_channels or "
                           "z_dim, so its latents cannot be read")
-    from ..sources import is_modular
+    from previewlab.preview.source.sources import is_modular
 
     unpack, packed, _ = _unpack_of(pipe)
     if unpack is None and is_modular(pipe):

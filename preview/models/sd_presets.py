@@ -13,10 +13,10 @@ from typing import Any, Callable
 
 import torch
 
-from . import single_file
-from .families import Family
-from .model import ModelError
-from .offline_tokenizers import clip_tokenizer
+from previewlab.preview.models import single_file
+from previewlab.preview.models.families import Family
+from previewlab.preview.models.model import ModelError
+from previewlab.preview.models.offline_tokenizers import clip_tokenizer
 
 # (pipeline on the CPU, family, its AutoencoderTiny, default size in px)
 Built = tuple[Any, Family, Any, int]

@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from .families import Family, FamilyError
-from .reading import latent_space
-from .loading import LoadError
+from previewlab.preview.models.families import Family, FamilyError
+from previewlab.preview.models.reading import latent_space
+from previewlab.preview.models.loading import LoadError
 
 log = logging.getLogger("previewlab.models")
 CONFIGS = Path(str(importlib.resources.files(__package__ or __name__) / "single_file_configs"))  # package data

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .taesd import TaeError, cut, read_state
+from previewlab.preview.models.taesd import TaeError, cut, read_state
 
 WIDTHS = (256, 128, 64, 64)  # decoder features per stage, then the last conv's input
 # madebyollin's published file per family (its name also carries the CogVideoX trim rule); Mochi has none

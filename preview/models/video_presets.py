@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .families import Family
-from .taehv import TAEHV, Layout
+from previewlab.preview.models.families import Family
+from previewlab.preview.models.taehv import TAEHV, Layout
 
 # Playback rate per family, frames per second: what diffusers' own examples export at (each pipeline's
 # EXAMPLE_DOC_STRING, export_to_video(..., fps=)): Wan 2.1 16; HunyuanVideo 15; CogVideoX 8; LTX-Video 24 (its
@@ -107,7 +107,7 @@ def llama_tokenizer() -> Any:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from .offline_tokenizers import CHARS
+    from previewlab.preview.models.offline_tokenizers import CHARS
 
     specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
                 "<unk>"]
@@ -125,7 +125,7 @@ def llama_tokenizer() -> Any:
 def tiny_wan21() -> Any:
     from diffusers import AutoencoderKLWan, WanPipeline, WanTransformer3DModel
 
-    from .offline_tokenizers import t5_tokenizer
+    from previewlab.preview.models.offline_tokenizers import t5_tokenizer
 
     # Wan 2.1's VAE at 1/12 of its width: three spatial and two temporal downsamples (8x, 4x), its statistics
     vae = AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
@@ -142,7 +142,7 @@ def tiny_wan21() -> Any:
 def tiny_wan22() -> Any:
     from diffusers import AutoencoderKLWan, WanPipeline, WanTransformer3DModel
 
-    from .offline_tokenizers import t5_tokenizer
+    from previewlab.preview.models.offline_tokenizers import t5_tokenizer
 
     # Wan 2.2 TI2V 5B's VAE shape, narrow: 48 channels, residual blocks, pixels patchified 2x2 (12 input channels)
     # before three spatial downsamples: 16x in space, 4x in time; the decoder wider than the encoder, as its 256
@@ -165,7 +165,7 @@ def tiny_hunyuanvideo() -> Any:
                            HunyuanVideoTransformer3DModel)
     from transformers import CLIPTextConfig, CLIPTextModel, LlamaConfig, LlamaModel
 
-    from .offline_tokenizers import clip_tokenizer
+    from previewlab.preview.models.offline_tokenizers import clip_tokenizer
 
     # HunyuanVideo's causal 3-D VAE, narrow: four stages (8x in space), 4x in time, its scaling factor 0.476986
     vae = AutoencoderKLHunyuanVideo(latent_channels=16, block_out_channels=(8, 8, 16, 16), layers_per_block=1,
@@ -194,7 +194,7 @@ def tiny_cogvideox() -> Any:
     from diffusers import (AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXPipeline,
                            CogVideoXTransformer3DModel)
 
-    from .offline_tokenizers import t5_tokenizer
+    from previewlab.preview.models.offline_tokenizers import t5_tokenizer
 
     # CogVideoX-2b's VAE, narrow: 16 channels, four stages (8x in space), 4x in time, its scaling factor
     vae = AutoencoderKLCogVideoX(in_channels=3, out_channels=3, down_block_types=("CogVideoXDownBlock3D",) * 4,
@@ -219,7 +219,7 @@ def tiny_cogvideox() -> Any:
 def tiny_mochi() -> Any:
     from diffusers import AutoencoderKLMochi, FlowMatchEulerDiscreteScheduler, MochiPipeline, MochiTransformer3DModel
 
-    from .offline_tokenizers import t5_tokenizer
+    from previewlab.preview.models.offline_tokenizers import t5_tokenizer
 
     # Mochi's VAE, narrow (its GroupNorms have 32 groups, so 32 channels is the least): 12 channels, 8x in space
     # and 6x in time (temporal expansions 1, 2, 3), its per-channel mean and std (the class defaults, Mochi's own)
@@ -238,7 +238,7 @@ def tiny_ltxv() -> Any:
     from diffusers import (AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline,
                            LTXVideoTransformer3DModel)
 
-    from .offline_tokenizers import t5_tokenizer
+    from previewlab.preview.models.offline_tokenizers import t5_tokenizer
 
     # LTX-Video's VAE, narrow: 128 channels; pixels patchified 4x4, then three spatio-temporal stages: 32x in space,
     # 8x in time, as LTX-Video 0.9's (widths 128 to 512 there). Its decoder is not causal in time, as 0.9's is
@@ -279,7 +279,7 @@ def wan21_1_3b() -> Any:
     embeddings of the real width and length (512 tokens), the encoder costs 1/24 of the real one's layers."""
     from diffusers import AutoencoderKLWan, WanPipeline, WanTransformer3DModel
 
-    from .offline_tokenizers import t5_tokenizer
+    from previewlab.preview.models.offline_tokenizers import t5_tokenizer
 
     transformer = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128,
                                         in_channels=16, out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=8960,

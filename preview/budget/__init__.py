@@ -1,0 +1,1 @@
+"""The autopilot: what fits the budget, step by step."""

@@ -1,0 +1,285 @@
+"""A drop-in diffusers step-end callback: measure, watch and export the previews of your own pipeline call.
+
+    from previewlab import serve, watch as preview_watch
+    watch = preview_watch(pipe, decoder="taesd", every=2)  # the TAE the pipe's folder ships, or taesd="PATH"
+    serve(watch)                                       # optional: the live page
+    image = pipe(prompt, callback_on_step_end=watch,
+                 callback_on_step_end_tensor_inputs=watch.tensor_inputs).images[0]
+    watch.rows; watch.to_csv("costs.csv")
+
+The callback returns the pipeline's kwargs untouched. It never moves, copies or re-wraps the user's models;
+the phases of the call (text encoding, denoising, final decode) come from forward hooks on the pipeline's own
+text encoders and VAE decoder, and one forward pre-hook on the UNet that removes itself at the first step.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Unpack
+
+import numpy as np
+from diffusers.callbacks import PipelineCallback
+
+from previewlab.preview.source import modular
+from previewlab.preview.call.call_marks import CallMarks
+from previewlab.preview.call.controls import Controls
+from previewlab.preview.record.csv_writer import to_csv_text
+from previewlab.preview.decoding.decoders import DecoderError, taesd_refusal
+from previewlab.preview.judging.digest import digest, judged
+from previewlab.preview.call.final import save_image
+from previewlab.preview.call.meter import StepMeter
+from previewlab.preview.call.phase_hooks import PhaseHooks
+from previewlab.preview.models.video_presets import clip_defaults
+from previewlab.preview.decoding.previewer import Previewer
+from previewlab.preview.record.records import STEP_COLUMNS, StepRow
+from previewlab.preview.record.run import RunEnd, RunEvents, RunMeta, RunRecord
+from previewlab.preview.record.run_ids import PROCESS_IDS
+from previewlab.preview.settings import default_mode
+from previewlab.preview.call.script_pipe import call_inputs, model_of, script_call
+from previewlab.preview.source.sources import chunked, source_of
+from previewlab.preview.source.steps import CallbackSteps, Source, Step, StepTap
+from previewlab.preview.timing.stopwatch import Stopwatch
+from previewlab.preview.source.targets import X0Tap
+from previewlab.preview.record.totals import run_record
+from previewlab.preview.call.watch_settings import WatchKeywords, WatchSettings
+
+__all__ = ["Watch", "WatchSettings", "call_inputs", "model_of"]
+KeepFinal = Callable[[str, bytes], bool]  # (run id, PNG) -> whether the image is kept as that run's final one
+
+
+class Watch(PipelineCallback):
+    tensor_inputs = ["latents"]
+
+    def __init__(self, pipe: Any, settings: WatchSettings | None = None, **keywords: Unpack[WatchKeywords]) -> None:
+        """settings: the watch's (WatchSettings); or the keywords watch() takes, which build them: the preview
+        settings' (decoder, every, mode, frames, ...: settings.PreviewSettings) and a watch's own (taesd, fps,
+        inflight, size, source; clock and device for tests). Raises TypeError for both at once or an unknown
+        keyword, SettingsError for a bad value, SourceError, DecoderError or FamilyError for a pipeline that
+        cannot be previewed as asked."""
+        if settings is not None and keywords:
+            raise TypeError("Watch: give settings or keywords, not both")
+        super().__init__()
+        s = settings if settings is not None else WatchSettings.of(**keywords)
+        self.pipe = pipe
+        self.model = model_of(pipe, s.taesd)
+        if settings is None and "mode" not in keywords:  # overlap where a side stream exists, sync on a CPU
+            s = replace(s, preview=replace(s.preview, mode=default_mode(self.model.device.type)))
+        self.settings = s
+        self.controls = Controls(s.preview)
+        # a clip's rate: the one given, else its family's (what diffusers' own examples export at)
+        self.fps = s.fps or (clip_defaults(pipe, self.model.family)[1] if self.model.space.video else 0.0)
+        if s.preview.decoder == "taesd" and self.model.taesd is None and not self.model.space.pixel:
+            raise DecoderError(taesd_refusal(self.model).replace("--taesd PATH", "taesd=PATH"))
+        self.previewer = Previewer(self.model)
+        self.source: Source = source_of(pipe, s.source)
+        self.tap = X0Tap(getattr(pipe, "scheduler", None))
+        self.step_tap = StepTap(getattr(pipe, "scheduler", None), x0=self.tap, pipe=pipe,
+                                on_step=self._on_step if self.source == "scheduler" else None, chunked=chunked(pipe))
+        # a Modular pipeline's loop block, feeding this watch
+        self._block = modular.attach(pipe, self._on_step) if self.source == "modular" else None
+        self._callback_steps = CallbackSteps()  # a PNDM or Heun loop calls the callback more often than it steps
+        self._rows: list[StepRow] = []         # the rows of the latest call, in step order
+        self.sw = Stopwatch(self.model.device, s.clock, backend=s.device)
+        self.records: list[RunRecord] = []     # one per finished call
+        self.meter: StepMeter | None = None
+        self._call = CallMarks()               # marks of the call in progress
+        self._stop = threading.Event()
+        self._latent_hw: tuple[int, int] | None = None  # LTX: the latent height and width of the call's clip
+        # attach(): the live page (previewlab.serve(watch) attaches itself)
+        self.events: RunEvents | None = None
+        self._close_events: Callable[[], None] | None = None
+        self._keep_final: KeepFinal | None = None
+        self._hook()
+
+    def attach(self, events: RunEvents | None, close: Callable[[], None] | None = None,
+               keep_final: KeepFinal | None = None) -> None:
+        """Tell `events` of this watch's runs too, from the denoising thread (None detaches); remove() calls
+        `close`; save() hands `keep_final` the run's PNG (the server keeps it as the run's final image)."""
+        self.events, self._close_events, self._keep_final = events, close, keep_final
+
+    @property
+    def running(self) -> bool:
+        """A pipeline call is between its first step and its last."""
+        return self.meter is not None and not self._call.finished
+
+    # -- the call's phases, from hooks on the user's own modules (phase_hooks.py) -----------------------------
+    def _hook(self) -> None:
+        self.hooks = PhaseHooks(self.pipe, first_forward=self._first_forward, decode_start=self._decode_start,
+                                decode_end=self._decode_end, text_start=self._text_start, text_end=self._text_end)
+
+    def _first_forward(self, kwargs: dict[str, Any]) -> None:
+        """The denoiser's first forward of a call. LTXPipeline calls its transformer with the clip's latent
+        height and width, which its packed latents do not say (image_size reads them)."""
+        h, w = kwargs.get("height"), kwargs.get("width")
+        self._latent_hw = (h, w) if isinstance(h, int) and isinstance(w, int) else None
+        self._unet_start()
+
+    def _unet_start(self) -> None:
+        if self._call.finished:  # a call without text encoding (prompt_embeds given) follows another
+            self._close_call()
+        c = self._call
+        if c.t0 is None:  # no text encoding in this call: the call's clock starts here
+            c.t0, c.denoise0 = self.sw.clock(), self.sw.mark()
+            self.sw.anchor(c.denoise0, c.t0)
+        if c.denoise0 is None:
+            c.denoise0 = self.sw.mark()
+        if not self.step_tap.installed:  # for this call only: the user's scheduler is left as it was after it
+            self.step_tap.install()
+
+    def _text_start(self) -> None:
+        if self._call.finished:
+            self._close_call()
+        c = self._call
+        if c.t0 is None:
+            c.t0, c.te0 = self.sw.clock(), self.sw.mark()
+            self.sw.anchor(c.te0, c.t0)  # only if the device is idle: the user's work may be queued
+
+    def _text_end(self) -> None:
+        self._call.te1 = self.sw.mark()
+
+    # the pipeline's own final decode, never a preview's (the hooks leave out a VAE run inside a step)
+    def _decode_start(self) -> None:
+        if self.meter is not None and not self._call.finished:
+            self._end_denoise()  # a loop that ended before its last step (stopped, or fewer steps than planned)
+        if self._call.finished:
+            self._call.decode0 = self.sw.mark()
+
+    def _decode_end(self) -> None:
+        if self._call.finished:
+            self._call.decode1, self._call.t_decoded = self.sw.mark(), self.sw.clock()
+
+    # -- the steps, from whichever source ----------------------------------------------------------------------
+    def callback_fn(self, pipeline: Any, step_index: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
+        """diffusers' step callback: the step source when the watch's source is `callback` (a watch fed by
+        another source passed as the callback too sees each step once, from its own source)."""
+        if self.source == "callback":
+            step = self._callback_steps.step(pipeline, step_index, timestep, callback_kwargs["latents"])
+            if step is not None and self._on_step(step):
+                pipeline._interrupt = True
+        return callback_kwargs
+
+    def _on_step(self, step: Step) -> bool:
+        """The end of a step from the watch's source; True when the run should stop."""
+        if step.index == 0 or self.meter is None:
+            self._begin(step)
+        assert self.meter is not None
+        with self.hooks.step():
+            stop = self.meter.step(step)
+        if step.index + 1 >= (step.total or 10**9) or getattr(step.pipe, "_interrupt", False):
+            self._end_denoise()
+        return stop
+
+    def _begin(self, step: Step) -> None:
+        if self.meter is not None:
+            self._close_call()
+        # the store's id where a server shows the run (serve(watch)), else the same scheme within the process
+        new_id = getattr(self.events, "new_id", None)
+        self.run_id = new_id() if callable(new_id) else PROCESS_IDS.new()
+        events, rid = self.events, self.run_id
+        asked, timesteps = script_call(self.model, step, self.step_tap.sched, self.controls.get(), self.fps,
+                                       self.settings.size, self._latent_hw)
+        meta = RunMeta.of(self.model, rid, asked)
+        self.meter = StepMeter(self.model, rid, asked, self.controls, sw=self.sw, timesteps=timesteps,
+                               previewer=self.previewer, events=events, should_stop=self._stop.is_set,
+                               inflight=self.settings.inflight, tap=self.tap)
+        self._rows = self.meter.rows
+        c = self._call
+        self.meter.begin(c.denoise0)
+        c.meta = meta
+        if c.t0 is None:
+            c.t0 = self.sw.clock()
+        self._stop.clear()
+        if events is not None:
+            events.started(meta)
+
+    @property
+    def rows(self) -> list[StepRow]:
+        """The latest call's per-step rows (the bench's schema), all of them once the call has returned."""
+        if self.meter is not None and self._call.finished:
+            self.meter.drain()  # after the call: waiting here costs the user's loop nothing
+        return self._rows
+
+    def _end_denoise(self) -> None:
+        # Rows still waiting on the device or the encode thread are handed over when the call is closed or
+        # `rows` is read: waiting for them here would add a device wait inside the user's loop.
+        c = self._call
+        c.finished, c.t_denoised, c.denoised = True, self.sw.clock(), self.sw.mark()
+        if self.meter is not None:
+            self.meter.denoised()
+        self.step_tap.remove()
+        self.hooks.arm()
+
+    # -- the end of the request ------------------------------------------------------------------------------
+    def save(self, image: Any, path: str | Path) -> Path:
+        """Encode the final image as PNG and write it, timed: the request ends here. Served (serve(watch)), the
+        same PNG becomes the run's final image on the page, handed over after the timed request; a call already
+        closed (finish(), `record`, `summary()`, or the next call) keeps none there."""
+        arr = np.asarray(image.convert("RGB") if hasattr(image, "convert") else image)
+        t0 = self.sw.clock()
+        png = save_image(arr.astype(np.uint8))
+        t1 = self.sw.clock()
+        Path(path).write_bytes(png)
+        t2 = self.sw.clock()
+        c = self._call
+        c.final_encode_ms, c.write_ms, c.t_end = (t1 - t0) * 1e3, (t2 - t1) * 1e3, t2
+        self._close_call(png)
+        return Path(path)
+
+    def finish(self) -> RunRecord | None:
+        """Close the latest call's record without saving an image (save() does this for you)."""
+        return self._close_call()
+
+    def _close_call(self, png: bytes | None = None) -> RunRecord | None:
+        """png: the call's final image as save() wrote it, kept where the run is shown before its end is told."""
+        c, meter = self._call, self.meter
+        self._call, self.meter = CallMarks(), None
+        if meter is None or c.meta is None:
+            return None
+        peak = meter.finish_previews()
+        meter.drain()
+        sw, meta = self.sw, c.meta
+        status = "done" if len(meter.rows) >= meta.steps else "stopped"
+        rec = run_record(self.model, meta, meter.rows, c.phases(sw), status=status, inflight_peak=peak, cuda=sw.cuda,
+                         usage=meter.usage(), timing=sw.timing)
+        self.records.append(rec)
+        # after the record's clock stopped (t_end): keeping the image is not the user's request
+        kept = png is not None and self._keep_final is not None and self._keep_final(meta.run_id, png)
+        if self.events:
+            self.events.ended(RunEnd.of(meta, rec.totals, meter.rows, has_final=kept))
+        return rec
+
+    def summary(self, budget: float = 5.0) -> str:
+        """The latest call in a few lines: its cost, where a preview's time went, its memory; then what this
+        watch's calls of its settings support within `budget` percent, from the analysis the bench and the page
+        render (digest.py). Closes the call if it has finished."""
+        rec = self.record
+        if rec is None:
+            return "no finished call yet"
+        return "\n".join(digest(rec, self.rows) + judged(self.records, self.controls.get(), budget))
+
+    @property
+    def record(self) -> RunRecord | None:
+        """The latest call's record, closing it if the call has finished."""
+        if self.meter is not None and self._call.finished:
+            self._close_call()
+        return self.records[-1] if self.records else None
+
+    def to_csv(self, path: str | Path) -> Path:
+        Path(path).write_text(to_csv_text(self.rows, STEP_COLUMNS))
+        return Path(path)
+
+    # -- what the embedded server may ask ------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def remove(self) -> None:
+        """Remove the hooks from the user's modules and stop the server, if any."""
+        self.hooks.remove()
+        self.step_tap.remove()
+        if self._block is not None:
+            modular.detach(self.pipe, self._block)
+            self._block = None
+        if self._close_events is not None:
+            self._close_events()
+

@@ -1,0 +1,1 @@
+"""The preview decoders and where each stops."""

@@ -1,0 +1,60 @@
+"""The full VAE as a preview decoder: the pipeline's own VAE, fed exactly what its final decode feeds it."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+
+from previewlab.preview.decoding.stops import WHOLE, Cut, shrink
+from previewlab.preview.decoding.contract import Decode, Note
+from previewlab.preview.models import Model
+from previewlab.preview.models.families import vae_of
+from previewlab.preview.decoding.vae_memory import as_vae_would, fp32_decoder, needs_fp32
+
+
+def decode_args(model: Model) -> Callable[[torch.Tensor], dict[str, Any]]:
+    """What the pipeline's final decode hands vae.decode besides the latents z, read once per decoder built:
+    Kandinsky's MoVQ force_not_quantize=True; a timestep-conditioned VAE (LTX-Video 0.9.1 and later) `temb`, the
+    pipeline's default decode_timestep 0.0 for each clip of the batch, with no noise mixed in (its
+    decode_noise_scale defaults to that timestep), a fill on the device, no host copy; Stable Video Diffusion's
+    temporal decoder `num_frames` (a preview decodes each frame alone). A run that passes another
+    decode_timestep or decode_noise_scale decodes its final clip with those; previews keep the default."""
+    if model.space.quantized:
+        return lambda z: {"force_not_quantize": True}
+    if model.space.timestep:
+        return lambda z: {"temb": torch.zeros(int(z.shape[0]), device=z.device, dtype=z.dtype)}
+    param = inspect.signature(vae_of(model.pipe).decode).parameters.get("num_frames")
+    if param is not None and param.default is inspect.Parameter.empty:
+        return lambda z: {"num_frames": 1}
+    return lambda z: {}
+
+
+def vae_decoder(model: Model, cut: Cut = WHOLE) -> Decode:
+    """The pipeline's own VAE, fed exactly what its final decode feeds it: callback latents -> (B, 3, H, W) in
+    [-1, 1] (half_latents: the unscaled latents halved first, (B, 3, H/2, W/2)). Constants and the float32 copy
+    (when needed) are made here, once, never per call."""
+    vae = vae_of(model.pipe)
+    space = model.space
+    fp32 = needs_fp32(model)
+    dtype = torch.float32 if fp32 else vae.dtype
+    to_vae = space.vae_input(model.pipe, model.device, dtype)
+    dec = fp32_decoder(model.pipe) if fp32 else None
+    args = decode_args(model)
+    smaller = shrink(cut)
+
+    def decode(latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        z = smaller(to_vae(latents.to(dtype) if space.cast_first else latents, height, width))
+        if dec is not None:
+            return as_vae_would(vae, dec, z)
+        z = z.to(vae.dtype)
+        image = vae.decode(z, return_dict=False, **args(z))[0]
+        return image[:, :, 0] if space.frames else image  # a Wan-style VAE: the image is frame 0
+
+    return decode
+
+
+def build_vae(model: Model, note: Note, cut: Cut) -> Decode:
+    """Decoder vae: callback latents -> (B, 3, H, W) in [0, 1]."""
+    decode = vae_decoder(model, cut)
+    return lambda latents, h, w: ((decode(latents, h, w) + 1) / 2).clamp(0, 1)

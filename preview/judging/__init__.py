@@ -1,0 +1,1 @@
+"""The one analysis: overheads, noise and what to set."""

@@ -1,0 +1,195 @@
+"""One analysis of a set of runs: each configuration's overhead against the no-preview runs beside it, the
+baselines' noise, and where a preview's time goes. The bench's summary, its report, the server's page and a
+watch's summary all render what this module finds (advice.py then says what to set); none computes its own.
+
+A configuration's overhead is taken pair by pair, as the bench interleaves its runs (A B A B): each steady run
+against the steady no-preview baseline right before it (the bench's direct call, which runs first, against the
+one right after it), 100 * (its wall / the baseline's - 1). Each pair carries its baseline's noise as well as the
+run's, and slow drift on a loaded machine cancels inside a pair. The runs are in the order they ran. No torch here.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, Sequence, TypeVar
+
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, Estimate, Noise, estimate, noise_of, verdict
+from previewlab.preview.record.run import RunMeta, RunRecord
+from previewlab.preview.settings import PreviewSettings
+
+Role = Literal["warmup", "baseline", "config", "direct"]
+# What decides a step's cost: runs that agree on these are measured against each other (a prompt or a seed
+# does not change what a step costs)
+COST_FIELDS = ("model", "device", "dtype", "width", "height", "steps", "batch", "num_frames", "guidance", "task",
+               "strength")
+
+
+class Measured(Protocol):
+    """A run as the analysis reads it: the bench's SweepRow, or an Entry of the server's or a watch's runs."""
+    @property
+    def name(self) -> str: ...      # its configuration's name: every run of one configuration has the same
+    @property
+    def role(self) -> Role: ...
+    @property
+    def steady(self) -> bool: ...   # statistics are taken over it (no warm-up, no first run after the load)
+    @property
+    def record(self) -> RunRecord: ...
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A run of the server's data folder or of a watch, as the analysis reads it (Measured)."""
+    name: str
+    role: Role
+    steady: bool
+    record: RunRecord
+    why: str = ""  # not steady: why it is left out of the figures
+
+
+def config_name(p: PreviewSettings | None, clip: bool = False, at: bool = False, size: bool = False) -> str:
+    """A configuration's name in the CSVs, the summary and on the page: decoder/interval/mode, the target when
+    not auto, for a clip (clip: a video model) the frames a preview shows, where the decoder stops (at), and
+    the preview's largest side where one is set (size: the bench sets it for a whole sweep, so leaves it out)."""
+    if p is None:
+        return "direct"
+    if p.decoder == "none":
+        return "none"
+    every = f"auto{p.budget:g}%" if p.budget > 0 else f"every{p.every}"
+    shown = "" if p.target == "auto" else f"/{p.target}"
+    frames = f"/frames-{p.frames}" if clip else ""
+    where = f"/at-{p.decode_at}" if at else ""
+    most = f"/max{p.preview_max}" if size and p.preview_max > 0 else ""
+    return f"{p.decoder}/{every}/{p.mode}{shown}{frames}{where}{most}"
+
+
+def name_of(p: PreviewSettings | None, num_frames: int = 1) -> str:
+    """The name the server's and a watch's runs give a configuration (config_name with every axis a run can
+    change: a clip's frames, where the decoder stops, the preview's size)."""
+    return config_name(p, clip=num_frames > 1, at=p is not None and p.decode_at != "preview", size=True)
+
+
+def cost_key(meta: RunMeta) -> tuple[Any, ...]:
+    """What a run's denoising costs depend on (COST_FIELDS): runs with the same key are measured together."""
+    return tuple(getattr(meta, k) for k in COST_FIELDS)
+
+
+def entry(record: RunRecord, status: str, changed: bool = False, damaged: bool = False) -> Entry:
+    """A finished run of the server's or a watch's, with its role: no previews from start to end, a baseline;
+    the first run after the model loaded, a warm-up. It is steady when it ran whole (done or stopped, not
+    damaged, some steps) with one configuration throughout (a live change makes it two)."""
+    p, t = record.meta.preview, record.totals
+    name = name_of(p, record.meta.num_frames)
+    role: Role = "warmup" if t.first_run else "baseline" if name == "none" and t.previews == 0 else "config"
+    why = ("the first run after the model loaded (a warm-up)" if t.first_run else
+           "damaged" if damaged else f"it ended {status}" if status not in ("done", "stopped") else
+           "no step ran" if t.steps_run <= 0 or t.wall_s <= 0 else
+           "its settings changed during the run" if changed else "")
+    return Entry(name, role, not why, record, why)
+
+
+M = TypeVar("M", bound=Measured)
+
+
+def paired(runs: Sequence[M]) -> dict[str, list[tuple[M, M]]]:
+    """Per configuration, each steady run with the steady baseline it is paired with (the module's rule)."""
+    out: dict[str, list[tuple[M, M]]] = {}
+    for i, r in enumerate(runs):
+        if r.role not in ("config", "direct") or not r.steady:
+            continue
+        j = i + 1 if r.role == "direct" else i - 1
+        if 0 <= j < len(runs) and runs[j].role == "baseline" and runs[j].steady:
+            out.setdefault(r.name, []).append((r, runs[j]))
+    return out
+
+
+def overhead_pct(run: RunRecord, base: RunRecord) -> float:
+    """A run's overhead against its baseline: 100 * (its wall / the baseline's - 1)."""
+    return 100 * (run.totals.wall_s / base.totals.wall_s - 1)
+
+
+def pair_overheads(runs: Sequence[Measured]) -> dict[str, list[float]]:
+    """Per configuration, each pair's overhead in percent (paired's pairs, in the order they ran)."""
+    return {cfg: [overhead_pct(r.record, b.record) for r, b in ps] for cfg, ps in paired(runs).items()}
+
+
+def baseline_noise(runs: Sequence[Measured], limit_pct: float = NOISE_LIMIT_PCT) -> Noise | None:
+    """The spread of the steady baselines, per variant and run setup (each has its own `none`, as
+    '[float16 ...] none' or 'none/euler/8steps'), the noisiest group named; None with fewer than two baselines
+    in any group, where no spread can be judged."""
+    groups: dict[str, list[float]] = {}
+    for r in runs:
+        if r.role == "baseline" and r.steady:
+            groups.setdefault(r.name, []).append(r.record.totals.wall_s)
+    return noise_of(groups, limit_pct)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One configuration's figures: its settings (its first run's), its steady runs, its overhead over its
+    pairs, and where a preview's time goes (ms a preview: decode, resize, transfer, encode, slower denoising)."""
+    name: str
+    preview: PreviewSettings
+    device: str               # the runs' device type: overlap has a side stream only on cuda, xpu and mps
+    runs: int
+    overhead: Estimate | None  # None: no run of it has a baseline right before it
+    parts: dict[str, float]
+    pairs: tuple[tuple[str, str], ...] = ()  # (run id, its baseline's run id)
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.overhead) if self.overhead is not None else "no baseline beside it"
+
+    def dominant(self) -> tuple[str, float, float]:
+        """The part that holds most of a preview's time: (its name, its ms, all parts' ms)."""
+        name = max(self.parts, key=lambda k: self.parts[k])
+        return name, self.parts[name], sum(self.parts.values())
+
+    def to_json(self, said: str = "") -> dict[str, Any]:
+        """said: its overhead and verdict in the words of the surface that shows it (advice.said)."""
+        p = self.preview
+        return {"name": self.name, "said": said, "decoder": p.decoder, "every": p.every, "budget": p.budget, "mode": p.mode,
+                "preview_max": p.preview_max, "device": self.device, "runs": self.runs,
+                "overhead": self.overhead.to_json() if self.overhead else None, "verdict": self.verdict,
+                "more_for_level": self.overhead.more_for_level if self.overhead else None,
+                "parts": self.parts, "pairs": [list(x) for x in self.pairs]}
+
+
+def _per_step(r: RunRecord) -> float:
+    return r.totals.denoise_ms / max(1, r.totals.steps_run or r.meta.steps)
+
+
+def findings(runs: Sequence[Measured]) -> list[Finding]:
+    """A Finding for each configuration that previews, in the order each first ran steadily."""
+    pairs = paired(runs)
+    by: dict[str, list[Measured]] = {}
+    for r in runs:
+        if r.role == "config" and r.steady and r.record.meta.preview is not None:
+            by.setdefault(r.name, []).append(r)
+    out = []
+    for name, rs in by.items():
+        ps = pairs.get(name, [])
+        t = [r.record.totals for r in rs]
+        made = sum(x.previews for x in t)
+        per = (lambda total: total / made) if made else (lambda total: 0.0)
+        # the denoising's slowdown counts only as a finding: its pairs' interval must be sure of it
+        slower = estimate([_per_step(r.record) - _per_step(b.record) for r, b in ps]) if ps else None
+        steps = sum(x.steps_run or r.record.meta.steps for x, r in zip(t, rs))
+        slow = slower.value * steps / made if slower and slower.sure and slower.lo and slower.lo > 0 and made else 0.0
+        parts = {"decode": per(sum(x.decode_ms for x in t)), "resize": per(sum(x.resize_ms for x in t)),
+                 "transfer": per(sum(x.sync_ms + x.transfer_ms for x in t)), "encode": per(sum(x.encode_ms for x in t)),
+                 "slower denoising": slow}
+        ov = [overhead_pct(r.record, b.record) for r, b in ps]
+        preview = rs[0].record.meta.preview
+        assert preview is not None
+        out.append(Finding(name, preview, rs[0].record.meta.device, len(rs), estimate(ov) if ov else None, parts,
+                           tuple((r.record.run_id, b.record.run_id) for r, b in ps)))
+    return out
+
+
+def steady_baselines(runs: Sequence[Measured]) -> int:
+    return sum(1 for r in runs if r.role == "baseline" and r.steady)
+
+
+def median_wall(runs: Sequence[Measured]) -> float | None:
+    walls = [r.record.totals.wall_s for r in runs if r.role == "baseline" and r.steady]
+    return statistics.median(walls) if walls else None

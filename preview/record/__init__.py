@@ -1,0 +1,1 @@
+"""A run's records and their files: what each column and field means."""

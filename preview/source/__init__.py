@@ -1,0 +1,1 @@
+"""Where a step comes from: a step callback, a wrapped scheduler step or a Modular block."""

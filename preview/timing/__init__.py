@@ -1,0 +1,1 @@
+"""Clocks and device events, memory and the device's busy share."""

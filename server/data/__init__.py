@@ -1,0 +1,1 @@
+"""The data folder: its owner, its writes, its reads and its retention."""

@@ -1,0 +1,314 @@
+"""Reading the data folder (store.py has the layout): the run list, a run's meta and rows, the CSV exports, the
+final images. Every failure is a Damaged naming the file; a damaged run is listed as such and left out of the
+exports, and never breaks another run. The server calls these off the event loop (its disk thread).
+
+A meta.json is passed on as it was written where it is shown (the list, /runs, the exports' cells: a guidance
+of 7 stays 7, not 7.000). Where it is acted on, it is read typed: its status here (status_of: retention, a
+restart), its run by run.RunEnd/RunRecord/RunMeta.from_json."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import stat
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Literal, TypeVar, get_args
+
+from previewlab.preview.record.csv_writer import as_csv_row
+from previewlab.preview.record.records import STEP_COLUMNS, TOTALS_COLUMNS, StepRow, from_cells
+from previewlab.preview.record.run import RunMeta
+from previewlab.preview.record.run_ids import valid
+from previewlab.preview.settings import PreviewSettings
+
+from previewlab.server.data.run_files import (MAX_DELIVERY_ROWS, MAX_IMAGE_BYTES, MAX_STEP_ROWS, Damaged, OnceLog, open_own, read_csv,
+                        read_meta, stamp)
+
+
+
+@dataclass(frozen=True)
+class DeliveryRow:
+    """A deliveries.csv line: one frame's trip to one client, acked (its timings, ms) or dropped (none)."""
+    run_id: str
+    step: int
+    seq: int
+    client: str
+    kind: Literal["ack", "drop"]
+    send_ms: float | None = None
+    ack_rtt_ms: float | None = None
+    client_decode_ms: float | None = None
+    client_paint_ms: float | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, str]) -> DeliveryRow:
+        return from_cells(cls, row)
+
+
+DELIVERY_COLUMNS = tuple(f.name for f in fields(DeliveryRow))
+# a run's context, repeated on each step row of the server's CSVs (device_name comes from the run's totals)
+RUN_CONTEXT = ("model", "model_note", "device", "device_name", "dtype", "prompt", "seed", "guidance", "steps",
+               "purpose")  # purpose: a measure series' baseline or measured run, "" a user's
+EXPORT_COLUMNS = STEP_COLUMNS + RUN_CONTEXT
+# the list's CSV, a row per run: what it was asked (meta.json's fields), how it ended, then its totals' own fields
+LIST_COLUMNS = tuple(dict.fromkeys(
+    [f.name for f in fields(RunMeta) if f.name != "preview"] + [f.name for f in fields(PreviewSettings)]
+    + ["status", "error", "damaged", "changes"] + list(TOTALS_COLUMNS)))
+# a meta.json's status: running from begin() until the run's end (run.Status: the rest) is written
+Stored = Literal["running", "done", "stopped", "failed", "interrupted"]
+STORED: tuple[Stored, ...] = get_args(Stored)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula
+EXPORT_CHUNK = 64 << 10         # characters per piece of a streamed export
+EXPORT_CACHE_CHARS = 16 << 20   # runs' CSV texts kept between exports, newest use last
+
+
+class RunReader:
+    """What the server reads of the data folder; the Store is one, with its writes. pending: the ends the writer
+    holds but could not write yet (listed as they are); log: the store's."""
+
+    def __init__(self, root: Path, pending: Mapping[str, dict[str, Any]], log: OnceLog) -> None:
+        self.root = root
+        self.damaged: dict[str, str] = {}  # run id -> what is wrong, found by a listing or an export
+        self._pending = pending
+        self._log = log
+        self._exports: dict[str, tuple[Any, str]] = {}  # run id -> (its files' stamps, its rows as CSV text)
+        self._export_chars = 0
+        self._cache_lock = threading.Lock()  # exports read on the disk thread, retention prunes on another
+
+    def ids(self) -> list[str]:
+        """Run ids, oldest first: the names of folders that match RUN_ID, never anything read from a file."""
+        with os.scandir(self.root) as it:
+            return sorted(e.name for e in it if valid(e.name) and e.is_dir(follow_symlinks=False))
+
+    def meta(self, rid: str) -> dict[str, Any]:
+        return read_meta(self.root, rid)
+
+    def runs(self, limit: int | None = None, before: str | None = None, after: str | None = None
+             ) -> list[dict[str, Any]]:
+        """Newest first; `before` / `after` are run ids (exclusive bounds). A damaged run is listed as
+        {run_id, status: "damaged", damaged: why}; one whose CSVs failed keeps its meta plus `damaged`."""
+        ids = [r for r in reversed(self.ids()) if (before is None or r < before) and (after is None or r > after)]
+        out = []
+        for rid in ids[:limit]:
+            try:
+                meta = self._pending.get(rid) or self.meta(rid)
+            except Damaged as e:
+                self._damaged(rid, str(e))
+                out.append({"run_id": rid, "status": "damaged", "damaged": self.damaged[rid]})
+                continue
+            if self.damaged.get(rid, "").startswith(f"{rid}/meta.json:"):
+                del self.damaged[rid]  # its meta.json reads now: whatever was wrong has been put right
+            out.append({**meta, "damaged": self.damaged[rid]} if rid in self.damaged else meta)
+        return out
+
+    def known(self, rid: str) -> bool:
+        path = self.root / rid  # a link, even to a run folder, is not one of this folder's runs
+        return valid(rid) and path.is_dir() and not path.is_symlink()
+
+    def rows(self, rid: str) -> list[StepRow]:
+        """The run's step rows, each with the first ack of its frame and (a preview) its drop count. Raises
+        Damaged (and remembers it) when any of the run's files cannot be read."""
+        d = self.root / rid
+        try:
+            steps = _records(d / "steps.csv", StepRow, STEP_COLUMNS, MAX_STEP_ROWS)
+            deliveries = _records(d / "deliveries.csv", DeliveryRow, DELIVERY_COLUMNS, MAX_DELIVERY_ROWS)
+        except Damaged as e:
+            self._damaged(rid, str(e))
+            raise
+        self.damaged.pop(rid, None)  # every file reads now
+        acks: dict[int, DeliveryRow] = {}
+        drops: dict[int, int] = {}
+        for x in deliveries:
+            if x.kind == "ack":
+                acks.setdefault(x.step, x)
+            elif x.kind == "drop":
+                drops[x.step] = drops.get(x.step, 0) + 1
+        out = []
+        for s in steps:
+            a = acks.get(s.step)
+            if a is not None:
+                s = replace(s, send_ms=a.send_ms, ack_rtt_ms=a.ack_rtt_ms, client_decode_ms=a.client_decode_ms,
+                            client_paint_ms=a.client_paint_ms)
+            out.append(replace(s, dropped=drops.get(s.step, 0)) if s.preview == 1 else s)
+        return out
+
+    def export_rows(self, rid: str) -> Iterator[dict[str, Any]]:
+        """The run's rows in the export schema (EXPORT_COLUMNS): each step row, then the run's context."""
+        rows = self.rows(rid)
+        try:
+            extra = run_context(self.meta(rid))
+        except Damaged as e:
+            self._damaged(rid, str(e))
+            raise
+        return ({**r.to_row(), **extra} for r in rows)
+
+    def list_chunks(self, rids: Iterable[str]) -> Iterator[str]:
+        """The list's CSV, a row per run (LIST_COLUMNS), in pieces of about EXPORT_CHUNK characters: only each
+        run's meta.json is read (1 MB at most). A damaged run has its row: status `damaged`, and why."""
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(LIST_COLUMNS)
+        for rid in rids:
+            try:
+                meta = self._pending.get(rid) or self.meta(rid)
+            except Damaged as e:
+                self._damaged(rid, str(e))
+                meta = {"run_id": rid, "status": "damaged", "damaged": self.damaged[rid]}
+            w.writerow(as_csv_row(list_row(meta), LIST_COLUMNS))
+            if buf.tell() >= EXPORT_CHUNK:
+                yield buf.getvalue()
+                buf.seek(0)
+                buf.truncate()
+        yield buf.getvalue()
+
+    def csv(self, rids: Iterable[str], skip_damaged: bool = True) -> str:
+        """One CSV of the runs' rows; a damaged run is left out (skip_damaged) or raises Damaged."""
+        return "".join(self.csv_chunks(rids, skip_damaged))
+
+    def csv_chunks(self, rids: Iterable[str], skip_damaged: bool = True) -> Iterator[str]:
+        """The same CSV in pieces of at most EXPORT_CHUNK characters, a run at a time: an export of every run is
+        never whole in memory."""
+        yield export_header()
+        for rid in rids:
+            try:
+                text = self.run_rows_csv(rid)
+            except Damaged:
+                if not skip_damaged:
+                    raise
+                continue
+            for i in range(0, len(text), EXPORT_CHUNK):
+                yield text[i:i + EXPORT_CHUNK]
+
+    def run_rows_csv(self, rid: str) -> str:
+        """The run's rows as CSV text, without the header. Kept until one of its files changes, up to
+        EXPORT_CACHE_CHARS of runs (the least recently exported go first): a finished run's files never
+        change, so exporting again costs a stat per file, not a parse, and the kept texts stay bounded."""
+        d = self.root / rid
+        stamps = tuple(stamp(d / name) for name in ("meta.json", "steps.csv", "deliveries.csv"))
+        with self._cache_lock:
+            kept = self._forget(rid)
+            if kept is not None and kept[0] == stamps:
+                self._keep(rid, kept)  # now the most recent
+                return kept[1]
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        for r in self.export_rows(rid):
+            w.writerow(as_csv_row(r, EXPORT_COLUMNS))
+        text = buf.getvalue()
+        with self._cache_lock:
+            self._forget(rid)
+            self._keep(rid, (stamps, text))
+            while self._export_chars > EXPORT_CACHE_CHARS and len(self._exports) > 1:
+                self._forget(next(iter(self._exports)))  # the least recently exported
+        return text
+
+    def _keep(self, rid: str, kept: tuple[Any, str]) -> None:
+        self._exports[rid] = kept
+        self._export_chars += len(kept[1])
+
+    def _forget(self, rid: str) -> tuple[Any, str] | None:
+        kept = self._exports.pop(rid, None)
+        self._export_chars -= len(kept[1]) if kept else 0
+        return kept
+
+    def meta_or_none(self, rid: str) -> dict[str, Any] | None:
+        try:
+            return self.meta(rid)
+        except Damaged as e:
+            self._damaged(rid, str(e))
+            return None
+
+    def _damaged(self, rid: str, why: str) -> None:
+        self.damaged[rid] = why
+        self._log.warn(why, f"damaged run {why}; listed as damaged, left out of exports")
+
+    def forget(self, rid: str) -> None:
+        """A run removed (retention): its kept export and what was known of it go."""
+        with self._cache_lock:
+            self._forget(rid)
+        self.damaged.pop(rid, None)
+
+    def final_image_path(self, rid: str) -> Path:
+        return self.root / rid / "final.png"
+
+    def final_image(self, rid: str) -> Path | None:
+        """The run's final image when it has one: a regular file, not a link (never followed out of the data
+        folder) and not empty (a disk that filled)."""
+        if not self.known(rid):
+            return None
+        path = self.final_image_path(rid)
+        try:
+            st = path.lstat()
+        except OSError:
+            return None
+        return path if stat.S_ISREG(st.st_mode) and st.st_size > 0 else None
+
+    def read_final_image(self, rid: str) -> bytes:
+        """Its bytes, opened without following a link (a link put there after final_image() looked)."""
+        with open_own(self.final_image_path(rid), "rb") as f:
+            return bytes(f.read(MAX_IMAGE_BYTES))
+
+
+def status_of(meta: Mapping[str, Any] | None) -> Stored | None:
+    """A meta.json's status (STORED), read typed; None for no meta or a status previewlab never writes."""
+    status = None if meta is None else meta.get("status")
+    return next((known for known in STORED if known == status), None)
+
+
+def inert(v: Any) -> Any:
+    """A text cell a spreadsheet would evaluate (=, +, -, @, a tab or a CR first: "=HYPERLINK(...)" in a prompt)
+    gets a leading apostrophe, so it shows as the text it is (OWASP's advice on CSV injection). Numbers pass."""
+    return "'" + v if isinstance(v, str) and v.startswith(FORMULA_START) else v
+
+
+def _cell(v: Any) -> Any:
+    """A meta.json value as one cell: a list of texts (a run's changes) joined with arrows, any other list or
+    object as compact JSON, text made inert."""
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        v = " \u2192 ".join(v)
+    elif isinstance(v, (list, dict)):
+        v = json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+    return inert(v)
+
+
+def run_context(meta: dict[str, Any]) -> dict[str, Any]:
+    """The run's context for each of its step rows (RUN_CONTEXT): meta.json's, and device_name from its totals
+    (a run that ended without totals, failed or interrupted, has none)."""
+    totals = meta.get("totals")
+    found = {**(totals if isinstance(totals, dict) else {}), **meta}
+    return {k: _cell(found.get(k, "")) for k in RUN_CONTEXT}
+
+
+def list_row(meta: dict[str, Any]) -> dict[str, Any]:
+    """A run's row in the list's CSV: its meta.json's fields, then its totals' (the meta's win where both have
+    one: its status says `interrupted`, its totals only how the steps ended)."""
+    totals = meta.get("totals")
+    found = {**(totals if isinstance(totals, dict) else {}), **meta}
+    return {k: _cell(found.get(k)) for k in LIST_COLUMNS}
+
+
+def export_header() -> str:
+    """The exports' header line (EXPORT_COLUMNS), as csv writes it."""
+    buf = io.StringIO()
+    csv.writer(buf).writerow(EXPORT_COLUMNS)
+    return buf.getvalue()
+
+
+R = TypeVar("R", StepRow, DeliveryRow)
+
+
+def _records(path: Path, kind: type[R], columns: tuple[str, ...], limit: int) -> list[R]:
+    """One of a run's CSVs as records (read_csv's complete lines). Raises Damaged naming the line whose cell
+    does not parse (its rows counted from 1)."""
+    out = []
+    for i, row in enumerate(read_csv(path, columns, limit), 1):
+        try:
+            out.append(kind.from_row(row))
+        except ValueError as e:
+            raise Damaged(path, f"row {i}: {e}") from None
+    return out

@@ -1,0 +1,1 @@
+"""HTTP: what wraps the routes, the exports, the transports."""

@@ -1,0 +1,1 @@
+"""The WebSocket: the protocol, each client's session, and where a byte leaves the server."""

@@ -1,0 +1,313 @@
+"""The WebSocket protocol: one validator turns a text frame into a typed message or a ProtocolError.
+
+Browser -> server (text, JSON objects with a "type"):
+  start  {prompt, steps, width, height, seed, guidance, batch, init, strength, num_frames, fps, decoder, every,
+          preview_max, encoder, quality, mode, budget, target, batch_preview, frames, decode_at}
+         (all optional; every may be "auto": the autopilot picks the interval to fit budget, in percent;
+          init: a past run's id, whose final image is the input of an img2img run at strength;
+          num_frames and fps: a video model's clip; frames: which of its frames a preview shows;
+          decode_at: where the preview decoder stops, preview | full | half_latents)
+  set    {decoder, every, preview_max, encoder, quality, mode, budget, target, batch_preview, frames, decode_at}
+         (at least one)
+  stop   {}   (also ends a measure series)
+  ack    {seq, client_decode_ms, client_paint_ms}
+  measure  the fields of start: no-preview baselines of those settings, each followed by a run with those
+         preview settings, as the bench pairs them, until that configuration's overhead holds at the 95 % level
+Server -> browser (text, each built by the function of its name below):
+  hello     the model, the run defaults and limits (max_prompt: characters), the choices this server offers, the
+            run going on (or null), whether a start is taken (starts: false when a script's watch owns the runs),
+            why the default decoder is the one it is (decoder_note, "" when that needs no word) and the words
+            the model knows (vocabulary: the demo model's, else null)
+  run       a run's meta (preview.run.RunMeta): it started
+  step      one step's row (preview.records.StepRow), once it is on disk
+  delivery  one preview's trip to this client: send time, ack round trip, the browser's decode and paint (ms)
+  done      a run's end (preview.run.RunEnd): its meta, status, live changes, totals or error; its figures and
+            its settings' analysis (server/figures.py: the page computes none)
+  measure   a measure series' progress: its state (running, done, stopped, failed), its configuration, the
+            pairs it has and needs, and its line in words
+  error     one line: a message refused (to its sender), or a run's preview failure (run_id: to everyone)
+Binary previews: 4-byte big-endian header length N, N bytes of UTF-8 JSON header, then the image bytes: one
+  image, or a clip's frames one after another (the header's `sizes` gives each frame's bytes, `frames` their
+  count and `fps` the rate that plays them over the clip; one ack answers the whole message).
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Union
+
+from previewlab.preview.names import (BATCH_PREVIEWS, DECODE_ATS, DECODER_NAMES, FRAMES_NAMES, MAX_PREVIEW_FRAMES, MODES,
+                                     TARGETS)
+from previewlab.preview.record.records import StepRow
+from previewlab.preview.record.run import RunEnd, RunMeta, dtype_name
+from previewlab.preview.settings import (MAX_BATCH, MAX_EVERY, MAX_PROMPT, PREVIEW_FIELDS, RUN_FIELDS, PreviewSettings,
+                                        RunSettings, SettingsError)
+
+from previewlab.server.limits import clip, short, work_error
+
+if TYPE_CHECKING:
+    from previewlab.preview.pipeline.frames import Frame
+    from previewlab.preview.models import Model
+
+MAX_MESSAGE_BYTES = 64 * 1024
+Outbound = dict[str, Any]  # a text message to the browser, for the hub to serialise
+
+
+class ProtocolError(ValueError):
+    """A message that was not accepted; str() is the one line sent back as an `error`."""
+
+
+@dataclass(frozen=True)
+class Start:
+    settings: RunSettings
+
+
+@dataclass(frozen=True)
+class Set:
+    """Validated once, here: the named fields, and the preview settings they make on top of the defaults."""
+    fields: tuple[str, ...]
+    settings: PreviewSettings
+
+    @property
+    def changes(self) -> dict[str, Any]:
+        """The named fields' values, typed and checked (taken from the validated settings, not the raw JSON)."""
+        return {f: getattr(self.settings, f) for f in self.fields}
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+@dataclass(frozen=True)
+class Measure:
+    """Measure `settings`' overhead: baselines of its run settings, each followed by a run of its preview
+    settings (server/measure.py)."""
+    settings: RunSettings
+
+
+@dataclass(frozen=True)
+class Ack:
+    seq: int
+    client_decode_ms: float
+    client_paint_ms: float
+
+
+Message = Union[Start, Set, Stop, Ack, Measure]
+TYPES = ("start", "set", "stop", "ack", "measure")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ProtocolError(f"{name} is not allowed: numbers must be finite")
+
+
+def _number(field: str, v: Any, lo: float, hi: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        raise ProtocolError(f"{field}: must be a number from {lo:g} to {hi:g}, got {short(v)}")
+    return float(v)
+
+
+
+def parse(text: str, *, defaults: RunSettings, max_pixel_steps: int = 0,
+          encoders: tuple[str, ...] | None = None) -> Message:
+    """Parse one text frame. `defaults` carries the server's run defaults and its size cap (max_side);
+    a start over `max_pixel_steps` (steps x width x height, 0: no limit) is refused, and so is an encoder
+    outside `encoders`, the ones this server can run (what `hello` offers; None: every registered one)."""
+    if len(text.encode("utf-8", "replace")) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message over {MAX_MESSAGE_BYTES} bytes")
+    try:
+        msg = json.loads(text, parse_constant=_reject_constant)
+    except ProtocolError:
+        raise
+    except RecursionError:  # [[[[... within 64 KiB: the C parser gives up past the interpreter's depth
+        raise ProtocolError(NESTED) from None
+    except ValueError:
+        raise ProtocolError(f"not JSON: {short(text)}") from None
+    if "\\ud" in text.lower() and _lone_surrogate(msg):  # only an escape makes one: JSON text itself cannot
+        raise ProtocolError("text must be valid Unicode: a lone surrogate escape (\\ud800 to \\udfff without its "
+                            "pair) is not a character")
+    try:
+        return _message(msg, defaults, max_pixel_steps, encoders)
+    except RecursionError:  # a nested value under the parser's depth can still be too deep to quote (repr)
+        raise ProtocolError(NESTED) from None
+
+
+def _lone_surrogate(msg: Any) -> bool:
+    try:
+        json.dumps(msg, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+NESTED = "JSON nested too deeply: messages are flat objects"
+MAX_SEQ = 2**53  # the largest integer a browser's JSON keeps exactly
+
+
+def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int, encoders: tuple[str, ...] | None) -> Message:
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"expected a JSON object with a \"type\", got {type(msg).__name__}")
+    kind = msg.pop("type", None)
+    if kind not in TYPES:
+        raise ProtocolError(f"type: unknown {short(kind)}; allowed are {', '.join(TYPES)}")
+    if kind == "stop":
+        _no_extra(kind, msg, ())
+        return Stop()
+    if kind == "ack":
+        _no_extra(kind, msg, ("seq", "client_decode_ms", "client_paint_ms"))
+        seq = msg.get("seq")
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= MAX_SEQ:
+            raise ProtocolError(f"seq: must be an integer from 0 to 2**53, got {short(seq)}")
+        return Ack(seq, _number("client_decode_ms", msg.get("client_decode_ms", 0), 0, 3.6e6),
+                   _number("client_paint_ms", msg.get("client_paint_ms", 0), 0, 3.6e6))
+    if kind == "set":
+        _no_extra(kind, msg, PREVIEW_FIELDS)
+        if not msg:
+            raise ProtocolError(f"set: name at least one of {', '.join(PREVIEW_FIELDS)}")
+        msg = _auto(msg, defaults.preview.budget)
+        _runnable(msg, encoders)
+        try:
+            checked = PreviewSettings(**{**defaults.preview.__dict__, **msg})  # validates every named field
+        except SettingsError as e:
+            raise ProtocolError(clip(str(e))) from None
+        return Set(tuple(msg), checked)
+    _no_extra(kind, msg, RUN_FIELDS + PREVIEW_FIELDS)
+    msg = _auto(msg, defaults.preview.budget)
+    _runnable(msg, encoders)
+    run = {k: v for k, v in msg.items() if k in RUN_FIELDS}
+    prev = {k: v for k, v in msg.items() if k in PREVIEW_FIELDS}
+    try:
+        preview = PreviewSettings(**{**defaults.preview.__dict__, **prev})
+        settings = RunSettings(**{**{k: getattr(defaults, k) for k in RUN_FIELDS}, **run}, preview=preview,
+                               max_side=defaults.max_side, max_frames=defaults.max_frames,
+                               frame_step=defaults.frame_step)
+    except SettingsError as e:
+        raise ProtocolError(clip(str(e))) from None
+    too_much = work_error(settings.steps, settings.width, settings.height, max_pixel_steps, settings.batch,
+                          settings.num_frames)
+    if too_much:
+        raise ProtocolError(too_much)
+    return Start(settings) if kind == "start" else Measure(settings)
+
+
+AUTO_BUDGET = 10.0  # percent, when every is "auto" and no budget is named
+
+
+def _auto(msg: dict[str, Any], default_budget: float) -> dict[str, Any]:
+    """every: "auto" means the autopilot with the named budget; a number turns it off. Anything else is refused
+    here, naming what was sent and both choices (the settings' own error knows no "auto")."""
+    msg = dict(msg)
+    every = msg.get("every")
+    if every == "auto":
+        msg["every"] = 1
+        if "budget" not in msg:
+            msg["budget"] = default_budget or AUTO_BUDGET
+        elif msg["budget"] == 0:
+            raise ProtocolError("budget: every=\"auto\" needs a budget above 0 percent")
+    elif "every" in msg:
+        if isinstance(every, bool) or not isinstance(every, int) or not 1 <= every <= MAX_EVERY:
+            raise ProtocolError(f"every={short(every)}: must be an integer from 1 to {MAX_EVERY}, or auto")
+        if "budget" not in msg:
+            msg["budget"] = 0.0
+    return msg
+
+
+def _runnable(msg: dict[str, Any], encoders: tuple[str, ...] | None) -> None:
+    """An encoder is checked against what this server can run (nvjpeg needs CUDA), not only the registry."""
+    name = msg.get("encoder")
+    if encoders is not None and isinstance(name, str) and name not in encoders:
+        raise ProtocolError(f"encoder: {short(name)} cannot run on this server; allowed are {', '.join(encoders)}")
+
+
+def _no_extra(kind: str, msg: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    extra = [k for k in msg if k not in allowed]
+    if extra:
+        names = ", ".join(allowed) if allowed else "no fields"
+        raise ProtocolError(f"{kind}: unknown field {short(extra[0])}; allowed are {names}")
+
+
+# -- server -> browser ---------------------------------------------------------------------------------------
+def hello(model: Model, defaults: RunSettings, *, max_pixel_steps: int, encoders: tuple[str, ...],
+          running: RunMeta | None, starts: bool = True, decoder_note: str = "",
+          vocabulary: dict[str, list[str]] | None = None) -> Outbound:
+    """encoders: the ones this server can run (the registry's, less nvjpeg without CUDA); starts: False when a
+    script owns the runs (serve(watch)): the page offers no start and no run settings, only the live ones.
+    decoder_note: why the default decoder is the one it is, when that needs saying ("" otherwise); vocabulary:
+    the words the model knows (the demo model's: bench/demo/scenes.vocabulary), None for every other model."""
+    return {"type": "hello", "model": model.name, "synthetic": model.synthetic, "note": model.note, "starts": starts,
+            "max_prompt": MAX_PROMPT, "decoder_note": decoder_note, "vocabulary": vocabulary,
+            "family": model.space.name, "space": model.space.describe(), "device": model.device.type,
+            "dtype": dtype_name(model.dtype), "max_batch": MAX_BATCH, "video": model.space.video,
+            "max_frames": defaults.max_frames,
+            "defaults": {**{k: getattr(defaults, k) for k in RUN_FIELDS}, **asdict(defaults.preview)},
+            "max_side": defaults.max_side, "max_pixel_steps": max_pixel_steps, "taesd": model.taesd is not None,
+            "running": running.to_json() if running else None,
+            # the page's choices come from the registries, so a new decoder or encoder needs no page edit
+            "choices": {"decoder": list(DECODER_NAMES), "encoder": list(encoders), "mode": list(MODES),
+                        "target": list(TARGETS), "batch_preview": list(BATCH_PREVIEWS),
+                        "frames": list(FRAMES_NAMES), "decode_at": list(DECODE_ATS)},
+            "max_preview_frames": MAX_PREVIEW_FRAMES}  # frames also takes a number N from 2 to this
+
+
+def run(meta: RunMeta) -> Outbound:
+    return {"type": "run", **meta.to_json()}
+
+
+def step(row: StepRow) -> Outbound:
+    return {"type": "step", **asdict(row)}
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One preview's trip to one client, from the browser's ack, ms; its deliveries.csv row and its message."""
+    run_id: str
+    step: int
+    seq: int
+    send_ms: float           # the socket write, on the server
+    ack_rtt_ms: float        # from the send's start to the ack
+    client_decode_ms: float  # the browser's, as it reports them
+    client_paint_ms: float
+
+    def timings(self) -> dict[str, float]:
+        return {"send_ms": self.send_ms, "ack_rtt_ms": self.ack_rtt_ms, "client_decode_ms": self.client_decode_ms,
+                "client_paint_ms": self.client_paint_ms}
+
+
+def delivery(d: Delivery) -> Outbound:
+    return {"type": "delivery", **asdict(d)}
+
+
+def done(end: RunEnd, judged: dict[str, Any] | None = None) -> Outbound:
+    """judged: the run's figures and its settings' analysis (server/figures.Figures.of_run), where it has them."""
+    return {"type": "done", **end.to_json(), **(judged or {})}
+
+
+def measure(state: str, config: str, pairs: int, needs: int, line: str) -> Outbound:
+    return {"type": "measure", "state": state, "config": config, "pairs": pairs, "needs": needs, "line": line}
+
+
+def error(message: str, run_id: str | None = None) -> Outbound:
+    """One line. A run's error names its run; a refused message's goes to its sender alone and names none."""
+    named = {} if run_id is None else {"run_id": run_id}
+    return {"type": "error", **named, "message": clip(message)}
+
+
+def frame(f: Frame, seq: int, sent_at_ms: float) -> bytes:
+    """A preview as one binary message; sent_at_ms: the server's wall clock, for the page's latency."""
+    header = dict(run_id=f.run_id, step=f.step, seq=seq, decoder=f.decoder, format=f.format, width=f.width,
+                  height=f.height, sent_at_ms=sent_at_ms, frames=f.frames, sizes=list(f.sizes or (len(f.data),)),
+                  fps=round(f.fps, 3))
+    return pack_frame(header, f.data)
+
+
+def pack_frame(header: dict[str, Any], data: bytes) -> bytes:
+    """4-byte big-endian header length, the UTF-8 JSON header, the image bytes."""
+    h = json.dumps(header, separators=(",", ":")).encode()
+    return struct.pack(">I", len(h)) + h + data
+
+
+def unpack_frame(blob: bytes) -> tuple[dict[str, Any], bytes]:
+    (n,) = struct.unpack(">I", blob[:4])
+    return json.loads(blob[4:4 + n]), blob[4 + n:]
