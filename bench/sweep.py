@@ -170,10 +170,12 @@ def capped(slots: Iterable[Slot], plan: Plan, log: Callable[[str], Any] | None =
 
 
 def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any] | None = None,
-              label: str = "", log: Callable[[str], Any] | None = None) -> list[SweepRow]:
+              label: str = "", log: Callable[[str], Any] | None = None,
+              clock: Callable[[], float] = time.perf_counter) -> list[SweepRow]:
     """Runs the plan, appending each finished run to out/runs.csv and out/steps.csv. Returns the run rows.
     label prefixes the configuration names (a model variant: dtype, offload, compile, channels-last; a GPU check
-    row's model). log hears the repeats as they end (capped)."""
+    row's model). log hears the repeats as they end (capped). clock: the runs' host clock (tests: a fake one,
+    so a sweep's figures are the same from run to run)."""
     previewer = Previewer(model, plan.compile)  # decoders (and their compiled forms) live for the sweep
     out.mkdir(parents=True, exist_ok=True)
     runs_csv, steps_csv = CsvAppender(out / "runs.csv", RUNS_CSV_COLUMNS), CsvAppender(out / "steps.csv", STEPS_CSV_COLUMNS)
@@ -192,10 +194,10 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
                 settings = replace(settings, steps=min(settings.steps, 3))
             image = out / "final.png"
             if p is None:
-                run = direct_call(model, settings, run_id, image)
+                run = direct_call(model, settings, run_id, image, clock)
             else:
                 run = generate(RunContext(model, settings, run_id, image_path=image, first_run=(n == 0),
-                                          inflight=plan.inflight, previewer=previewer))
+                                          inflight=plan.inflight, previewer=previewer, clock=clock))
             wall = run.record.totals.wall_s
             overhead = pair = None
             if role == "baseline":
