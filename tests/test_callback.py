@@ -222,3 +222,29 @@ def test_the_record_reads_seed_and_guidance_from_the_call(pipe):
         assert rec is not None and (rec.meta.seed, rec.meta.guidance) == (77, 2.5)
     finally:
         w.remove()
+
+
+def test_a_watched_calls_state_is_explicit_from_its_first_forward_to_its_save(pipe, tmp_path):
+    """Issue 44, item 1: the watch's call is a small state machine (idle, started, denoising, denoised), not the
+    meter's presence and a flag. A step sees it denoising; the call's end leaves it denoised for its final decode
+    and save(); save() closes it back to idle; a change it cannot make raises, naming both states."""
+    w = preview_watch(pipe, decoder="latent2rgb", every=1, source="scheduler")
+    seen: list[str] = []
+
+    def look(p, i, t, kw):
+        seen.append(w.state)
+        return kw
+
+    try:
+        assert w.state == "idle" and not w.running
+        image = pipe("a cat", num_inference_steps=3, height=64, width=64, generator=torch.Generator().manual_seed(3),
+                     callback_on_step_end=look).images[0]
+        # the user's own callback runs after each of the watch's steps: the last one has ended the denoising
+        assert seen == ["denoising", "denoising", "denoised"]
+        assert w.state == "denoised" and not w.running
+        w.save(image, tmp_path / "out.png")
+        assert w.state == "idle" and w.records[-1].totals.steps_run == 3
+        with pytest.raises(RuntimeError, match="a call cannot go from idle to denoised"):
+            w._to("denoised")
+    finally:
+        w.remove()

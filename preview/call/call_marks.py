@@ -18,7 +18,6 @@ class CallMarks:
     te0: Any = None                  # text encoding
     te1: Any = None
     denoise0: Any = None             # where step 1 begins
-    finished: bool = False           # the last step has run (a watch: its callback has)
     t_denoised: float | None = None
     denoised: Any = None             # the last step's work is queued
     drain0: Any = None               # the wait for the previews in flight begins (a watch drains after the call)

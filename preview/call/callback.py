@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Unpack
+from typing import Any, Callable, Literal, Unpack
 
 import numpy as np
 from diffusers.callbacks import PipelineCallback
@@ -44,7 +44,13 @@ from previewlab.preview.source.targets import X0Tap
 from previewlab.preview.record.totals import run_record
 from previewlab.preview.call.watch_settings import WatchKeywords, WatchSettings
 
-__all__ = ["Watch", "WatchSettings", "call_inputs", "model_of"]
+__all__ = ["CallState", "Watch", "WatchSettings", "call_inputs", "model_of"]
+# Where a watched call is: idle (none in progress), started (its text encoding or its denoiser's first forward
+# has run), denoising (its first step made the meter), denoised (its last step has run: its final decode, the
+# script's save() or the next call follow). A call closes back to idle from wherever it is.
+CallState = Literal["idle", "started", "denoising", "denoised"]
+MOVES = {("idle", "started"), ("idle", "denoising"), ("started", "denoising"), ("denoising", "denoised"),
+         ("denoised", "denoised"), ("idle", "idle"), ("started", "idle"), ("denoising", "idle"), ("denoised", "idle")}
 KeepFinal = Callable[[str, bytes], bool]  # (run id, PNG) -> whether the image is kept as that run's final one
 
 
@@ -82,8 +88,9 @@ class Watch(PipelineCallback):
         self._rows: list[StepRow] = []         # the rows of the latest call, in step order
         self.sw = Stopwatch(self.model.device, s.clock, backend=s.device)
         self.records: list[RunRecord] = []     # one per finished call
-        self.meter: StepMeter | None = None
+        self.meter: StepMeter | None = None    # the call's steps: made at its first step, dropped when it closes
         self._call = CallMarks()               # marks of the call in progress
+        self.state: CallState = "idle"         # where the call in progress is (CallState; _to guards each change)
         self._stop = threading.Event()
         self._latent_hw: tuple[int, int] | None = None  # LTX: the latent height and width of the call's clip
         # attach(): the live page (previewlab.serve(watch) attaches itself)
@@ -101,7 +108,7 @@ class Watch(PipelineCallback):
     @property
     def running(self) -> bool:
         """A pipeline call is between its first step and its last."""
-        return self.meter is not None and not self._call.finished
+        return self.state == "denoising"
 
     # -- the call's phases, from hooks on the user's own modules (phase_hooks.py) -----------------------------
     def _hook(self) -> None:
@@ -115,8 +122,15 @@ class Watch(PipelineCallback):
         self._latent_hw = (h, w) if isinstance(h, int) and isinstance(w, int) else None
         self._unet_start()
 
+    def _to(self, new: CallState) -> None:
+        """Change the call's state; one it cannot reach from where it is raises, naming both (a bug here, never
+        the user's pipeline)."""
+        if (self.state, new) not in MOVES:
+            raise RuntimeError(f"watch: a call cannot go from {self.state} to {new}")
+        self.state = new
+
     def _unet_start(self) -> None:
-        if self._call.finished:  # a call without text encoding (prompt_embeds given) follows another
+        if self.state == "denoised":  # a call without text encoding (prompt_embeds given) follows another
             self._close_call()
         c = self._call
         if c.t0 is None:  # no text encoding in this call: the call's clock starts here
@@ -124,29 +138,33 @@ class Watch(PipelineCallback):
             self.sw.anchor(c.denoise0, c.t0)
         if c.denoise0 is None:
             c.denoise0 = self.sw.mark()
+        if self.state == "idle":
+            self._to("started")
         if not self.step_tap.installed:  # for this call only: the user's scheduler is left as it was after it
             self.step_tap.install()
 
     def _text_start(self) -> None:
-        if self._call.finished:
+        if self.state == "denoised":
             self._close_call()
         c = self._call
         if c.t0 is None:
             c.t0, c.te0 = self.sw.clock(), self.sw.mark()
             self.sw.anchor(c.te0, c.t0)  # only if the device is idle: the user's work may be queued
+        if self.state == "idle":
+            self._to("started")
 
     def _text_end(self) -> None:
         self._call.te1 = self.sw.mark()
 
     # the pipeline's own final decode, never a preview's (the hooks leave out a VAE run inside a step)
     def _decode_start(self) -> None:
-        if self.meter is not None and not self._call.finished:
+        if self.state == "denoising":
             self._end_denoise()  # a loop that ended before its last step (stopped, or fewer steps than planned)
-        if self._call.finished:
+        if self.state == "denoised":
             self._call.decode0 = self.sw.mark()
 
     def _decode_end(self) -> None:
-        if self._call.finished:
+        if self.state == "denoised":
             self._call.decode1, self._call.t_decoded = self.sw.mark(), self.sw.clock()
 
     # -- the steps, from whichever source ----------------------------------------------------------------------
@@ -161,7 +179,7 @@ class Watch(PipelineCallback):
 
     def _on_step(self, step: Step) -> bool:
         """The end of a step from the watch's source; True when the run should stop."""
-        if step.index == 0 or self.meter is None:
+        if step.index == 0 or self.state in ("idle", "started"):
             self._begin(step)
         assert self.meter is not None
         with self.hooks.step():
@@ -171,7 +189,7 @@ class Watch(PipelineCallback):
         return stop
 
     def _begin(self, step: Step) -> None:
-        if self.meter is not None:
+        if self.state in ("denoising", "denoised"):  # step 1 of the next call: the one before ends here
             self._close_call()
         # the store's id where a server shows the run (serve(watch)), else the same scheme within the process
         new_id = getattr(self.events, "new_id", None)
@@ -190,13 +208,14 @@ class Watch(PipelineCallback):
         if c.t0 is None:
             c.t0 = self.sw.clock()
         self._stop.clear()
+        self._to("denoising")
         if events is not None:
             events.started(meta)
 
     @property
     def rows(self) -> list[StepRow]:
         """The latest call's per-step rows (the bench's schema), all of them once the call has returned."""
-        if self.meter is not None and self._call.finished:
+        if self.meter is not None and self.state == "denoised":
             self.meter.drain()  # after the call: waiting here costs the user's loop nothing
         return self._rows
 
@@ -204,7 +223,8 @@ class Watch(PipelineCallback):
         # Rows still waiting on the device or the encode thread are handed over when the call is closed or
         # `rows` is read: waiting for them here would add a device wait inside the user's loop.
         c = self._call
-        c.finished, c.t_denoised, c.denoised = True, self.sw.clock(), self.sw.mark()
+        c.t_denoised, c.denoised = self.sw.clock(), self.sw.mark()
+        self._to("denoised")
         if self.meter is not None:
             self.meter.denoised()
         self.step_tap.remove()
@@ -234,6 +254,7 @@ class Watch(PipelineCallback):
         """png: the call's final image as save() wrote it, kept where the run is shown before its end is told."""
         c, meter = self._call, self.meter
         self._call, self.meter = CallMarks(), None
+        self._to("idle")
         if meter is None or c.meta is None:
             return None
         peak = meter.finish_previews()
@@ -261,7 +282,7 @@ class Watch(PipelineCallback):
     @property
     def record(self) -> RunRecord | None:
         """The latest call's record, closing it if the call has finished."""
-        if self.meter is not None and self._call.finished:
+        if self.state == "denoised":
             self._close_call()
         return self.records[-1] if self.records else None
 
