@@ -17,6 +17,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+# A checkout made without symbolic links (Git for Windows' default) has a small text file where each link to a
+# top-level folder stands: the folders are then found beside this package, in the checkout's root. An
+# installed wheel and a checkout with links find them here and never look there.
+_HERE = Path(__file__).resolve().parent
+if not (_HERE / "preview").is_dir() and (_HERE.parent / "preview" / "__init__.py").is_file():
+    __path__.append(str(_HERE.parent))  # noqa: F821  (a package's own __path__)
+
 if TYPE_CHECKING:
     from previewlab.preview.call.callback import Watch
     from previewlab.server.embedded import Embedded

@@ -30,7 +30,13 @@ from previewlab.server.data.store import EXPORT_CHUNK, RUN_ID, Damaged, export_h
 
 
 def _web() -> Path:
-    """The page's folder, previewlab/web: in a wheel, its files; in a checkout, the link to the repository's web/."""
+    """The page's folder, previewlab/web: in a wheel, its files; in a checkout, the link to the repository's web/,
+    or the folder itself where the checkout has no links (previewlab/__init__.py looks beside the package)."""
+    import previewlab
+
+    for root in [str(importlib.resources.files("previewlab")), *previewlab.__path__]:
+        if (Path(root) / "web").is_dir():
+            return Path(root) / "web"
     return Path(str(importlib.resources.files("previewlab") / "web"))
 
 

@@ -187,3 +187,26 @@ def test_the_python_the_package_claims_is_the_one_its_code_needs():
     at_floor = [where for v, where in needs if v == floor]
     assert at_floor, (f"nothing in the package needs Python {claim[1]}: requires-python (and mypy's python_version) "
                       "could be lowered, once an interpreter that old has run the tests")
+
+
+def test_a_checkout_without_symbolic_links_imports_and_serves_the_page(tmp_path):
+    """Issue 44, item 6: Git for Windows checks a link out as a small text file holding its target, so
+    previewlab/preview is a file there. The package then finds its folders beside itself: the core, the server,
+    the bench and the page's files, each from the checkout's own top-level folder."""
+    listed = subprocess.run(["git", "ls-files", "previewlab", "preview", "server", "bench", "web"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    for name in listed:
+        src, dst = ROOT / name, tmp_path / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():  # as core.symlinks=false writes it: the link's target as the file's text
+            dst.write_text(str(src.readlink()))
+        else:
+            shutil.copyfile(src, dst)
+    assert (tmp_path / "previewlab" / "preview").is_file()  # the link is a file here, as on Windows
+    code = ("import previewlab.preview.call.engine as e, previewlab.server.app as a, previewlab.bench.cli as b; "
+            "print(e.__file__); print(a.__file__); print(b.__file__); print(a.WEB)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [str(tmp_path / "preview" / "call" / "engine.py"), str(tmp_path / "server" / "app.py"),
+                                  str(tmp_path / "bench" / "cli.py"), str(tmp_path / "web")]
