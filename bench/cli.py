@@ -9,7 +9,7 @@ import argparse
 import csv
 import itertools
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from previewlab.bench.flags import parser
 from previewlab.preview.names import FrameChoice
@@ -17,6 +17,7 @@ from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSett
 
 if TYPE_CHECKING:
     from previewlab.bench.noise import Noise
+    from previewlab.bench.summary_rows import ConfigSummary
     from previewlab.bench.sweep import Plan
     from previewlab.preview.models import Model
     from previewlab.bench.rows import SweepRow
@@ -93,10 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     noise = baseline_noise(sweep.runs, args.noise_limit)
     text = summary_text(args, sweep.runs, rows, meta, noise, traces)
     (args.out / "summary.txt").write_text(text + "\n")
+    lines = [r.to_row() for r in rows]
     with open(args.out / "summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["config"])
+        w = csv.DictWriter(f, fieldnames=list(lines[0]) if lines else ["config"])
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(lines)
     print(text)
     if noise is not None and noise.noisy:  # the exit line: the last thing a user sees says it too
         print(f"previewlab bench: {noise.line()}", file=sys.stderr)
@@ -147,7 +149,7 @@ def _meta(args: argparse.Namespace, model: Model, settings: RunSettings, r0: Run
             f"diffusers {r0.totals.diffusers}")
 
 
-def summary_text(args: argparse.Namespace, runs: Sequence[SweepRow], rows: list[dict[str, Any]], meta: str,
+def summary_text(args: argparse.Namespace, runs: Sequence[SweepRow], rows: list[ConfigSummary], meta: str,
                  noise: Noise | None, traces: list[dict]) -> str:
     """summary.txt: the table, the overlap/sync ratios, the advice, and each traced run against its median."""
     from previewlab.bench.advice import DEFAULT_BUDGET_PCT
@@ -165,7 +167,7 @@ def summary_text(args: argparse.Namespace, runs: Sequence[SweepRow], rows: list[
     if advice:
         text += "\n" + "\n".join(advice)
     for t in traces:
-        base = next((r["wall_s"] for r in rows if r["config"] == t["config"]), None)
+        base = next((r.wall_s for r in rows if r.config == t["config"]), None)
         ref = f" (untraced median {base:.2f} s, {100 * (t['wall_s'] / base - 1):+.1f} %)" if base else ""
         text += f"\n{t['kind']}: {t['path']}: traced run {t['wall_s']:.2f} s{ref}, writing it {t['export_s']:.2f} s"
     return text

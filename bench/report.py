@@ -17,7 +17,8 @@ from previewlab.bench.advice import DEFAULT_BUDGET_PCT
 from previewlab.bench.advice import lines as advice_lines
 from previewlab.bench.noise import Estimate, baseline_noise
 from previewlab.bench.rows import NotASweep, Sweep, SweepRow, read
-from previewlab.bench.summary import overhead_of, steady, summarize
+from previewlab.bench.summary import steady, summarize
+from previewlab.bench.summary_rows import ConfigSummary
 from previewlab.preview.record.records import PREVIEW_STAGES
 
 PREVIEW_PARTS = PREVIEW_STAGES + ("send_ms", "browser_ms")
@@ -41,11 +42,11 @@ def figures(sweep: Sweep) -> dict[str, Any]:
     overhead: dict[str, list[tuple[int, Estimate]]] = {}
     intervals: dict[str, Estimate] = {}
     for row in summary:
-        e = overhead_of(row)
+        e = row.overhead
         if e is None:
             continue
-        intervals[row["config"]] = e
-        c = configs[row["config"]]
+        intervals[row.config] = e
+        c = configs[row.config]
         if c.interval is not None:  # a fixed interval: a point on its decoder and mode's line
             # one line per decoder and mode, and per target, frames, decode_at and run axes where named
             overhead.setdefault(" ".join([c.decoder, c.mode, *c.axes]).strip(), []).append((c.interval, e))
@@ -129,15 +130,15 @@ def draw_noise(ax: Any, fig: dict[str, Any]) -> None:
 def draw_memory(ax: Any, fig: dict[str, Any]) -> None:
     """Memory beside time: per configuration, its runs' peak over the baseline beside each (median) and each
     preview's rise over its step (median), MiB."""
-    rows = [r for r in fig["summary"] if r.get("peak_mem_mb") is not None]
-    cfgs = [str(r["config"]) for r in rows]
+    rows: list[ConfigSummary] = [r for r in fig["summary"] if r.peak_mem_mb is not None]
+    cfgs = [r.config for r in rows]
     at = range(len(cfgs))
-    ax.barh([i - 0.2 for i in at], [r.get("mem_over_mb") or 0.0 for r in rows], height=0.4,
+    ax.barh([i - 0.2 for i in at], [r.mem_over_mb or 0.0 for r in rows], height=0.4,
             label="run's peak over its baseline's (median)")
-    ax.barh([i + 0.2 for i in at], [r.get("mem_mb_p50") or 0.0 for r in rows], height=0.4,
+    ax.barh([i + 0.2 for i in at], [r.mem_mb_p50 or 0.0 for r in rows], height=0.4,
             label="a preview's rise over its step (median)")
     ax.set_yticks(list(at), cfgs, fontsize=7)
-    source = next((r["mem_source"] for r in rows if r.get("mem_source")), "")
+    source = next((r.mem_source for r in rows if r.mem_source), "")
     ax.set_xlabel(f"MiB ({source}: " + ("the allocator's counters" if source not in ("rss", "") else
                                           "resident memory") + ")")
     ax.axvline(0, color="#444", lw=0.8)
@@ -199,7 +200,7 @@ def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
     draw_breakdown(ax, fig)
     save(f, "preview_breakdown.png")
 
-    if any(r.get("peak_mem_mb") is not None for r in fig["summary"]):
+    if any(r.peak_mem_mb is not None for r in fig["summary"]):
         f, ax = plt.subplots(figsize=(8, 1.4 + 0.32 * max(1, len(fig["summary"]))))
         draw_memory(ax, fig)
         save(f, "memory.png")
@@ -217,20 +218,21 @@ def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
     return paths
 
 
-def _fig(x: Any) -> str:
+def _fig(x: float | None) -> str:
     return "" if x is None else f"{float(x):.1f}"
 
 
 def render_html(fig: dict[str, Any], title: str, images: list[Path], advice: Sequence[str] = ()) -> str:
-    def overhead(s: dict[str, Any]) -> tuple[str, str]:
-        e = overhead_of(s)
-        return (e.signed(), s["verdict"]) if e else ("", "")
+    def overhead(s: ConfigSummary) -> tuple[str, str]:
+        e = s.overhead
+        return (e.signed(), s.verdict) if e else ("", "")
+    summary: list[ConfigSummary] = fig["summary"]
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v if not isinstance(v, float) else round(v, 2)))}</td>"
-                         for v in (s["config"], s["runs"], s["wall_s"], s["decode_ms_p50"], s["encode_ms_p50"],
-                                   _fig(s.get("mem_mb_p50")), _fig(s.get("peak_mem_mb")), _fig(s.get("mem_over_mb")),
-                                   _fig(s.get("busy_pct")), *overhead(s))) + "</tr>"
-        for s in fig["summary"])
+                         for v in (s.config, s.runs, s.wall_s, s.stages.decode_ms.p50, s.stages.encode_ms.p50,
+                                   _fig(s.mem_mb_p50), _fig(s.peak_mem_mb), _fig(s.mem_over_mb),
+                                   _fig(s.busy_pct), *overhead(s))) + "</tr>"
+        for s in summary)
     noise = fig["noise"]
     said = noise.line() if noise else "noise: fewer than two no-preview baselines, so their spread cannot be judged"
     warn = (f'<p class="{"noisy" if noise is not None and noise.noisy else "quiet"}">{html.escape(said)}</p>')

@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any, Iterable, Sequence
+from typing import Iterable
 
 from previewlab.bench.noise import Estimate, Noise, estimate, pair_overheads, paired, percentile
 from previewlab.preview.judging.estimates import SAMPLES_FOR_LEVEL
 from previewlab.preview.judging.estimates import verdict as shared_verdict
 from previewlab.bench.rows import SweepRow, SweepStep
-from previewlab.preview.record.records import PREVIEW_STAGES, StepRow
+from previewlab.bench.summary_rows import STAGES, ConfigSummary, Spread, Stages
+from previewlab.preview.record.records import StepRow
 
-STAGES = ("denoise_ms",) + PREVIEW_STAGES
-__all__ = ["STAGES", "percentile", "steady", "summarize", "overhead_of", "verdict", "table", "mode_ratios"]
+__all__ = ["STAGES", "percentile", "steady", "summarize", "verdict", "table", "mode_ratios"]
 
 
 def steady(runs: Iterable[SweepRow]) -> list[SweepRow]:
@@ -19,10 +19,11 @@ def steady(runs: Iterable[SweepRow]) -> list[SweepRow]:
     return [r for r in runs if r.steady]
 
 
-def summarize(runs: Iterable[SweepRow], steps: Iterable[SweepStep]) -> list[dict[str, Any]]:
-    """One dict per configuration: runs, median wall, per-stage median and p95 over the steps that made a
-    preview (denoise over all steps), and the overhead: the median over its interleaved pairs with a bootstrap
-    interval (noise.py). Warm-up runs and the first run after load are left out. runs in the order they ran."""
+def summarize(runs: Iterable[SweepRow], steps: Iterable[SweepStep]) -> list[ConfigSummary]:
+    """One row per configuration, in the order each first ran: runs, median wall, per-stage median and p95 over
+    the steps that made a preview (denoise over all steps), and the overhead: the median over its interleaved
+    pairs with its interval (noise.py). Warm-up runs and the first run after load are left out. runs in the order
+    they ran."""
     ordered = list(runs)
     pairs = pair_overheads(ordered)
     with_base = paired(ordered)
@@ -35,36 +36,49 @@ def summarize(runs: Iterable[SweepRow], steps: Iterable[SweepStep]) -> list[dict
     for s in steps:
         if s.row.run_id in steady_ids:
             step_rows.setdefault(s.config, []).append(s.row)
-    out = []
-    for cfg, rs in by_cfg.items():
-        row: dict[str, Any] = {"config": cfg, "runs": len(rs),
-                               "wall_s": statistics.median(r.record.totals.wall_s for r in rs)}
-        srows = step_rows.get(cfg, [])
-        for st in STAGES:
-            xs = [float(getattr(s, st)) for s in srows if st == "denoise_ms" or s.preview]
-            row[f"{st}_p50"] = percentile(xs, 50) if xs else 0.0
-            row[f"{st}_p95"] = percentile(xs, 95) if xs else 0.0
-        row["previews"] = statistics.median(r.record.totals.previews for r in rs)
-        made = max(1, sum(r.record.totals.previews for r in rs))
-        row["bytes_per_preview"] = sum(r.record.totals.bytes for r in rs) / made  # a clip's preview: all its frames
+    return [_summary(cfg, rs, step_rows.get(cfg, []), pairs.get(cfg, []), with_base.get(cfg, []))
+            for cfg, rs in by_cfg.items()]
+
+
+def _summary(cfg: str, runs: list[SweepRow], steps: list[StepRow], overheads: list[float],
+             pairs: list[tuple[SweepRow, SweepRow]]) -> ConfigSummary:
+    """A configuration's row from its steady runs, their step rows, its overheads pair by pair (%) and its runs
+    with the baseline beside each. Besides its settings (from its first run): the denoising's slowdown per step
+    (median over the pairs), each preview's memory rise over its step (median, most), the runs' peak and its rise
+    over the baseline beside each run (median), the device's busy share."""
+    def spread(st: str) -> Spread:
+        xs = [float(getattr(s, st)) for s in steps if st == "denoise_ms" or s.preview]
+        return Spread(percentile(xs, 50), percentile(xs, 95)) if xs else Spread(0.0, 0.0)
+    stages = Stages(**{st: spread(st) for st in STAGES})
+    made = max(1, sum(r.record.totals.previews for r in runs))
+    per_frame = [s.decode_ms_per_frame for s in steps if s.preview and s.decode_ms_per_frame]
+    ov = estimate(overheads) if overheads else None
+    # the baseline right after a direct call, against it: the engine's own cost over the bare pipeline
+    vs_direct = [r.pair_overhead_pct for r in runs if r.role == "baseline" and r.pair_overhead_pct is not None]
+    mems = [s.mem_mb for s in steps if s.preview]
+    peaks = [p for r in runs if (p := r.record.totals.peak_mem_mb)]
+    over = [p - b for r, base in pairs if (p := r.record.totals.peak_mem_mb) and (b := base.record.totals.peak_mem_mb)]
+    busy = [r.record.totals.busy_pct for r in runs if r.record.totals.busy_pct is not None]
+    gaps = [_per_step(r) - _per_step(base) for r, base in pairs]  # ms per step, each run against its baseline
+    slower = estimate(gaps) if gaps else None
+    first = runs[0].config
+    return ConfigSummary(
+        config=cfg, runs=len(runs), wall_s=statistics.median(r.record.totals.wall_s for r in runs), stages=stages,
+        previews=statistics.median(r.record.totals.previews for r in runs),
+        bytes_per_preview=sum(r.record.totals.bytes for r in runs) / made,  # a clip's preview: all its frames
         # a clip's previews send several frames each; older CSVs have no frames_sent: one frame per preview
-        row["frames_per_preview"] = sum(r.record.totals.frames_sent or r.record.totals.previews for r in rs) / made
-        per_frame = [s.decode_ms_per_frame for s in srows if s.preview and s.decode_ms_per_frame]
-        row["decode_ms_per_frame_p50"] = percentile(per_frame, 50) if per_frame else row["decode_ms_p50"]
-        ov = estimate(pairs[cfg]) if pairs.get(cfg) else None
-        # the baseline right after a direct call, against it: the engine's own cost over the bare pipeline
-        vs_direct = [r.pair_overhead_pct for r in rs if r.role == "baseline" and r.pair_overhead_pct is not None]
-        direct = estimate(vs_direct) if vs_direct else None
-        for key, e in (("overhead", ov), ("vs_direct", direct)):
-            row[f"{key}_pct"] = None if e is None else e.value
-            row[f"{key}_lo"] = None if e is None else e.lo
-            row[f"{key}_hi"] = None if e is None else e.hi
-            row[f"{key}_n"] = 0 if e is None else e.n
-            row[f"{key}_level_pct"] = None if e is None else e.level_pct
-        row["verdict"] = verdict(ov) if ov else ""
-        row.update(_beside(rs, srows, with_base.get(cfg, [])))
-        out.append(row)
-    return out
+        frames_per_preview=sum(r.record.totals.frames_sent or r.record.totals.previews for r in runs) / made,
+        decode_ms_per_frame_p50=percentile(per_frame, 50) if per_frame else stages.decode_ms.p50,
+        overhead=ov, vs_direct=estimate(vs_direct) if vs_direct else None, verdict=verdict(ov) if ov else "",
+        decoder=first.decoder, every=first.every, budget=first.budget, preview_max=first.preview_max,
+        mode=first.mode, steps=statistics.median(_steps(r) for r in runs),
+        # the denoising's slowdown counts only as a finding: its pairs' interval must not hold 0
+        slower_ms_per_step=slower.value if slower and slower.has_interval and not slower.within_noise else None,
+        mem_mb_p50=percentile(mems, 50) if mems else None, mem_mb_max=max(mems) if mems else None,
+        peak_mem_mb=statistics.median(peaks) if peaks else None,
+        mem_over_mb=statistics.median(over) if over else None,
+        busy_pct=statistics.median(busy) if busy else None,
+        mem_source=next((r.record.totals.mem_source for r in runs), ""))
 
 
 def _per_step(r: SweepRow) -> float:
@@ -76,38 +90,6 @@ def _steps(r: SweepRow) -> int:
     return r.record.totals.steps_run or r.record.meta.steps
 
 
-def _beside(runs: list[SweepRow], steps: list[StepRow], pairs: list[tuple[SweepRow, SweepRow]]) -> dict[str, Any]:
-    """A configuration's settings (from its first run), and what its runs cost beside their baselines: the
-    denoising's slowdown per step (median over the pairs), each preview's memory rise over its step (median,
-    most), the runs' peak and its rise over the baseline beside each run (median), the device's busy share."""
-    mems = [s.mem_mb for s in steps if s.preview]
-    peaks = [p for r in runs if (p := r.record.totals.peak_mem_mb)]
-    over = [p - b for r, base in pairs if (p := r.record.totals.peak_mem_mb) and (b := base.record.totals.peak_mem_mb)]
-    busy = [r.record.totals.busy_pct for r in runs if r.record.totals.busy_pct is not None]
-    slower = [_per_step(r) - _per_step(base) for r, base in pairs]
-    first = runs[0].config
-    return {"decoder": first.decoder, "every": first.every, "budget": first.budget, "preview_max": first.preview_max,
-            "mode": first.mode, "steps": statistics.median(_steps(r) for r in runs),
-            # the denoising's slowdown counts only as a finding: its pairs' interval must not hold 0
-            "slower_ms_per_step": e.value if (e := estimate(slower) if slower else None) and e.has_interval
-            and not e.within_noise else None, "mem_mb_p50": percentile(mems, 50) if mems else None,
-            "mem_mb_max": max(mems) if mems else None,
-            "peak_mem_mb": statistics.median(peaks) if peaks else None,
-            "mem_over_mb": statistics.median(over) if over else None,
-            "busy_pct": statistics.median(busy) if busy else None,
-            "mem_source": next((r.record.totals.mem_source for r in runs), "")}
-
-
-def overhead_of(row: dict[str, Any], key: str = "overhead") -> Estimate | None:
-    """A summary row's overhead (or its vs-direct figure) as an Estimate again; None where it has none."""
-    if row.get(f"{key}_pct") in (None, ""):
-        return None
-    def num(name: str) -> float | None:
-        x = row.get(f"{key}_{name}")
-        return None if x in (None, "") else float(x)
-    return Estimate(float(row[f"{key}_pct"]), int(row[f"{key}_n"]), num("lo"), num("hi"), num("level_pct") or 0.0)
-
-
 def verdict(e: Estimate) -> str:
     """The verdict every surface gives (estimates.verdict), with how the bench gets to the 95 % level when a
     figure is short of it."""
@@ -117,11 +99,11 @@ def verdict(e: Estimate) -> str:
     return said
 
 
-def table(rows: list[dict[str, Any]], meta: str, noise: Noise | None) -> str:
+def table(rows: list[ConfigSummary], meta: str, noise: Noise | None) -> str:
     """A fixed-width table: the baselines' noise first, then per configuration stage medians/p95 (ms per
     preview) and the overhead with its interval and verdict."""
-    clips = any(r["previews"] and r.get("frames_per_preview", 1) > 1 for r in rows)  # a clip's previews: frames too
-    cw = max([30] + [len(str(r["config"])) + 1 for r in rows])  # a clip's names are longer: the column fits them
+    clips = any(r.previews and r.frames_per_preview > 1 for r in rows)  # a clip's previews: frames too
+    cw = max([30] + [len(r.config) + 1 for r in rows])  # a clip's names are longer: the column fits them
     head = f"{'config':<{cw}}{'runs':>5}{'wall s':>9}{'denoise':>9}{'decode':>15}{'resize':>13}{'sync+xfer':>11}" \
            f"{'encode':>13}{'KB/prev':>9}{'MB/prev':>9}{'peak MB':>15}{'busy %':>8}" \
         + (f"{'frames':>7}{'ms/frame':>9}" if clips else "") \
@@ -129,17 +111,17 @@ def table(rows: list[dict[str, Any]], meta: str, noise: Noise | None) -> str:
     first = noise.line() if noise else "noise: fewer than two no-preview baselines, so their spread cannot be judged"
     lines = [first, meta, head, "-" * len(head)]
     for r in rows:
-        e, d = overhead_of(r), overhead_of(r, "vs_direct")
-        ov, said = (e.signed(), r["verdict"]) if e else ("", "")
+        e, d, st = r.overhead, r.vs_direct, r.stages
+        ov, said = (e.signed(), r.verdict) if e else ("", "")
         if d is not None:
             ov, said = "vs direct " + d.signed(2), verdict(d)
         lines.append(
-            f"{r['config']:<{cw}}{r['runs']:>5}{r['wall_s']:>9.2f}{r['denoise_ms_p50']:>9.1f}"
-            f"{r['decode_ms_p50']:>8.1f}/{r['decode_ms_p95']:<6.1f}{r['resize_ms_p50']:>6.2f}/{r['resize_ms_p95']:<6.2f}"
-            f"{r['sync_ms_p50'] + r['transfer_ms_p50']:>11.2f}{r['encode_ms_p50']:>6.2f}/{r['encode_ms_p95']:<6.2f}"
-            f"{r['bytes_per_preview'] / 1024:>9.1f}{_fig(r.get('mem_mb_p50'), '.1f'):>9}{_peak(r):>15}"
-            f"{_fig(r.get('busy_pct'), '.0f'):>8}"
-            + (f"{r['frames_per_preview']:>7.1f}{r['decode_ms_per_frame_p50']:>9.1f}" if clips else "")
+            f"{r.config:<{cw}}{r.runs:>5}{r.wall_s:>9.2f}{st.denoise_ms.p50:>9.1f}"
+            f"{st.decode_ms.p50:>8.1f}/{st.decode_ms.p95:<6.1f}{st.resize_ms.p50:>6.2f}/{st.resize_ms.p95:<6.2f}"
+            f"{st.sync_ms.p50 + st.transfer_ms.p50:>11.2f}{st.encode_ms.p50:>6.2f}/{st.encode_ms.p95:<6.2f}"
+            f"{r.bytes_per_preview / 1024:>9.1f}{_fig(r.mem_mb_p50, '.1f'):>9}{_peak(r):>15}"
+            f"{_fig(r.busy_pct, '.0f'):>8}"
+            + (f"{r.frames_per_preview:>7.1f}{r.decode_ms_per_frame_p50:>9.1f}" if clips else "")
             + f"  {ov:<34}{said}".rstrip())
     lines.append("denoise: median ms per step; decode, resize, sync+xfer, encode: median/p95 ms per preview; "
                  "KB/prev: KiB per preview; MB/prev: median MiB a preview raised memory over its step's; peak MB: "
@@ -152,21 +134,20 @@ def table(rows: list[dict[str, Any]], meta: str, noise: Noise | None) -> str:
     return "\n".join(lines)
 
 
-def _fig(x: Any, spec: str) -> str:
-    return "–" if x in (None, "") else format(float(x), spec)
+def _fig(x: float | None, spec: str) -> str:
+    return "–" if x is None else format(float(x), spec)
 
 
-def _peak(r: dict[str, Any]) -> str:
+def _peak(r: ConfigSummary) -> str:
     """The runs' peak memory, with its rise over the baselines beside them where it has one."""
-    peak, over = r.get("peak_mem_mb"), r.get("mem_over_mb")
-    if peak in (None, ""):
+    if r.peak_mem_mb is None:
         return "–"
-    return f"{float(peak):.0f}" + ("" if over in (None, "") else f" ({float(over):+.0f})")
+    return f"{float(r.peak_mem_mb):.0f}" + ("" if r.mem_over_mb is None else f" ({float(r.mem_over_mb):+.0f})")
 
 
-def mode_ratios(rows: list[dict[str, Any]]) -> str:
+def mode_ratios(rows: list[ConfigSummary]) -> str:
     """Per decoder and interval measured in both modes: overlap's overhead as a fraction of sync's."""
-    by = {r["config"]: r for r in rows}
+    by = {r.config: r for r in rows}
     lines = []
     for full, r in by.items():
         name, sync, rest = full.partition("/sync")  # rest: a run setup's axes ('/euler/8steps'), or nothing
@@ -174,7 +155,7 @@ def mode_ratios(rows: list[dict[str, Any]]) -> str:
             continue
         o = by.get(name + "/overlap" + rest)
         name += rest
-        se, oe = overhead_of(r), (overhead_of(o) if o else None)
+        se, oe = r.overhead, (o.overhead if o else None)
         if se is None or oe is None:
             continue
         # a ratio of two overheads means something only when both are findings, and sync's is a cost

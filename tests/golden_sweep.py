@@ -59,7 +59,7 @@ def digest() -> dict[str, Any]:
         with open(out / "steps.csv", newline="") as f:
             steps = [_kept(r) for r in csv.DictReader(f)]
         sweep = read(out)
-        summary = [_kept(r) for r in summarize(sweep.runs, sweep.steps)]
+        summary = [_kept(r.to_row()) for r in summarize(sweep.runs, sweep.steps)]
         advice = lines(sweep.runs)
         report = figures(sweep)
     overhead = {line: [(every, e.signed()) for every, e in points] for line, points in report["overhead"].items()}

@@ -3,6 +3,7 @@ with its own no-preview baselines; the refusals before any run; and tiling that 
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,8 +16,9 @@ from diffusers import (AutoencoderKL, EulerDiscreteScheduler, FlowMatchEulerDisc
 from previewlab.bench import cli
 from previewlab.bench.axes import AxisError, schedulers_for
 from previewlab.bench.compare import baselines_apart
-from previewlab.bench.noise import baseline_noise
+from previewlab.bench.noise import Estimate, baseline_noise
 from previewlab.bench.summary import mode_ratios
+from previewlab.bench.summary_rows import STAGES, ConfigSummary, Spread, Stages
 from previewlab.bench.rows import SweepRow
 from previewlab.bench.sweep import Plan, run_sweep
 from previewlab.preview.decoding import decoders
@@ -172,9 +174,16 @@ def test_the_noise_line_compare_and_mode_ratios_read_each_setups_baseline():
     slow = [_run(r.config.name, r.record.totals.wall_s * 3, r.role) if r.config.name == "none/euler/4steps" else r
             for r in runs]
     assert baselines_apart(runs, slow)[0].startswith("the no-preview baselines of none/euler/4steps differ x3.0")
-    row = {"overhead_pct": 10.0, "overhead_n": 6, "overhead_lo": 8.0, "overhead_hi": 12.0, "overhead_level_pct": 96.9}
-    ratios = mode_ratios([dict(row, config="vae/every1/sync/euler/4steps"),
-                          dict(row, config="vae/every1/overlap/euler/4steps", overhead_pct=5.0)])
+    sync = ConfigSummary(config="vae/every1/sync/euler/4steps", runs=6, wall_s=1.1,
+                         stages=Stages(**{st: Spread(0.0, 0.0) for st in STAGES}), previews=4, bytes_per_preview=0.0,
+                         frames_per_preview=1.0, decode_ms_per_frame_p50=0.0,
+                         overhead=Estimate(10.0, 6, 8.0, 12.0, 96.9), vs_direct=None, verdict="beyond noise",
+                         decoder="vae", every=1, budget=0.0, preview_max=0, mode="sync", steps=4,
+                         slower_ms_per_step=None, mem_mb_p50=None, mem_mb_max=None, peak_mem_mb=None,
+                         mem_over_mb=None, busy_pct=None, mem_source="")
+    overlap = replace(sync, config="vae/every1/overlap/euler/4steps", mode="overlap",
+                      overhead=Estimate(5.0, 6, 4.0, 6.0, 96.9))
+    ratios = mode_ratios([sync, overlap])
     assert "vae/every1/euler/4steps" in ratios and "overlap/sync 0.50" in ratios
 
 

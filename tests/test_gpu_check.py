@@ -84,7 +84,8 @@ def test_the_check_states_the_benchs_overhead_for_the_same_configuration(tiny, t
     from previewlab.bench.gpu.arms import ARMS, DRY
     from previewlab.bench.gpu.figures import wall_row
     from previewlab.bench.gpu.measure import measure
-    from previewlab.bench.summary import overhead_of, summarize
+    from previewlab.bench.summary import summarize
+    from previewlab.bench.summary_rows import ConfigSummary
 
     # the dry run's path on TAESD every step (overlap), 64 px, 3 steps: 6 repeats give each side an interval. One
     # torch thread, as the dry run takes: two stall each other on a busy small machine
@@ -104,11 +105,11 @@ def test_the_check_states_the_benchs_overhead_for_the_same_configuration(tiny, t
     assert wall_row("taesd", m, "taesd/overlap")[1:3] == [f"{1 + check.value / 100:.3f}", f"overhead {check.signed()}"]
     # the figure is what the bench's summary makes of the check's own CSVs: each run against the baseline beside it
     done = read(tmp_path / "check")
-    again = {r["config"]: r for r in summarize(done.runs, done.steps)}
-    assert overhead_of(again["taesd/overlap"]) == check
+    again = {r.config: r for r in summarize(done.runs, done.steps)}
+    assert again["taesd/overlap"].overhead == check
     with open(tmp_path / "bench" / "summary.csv", newline="") as f:
         row = next(r for r in csv.DictReader(f) if r["config"] == "taesd/every1/overlap")
-    sweep = overhead_of(row)
+    sweep = ConfigSummary.from_row(row).overhead
     assert sweep is not None and check.lo is not None and check.hi is not None and sweep.lo is not None \
         and sweep.hi is not None
     assert check.lo <= sweep.hi and sweep.lo <= check.hi, (check.signed(), sweep.signed())

@@ -10,7 +10,8 @@ import pytest
 
 from previewlab.bench.noise import NOISE_LIMIT_PCT, baseline_noise, estimate, pair_overheads
 from previewlab.bench.rows import SweepRow
-from previewlab.bench.summary import overhead_of, summarize, table
+from previewlab.bench.summary import summarize, table
+from previewlab.bench.summary_rows import ConfigSummary
 
 
 @pytest.mark.parametrize("n,level", [(3, 75.0), (4, 87.5), (9, 95.0), (25, 95.0)])
@@ -68,9 +69,9 @@ def test_the_summary_prints_no_finding_inside_its_interval():
                                      ("taesd", 1.65), ("taesd", 1.58), ("l2r", 0.98), ("l2r", 1.03), ("l2r", 1.01),
                                      ("l2r", 0.99), ("l2r", 1.02), ("l2r", 0.97), ("vae", 3.0)]):
         runs += [_r(f"b{i}", "none", 1.0 + 0.01 * (i % 3), "baseline"), _r(f"c{i}", cfg, wall)]
-    rows = {r["config"]: r for r in summarize(runs, [])}
-    assert rows["taesd"]["verdict"] == "beyond noise" and rows["l2r"]["verdict"] == "within noise"
-    assert rows["vae"]["verdict"] == "one pair: noise unknown"
+    rows = {r.config: r for r in summarize(runs, [])}
+    assert rows["taesd"].verdict == "beyond noise" and rows["l2r"].verdict == "within noise"
+    assert rows["vae"].verdict == "one pair: noise unknown"
     text = table(list(rows.values()), "meta", baseline_noise(runs))
     lines = {ln.split()[0]: ln for ln in text.splitlines()[4:-1]}
     assert lines["l2r"].endswith("within noise") and "[" in lines["l2r"]
@@ -83,14 +84,14 @@ def test_a_summary_row_read_back_from_its_csv_prints_the_same_overhead(tmp_path)
     runs = []
     for i, wall in enumerate([1.123456, 1.2, 1.31, 1.4, 1.25, 1.17]):
         runs += [_r(f"b{i}", "none", 1.0, "baseline"), _r(f"c{i}", "taesd", wall)]
-    (row,) = [r for r in summarize(runs, []) if r["config"] == "taesd"]
+    (row,) = [r for r in summarize(runs, []) if r.config == "taesd"]
     with open(tmp_path / "summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(row))
+        w = csv.DictWriter(f, fieldnames=list(row.to_row()))
         w.writeheader()
-        w.writerow(row)
+        w.writerow(row.to_row())
     with open(tmp_path / "summary.csv", newline="") as f:
         (back,) = list(csv.DictReader(f))
-    a, b = overhead_of(row), overhead_of(back)
+    a, b = row.overhead, ConfigSummary.from_row(back).overhead
     assert a is not None and b is not None and a.signed() == b.signed() == "+22.5 % [+12.3, +40.0]"
 
 

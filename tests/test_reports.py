@@ -92,7 +92,7 @@ def test_figures_leave_out_warmup_and_first_runs():
     assert fig["bytes"]["vae turbojpeg"] == 300                  # the median of 100, 300, 200, 400, 500
     assert fig["stacked"][L2]["decode_ms"] == pytest.approx(3.0)  # the median of 2 and 4
     assert fig["per_step"][V1] == {1: 17.0}                      # denoise + on_path: 15, 17, 25
-    assert {s["config"]: s["runs"] for s in fig["summary"]} == {V1: 3, V2: 2, L2: 1, "none": 6}
+    assert {s.config: s.runs for s in fig["summary"]} == {V1: 3, V2: 2, L2: 1, "none": 6}
 
 
 def test_compare_takes_the_same_runs():

@@ -110,8 +110,8 @@ def test_the_bench_the_report_the_server_and_a_watch_name_the_same_verdicts_and_
     server_verdicts = {f["name"]: f["verdict"] for f in judged["findings"]}
     assert server_verdicts == VERDICTS
     for name, verdict in VERDICTS.items():
-        row = next(r for r in rows if r["config"] == name)
-        assert row["verdict"].startswith(verdict), (name, row["verdict"])  # the bench adds "(--repeats 6 ...)"
+        row = next(r for r in rows if r.config == name)
+        assert row.verdict.startswith(verdict), (name, row.verdict)  # the bench adds "(--repeats 6 ...)"
         assert f"{name}: " in bench and f": {verdict}" in bench
         assert f"<td>{name}</td>" in html and f"<td>{verdict}" in html
         assert f"{name}: " in said and f": {verdict}" in said

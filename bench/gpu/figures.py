@@ -35,7 +35,7 @@ def wall_row(label: str, m: Measured, arm: str) -> list[str]:
 def _per_preview(m: Measured, arm: str) -> tuple[float, float]:
     """(transfer + encode ms per preview, bytes per frame): the summary's medians over the previews."""
     r = m.summary[arm]
-    return r["transfer_ms_p50"] + r["encode_ms_p50"], r["bytes_per_preview"] / max(r["frames_per_preview"], 1)
+    return r.stages.transfer_ms.p50 + r.stages.encode_ms.p50, r.bytes_per_preview / max(r.frames_per_preview, 1)
 
 
 def image_rows(m: Measured, nvjpeg_why: str) -> list[list[str]]:
@@ -76,7 +76,7 @@ def clip_rows(m: Measured, label: str) -> list[list[str]]:
                       ("latent2rgb/all", "latent2rgb whole clip")):
         row = wall_row(f"{label}: {what} every step, overlap / no previews", m, arm)
         sent = m.median(arm, lambda r: r.totals.frames_sent)
-        row[2] += f", decode {m.summary[arm]['decode_ms_p50']:.1f} ms/preview, {sent} frames sent"
+        row[2] += f", decode {m.summary[arm].stages.decode_ms.p50:.1f} ms/preview, {sent} frames sent"
         rows.append(row)
     return rows
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from previewlab.bench.gpu.arms import Setup
 from previewlab.bench.noise import Estimate
 from previewlab.bench.rows import SweepRow
-from previewlab.bench.summary import overhead_of, steady, summarize
+from previewlab.bench.summary import steady, summarize
+from previewlab.bench.summary_rows import ConfigSummary
 from previewlab.bench.sweep import Plan, read_back, run_sweep
 from previewlab.preview.models import Model
 from previewlab.preview.record.records import StepRow
@@ -28,14 +29,15 @@ class Measured:
     """One sweep of the check's arms, keyed by arm name ('none': the baselines, 'direct': the bare call): the
     summary's row of each (summary.summarize over the CSVs), and each one's steady runs and their step rows as
     runs.csv and steps.csv hold them."""
-    summary: dict[str, dict[str, Any]]
+    summary: dict[str, ConfigSummary]
     runs: dict[str, list[SweepRow]]
     steps: dict[str, list[StepRow]]
 
-    def overhead(self, arm: str, key: str = "overhead") -> Estimate:
+    def overhead(self, arm: str, key: Literal["overhead", "vs_direct"] = "overhead") -> Estimate:
         """The arm's overhead in percent as summary.txt states it (key "vs_direct": the baseline's against the
         direct call). Raises ValueError where the sweep has none (no steady run paired with a baseline)."""
-        e = overhead_of(self.summary[arm], key) if arm in self.summary else None
+        row = self.summary.get(arm)
+        e = None if row is None else (row.overhead if key == "overhead" else row.vs_direct)
         if e is None:
             raise ValueError(f"{arm}: no {key} figure in this sweep")
         return e
@@ -79,4 +81,4 @@ def measure(model: Model, setup: Setup, base: RunSettings, arms: dict[str, Previ
     for s in sweep.steps:
         if s.row.run_id in ids:
             by_step.setdefault(arm(s.config), []).append(s.row)
-    return Measured({arm(r["config"]): r for r in summarize(sweep.runs, sweep.steps)}, by_run, by_step)
+    return Measured({arm(r.config): r for r in summarize(sweep.runs, sweep.steps)}, by_run, by_step)

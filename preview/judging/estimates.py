@@ -97,6 +97,33 @@ class Estimate:
     def from_json(cls, d: Mapping[str, Any]) -> Estimate:
         return cls(float(d["value"]), int(d["n"]), d.get("lo"), d.get("hi"), float(d.get("level_pct") or 0.0))
 
+    @staticmethod
+    def to_cells(e: Estimate | None, prefix: str) -> dict[str, Any]:
+        """e as five cells of a CSV line: prefix_pct (its value), prefix_lo, prefix_hi, prefix_n and
+        prefix_level_pct. No figure (None) is n 0 and the others None, which csv writes as empty cells."""
+        if e is None:
+            return {f"{prefix}_pct": None, f"{prefix}_lo": None, f"{prefix}_hi": None, f"{prefix}_n": 0,
+                    f"{prefix}_level_pct": None}
+        return {f"{prefix}_pct": e.value, f"{prefix}_lo": e.lo, f"{prefix}_hi": e.hi, f"{prefix}_n": e.n,
+                f"{prefix}_level_pct": e.level_pct}
+
+    @classmethod
+    def from_cells(cls, row: Mapping[str, Any], prefix: str) -> Estimate | None:
+        """to_cells' five cells read back, as a CSV's text or as numbers; None where prefix_pct is empty or missing
+        (no figure). Raises ValueError naming a cell that is no number."""
+        def cell(name: str) -> float | None:
+            x = row.get(key := f"{prefix}_{name}")
+            if x in (None, ""):
+                return None
+            try:
+                return float(x)
+            except ValueError:
+                raise ValueError(f"{key}={str(x)[:40]!r}: not a number") from None
+        value = cell("pct")
+        if value is None:
+            return None
+        return cls(value, int(row[f"{prefix}_n"]), cell("lo"), cell("hi"), cell("level_pct") or 0.0)
+
 
 def estimate(xs: Sequence[float]) -> Estimate:
     """The median of xs and its distribution-free interval (the module's docstring says how it is chosen)."""
