@@ -1,4 +1,5 @@
-"""Overlap mode: preview work leaves the denoising thread, with at most K frames in flight.
+"""Overlap mode: preview work leaves the denoising thread, with at most K frames in flight. It is one of the two
+strategies over a preview's stages (stages.py); sync.py is the other, with the same submit().
 
 On a device (CUDA, MPS, XPU: stopwatch.Accelerator): the decode runs on the device's side stream (one per
 process, preview/pipeline/streams.py), which waits on an

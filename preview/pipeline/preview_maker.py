@@ -11,20 +11,18 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from previewlab.preview.budget.planner import also as _also
+from previewlab.preview.call.meter_parts import MeterParts
+from previewlab.preview.call.row_ledger import Marks
 from previewlab.preview.decoding import clips
-
 from previewlab.preview.decoding import decoders
-
 from previewlab.preview.pipeline import encoders
 from previewlab.preview.pipeline.frames import Frame, grid, tile, to_uint8_chw, to_uint8_hwc
-from previewlab.preview.call.row_ledger import Marks
-from previewlab.preview.call.meter_parts import MeterParts
 from previewlab.preview.pipeline.overlap import Overlap
-from previewlab.preview.budget.planner import also as _also
+from previewlab.preview.pipeline.streams import jpeg_stream
+from previewlab.preview.pipeline.sync import Sync
 from previewlab.preview.record.records import StepCells
 from previewlab.preview.settings import PreviewSettings
-from previewlab.preview.pipeline.stages import decode_resize
-from previewlab.preview.pipeline.streams import jpeg_stream
 from previewlab.preview.source.targets import choose
 
 log = logging.getLogger("previewlab")
@@ -45,6 +43,7 @@ class PreviewMaker:
 
     def __init__(self, parts: MeterParts) -> None:
         self.p = parts
+        self.sync: Sync | None = None        # the two strategies over a preview's stages (sync.py, overlap.py)
         self.overlap: Overlap | None = None
         self._x0_told = False
 
@@ -117,22 +116,12 @@ class PreviewMaker:
 
     def _sync(self, marks: Marks, latents: torch.Tensor, s: PreviewSettings, render: _Render,
               enc: encoders.Encoder) -> None:
-        sw, ranges = self.p.sw, self.p.ranges
+        if self.sync is None:
+            self.sync = Sync(self.p.sw, self.p.ranges)
         to_u8 = to_uint8_chw if enc.on_device else to_uint8_hwc
-        u8 = decode_resize(sw, ranges, marks, latents, render.fn, lambda img: to_u8(img, s.preview_max))
-        ranges.begin("sync")
-        waited = sw.wait(marks.res1)  # the wait the host copy needs anyway; only its uncounted part is sync_ms
-        t1 = sw.clock()
-        ranges.end("sync")
-        arr: Any = u8
-        if not enc.on_device:  # an on-device encoder copies only its bytes, timed in _finish
-            ranges.begin("transfer")
-            arr = u8.cpu().numpy()
-            marks.cells.transfer_ms = (sw.clock() - t1) * 1e3
-            ranges.end("transfer")
-        ranges.begin("encode")
-        self._finish(marks, s, enc, arr, waited.uncounted_ms, render)
-        ranges.end("encode")
+        self.sync.submit(latents, render.fn, lambda img: to_u8(img, s.preview_max),
+                         lambda arr, sync_ms: self._finish(marks, s, enc, arr, sync_ms, render), marks,
+                         on_device=enc.on_device)
 
     def _overlap(self, marks: Marks, latents: torch.Tensor, s: PreviewSettings, render: _Render,
                  enc: encoders.Encoder) -> None:
