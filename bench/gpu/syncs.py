@@ -25,11 +25,10 @@ from previewlab.preview.models import Model
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
-STEP_CODE = ("meter.py", "preview_maker.py", "stages.py", "sync.py", "row_ledger.py", "overlap.py", "decoders.py", "stops.py",
-             "rgb_decoder.py",
-             "tae_decoder.py", "vae_decoder.py", "vae_memory.py", "frames.py", "controls.py", "previewer.py", "taesd.py",
-             "families.py", "unscaling.py", "latent_formats.py", "targets.py", "streams.py", "encoders.py", "clips.py",
-             "taehv.py", "fit.py")
+STEP_CODE = ("meter.py", "preview_maker.py", "stages.py", "sync.py", "row_ledger.py", "overlap.py", "decoders.py",
+             "stops.py", "rgb_decoder.py", "tae_decoder.py", "vae_decoder.py", "vae_memory.py", "frames.py",
+             "controls.py", "previewer.py", "taesd.py", "families.py", "unscaling.py", "latent_formats.py",
+             "targets.py", "streams.py", "encoders.py", "clips.py", "taehv.py", "fit.py")
 PACKAGE = "preview"
 
 
