@@ -8,6 +8,7 @@ is removed; a listing then costs one stat per run. The analysis of a run takes t
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -18,6 +19,18 @@ from previewlab.preview.judging.analysis import Entry, cost_key, entry, overhead
 from previewlab.preview.record.run import RunRecord
 
 from previewlab.server.data.store import Store
+
+
+def finite(x: Any) -> Any:
+    """A figure as JSON can carry it: a number that is not finite (a hand-edited meta.json's NaN) as null, in
+    lists and mappings too, so one odd run never fails a listing (the app answers JSON without NaN)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
 
 
 def page_more(n: int) -> str:
@@ -91,7 +104,7 @@ class Figures:
             return None
         current = me.name if me.role == "config" else None
         a = analyze(group, budget, current, more=page_more, remedies=PAGE_REMEDIES)
-        return {**a.to_json(), "group": group_of(me)}
+        return finite({**a.to_json(), "group": group_of(me)})
 
     def of_runs(self, metas: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The listed runs, each ended one with its `figures` (run_figures)."""
@@ -113,7 +126,7 @@ class Figures:
                 judged[key] = (analyze(group, more=page_more, remedies=PAGE_REMEDIES),
                                {r.record.run_id: (r, b) for ps in paired(group).values() for r, b in ps})
             a, pairs = judged[key]
-            out.append({**m, "figures": run_figures(me, a, pairs.get(me.record.run_id))})
+            out.append({**m, "figures": finite(run_figures(me, a, pairs.get(me.record.run_id)))})
         return out
 
     def of_run(self, rid: str, budget: float = DEFAULT_BUDGET_PCT) -> dict[str, Any]:
@@ -123,7 +136,7 @@ class Figures:
             return {}
         a = analyze(group, budget, me.name if me.role == "config" else None, more=page_more, remedies=PAGE_REMEDIES)
         pair = next(((r, b) for ps in paired(group).values() for r, b in ps if r.record.run_id == rid), None)
-        return {"figures": run_figures(me, a, pair), "analysis": {**a.to_json(), "group": group_of(me)}}
+        return finite({"figures": run_figures(me, a, pair), "analysis": {**a.to_json(), "group": group_of(me)}})
 
 
 def group_of(e: Entry) -> str:

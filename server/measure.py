@@ -19,7 +19,7 @@ from previewlab.preview.settings import RunSettings
 
 from previewlab.server.ws import protocol
 
-MAX_PAIRS = 24  # a machine this noisy after 24 pairs will not settle by measuring more: the series says so
+MAX_PAIRS = 24  # 6 pairs reach 95 % whatever the noise; 24 started and still short means runs that do not pair
 State = Literal["running", "done", "stopped", "failed"]
 
 
@@ -36,6 +36,7 @@ class Series:
         self.pairs = 0          # pairs of this configuration with the 95 % aim, as the last analysis counted them
         self.needs = SAMPLES_FOR_LEVEL
         self.started = 0        # pairs this series started
+        self.runs: set[str] = set()  # the ids of the runs it started: another run's end is none of its business
         self.why = ""
 
     def first(self) -> RunSettings:
@@ -62,7 +63,8 @@ class Series:
                 return None
         if self.started >= MAX_PAIRS:
             self.state = "stopped"
-            self.why = f"{MAX_PAIRS} pairs did not reach the 95 % level: the machine is too noisy to measure here"
+            self.why = (f"{MAX_PAIRS} pairs started, {self.pairs} made a pair: the others' runs were not steady "
+                        f"(a preview failure's fallback, a live change, a stop: their rows' events say which)")
             return None
         self.started += 1
         return self.baseline

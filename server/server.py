@@ -113,6 +113,8 @@ class Server:
     # -- messages from one client ----------------------------------------------------------------------------
     def hello(self) -> protocol.Outbound:
         live = self.worker.live() if self.worker is not None else None
+        if self.series is not None and self.series.state == "running":
+            live = self.series.measured.preview  # the user's settings, not those of the baseline running now
         said = self.offer.hello(self.model, live, running=self.relay.current, starts=self.source is None)
         return {**said, "measure": self.series.message() if self.series is not None else None,
                 "mode_note": mode_note(self.model.device.type)}
@@ -149,11 +151,12 @@ class Server:
             except (Busy, SettingsError) as e:
                 raise protocol.ProtocolError(str(e)) from None
         elif isinstance(msg, protocol.Stop):
-            if self._measuring():
+            ended_series = self._measuring()
+            if ended_series:
                 assert self.series is not None
                 self.series.stop("stopped by a watcher")
                 self.hub.text(self.series.message())
-            if not self.worker.stop():
+            if not self.worker.stop() and not ended_series:  # between a series' runs: the series was what ran
                 raise protocol.ProtocolError("no generation is running")
         elif isinstance(msg, protocol.Ack):
             self.relay.acked(c, msg)
@@ -174,7 +177,7 @@ class Server:
                                          "whose cost you want, and the series runs the baselines itself")
         series = Series(settings)
         try:
-            self.worker.start(series.first())
+            series.runs.add(self.worker.start(series.first()).run_id)
         except (Busy, TaskError) as e:
             raise protocol.ProtocolError(f"measure: {e}") from None
         except OSError as e:
@@ -185,12 +188,12 @@ class Server:
     def _measured(self, end: RunEnd, judged: dict[str, Any]) -> None:
         """A run ended and its figures went out: the series' next run, or its end, told to every watcher."""
         series = self.series
-        if series is None or series.state != "running" or self.worker is None:
-            return
+        if series is None or series.state != "running" or self.worker is None or end.meta.run_id not in series.runs:
+            return  # a run from before the series (its end waited for acks), or none of the series'
         nxt = series.after(end, judged)
         if nxt is not None:
             try:
-                self.worker.start(nxt)
+                series.runs.add(self.worker.start(nxt).run_id)
             except (Busy, TaskError, OSError) as e:
                 series.state, series.why = "failed", f"its next run could not start: {e}"
                 nxt = None

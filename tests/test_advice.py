@@ -185,3 +185,74 @@ def test_a_slower_denoising_in_overlap_on_a_cpu_is_not_told_to_use_overlap():
     line = next(ln for ln in lines if ln.strip().startswith("taesd/every1/overlap:"))
     assert "slower denoising holds" in line and "overlap is in use" in line and "no side stream" in line
     assert "(overlap mode" not in line
+
+
+def _runs(*spec):
+    """A server's runs in order, as entries: (decoder, every, wall s[, status, preview_max, mode, budget])."""
+    from dataclasses import replace as with_
+
+    from previewlab.preview.judging.analysis import entry
+    from tests.test_surfaces import record
+
+    out = []
+    for i, (decoder, every, wall, *rest) in enumerate(spec):
+        status, size, mode, budget = (list(rest) + ["done", 0, "sync", 0.0][len(rest):])[:4]
+        r = record(f"20261205-130000-{i:03d}", decoder, every, wall)
+        p = r.meta.preview
+        assert p is not None
+        r = with_(r, meta=with_(r.meta, preview=with_(p, preview_max=size, mode=mode, budget=budget)),
+                  totals=with_(r.totals, status="stopped" if status == "stopped" else "done",
+                               steps_run=5 if status == "stopped" else r.totals.steps_run))
+        out.append(entry(r, status))
+    return out
+
+
+def test_a_stopped_run_or_a_wall_no_clock_measured_is_left_out_of_every_figure():
+    # review of issue 43: a run stopped at step 5 of 10 was paired whole (-50 %), and a wall of 1e-320 s made
+    # an infinite overhead that failed /runs with a 500
+    from previewlab.preview.judging.advice import analyze
+
+    runs = _runs(("none", 1, 1.0), ("latent2rgb", 1, 0.5, "stopped"), ("none", 1, 1e-320), ("latent2rgb", 1, 1.01))
+    assert [(e.steady, e.why.split(":")[0]) for e in runs] == [
+        (True, ""), (False, "stopped at step 5 of 10"), (False, "its wall time, 1e-320 s, is no measurement"),
+        (True, "")]
+    a = analyze(runs)
+    assert [f.overhead for f in a.findings] == [None]  # neither run with previews has a steady baseline before it
+
+
+def test_among_configurations_that_fit_the_one_in_use_is_kept_and_the_images_own_size_is_the_largest():
+    from previewlab.preview.judging.advice import analyze
+
+    pairs = []
+    for i in range(6):  # sync and overlap, both at +1 to +3 %; native size (0) beside 256 px
+        for mode in ("sync", "overlap"):
+            pairs += [("none", 1, 1.0), ("latent2rgb", 1, 1.01 + 0.003 * i, "done", 0, mode)]
+        pairs += [("none", 1, 1.0), ("latent2rgb", 1, 1.01, "done", 256, "sync")]
+    runs = _runs(*pairs)
+    in_overlap = analyze(runs, current="latent2rgb/every1/overlap").advice
+    assert in_overlap.keep and in_overlap.pick is None  # not "set: mode overlap -> sync" for an equal one
+    at_256 = analyze(runs, current="latent2rgb/every1/sync/max256").advice
+    assert at_256.pick == "latent2rgb/every1/sync" and at_256.change == "preview_max 256 -> 0"
+
+
+def test_the_autopilot_in_use_is_kept_under_its_budget_and_a_change_from_it_names_the_interval():
+    from previewlab.preview.judging.advice import analyze, changes
+
+    pairs = []
+    for i in range(6):
+        pairs += [("none", 1, 1.0), ("latent2rgb", 1, 1.02, "done", 0, "sync", 5.0)]
+        pairs += [("none", 1, 1.0), ("latent2rgb", 2, 1.01)]
+    runs = _runs(*pairs)
+    a = analyze(runs, current="latent2rgb/auto5%/sync")
+    assert a.advice.keep and a.advice.lines[-1].startswith("  keep: latent2rgb/auto5%/sync")
+    auto, every2 = a.findings
+    assert changes(auto, every2) == "every auto 5 % -> 2"
+
+
+def test_a_figure_below_zero_short_of_95_percent_says_the_machine_may_have_drifted_and_what_is_missing():
+    lines = advice({
+        "latent2rgb/every1/sync": dict(decoder="latent2rgb", every=1, walls=[0.60, 0.77], repeats=2,
+                                       stage=dict(decode=1.0, encode=2.0)),
+    }, [1.0])
+    assert "-31.5 % [-40.0, -23.0] (50 %): below zero beyond noise at 50 % only: the machine may have drifted; " \
+           "--repeats 4 more for the 95 % level" in lines[1]

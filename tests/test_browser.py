@@ -617,6 +617,8 @@ def test_on_a_noisy_machine_the_page_says_so_measures_its_baselines_and_advises_
         wait_js(page, "document.getElementById('measure-line').textContent.includes('stopped')", 60)
         assert "stopped by a watcher" in (page.text_content("#measure-line") or "")
         wait_js(page, "!document.getElementById('start').disabled", 60)
+        # stopped in its baseline (decoder none): the controls still hold the user's choices
+        assert (page.input_value("#decoder"), page.input_value("#every")) == ("latent2rgb", "1")
         wait_js(page, "document.querySelectorAll('#runs tbody tr').length >= 15")
         assert page.evaluate("document.querySelector('#runs tbody tr:last-child').dataset.kept") == "1"
         assert errors == []

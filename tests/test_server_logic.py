@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 
 import pytest
 from starlette.testclient import TestClient
@@ -248,6 +249,10 @@ def test_a_measure_series_pairs_baselines_with_the_settings_and_holds_them_until
         assert (first["decoder"], first["purpose"]) == ("none", "baseline")
         assert going["state"] == "running" and going["config"] == "latent2rgb/every1/sync"
         assert going["line"] == "measuring latent2rgb/every1/sync: 0 of 6 pairs for the 95 % level; now a baseline"
+        # a tab that joins during the series sees the settings it measures, not its baseline's decoder none
+        with client.websocket_connect("/ws", headers=SAME_ORIGIN) as other:
+            joined = recv_until(other, "hello")
+            assert (joined["defaults"]["decoder"], joined["measure"]["state"]) == ("latent2rgb", "running")
         for refused in ({"type": "set", "decoder": "vae"}, {"type": "start", "steps": 2},
                         {"type": "measure", "steps": 2}):
             ws.send_text(json.dumps(refused))
@@ -266,3 +271,31 @@ def test_a_measure_series_pairs_baselines_with_the_settings_and_holds_them_until
         assert {r["purpose"] for r in steps if r["run_id"] == first["run_id"]} == {"baseline"}
         ws.send_text(json.dumps({"type": "start", "steps": 2}))  # the series is over: a start is taken again
         assert recv_until(ws, "run")["purpose"] == ""
+
+
+def test_a_measure_sent_while_the_run_before_waits_for_its_acks_is_not_ended_by_that_runs_end(make_app):
+    """Review of issue 43: after a run's last step its `done` waits up to ack_wait_s for the page's acks, and the
+    worker is idle already; a measure sent then was handed that earlier run's end as its own and failed at once
+    ("its next run could not start"). The series hears only the ends of the runs it started."""
+    srv, app = make_app()  # the default limits: a run's end waits 1 s for acks this client never sends
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        recv_until(ws, "hello")
+        ws.send_text(json.dumps({"type": "start", "steps": 2, "decoder": "latent2rgb", "every": 1}))
+        before = recv_until(ws, "run")
+        while recv_until(ws, "step")["step"] < 2:
+            pass
+        deadline = time.monotonic() + 30
+        while srv.worker.state != "idle":  # the run has ended; its `done` waits for acks that never come
+            assert time.monotonic() < deadline, "the run did not end"
+            time.sleep(0.01)
+        ws.send_text(json.dumps({"type": "measure", "steps": 2, "decoder": "latent2rgb", "every": 1}))
+        kinds: list[tuple[str, str]] = []
+        while len([k for k in kinds if k[0] == "run"]) < 2:  # the series' baseline, then its measured run
+            m = json.loads(ws.receive_text())
+            if m["type"] in ("run", "done", "measure", "error"):
+                kinds.append((m["type"], m.get("purpose", m.get("state", m.get("message", "")))))
+            assert m["type"] != "error" and not (m["type"] == "measure" and m["state"] == "failed"), m
+        assert ("done", "") in kinds and kinds.index(("done", "")) < kinds.index(("run", "baseline"))
+        assert ("run", "measured") in kinds
+        assert before["purpose"] == ""
+        ws.send_text(json.dumps({"type": "stop"}))

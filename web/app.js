@@ -22,7 +22,8 @@ function beginRun(meta) {
   startFigures(meta);
   showError("");
   showButtons();
-  showLive(meta);
+  // a measure series' runs are its own (a baseline runs decoder none): the controls keep the user's choices
+  if (!meta.purpose) showLive(meta);
   state.view.chartDirty = true;
 }
 

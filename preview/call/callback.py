@@ -88,6 +88,7 @@ class Watch(PipelineCallback):
         self._rows: list[StepRow] = []         # the rows of the latest call, in step order
         self.sw = Stopwatch(self.model.device, s.clock, backend=s.device)
         self.records: list[RunRecord] = []     # one per finished call
+        self.changed: set[str] = set()         # the calls whose preview settings changed live (never one figure)
         self.meter: StepMeter | None = None    # the call's steps: made at its first step, dropped when it closes
         self._call = CallMarks()               # marks of the call in progress
         self.state: CallState = "idle"         # where the call in progress is (CallState; _to guards each change)
@@ -266,8 +267,11 @@ class Watch(PipelineCallback):
         self.records.append(rec)
         # after the record's clock stopped (t_end): keeping the image is not the user's request
         kept = png is not None and self._keep_final is not None and self._keep_final(meta.run_id, png)
+        end = RunEnd.of(meta, rec.totals, meter.rows, has_final=kept)
+        if end.changes:
+            self.changed.add(meta.run_id)
         if self.events:
-            self.events.ended(RunEnd.of(meta, rec.totals, meter.rows, has_final=kept))
+            self.events.ended(end)
         return rec
 
     def summary(self, budget: float = 5.0) -> str:
@@ -277,7 +281,7 @@ class Watch(PipelineCallback):
         rec = self.record
         if rec is None:
             return "no finished call yet"
-        return "\n".join(digest(rec, self.rows) + judged(self.records, self.controls.get(), budget))
+        return "\n".join(digest(rec, self.rows) + judged(self.records, self.controls.get(), budget, self.changed))
 
     @property
     def record(self) -> RunRecord | None:

@@ -65,16 +65,21 @@ def said(e: Estimate | None, more: Callable[[int], str] = bench_more) -> str:
     """An overhead and its verdict in the words every surface uses."""
     if e is None:
         return "no baseline beside it"
-    tail = f"; {more(e.more_for_level)}" if e.more_for_level and not e.below_zero else ""
+    tail = f"; {more(e.more_for_level)}" if e.more_for_level else ""
     return f"{e.signed()}: {verdict(e)}{tail}"
 
 
-def fits(f: Finding, budget: float) -> bool:
-    """Recommendable: a fixed interval whose overhead holds at the 95 % level, its top under the budget, and not
-    wholly below 0 (a drifting machine)."""
+def under(f: Finding, budget: float) -> bool:
+    """Its overhead holds at the 95 % level, its top under the budget, and not wholly below 0 (a drifting
+    machine): a configuration in use that is under the budget is kept, the autopilot's included."""
     e = f.overhead
-    return (f.preview.budget <= 0 and e is not None and e.sure and e.hi is not None and e.hi <= budget
-            and not e.below_zero)
+    return e is not None and e.sure and e.hi is not None and e.hi <= budget and not e.below_zero
+
+
+def fits(f: Finding, budget: float) -> bool:
+    """Recommendable: a fixed interval under the budget (under); the autopilot picks its own intervals, so it is
+    kept where it is in use, never recommended in place of one."""
+    return f.preview.budget <= 0 and under(f, budget)
 
 
 def changes(current: Finding | None, pick: Finding) -> str:
@@ -83,8 +88,11 @@ def changes(current: Finding | None, pick: Finding) -> str:
     if current is None:
         return pick.name
     a, b = current.preview, pick.preview
-    out = [f"{k} {getattr(a, k)} -> {getattr(b, k)}" for k in ("decoder", "every", "preview_max", "mode", "target",
-                                                                 "frames", "decode_at") if getattr(a, k) != getattr(b, k)]
+    def every(p: Any) -> str:
+        return f"auto {p.budget:g} %" if p.budget > 0 else str(p.every)
+    out = [f"every {every(a)} -> {every(b)}"] if every(a) != every(b) else []
+    out += [f"{k} {getattr(a, k)} -> {getattr(b, k)}" for k in ("decoder", "preview_max", "mode", "target", "frames",
+                                                                "decode_at") if getattr(a, k) != getattr(b, k)]
     return ", ".join(out) or pick.name
 
 
@@ -121,10 +129,16 @@ def goes(f: Finding, more: Callable[[int], str] = bench_more) -> str:
     return f"{head}; {where}: {remedy(name, f.preview.mode, f.device)}"
 
 
-def best(found: Sequence[Finding], budget: float) -> Finding | None:
-    """The most frequent preview, then the largest decoder, then the largest size, whose interval fits."""
+def best(found: Sequence[Finding], budget: float, current: str | None = None) -> Finding | None:
+    """The most frequent preview, then the largest decoder, then the largest size (0, the image's own, is the
+    largest), whose interval fits; among equals the one in use, then the cheapest."""
     fit = [f for f in found if fits(f, budget)]
-    return min(fit, key=lambda f: (f.preview.every, -rank(f.preview.decoder), -f.preview.preview_max)) if fit else None
+
+    def key(f: Finding) -> tuple[Any, ...]:
+        p, e = f.preview, f.overhead
+        return (p.every, -rank(p.decoder), -(p.preview_max or math.inf), f.name != current,
+                e.value if e else math.inf)
+    return min(fit, key=key) if fit else None
 
 
 def _would(f: Finding, budget: float, current: Finding | None) -> str:
@@ -135,8 +149,8 @@ def _would(f: Finding, budget: float, current: Finding | None) -> str:
     if e.value <= budget:
         return f"its median is under {budget:g} %, but only a 95 % interval can say so: measure it more"
     ideas = []
-    if f.preview.budget <= 0:
-        every = math.ceil(f.preview.every * e.value / budget - 1e-9)
+    if f.preview.budget <= 0 and math.isfinite(e.value):
+        every = math.ceil(min(f.preview.every * e.value / budget - 1e-9, 10_000.0))  # settings' MAX_EVERY
         if every > f.preview.every:
             ideas.append(f"every about {every} (its cost over the previews it makes)")
     down = DECODERS[f.preview.decoder].cheaper if f.preview.decoder in DECODERS else None  # type: ignore[index]
@@ -167,8 +181,8 @@ def advise(found: Sequence[Finding], budget: float = DEFAULT_BUDGET_PCT, current
     if drifted:
         lines.append(f"  below zero beyond noise: {', '.join(drifted)}: previews cannot make a run faster, so the "
                      f"machine drifted between the runs; measure again on a quieter machine")
-    pick = best(measured, budget)
-    if pick is not None and cur is not None and pick.name == cur.name:
+    pick = best(measured, budget, current)
+    if cur is not None and under(cur, budget) and (pick is None or pick.name == cur.name or cur.preview.budget > 0):
         lines.append(f"  keep: {cur.name} ({said(cur.overhead, more)}), its interval's top under {budget:g} %")
         return Advice(budget, current, True, None, "", None, drifted, tuple(lines))
     if pick is not None:
@@ -179,7 +193,8 @@ def advise(found: Sequence[Finding], budget: float = DEFAULT_BUDGET_PCT, current
     # nothing fits: the lowest-cost configuration measured, at whatever level, said with its level
     costs = [f for f in measured if f.preview.budget <= 0 and f.overhead and not f.overhead.below_zero]
     if not costs:
-        lines.append(f"  nothing measured fits {budget:g} %: no fixed-interval configuration has a figure")
+        lines.append(f"  nothing measured fits {budget:g} %: no fixed-interval configuration has a figure above "
+                     f"zero (the autopilot picks its own intervals; one below zero is the machine's drift)")
         return Advice(budget, current, False, None, "", None, drifted, tuple(lines))
     low = min(costs, key=lambda f: f.overhead.value if f.overhead else math.inf)
     lines.append(f"  nothing measured fits {budget:g} % at the 95 % level: the cheapest measured, {low.name}, costs "

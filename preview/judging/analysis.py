@@ -73,16 +73,27 @@ def cost_key(meta: RunMeta) -> tuple[Any, ...]:
     return tuple(getattr(meta, k) for k in COST_FIELDS)
 
 
+# a wall time outside this range is no measurement of a diffusion run (a hand-edited or damaged meta.json): it
+# would make an overhead of 1e300 % or a division by zero, so such a run is left out of the figures
+PLAUSIBLE_WALL_S = (1e-4, 1e7)
+
+
 def entry(record: RunRecord, status: str, changed: bool = False, damaged: bool = False) -> Entry:
     """A finished run of the server's or a watch's, with its role: no previews from start to end, a baseline;
-    the first run after the model loaded, a warm-up. It is steady when it ran whole (done or stopped, not
-    damaged, some steps) with one configuration throughout (a live change makes it two)."""
+    the first run after the model loaded, a warm-up. It is steady when it ran whole (done, not damaged, every
+    step it was asked, a plausible wall time) with one configuration throughout (a live change makes it two). A
+    stopped run is left out: its wall is part of a run, and a pair compares whole runs."""
     p, t = record.meta.preview, record.totals
     name = name_of(p, record.meta.num_frames)
     role: Role = "warmup" if t.first_run else "baseline" if name == "none" and t.previews == 0 else "config"
+    lo, hi = PLAUSIBLE_WALL_S
     why = ("the first run after the model loaded (a warm-up)" if t.first_run else
-           "damaged" if damaged else f"it ended {status}" if status not in ("done", "stopped") else
-           "no step ran" if t.steps_run <= 0 or t.wall_s <= 0 else
+           "damaged" if damaged else
+           f"stopped at step {t.steps_run} of {record.meta.steps}: part of a run, not comparable with a whole one"
+           if status == "stopped" or t.status == "stopped" else
+           f"it ended {status}" if status != "done" else
+           "no step ran" if t.steps_run <= 0 else
+           f"its wall time, {t.wall_s!r} s, is no measurement" if not lo <= t.wall_s <= hi else
            "its settings changed during the run" if changed else "")
     return Entry(name, role, not why, record, why)
 

@@ -8,7 +8,7 @@ previews' on-path share, which overlap mode hides and a loaded machine inflates.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Sequence
 
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, REMEDY, analyze, rank
 from previewlab.preview.judging.analysis import cost_key, entry, name_of
@@ -66,11 +66,14 @@ def watch_more(n: int) -> str:
     return f"{n} more pairs of calls (previews off, then on) for the 95 % level"
 
 
-def judged(records: Sequence[RunRecord], current: PreviewSettings, budget: float = DEFAULT_BUDGET_PCT) -> list[str]:
+def judged(records: Sequence[RunRecord], current: PreviewSettings, budget: float = DEFAULT_BUDGET_PCT,
+           changed: Collection[str] = ()) -> list[str]:
     """What a watch's calls of the latest call's settings support (advice.analyze over them, in the order they
-    ran), for the settings in use now; how to measure where no call without previews can be paired."""
+    ran, the ids in `changed` being calls whose settings changed live, as the server's figures read them), for
+    the settings in use now; how to measure where no call without previews can be paired."""
     last = records[-1]
-    like = [entry(r, r.totals.status) for r in records if cost_key(r.meta) == cost_key(last.meta)]
+    like = [entry(r, r.totals.status, changed=r.run_id in changed) for r in records
+            if cost_key(r.meta) == cost_key(last.meta)]
     in_use = name_of(current, last.meta.num_frames)
     a = analyze(like, budget, in_use, more=watch_more, remedies=WATCH_REMEDIES)
     if not any(f.overhead is not None for f in a.findings):

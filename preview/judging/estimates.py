@@ -145,11 +145,11 @@ def verdict(e: Estimate) -> str:
         return "one pair: noise unknown"
     if e.within_noise:
         return "within noise"
-    if e.below_zero:
-        return "below zero beyond noise: the machine drifted"
-    if e.level_pct < LEVEL_PCT:
-        return f"beyond noise at {e.level_pct:.0f} % only"
-    return "beyond noise"
+    short = f" at {e.level_pct:.0f} % only" if e.level_pct < LEVEL_PCT else ""
+    if e.below_zero:  # previews cannot make a run faster
+        return f"below zero beyond noise{short}: the machine drifted" if not short else \
+            f"below zero beyond noise{short}: the machine may have drifted"
+    return f"beyond noise{short}"
 
 
 def spread_pct(xs: Sequence[float]) -> float:
