@@ -8,6 +8,7 @@ is removed; a listing then costs one stat per run. The analysis of a run takes t
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, PAGE_REMEDIES, Analysis, analyze, said
+from previewlab.preview.decoding import decoders
 from previewlab.preview.judging.analysis import Entry, cost_key, entry, overhead_pct, paired
 from previewlab.preview.record.run import RunRecord
 
@@ -47,8 +49,10 @@ class Known:
 class Figures:
     """The data folder's ended runs as the analysis reads them, kept between requests (store: where they are)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, has_taesd: bool = True) -> None:
+        """has_taesd: the model has TAE weights, so the advice may name taesd as the cheaper decoder."""
         self.store = store
+        self.cheaper = functools.partial(decoders.cheaper, has_taesd=has_taesd)
         self._known: dict[str, Known] = {}
         self._lock = threading.Lock()  # the disk thread (listings) and the writer (a run's end) both read
 
@@ -103,7 +107,7 @@ class Figures:
         if me is None:
             return None
         current = me.name if me.role == "config" else None
-        a = analyze(group, budget, current, more=page_more, remedies=PAGE_REMEDIES)
+        a = analyze(group, budget, current, more=page_more, remedies=PAGE_REMEDIES, cheaper=self.cheaper)
         return finite({**a.to_json(), "group": group_of(me)})
 
     def of_runs(self, metas: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -123,7 +127,7 @@ class Figures:
             key = cost_key(me.record.meta)
             if key not in judged:
                 group = groups[key]
-                judged[key] = (analyze(group, more=page_more, remedies=PAGE_REMEDIES),
+                judged[key] = (analyze(group, more=page_more, remedies=PAGE_REMEDIES, cheaper=self.cheaper),
                                {r.record.run_id: (r, b) for ps in paired(group).values() for r, b in ps})
             a, pairs = judged[key]
             out.append({**m, "figures": finite(run_figures(me, a, pairs.get(me.record.run_id)))})
@@ -134,7 +138,8 @@ class Figures:
         me, group = self.like(rid)
         if me is None:
             return {}
-        a = analyze(group, budget, me.name if me.role == "config" else None, more=page_more, remedies=PAGE_REMEDIES)
+        a = analyze(group, budget, me.name if me.role == "config" else None, more=page_more, remedies=PAGE_REMEDIES,
+                    cheaper=self.cheaper)
         pair = next(((r, b) for ps in paired(group).values() for r, b in ps if r.record.run_id == rid), None)
         return finite({"figures": run_figures(me, a, pair), "analysis": {**a.to_json(), "group": group_of(me)}})
 

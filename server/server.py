@@ -61,7 +61,7 @@ class Server:
         self.disk = DiskReads()
         self.exports = Slots()  # CSV exports streaming at once (exports.py)
         self.metrics = Metrics(data_dir, model.device, keep=keep_runs)
-        self.figures = Figures(self.store)  # every figure the page shows (figures.py)
+        self.figures = Figures(self.store, has_taesd=model.taesd is not None)  # every figure the page shows
         self.relay = Relay(self.store, self.metrics, self.disk, limits, judge=self.figures.of_run)
         self.relay.on_done = self._measured
         self.series: Series | None = None  # the page's measure series, while one runs (measure.py)

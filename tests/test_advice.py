@@ -256,3 +256,19 @@ def test_a_figure_below_zero_short_of_95_percent_says_the_machine_may_have_drift
     }, [1.0])
     assert "-31.5 % [-40.0, -23.0] (50 %): below zero beyond noise at 50 % only: the machine may have drifted; " \
            "--repeats 4 more for the 95 % level" in lines[1]
+
+
+def test_what_would_fit_names_only_a_decoder_the_model_can_run():
+    # review of issue 43: the advice said "decoder taesd" on a server whose model has no TAE weights
+    from functools import partial
+
+    from previewlab.preview.decoding.decoders import cheaper
+    from previewlab.preview.judging.advice import analyze
+
+    pairs = []
+    for _ in range(6):
+        pairs += [("none", 1, 1.0), ("vae", 1, 1.9)]
+    runs = _runs(*pairs)
+    with_tae = analyze(runs, cheaper=partial(cheaper, has_taesd=True)).advice.lines[-1]
+    without = analyze(runs, cheaper=partial(cheaper, has_taesd=False)).advice.lines[-1]
+    assert with_tae.endswith("or decoder taesd") and without.endswith("or decoder latent2rgb"), (with_tae, without)

@@ -13,6 +13,7 @@ text encoders and VAE decoder, and one forward pre-hook on the UNet that removes
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +26,7 @@ from previewlab.preview.source import modular
 from previewlab.preview.call.call_marks import CallMarks
 from previewlab.preview.call.controls import Controls
 from previewlab.preview.record.csv_writer import to_csv_text
-from previewlab.preview.decoding.decoders import DecoderError, taesd_refusal
+from previewlab.preview.decoding.decoders import DecoderError, cheaper, taesd_refusal
 from previewlab.preview.judging.digest import digest, judged
 from previewlab.preview.call.final import save_image
 from previewlab.preview.call.meter import StepMeter
@@ -281,7 +282,9 @@ class Watch(PipelineCallback):
         rec = self.record
         if rec is None:
             return "no finished call yet"
-        return "\n".join(digest(rec, self.rows) + judged(self.records, self.controls.get(), budget, self.changed))
+        below = functools.partial(cheaper, has_taesd=self.model.taesd is not None)  # a TAE it lacks is skipped
+        return "\n".join(digest(rec, self.rows) + judged(self.records, self.controls.get(), budget, self.changed,
+                                                          below))
 
     @property
     def record(self) -> RunRecord | None:

@@ -141,7 +141,15 @@ def best(found: Sequence[Finding], budget: float, current: str | None = None) ->
     return min(fit, key=key) if fit else None
 
 
-def _would(f: Finding, budget: float, current: Finding | None) -> str:
+def registry_cheaper(decoder: str) -> str | None:
+    """The next decoder down the registry's chain, whatever the model has (a sweep's advice, which knows no
+    model); a server or a watch passes decoders.cheaper for its model, which skips a TAE it lacks."""
+    spec = DECODERS.get(decoder)  # type: ignore[call-overload]
+    return spec.cheaper if spec is not None else None
+
+
+def _would(f: Finding, budget: float, current: Finding | None,
+           cheaper: Callable[[str], str | None] = registry_cheaper) -> str:
     """What would bring the cheapest measured configuration under the budget: measuring it surely where its
     median already is, else a sparser interval or a cheaper decoder, if its cost scales with the previews."""
     e = f.overhead
@@ -153,7 +161,7 @@ def _would(f: Finding, budget: float, current: Finding | None) -> str:
         every = math.ceil(min(f.preview.every * e.value / budget - 1e-9, 10_000.0))  # settings' MAX_EVERY
         if every > f.preview.every:
             ideas.append(f"every about {every} (its cost over the previews it makes)")
-    down = DECODERS[f.preview.decoder].cheaper if f.preview.decoder in DECODERS else None  # type: ignore[index]
+    down = cheaper(f.preview.decoder)
     if down and not (current is not None and current.preview.decoder == down):
         ideas.append(f"decoder {down}")
     return ", or ".join(ideas) if ideas else "fewer previews"
@@ -161,7 +169,7 @@ def _would(f: Finding, budget: float, current: Finding | None) -> str:
 
 def advise(found: Sequence[Finding], budget: float = DEFAULT_BUDGET_PCT, current: str | None = None,
            noise: Noise | None = None, more: Callable[[int], str] = bench_more,
-           remedies: str | None = None) -> Advice:
+           remedies: str | None = None, cheaper: Callable[[str], str | None] = registry_cheaper) -> Advice:
     """The advice for these findings within `budget` percent; current: the configuration in use (the page's
     running or latest run, a watch's settings; None: a sweep, where nothing is in use); noise: the baselines'
     spread, named first when noisy; more: how this surface gets n more pairs; remedies: its NOISY line's."""
@@ -198,7 +206,7 @@ def advise(found: Sequence[Finding], budget: float = DEFAULT_BUDGET_PCT, current
         return Advice(budget, current, False, None, "", None, drifted, tuple(lines))
     low = min(costs, key=lambda f: f.overhead.value if f.overhead else math.inf)
     lines.append(f"  nothing measured fits {budget:g} % at the 95 % level: the cheapest measured, {low.name}, costs "
-                 f"{said(low.overhead, more)}; to stay under {budget:g} %: {_would(low, budget, cur)}")
+                 f"{said(low.overhead, more)}; to stay under {budget:g} %: {_would(low, budget, cur, cheaper)}")
     return Advice(budget, current, False, None, "", low.name, drifted, tuple(lines))
 
 
@@ -230,9 +238,10 @@ PAGE_REMEDIES = ("measure more baselines (the measure button), stop other jobs o
 
 def analyze(runs: Sequence[Measured], budget: float = DEFAULT_BUDGET_PCT, current: str | None = None,
             noise_limit: float = NOISE_LIMIT_PCT, more: Callable[[int], str] = bench_more,
-            remedies: str | None = None) -> Analysis:
-    """The one analysis: runs in the order they ran (analysis.py's pairing), judged within `budget`."""
+            remedies: str | None = None, cheaper: Callable[[str], str | None] = registry_cheaper) -> Analysis:
+    """The one analysis: runs in the order they ran (analysis.py's pairing), judged within `budget`; cheaper:
+    the next decoder down that the model can run (registry_cheaper: the registry's chain)."""
     found = tuple(findings(runs))
     noise = baseline_noise(runs, noise_limit)
-    return Analysis(found, noise, steady_baselines(runs), advise(found, budget, current, noise, more, remedies),
-                    more, remedies)
+    return Analysis(found, noise, steady_baselines(runs),
+                    advise(found, budget, current, noise, more, remedies, cheaper), more, remedies)

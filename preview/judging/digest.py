@@ -8,9 +8,9 @@ previews' on-path share, which overlap mode hides and a loaded machine inflates.
 """
 from __future__ import annotations
 
-from typing import Collection, Sequence
+from typing import Callable, Collection, Sequence
 
-from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, REMEDY, analyze, rank
+from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, REMEDY, analyze, rank, registry_cheaper
 from previewlab.preview.judging.analysis import cost_key, entry, name_of
 from previewlab.preview.judging.estimates import SAMPLES_FOR_LEVEL
 from previewlab.preview.record.records import PREVIEW_STAGES, StepRow
@@ -67,7 +67,7 @@ def watch_more(n: int) -> str:
 
 
 def judged(records: Sequence[RunRecord], current: PreviewSettings, budget: float = DEFAULT_BUDGET_PCT,
-           changed: Collection[str] = ()) -> list[str]:
+           changed: Collection[str] = (), cheaper: Callable[[str], str | None] = registry_cheaper) -> list[str]:
     """What a watch's calls of the latest call's settings support (advice.analyze over them, in the order they
     ran, the ids in `changed` being calls whose settings changed live, as the server's figures read them), for
     the settings in use now; how to measure where no call without previews can be paired."""
@@ -75,7 +75,7 @@ def judged(records: Sequence[RunRecord], current: PreviewSettings, budget: float
     like = [entry(r, r.totals.status, changed=r.run_id in changed) for r in records
             if cost_key(r.meta) == cost_key(last.meta)]
     in_use = name_of(current, last.meta.num_frames)
-    a = analyze(like, budget, in_use, more=watch_more, remedies=WATCH_REMEDIES)
+    a = analyze(like, budget, in_use, more=watch_more, remedies=WATCH_REMEDIES, cheaper=cheaper)
     if not any(f.overhead is not None for f in a.findings):
         return [f"overhead: unknown: no call of these settings without previews ran right before one with them. "
                 f"Alternate calls with previews off (watch.controls.set(decoder=\"none\")) and on, "
