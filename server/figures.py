@@ -160,7 +160,10 @@ def run_figures(e: Entry, a: Analysis, pair: tuple[Entry, Entry] | None) -> dict
         "steady": e.steady, "why": e.why, "config": e.name,
         "wall_s": t.wall_s, "wall_per_step": t.wall_s * 1e3 / steps, "denoise_per_step": t.denoise_ms / steps,
         "preview_on_path": t.on_path_ms, "on_path_share_pct": 100 * t.on_path_ms / t.denoise_ms if t.denoise_ms else 0.0,
-        "previews": t.previews, "kb_per_frame": t.bytes / t.previews / 1024 if t.previews else 0.0,
+        # a clip's preview sends several frames: KiB a frame is over the frames sent (a record from before
+        # frames_sent counts one a preview)
+        "previews": t.previews,
+        "kb_per_frame": t.bytes / (t.frames_sent or t.previews) / 1024 if t.previews else 0.0,
         "decode_ms": t.decode_ms, "encode_ms": t.encode_ms, "peak_mem_mb": peak, "busy_pct": t.busy_pct,
         "pair": None, "mem_over_mb": None, "finding": None, "noisy": bool(a.noise and a.noise.noisy)}
     if pair is not None:

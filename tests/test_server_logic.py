@@ -299,3 +299,20 @@ def test_a_measure_sent_while_the_run_before_waits_for_its_acks_is_not_ended_by_
         assert ("run", "measured") in kinds
         assert before["purpose"] == ""
         ws.send_text(json.dumps({"type": "stop"}))
+
+
+def test_a_clips_kib_per_frame_counts_every_frame_it_sent(make_app, tmp_path):
+    """`kb_per_frame` in a run's figures is per frame sent: a clip preview of 5 frames is 5 frames, not one."""
+    from previewlab.preview.record.run import RunEnd
+    from tests.conftest import make_run
+    from tests.test_surfaces import record
+    from dataclasses import replace
+
+    rec = record("20261205-120000-001", "latent2rgb", 1, 1.0)
+    rec = replace(rec, totals=replace(rec.totals, previews=10, frames_sent=50, bytes=50 * 1024))
+    data = tmp_path / "runs"
+    make_run(data, rec.run_id, meta=RunEnd(rec.meta, "done", rec.totals).to_json())
+    srv, app = make_app(data)
+    with TestClient(app) as client:
+        (listed,) = client.get("/runs").json()
+    assert listed["figures"]["kb_per_frame"] == 1.0  # 50 KiB over 50 frames, not over 10 previews
