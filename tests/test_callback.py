@@ -245,6 +245,6 @@ def test_a_watched_calls_state_is_explicit_from_its_first_forward_to_its_save(pi
         w.save(image, tmp_path / "out.png")
         assert w.state == "idle" and w.records[-1].totals.steps_run == 3
         with pytest.raises(RuntimeError, match="a call cannot go from idle to denoised"):
-            w._to("denoised")
+            w.call.last_step()  # the shared lifecycle (lifecycle.MeasuredCall) guards every change
     finally:
         w.remove()

@@ -1,13 +1,12 @@
-"""Where one measured call's phases passed, and the phases they make: the one record the three ways previewlab
-measures a call keep (the engine's classic runs, its Modular runs, a user's watched call), each filling in what
-it sees. Marks are the stopwatch's (device events on CUDA, host times otherwise); host times (t_*) are seconds on
+"""Where one measured call's phases passed, and the phases they make: the one record the measured call's
+lifecycle keeps (lifecycle.py), whichever adapter feeds it (the engine's classic runs, its Modular runs, a user's
+watched call). Marks are the stopwatch's (device events on CUDA, host times otherwise); host times (t_*) are seconds on
 the call's clock; None: not reached, and its phase is 0."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from previewlab.preview.record.run import RunMeta
 from previewlab.preview.timing.stopwatch import Stopwatch
 from previewlab.preview.record.totals import Phases
 
@@ -29,7 +28,6 @@ class CallMarks:
     write_ms: float = 0.0
     t_end: float | None = None       # the request's end
     peak: int = 0                    # overlap: the most previews in flight at once
-    meta: RunMeta | None = None      # a watch: set at the first step
 
     def phases(self, sw: Stopwatch) -> Phases:
         """The call's phases, once it has ended: from its start to the request's end, else to where the device

@@ -17,18 +17,18 @@ import functools
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Literal, Unpack
+from typing import Any, Callable, Unpack
 
 import numpy as np
 from diffusers.callbacks import PipelineCallback
 
 from previewlab.preview.source import modular
-from previewlab.preview.call.call_marks import CallMarks
 from previewlab.preview.call.controls import Controls
 from previewlab.preview.record.csv_writer import to_csv_text
 from previewlab.preview.decoding.decoders import DecoderError, cheaper, taesd_refusal
 from previewlab.preview.judging.digest import digest, judged
 from previewlab.preview.call.final import save_image
+from previewlab.preview.call.lifecycle import CallState, MeasuredCall
 from previewlab.preview.call.meter import StepMeter
 from previewlab.preview.call.phase_hooks import PhaseHooks
 from previewlab.preview.models.video_presets import clip_defaults
@@ -42,16 +42,9 @@ from previewlab.preview.source.sources import chunked, source_of
 from previewlab.preview.source.steps import CallbackSteps, Source, Step, StepTap
 from previewlab.preview.timing.stopwatch import Stopwatch
 from previewlab.preview.source.targets import X0Tap
-from previewlab.preview.record.totals import run_record
 from previewlab.preview.call.watch_settings import WatchKeywords, WatchSettings
 
 __all__ = ["CallState", "Watch", "WatchSettings", "call_inputs", "model_of"]
-# Where a watched call is: idle (none in progress), started (its text encoding or its denoiser's first forward
-# has run), denoising (its first step made the meter), denoised (its last step has run: its final decode, the
-# script's save() or the next call follow). A call closes back to idle from wherever it is.
-CallState = Literal["idle", "started", "denoising", "denoised"]
-MOVES = {("idle", "started"), ("idle", "denoising"), ("started", "denoising"), ("denoising", "denoised"),
-         ("denoised", "denoised"), ("idle", "idle"), ("started", "idle"), ("denoising", "idle"), ("denoised", "idle")}
 KeepFinal = Callable[[str, bytes], bool]  # (run id, PNG) -> whether the image is kept as that run's final one
 
 
@@ -90,9 +83,7 @@ class Watch(PipelineCallback):
         self.sw = Stopwatch(self.model.device, s.clock, backend=s.device)
         self.records: list[RunRecord] = []     # one per finished call
         self.changed: set[str] = set()         # the calls whose preview settings changed live (never one figure)
-        self.meter: StepMeter | None = None    # the call's steps: made at its first step, dropped when it closes
-        self._call = CallMarks()               # marks of the call in progress
-        self.state: CallState = "idle"         # where the call in progress is (CallState; _to guards each change)
+        self.call = MeasuredCall(self.model, self.sw)  # the call in progress: its state, marks and meter
         self._stop = threading.Event()
         self._latent_hw: tuple[int, int] | None = None  # LTX: the latent height and width of the call's clip
         # attach(): the live page (previewlab.serve(watch) attaches itself)
@@ -106,6 +97,16 @@ class Watch(PipelineCallback):
         """Tell `events` of this watch's runs too, from the denoising thread (None detaches); remove() calls
         `close`; save() hands `keep_final` the run's PNG (the server keeps it as the run's final image)."""
         self.events, self._close_events, self._keep_final = events, close, keep_final
+
+    @property
+    def state(self) -> CallState:
+        """Where the call in progress is (lifecycle.CallState)."""
+        return self.call.state
+
+    @property
+    def meter(self) -> StepMeter | None:
+        """The call's steps: made at its first step, dropped when it closes."""
+        return self.call.meter
 
     @property
     def running(self) -> bool:
@@ -124,50 +125,29 @@ class Watch(PipelineCallback):
         self._latent_hw = (h, w) if isinstance(h, int) and isinstance(w, int) else None
         self._unet_start()
 
-    def _to(self, new: CallState) -> None:
-        """Change the call's state; one it cannot reach from where it is raises, naming both (a bug here, never
-        the user's pipeline)."""
-        if (self.state, new) not in MOVES:
-            raise RuntimeError(f"watch: a call cannot go from {self.state} to {new}")
-        self.state = new
-
     def _unet_start(self) -> None:
         if self.state == "denoised":  # a call without text encoding (prompt_embeds given) follows another
             self._close_call()
-        c = self._call
-        if c.t0 is None:  # no text encoding in this call: the call's clock starts here
-            c.t0, c.denoise0 = self.sw.clock(), self.sw.mark()
-            self.sw.anchor(c.denoise0, c.t0)
-        if c.denoise0 is None:
-            c.denoise0 = self.sw.mark()
-        if self.state == "idle":
-            self._to("started")
+        self.call.denoiser_start()
         if not self.step_tap.installed:  # for this call only: the user's scheduler is left as it was after it
             self.step_tap.install()
 
     def _text_start(self) -> None:
         if self.state == "denoised":
             self._close_call()
-        c = self._call
-        if c.t0 is None:
-            c.t0, c.te0 = self.sw.clock(), self.sw.mark()
-            self.sw.anchor(c.te0, c.t0)  # only if the device is idle: the user's work may be queued
-        if self.state == "idle":
-            self._to("started")
+        self.call.text_start()
 
     def _text_end(self) -> None:
-        self._call.te1 = self.sw.mark()
+        self.call.text_end()
 
     # the pipeline's own final decode, never a preview's (the hooks leave out a VAE run inside a step)
     def _decode_start(self) -> None:
         if self.state == "denoising":
             self._end_denoise()  # a loop that ended before its last step (stopped, or fewer steps than planned)
-        if self.state == "denoised":
-            self._call.decode0 = self.sw.mark()
+        self.call.decode_start()
 
     def _decode_end(self) -> None:
-        if self.state == "denoised":
-            self._call.decode1, self._call.t_decoded = self.sw.mark(), self.sw.clock()
+        self.call.decode_end()
 
     # -- the steps, from whichever source ----------------------------------------------------------------------
     def callback_fn(self, pipeline: Any, step_index: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -183,9 +163,8 @@ class Watch(PipelineCallback):
         """The end of a step from the watch's source; True when the run should stop."""
         if step.index == 0 or self.state in ("idle", "started"):
             self._begin(step)
-        assert self.meter is not None
         with self.hooks.step():
-            stop = self.meter.step(step)
+            stop = self.call.step(step)
         if step.index + 1 >= (step.total or 10**9) or getattr(step.pipe, "_interrupt", False):
             self._end_denoise()
         return stop
@@ -200,17 +179,12 @@ class Watch(PipelineCallback):
         asked, timesteps = script_call(self.model, step, self.step_tap.sched, self.controls.get(), self.fps,
                                        self.settings.size, self._latent_hw)
         meta = RunMeta.of(self.model, rid, asked)
-        self.meter = StepMeter(self.model, rid, asked, self.controls, sw=self.sw, timesteps=timesteps,
-                               previewer=self.previewer, events=events, should_stop=self._stop.is_set,
-                               inflight=self.settings.inflight, tap=self.tap)
-        self._rows = self.meter.rows
-        c = self._call
-        self.meter.begin(c.denoise0)
-        c.meta = meta
-        if c.t0 is None:
-            c.t0 = self.sw.clock()
+        meter = StepMeter(self.model, rid, asked, self.controls, sw=self.sw, timesteps=timesteps,
+                          previewer=self.previewer, events=events, should_stop=self._stop.is_set,
+                          inflight=self.settings.inflight, tap=self.tap)
+        self._rows = meter.rows
+        self.call.begin(meta, meter)
         self._stop.clear()
-        self._to("denoising")
         if events is not None:
             events.started(meta)
 
@@ -224,11 +198,7 @@ class Watch(PipelineCallback):
     def _end_denoise(self) -> None:
         # Rows still waiting on the device or the encode thread are handed over when the call is closed or
         # `rows` is read: waiting for them here would add a device wait inside the user's loop.
-        c = self._call
-        c.t_denoised, c.denoised = self.sw.clock(), self.sw.mark()
-        self._to("denoised")
-        if self.meter is not None:
-            self.meter.denoised()
+        self.call.last_step()
         self.step_tap.remove()
         self.hooks.arm()
 
@@ -243,8 +213,7 @@ class Watch(PipelineCallback):
         t1 = self.sw.clock()
         Path(path).write_bytes(png)
         t2 = self.sw.clock()
-        c = self._call
-        c.final_encode_ms, c.write_ms, c.t_end = (t1 - t0) * 1e3, (t2 - t1) * 1e3, t2
+        self.call.request_end((t1 - t0) * 1e3, (t2 - t1) * 1e3, t2)
         self._close_call(png)
         return Path(path)
 
@@ -254,21 +223,14 @@ class Watch(PipelineCallback):
 
     def _close_call(self, png: bytes | None = None) -> RunRecord | None:
         """png: the call's final image as save() wrote it, kept where the run is shown before its end is told."""
-        c, meter = self._call, self.meter
-        self._call, self.meter = CallMarks(), None
-        self._to("idle")
-        if meter is None or c.meta is None:
+        closed = self.call.close()
+        if closed is None:
             return None
-        peak = meter.finish_previews()
-        meter.drain()
-        sw, meta = self.sw, c.meta
-        status = "done" if len(meter.rows) >= meta.steps else "stopped"
-        rec = run_record(self.model, meta, meter.rows, c.phases(sw), status=status, inflight_peak=peak, cuda=sw.cuda,
-                         usage=meter.usage(), timing=sw.timing)
+        meta, rec = closed.meta, closed.record
         self.records.append(rec)
         # after the record's clock stopped (t_end): keeping the image is not the user's request
         kept = png is not None and self._keep_final is not None and self._keep_final(meta.run_id, png)
-        end = RunEnd.of(meta, rec.totals, meter.rows, has_final=kept)
+        end = RunEnd.of(meta, rec.totals, closed.rows, has_final=kept)
         if end.changes:
             self.changed.add(meta.run_id)
         if self.events:

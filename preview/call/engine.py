@@ -11,7 +11,7 @@ import torch
 
 from previewlab.preview.call import modular_run
 from previewlab.preview.call.call_args import TaskError, clip_args, img2img_pipe, takes
-from previewlab.preview.call.call_marks import CallMarks
+from previewlab.preview.call.lifecycle import MeasuredCall
 from previewlab.preview.call.controls import Controls
 from previewlab.preview.call.final import FinalDecode, final_decoder, final_image, final_u8, save_image, write_whole
 from previewlab.preview.pipeline.frames import Frame, preview_size, to_uint8_hwc
@@ -88,7 +88,6 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
     compile_ms = _warm(prev, start, settings)
     final_decode = None if modular else final_decoder(model)  # its constants built before the clock starts
     prev.encoder(start.encoder)  # built before the clock starts
-    meta = RunMeta.of(model, ctx.run_id, replace(settings, preview=start))  # the record's: its start's settings
     # Timestep values come from a CPU copy of the schedule, so reading one never waits for the device.
     timesteps = cpu_schedule(pipe.scheduler, settings.steps)
     tap = X0Tap(pipe.scheduler)  # x0 for previews: references to what each step computed anyway
@@ -97,24 +96,22 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
                       inflight=ctx.inflight, ranges=ctx.ranges, tap=tap)
     # a pipeline without a step callback: the scheduler's step is the step source (steps.py)
     by_scheduler = not modular and source_of(pipe) == "scheduler"
-    step_tap = StepTap(pipe.scheduler, x0=tap, on_step=meter.step if by_scheduler else None, pipe=pipe)
-    sw, ranges, clock = meter.sw, meter.ranges, meter.sw.clock
-    status = "done"  # a failure raises; the caller records it
+    call = MeasuredCall(model, meter.sw)
+    step_tap = StepTap(pipe.scheduler, x0=tap, on_step=call.step if by_scheduler else None, pipe=pipe)
+    ranges, clock = meter.ranges, meter.sw.clock
+    meta = RunMeta.of(model, ctx.run_id, replace(settings, preview=start))  # the record's: its start's settings
 
     with torch.inference_mode():
         meter.start()  # the run's memory is read from here (on a CPU, earlier runs' freed pages go back first)
-        t_start = clock()
-        mark0 = sw.mark()
-        sw.anchor(mark0, t_start)  # the device is idle here: the previous run ended with a copy to the host
+        call.text_start()  # the device is idle here: the previous run ended with a copy to the host
         try:
             gen = torch.Generator("cpu").manual_seed(settings.seed)  # rebuilt for every run
             if modular:  # one call, as a user makes it: its phases marked by hooks (modular_run.py)
                 step_tap.install()
-                image, marks = _modular(ctx, gen, meter, t_start)
+                image = modular_run.call(model, settings, gen, call, meta, meter)
             else:
-                image, marks = _classic(ctx, pipe, gen, meter, step_tap, by_scheduler, final_decode)
-            marks.t0, marks.te0 = t_start, mark0
-            t_dec1 = marks.t_decoded
+                image = _classic(ctx, pipe, gen, call, meta, meter, step_tap, by_scheduler, final_decode)
+            t_dec1 = call.marks.t_decoded
             assert t_dec1 is not None
             ranges.begin("final_encode")
             png = save_image(image)
@@ -123,20 +120,15 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
             if ctx.image_path is not None:
                 write_whole(ctx.image_path, png)
             t_end = clock()
-            marks.final_encode_ms, marks.write_ms, marks.t_end = (t_enc1 - t_dec1) * 1e3, (t_end - t_enc1) * 1e3, t_end
-            if meter.ledger.count < meter.steps:  # the steps the pipeline runs
-                status = "stopped"
+            call.request_end((t_enc1 - t_dec1) * 1e3, (t_end - t_enc1) * 1e3, t_end)
         except BaseException:
-            meter.drain()  # every completed step still reaches events.row
+            call.abandon()  # every completed step still reaches events.row
             raise
         finally:
             step_tap.remove()
-        meter.drain()
-
-    record = run_record(model, meta, meter.rows, marks.phases(sw), status=status, first_run=ctx.first_run,
-                        inflight_peak=marks.peak, compiled=prev.compile, compile_ms=compile_ms, cuda=sw.cuda,
-                        usage=meter.usage(), timing=sw.timing)
-    return Run(record, meter.rows, image)
+        closed = call.close(first_run=ctx.first_run, compiled=prev.compile, compile_ms=compile_ms)
+    assert closed is not None
+    return Run(closed.record, closed.rows, image)
 
 
 def _check(ctx: RunContext) -> bool:
@@ -165,18 +157,18 @@ def _warm(prev: Previewer, start: PreviewSettings, settings: RunSettings) -> flo
     return compile_ms
 
 
-def _classic(ctx: RunContext, pipe: Any, gen: torch.Generator, meter: StepMeter, step_tap: StepTap,
-             by_scheduler: bool, final_decode: FinalDecode | None) -> tuple[np.ndarray, CallMarks]:
+def _classic(ctx: RunContext, pipe: Any, gen: torch.Generator, call: MeasuredCall, meta: RunMeta,
+             meter: StepMeter, step_tap: StepTap, by_scheduler: bool, final_decode: FinalDecode | None) -> np.ndarray:
     """A pipeline with encode_prompt and latent output: the prompt encoded ahead, the call denoising only, the
     final decode ours (previews in flight finish before it uses the VAE). The final image as uint8 (H, W, 3) on
-    the host, and where the phases passed (the caller marks the start, the encode and the write)."""
+    the host; the call's marks say where its phases passed (the caller marks the start, the encode and the
+    write)."""
     model, settings, sw, ranges = ctx.model, ctx.settings, meter.sw, meter.ranges
-    marks = CallMarks()
     ranges.begin("text_encode")
     embeds = encode_prompt(model, settings.prompt, settings.guidance, pipe)
     ranges.end("text_encode")
-    marks.te1 = marks.denoise0 = sw.mark()
-    meter.begin(marks.denoise0)
+    call.text_end(denoise_begins=True)
+    call.begin(meta, meter)
     step_tap.install()
     task: dict[str, Any] = {}
     if settings.init is not None:
@@ -185,20 +177,18 @@ def _classic(ctx: RunContext, pipe: Any, gen: torch.Generator, meter: StepMeter,
         task["num_images_per_prompt"] = settings.batch
     task.update(clip_args(model, settings))
     if not by_scheduler:
-        task.update(callback_on_step_end=step_callback(meter.step), callback_on_step_end_tensor_inputs=["latents"])
-    call = dict(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
+        task.update(callback_on_step_end=step_callback(call.step), callback_on_step_end_tensor_inputs=["latents"])
+    args = dict(num_inference_steps=settings.steps, width=settings.width, height=settings.height,
                 guidance_scale=settings.guidance, generator=gen,
                 output_type="pt" if model.space.pixel else "latent",  # IF's "pt": its raw [-1, 1] image
                 **task, **embeds)
-    out = pipe(**takes(pipe, call))
+    out = pipe(**takes(pipe, args))
     latents = out.frames if model.space.video else out.images  # a clip's final image: its first frame
     ranges.end("denoise")
-    marks.drain0 = sw.mark()
-    meter.denoised()
-    marks.peak = meter.finish_previews()  # previews in flight finish before the final decode uses the VAE
-    marks.decode0 = sw.mark()
+    call.drain_for_decode()  # previews in flight finish before the final decode uses the VAE
     ranges.begin("final_decode")
     u8 = final_u8(model, latents, settings.height, settings.width, final_decode)
+    marks = call.marks
     marks.decode1 = sw.mark()
     sw.wait(marks.decode1)  # the wait the copy below makes anyway, split off so the copy alone is timed
     t_copy = sw.clock()
@@ -206,19 +196,4 @@ def _classic(ctx: RunContext, pipe: Any, gen: torch.Generator, meter: StepMeter,
     ranges.end("final_decode")
     marks.t_decoded = sw.clock()
     marks.copy_ms = (marks.t_decoded - t_copy) * 1e3
-    return image, marks
-
-
-def _modular(ctx: RunContext, gen: torch.Generator, meter: StepMeter,
-             t_start: float) -> tuple[np.ndarray, CallMarks]:
-    """A Modular pipeline's one call, as a user makes it: its phases marked by hooks (modular_run.py); the
-    text encoding is everything before the denoiser's first forward."""
-    sw = meter.sw
-    image, marks = modular_run.call(ctx.model, ctx.settings, gen, meter)
-    marks.te1 = marks.denoise0
-    sw.wait(marks.decode1)  # passed already: the pipeline's own postprocess copied the image
-    device_end = sw.host_time(marks.decode1)
-    t_copy = max(marks.t_decoded or t_start, device_end if device_end is not None else t_start)
-    marks.t_decoded = sw.clock()  # the pipeline's postprocess and copy, after the decode
-    marks.copy_ms = (marks.t_decoded - t_copy) * 1e3
-    return image, marks
+    return image

@@ -15,42 +15,37 @@ import numpy as np
 import torch
 
 from previewlab.preview.source import modular
-from previewlab.preview.call.call_marks import CallMarks
+from previewlab.preview.call.lifecycle import MeasuredCall
 from previewlab.preview.pipeline.frames import grid, to_uint8_hwc
 from previewlab.preview.call.meter import StepMeter
 from previewlab.preview.models import Model
 from previewlab.preview.call.phase_hooks import PhaseHooks
+from previewlab.preview.record.run import RunMeta
 from previewlab.preview.settings import RunSettings
 from previewlab.preview.source.steps import Step, StepTap
 
 
-def call(model: Model, settings: RunSettings, gen: torch.Generator,
-         meter: StepMeter) -> tuple[np.ndarray, CallMarks]:
-    """Run the pipeline once and measure it: its image as uint8 (H, W, 3) on the host (a batch as one grid),
-    and where its phases passed (on the meter's stopwatch: denoise0, drain0, decode0, decode1 and t_decoded,
-    peak). The loop block and the hooks are removed whatever happens."""
-    pipe, marks, sw = model.pipe, CallMarks(), meter.sw
+def call(model: Model, settings: RunSettings, gen: torch.Generator, measured: MeasuredCall, meta: RunMeta,
+         meter: StepMeter) -> np.ndarray:
+    """Run the pipeline once and measure it: its image as uint8 (H, W, 3) on the host (a batch as one grid).
+    Where its phases passed goes to `measured`, which the caller started (its clock runs from the call's start,
+    the text encoding is everything before the denoiser's first forward). The loop block and the hooks are
+    removed whatever happens."""
+    pipe, sw, marks = model.pipe, meter.sw, measured.marks
 
     def on_step(step: Step) -> bool:
         with hooks.step():
-            return meter.step(step)
+            return measured.step(step)
 
     def first_forward(kwargs: dict[str, Any]) -> None:
-        marks.denoise0 = sw.mark()
-        meter.begin(marks.denoise0)
+        measured.denoiser_start()
+        measured.begin(meta, meter)
 
     def decode_start() -> None:
-        if marks.decode0 is None:
-            marks.drain0 = sw.mark()
-            meter.denoised()
-            marks.peak = meter.finish_previews()
-            marks.decode0 = sw.mark()
+        if measured.state == "denoising":
+            measured.drain_for_decode()
 
-    def decode_end() -> None:
-        if marks.decode1 is None:
-            marks.decode1, marks.t_decoded = sw.mark(), sw.clock()
-
-    hooks = PhaseHooks(pipe, first_forward=first_forward, decode_start=decode_start, decode_end=decode_end)
+    hooks = PhaseHooks(pipe, first_forward=first_forward, decode_start=decode_start, decode_end=measured.decode_end)
     block = modular.attach(pipe, on_step)
     # a loop per chunk (Helios): the scheduler's step, steps numbered across chunks
     tap = StepTap(pipe.scheduler, on_step=on_step, pipe=pipe, chunked=True) if block is None else None
@@ -69,7 +64,15 @@ def call(model: Model, settings: RunSettings, gen: torch.Generator,
         if block is not None:
             modular.detach(pipe, block)
         hooks.remove()
-    return _u8(out), marks
+    image = _u8(out)
+    marks.te1 = marks.denoise0
+    sw.wait(marks.decode1)  # passed already: the pipeline's own postprocess copied the image
+    device_end = sw.host_time(marks.decode1)
+    t_start = marks.t0 if marks.t0 is not None else sw.clock()
+    t_copy = max(marks.t_decoded or t_start, device_end if device_end is not None else t_start)
+    marks.t_decoded = sw.clock()  # the pipeline's postprocess and copy, after the decode
+    marks.copy_ms = (marks.t_decoded - t_copy) * 1e3
+    return image
 
 
 def _u8(images: Any) -> np.ndarray:
