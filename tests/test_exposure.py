@@ -60,16 +60,16 @@ def test_a_given_token_is_required_on_loopback_too(make_app):
         access_for("127.0.0.1", token="short")
 
 
-def test_the_token_cookie_is_named_for_its_servers_port(make_app):
-    """Item 5: every server's cookie was previewlab_token, sent to every app on localhost, and a second
-    token-mode server's overwrote the first's."""
+def test_the_session_cookie_is_named_for_its_servers_port(make_app):
+    """Item 5: every server's cookie had one name, and a second token-mode server's overwrote the first's."""
     srv, app = make_app(access=Access(hosts=("testserver",), token="token-of-8123"))
     with TestClient(app, base_url="http://testserver:8123") as client:
         r = client.get("/?token=token-of-8123")
-        assert r.status_code == 200 and r.headers["set-cookie"].startswith("previewlab_token_8123=token-of-8123;")
+        assert r.status_code == 200 and r.headers["set-cookie"].startswith("previewlab_session_8123=")
+        session = client.cookies["previewlab_session_8123"]
         assert client.get("/runs").status_code == 200  # its own cookie
         client.cookies.clear()
-        other = {"cookie": "previewlab_token_9000=token-of-8123; previewlab_token=token-of-8123"}
+        other = {"cookie": f"previewlab_session_9000={session}; previewlab_session={session}"}
         assert client.get("/runs", headers=other).status_code == 403  # another port's cookie is not its own
 
 
@@ -95,11 +95,13 @@ def test_another_apps_cookies_never_hide_the_token(make_app):
     was 403."""
     srv, app = make_app(access=Access(hosts=("testserver",), token="token-of-8123"))
     with TestClient(app, base_url="http://testserver:8123") as client:
+        session = client.get("/?token=token-of-8123").cookies["previewlab_session_8123"]
+        client.cookies.clear()
         for junk in ('x=a b', 'ajs_user={"id":1, "n":2}', 'q="open', 'h=\u00e9t\u00e9'):
-            header = f"{junk}; previewlab_token_8123=token-of-8123"
+            header = f"{junk}; previewlab_session_8123={session}"
             r = client.get("/runs", headers=[(b"cookie", header.encode("utf-8"))])
             assert r.status_code == 200, junk
-        assert client.get("/runs", headers={"cookie": "x=a b; previewlab_token_8123=wrong-token"}).status_code == 403
+        assert client.get("/runs", headers={"cookie": "x=a b; previewlab_session_8123=wrong"}).status_code == 403
 
 
 def test_one_address_cannot_hold_every_connection(make_app):
@@ -129,3 +131,85 @@ def test_one_address_cannot_hold_every_connection(make_app):
         finally:
             for s in idle:
                 s.close()
+
+
+def test_the_cookie_holds_a_session_never_the_token(make_app, tmp_path):
+    """Issue 45, item 13: cookies ignore ports, so every app on the host received previewlab_token_<port>=<the
+    token>. The URL's token is now exchanged for a session value this server start issued: the token never
+    travels in a cookie, a cookie holding the token opens nothing, and a restarted server knows no session."""
+    token = "token-of-8123"
+    srv, app = make_app(access=Access(hosts=("testserver",), token=token))
+    with TestClient(app, base_url="http://testserver:8123") as client:
+        r = client.get(f"/?token={token}")
+        cookie = r.headers["set-cookie"]
+        session = client.cookies["previewlab_session_8123"]
+        assert r.status_code == 200 and token not in cookie and len(session) >= 40
+        assert f"Max-Age={12 * 3600}" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert client.get("/runs").status_code == 200 and client.get("/static/app.js").status_code == 200
+        assert client.get("/").status_code == 200 and "set-cookie" not in client.get("/").headers  # no token: kept
+        client.cookies.clear()
+        for raw in (f"previewlab_session_8123={token}", f"previewlab_token_8123={token}", f"previewlab_token={token}"):
+            assert client.get("/runs", headers={"cookie": raw}).status_code == 403, raw
+        # the page loaded again with the token: a new session replaces the one its cookie held
+        again = client.get(f"/?token={token}", headers={"cookie": f"previewlab_session_8123={session}"})
+        assert again.status_code == 200 and again.cookies["previewlab_session_8123"] != session
+        assert client.get("/runs", headers={"cookie": f"previewlab_session_8123={session}"}).status_code == 403
+        fresh = again.cookies["previewlab_session_8123"]
+    _, restarted = make_app(tmp_path / "after-restart", access=Access(hosts=("testserver",), token=token))
+    with TestClient(restarted, base_url="http://testserver:8123") as client:
+        assert client.get("/runs", headers={"cookie": f"previewlab_session_8123={fresh}"}).status_code == 403
+        assert client.get(f"/runs?token={token}").status_code == 200
+
+
+def test_a_session_expires():
+    """Issue 45, item 13: a session opens the server for Sessions' life, then never again; the oldest go first
+    when too many are held."""
+    from previewlab.server.http.guard import Guard
+    from previewlab.server.http.sessions import SESSION_S, Sessions
+    from starlette.responses import PlainTextResponse
+
+    now = [1000.0]
+    guard = Guard(PlainTextResponse("ok"), hosts=["testserver"], token="the-token", clock=lambda: now[0])
+    client = TestClient(guard, base_url="http://testserver:8123")  # no lifespan: a bare response behind it
+    assert client.get("/?token=the-token").status_code == 200
+    now[0] += SESSION_S - 1
+    assert client.get("/runs").status_code == 200
+    now[0] += 1
+    assert client.get("/runs").status_code == 403
+    held = Sessions(clock=lambda: 0.0, most=3)
+    first, *rest = [held.issue() for _ in range(4)]
+    assert not held.valid(first) and all(held.valid(v) for v in rest)
+    assert not held.valid("") and not held.valid("x" * 43)
+
+
+@pytest.mark.slow
+def test_another_port_on_the_host_never_receives_the_token(make_app):
+    """Issue 45, item 13, as a browser's cookie jar does it: the page's cookie goes to an unrelated app on
+    another port of the same host. What that app receives is a session value, never the token, and it opens
+    nothing once the server restarts."""
+    import http.cookiejar
+
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from tests.conftest import live_server
+
+    received: list[str] = []
+
+    async def other_app(scope, receive, send):  # an unrelated app that records the cookies it is sent
+        if scope["type"] == "http":
+            received.append(Request(scope).headers.get("cookie", ""))
+        await PlainTextResponse("other")(scope, receive, send)
+
+    token = "token-never-in-a-cookie"
+    srv, app = make_app(access=Access(hosts=("127.0.0.1",), token=token))
+    jar = http.cookiejar.CookieJar()
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    with live_server(app) as ours, live_server(other_app) as theirs:
+        with browser.open(f"http://{ours}/?token={token}", timeout=10) as r:
+            assert r.status == 200
+        with browser.open(f"http://{ours}/runs", timeout=10) as r:  # the cookie alone opens the runs
+            assert r.status == 200
+        browser.open(f"http://{theirs}/", timeout=10).close()
+    port = ours.rsplit(":", 1)[1]
+    assert received and f"previewlab_session_{port}=" in received[0]  # the jar does send it to another port
+    assert token not in received[0]

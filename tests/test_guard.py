@@ -54,9 +54,9 @@ def test_token_is_required_when_set(make_app):
         assert client.get("/").status_code == 403
         assert client.get("/?token=wrong").status_code == 403
         r = client.get("/?token=s3cret-token")
-        assert r.status_code == 200 and "previewlab_token_80=s3cret-token" in r.headers["set-cookie"]
+        assert r.status_code == 200 and r.headers["set-cookie"].startswith("previewlab_session_80=")
         assert "HttpOnly" in r.headers["set-cookie"] and "SameSite=Strict" in r.headers["set-cookie"]
-        # the cookie now carries the token for static files, runs and the socket
+        # the cookie now carries a session for static files, runs and the socket
         assert client.get("/static/app.js").status_code == 200
         assert client.get("/runs").status_code == 200
         with client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:

@@ -1,6 +1,10 @@
 """Who may talk to the server: a Host allowlist (DNS rebinding), a same-origin check on the WebSocket
 (cross-site WebSocket hijacking), and a token when bound beyond loopback. One ASGI middleware, before routing.
 
+The token travels only in the URL (`?token=`). The page's load exchanges it for a session cookie (sessions.py):
+cookies go to every port of the host, so the cookie holds a value that expires and that a restart forgets,
+never the token.
+
 Refusals: HTTP 400 for a bad Host, 403 for a bad Origin or token; a WebSocket is refused before accept (uvicorn
 answers the handshake with 403). Refusals are logged with a short, truncated quote of what was sent, at most
 one line per status every 5 s (a flood of refusals must not become a flood of log lines).
@@ -18,11 +22,12 @@ from urllib.parse import parse_qs, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from previewlab.server.http.sessions import SESSION_S, Sessions
 from previewlab.server.limits import WS_BURST, WS_PER_S, RateLimit, short
 
 log = logging.getLogger("previewlab.server")
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-COOKIE = "previewlab_token"
+COOKIE = "previewlab_session"
 
 
 def split_host(value: str) -> tuple[str, int | None] | None:
@@ -72,8 +77,8 @@ class Access:
 
 
 def cookie_name(scope: Scope) -> str:
-    """The token's cookie, named for the server's port: cookies are per host, not per port, so one name would
-    go to every app on localhost, and a second server's token would overwrite the first's."""
+    """The session's cookie, named for the server's port: cookies are per host, not per port, so a second
+    server's session would overwrite the first's under one name."""
     server = scope.get("server") or (None, None)
     return f"{COOKIE}_{server[1]}" if isinstance(server[1], int) else COOKIE
 
@@ -114,6 +119,7 @@ class Guard:
         self.app = app
         self.hosts = {h.lower().strip("[]") for h in hosts} | set(LOOPBACK_NAMES)
         self.token = token
+        self.sessions = Sessions(clock)  # in memory: a restarted server knows none of its predecessor's
         self.ws_burst, self.ws_per_s, self.clock = ws_burst, ws_per_s, clock
         self._buckets: dict[str, RateLimit] = {}  # address -> its handshake bucket
         self._logged: dict[int, float] = {}  # status -> when a refusal with it was last logged
@@ -130,15 +136,18 @@ class Guard:
     def _headers(self, scope: Scope) -> Mapping[str, str]:
         return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
+    def _query_token(self, scope: Scope) -> str:
+        return parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
+
     def _token_ok(self, scope: Scope, headers: Mapping[str, str]) -> bool:
+        """The token in the URL, or a session this server issued in the cookie (never the token itself)."""
         if self.token is None:
             return True
-        given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
-        if not given and "cookie" in headers:
-            given = cookie_value(headers["cookie"], cookie_name(scope))
+        given = self._query_token(scope)
+        if not given:
+            return self.sessions.valid(cookie_value(headers.get("cookie", ""), cookie_name(scope)))
         # compare_digest takes str only when both are ASCII (a TypeError otherwise): compare UTF-8 bytes
-        return bool(given) and hmac.compare_digest(given.encode("utf-8", "replace"),
-                                                   self.token.encode("utf-8", "replace"))
+        return hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode("utf-8", "replace"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -168,14 +177,19 @@ class Guard:
             return await self._refuse(scope, receive, send, 403, f"cross-site request for {short(scope.get('path'), 40)}")
         if not self._token_ok(scope, headers):
             return await self._refuse(scope, receive, send, 403, "missing or wrong token")
-        if self.token is not None and scope["type"] == "http" and scope.get("path") == "/":
-            return await self.app(scope, receive, self._set_cookie(send, cookie_name(scope)))
+        if (self.token is not None and scope["type"] == "http" and scope.get("path") == "/"
+                and self._query_token(scope)):
+            # the page loaded with the token: a session for its static files, runs and socket
+            name = cookie_name(scope)
+            old = cookie_value(headers.get("cookie", ""), name)
+            return await self.app(scope, receive, self._set_cookie(send, name, self.sessions.issue(replacing=old)))
         await self.app(scope, receive, send)
 
-    def _set_cookie(self, send: Send, name: str) -> Send:
+    def _set_cookie(self, send: Send, name: str, session: str) -> Send:
+        cookie = f"{name}={session}; Path=/; Max-Age={SESSION_S}; HttpOnly; SameSite=Strict"
+
         async def wrapped(message: Any) -> None:
             if message["type"] == "http.response.start":
-                cookie = f"{name}={self.token}; Path=/; HttpOnly; SameSite=Strict"
                 message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie.encode())]}
             await send(message)
         return wrapped
