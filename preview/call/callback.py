@@ -44,8 +44,12 @@ from previewlab.preview.timing.stopwatch import Stopwatch
 from previewlab.preview.source.targets import X0Tap
 from previewlab.preview.call.watch_settings import WatchKeywords, WatchSettings
 
-__all__ = ["CallState", "Watch", "WatchSettings", "call_inputs", "model_of"]
+__all__ = ["CallState", "Watch", "WatchError", "WatchSettings", "call_inputs", "model_of"]
 KeepFinal = Callable[[str, bytes], bool]  # (run id, PNG) -> whether the image is kept as that run's final one
+
+
+class WatchError(RuntimeError):
+    """A watch asked to measure what it cannot: another pipeline's call, or a second call at once."""
 
 
 class Watch(PipelineCallback):
@@ -85,6 +89,7 @@ class Watch(PipelineCallback):
         self.changed: set[str] = set()         # the calls whose preview settings changed live (never one figure)
         self.call = MeasuredCall(self.model, self.sw)  # the call in progress: its state, marks and meter
         self._stop = threading.Event()
+        self._thread: int | None = None        # the thread whose call is in progress (one call at a time)
         self._latent_hw: tuple[int, int] | None = None  # LTX: the latent height and width of the call's clip
         # attach(): the live page (previewlab.serve(watch) attaches itself)
         self.events: RunEvents | None = None
@@ -116,7 +121,30 @@ class Watch(PipelineCallback):
     # -- the call's phases, from hooks on the user's own modules (phase_hooks.py) -----------------------------
     def _hook(self) -> None:
         self.hooks = PhaseHooks(self.pipe, first_forward=self._first_forward, decode_start=self._decode_start,
-                                decode_end=self._decode_end, text_start=self._text_start, text_end=self._text_end)
+                                decode_end=self._decode_end, text_start=self._text_start, text_end=self._text_end,
+                                on_error=self._raised)
+
+    def _started_here(self) -> bool:
+        """A call has started on this thread and not reached its first step."""
+        return self.state == "started" and threading.get_ident() == self._thread
+
+    def _enter(self) -> None:
+        """Where a call may begin (its text encoding, its denoiser's first forward, its first step): one call at a
+        time. A call left part-way by the same thread (an exception or a Ctrl-C the hooks did not see) ends here
+        as failed, and this call starts clean; another thread's call while one is running is refused in one line
+        (its pipeline call raises): the two would share one set of marks and one scheduler."""
+        me = threading.get_ident()
+        if self.state in ("started", "denoising") and self._thread is not None and me != self._thread:
+            raise WatchError("watch: a call is already running on another thread; one watch measures one call at "
+                             "a time: make a pipeline and a watch per thread")
+        if self.state == "denoising":
+            self._fail("the call ended before its last step, without an error the watch could see (a Ctrl-C, "
+                       "or an exception outside the denoiser): its next call began")
+        if self.state == "denoised":
+            self._close_call()
+        if self.state == "started":  # a call that never reached a step: its marks go, it has no record
+            self._fail("")
+        self._thread = me
 
     def _first_forward(self, kwargs: dict[str, Any]) -> None:
         """The denoiser's first forward of a call. LTXPipeline calls its transformer with the clip's latent
@@ -126,15 +154,15 @@ class Watch(PipelineCallback):
         self._unet_start()
 
     def _unet_start(self) -> None:
-        if self.state == "denoised":  # a call without text encoding (prompt_embeds given) follows another
-            self._close_call()
+        if not self._started_here():  # a call without text encoding (prompt_embeds given)
+            self._enter()
         self.call.denoiser_start()
         if not self.step_tap.installed:  # for this call only: the user's scheduler is left as it was after it
             self.step_tap.install()
 
     def _text_start(self) -> None:
-        if self.state == "denoised":
-            self._close_call()
+        if not self._started_here() or self.call.marks.denoise0 is not None:  # not a call's second text encoder
+            self._enter()
         self.call.text_start()
 
     def _text_end(self) -> None:
@@ -153,6 +181,9 @@ class Watch(PipelineCallback):
     def callback_fn(self, pipeline: Any, step_index: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
         """diffusers' step callback: the step source when the watch's source is `callback` (a watch fed by
         another source passed as the callback too sees each step once, from its own source)."""
+        if pipeline is not self.pipe:
+            raise WatchError(f"watch: this watch measures its own {type(self.pipe).__name__} ({self.model.family}); "
+                             f"it was passed to a {type(pipeline).__name__}: make a watch for each pipeline")
         if self.source == "callback":
             step = self._callback_steps.step(pipeline, step_index, timestep, callback_kwargs["latents"])
             if step is not None and self._on_step(step):
@@ -161,8 +192,8 @@ class Watch(PipelineCallback):
 
     def _on_step(self, step: Step) -> bool:
         """The end of a step from the watch's source; True when the run should stop."""
-        if step.index == 0 or self.state in ("idle", "started"):
-            self._begin(step)
+        if step.index == 0 or self.state in ("idle", "started") or threading.get_ident() != self._thread:
+            self._begin(step)  # (another thread's step is refused there)
         with self.hooks.step():
             stop = self.call.step(step)
         if step.index + 1 >= (step.total or 10**9) or getattr(step.pipe, "_interrupt", False):
@@ -170,8 +201,8 @@ class Watch(PipelineCallback):
         return stop
 
     def _begin(self, step: Step) -> None:
-        if self.state in ("denoising", "denoised"):  # step 1 of the next call: the one before ends here
-            self._close_call()
+        if not self._started_here():  # step 1 of a call whose start no hook saw: the one before ends here
+            self._enter()
         # the store's id where a server shows the run (serve(watch)), else the same scheme within the process
         new_id = getattr(self.events, "new_id", None)
         self.run_id = new_id() if callable(new_id) else PROCESS_IDS.new()
@@ -217,6 +248,21 @@ class Watch(PipelineCallback):
         self._close_call(png)
         return Path(path)
 
+    def _raised(self, e: BaseException) -> None:
+        """The pipeline's text encoder or denoiser raised: the call ends now, failed with that error."""
+        if self.state in ("started", "denoising") and threading.get_ident() == self._thread:
+            self._fail(e)  # another thread's call, refused by _enter, leaves this one alone
+
+    def _fail(self, e: BaseException | str) -> None:
+        """End the call in progress as failed: its rows so far are handed over, its end says why, the scheduler
+        is unwrapped and the denoiser's first-forward hook set again, so the next call starts clean."""
+        meta = self.call.fail()
+        self.step_tap.remove()
+        self.hooks.arm()
+        self._thread = None
+        if meta is not None and self.events is not None:
+            self.events.ended(RunEnd.failed(meta, e))
+
     def finish(self) -> RunRecord | None:
         """Close the latest call's record without saving an image (save() does this for you)."""
         return self._close_call()
@@ -224,6 +270,7 @@ class Watch(PipelineCallback):
     def _close_call(self, png: bytes | None = None) -> RunRecord | None:
         """png: the call's final image as save() wrote it, kept where the run is shown before its end is told."""
         closed = self.call.close()
+        self._thread = None
         if closed is None:
             return None
         meta, rec = closed.meta, closed.record

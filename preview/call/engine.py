@@ -122,7 +122,7 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
             t_end = clock()
             call.request_end((t_enc1 - t_dec1) * 1e3, (t_end - t_enc1) * 1e3, t_end)
         except BaseException:
-            call.abandon()  # every completed step still reaches events.row
+            call.fail()  # every completed step still reaches events.row; the caller records the failure
             raise
         finally:
             step_tap.remove()

@@ -154,10 +154,13 @@ class MeasuredCall:
                             usage=meter.usage(), timing=sw.timing)
         return Closed(meta, record, meter.rows)
 
-    def abandon(self) -> None:
-        """A call that raised: every completed step still reaches the meter's events; no record is made."""
-        meter = self.meter
+    def fail(self) -> RunMeta | None:
+        """A call that raised, or was left part-way: every completed step still reaches the meter's events (the
+        wait is after the call), no record is made, and the next call starts from idle. Its meta, None when it
+        never reached a step."""
+        meter, meta = self.meter, self.meta
         self.marks, self.meter, self.meta = CallMarks(), None, None
         self.state = "idle"
         if meter is not None:
             meter.drain()
+        return meta

@@ -7,10 +7,15 @@ No hook changes what a module computes: each only calls back. The denoiser's hoo
 call (arm() sets it again for the next call), so the steps pay for no hook. A VAE decode inside a step (a sync
 preview with the full VAE) is a preview, never the final decode: the step source runs each step inside step().
 The final decode is the one on the thread that made the call (the thread of the denoiser's first forward).
+
+With on_error, a forward hook that torch runs even when the forward raises (always_call) on the text encoders and
+the denoiser hands on the exception that leaves them: a call that fails ends at once. Torch runs it for an
+Exception only; a Ctrl-C (KeyboardInterrupt) is seen where the next call begins, or at the script's exit.
 """
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from typing import Any, Callable, Iterator
 
@@ -18,15 +23,18 @@ from previewlab.preview.models import denoiser
 from previewlab.preview.models.families import vae_of
 
 Call = Callable[[], None]
+OnError = Callable[[BaseException], None]
 TEXT_ENCODERS = ("text_encoder", "text_encoder_2", "text_encoder_3")
 
 
 class PhaseHooks:
     """Installed on construction, until remove(). first_forward is handed the forward's keyword arguments
-    (LTX passes the clip's latent height and width there); text_*: None installs no text encoder hooks."""
+    (LTX passes the clip's latent height and width there); text_*: None installs no text encoder hooks; on_error:
+    None, nothing watches for a forward that raises."""
 
     def __init__(self, pipe: Any, *, first_forward: Callable[[dict[str, Any]], None], decode_start: Call,
-                 decode_end: Call, text_start: Call | None = None, text_end: Call | None = None) -> None:
+                 decode_end: Call, text_start: Call | None = None, text_end: Call | None = None,
+                 on_error: OnError | None = None) -> None:
         self.pipe = pipe
         self.first_forward, self.decode_start, self.decode_end = first_forward, decode_start, decode_end
         self.stepping = False         # a step is running: a VAE decode now is a preview's
@@ -39,6 +47,11 @@ class PhaseHooks:
                 if te is not None:
                     self._hooks.append(te.register_forward_pre_hook(lambda *a: text_start()))
                     self._hooks.append(te.register_forward_hook(lambda *a: text_end()))
+        if on_error is not None:
+            watched = [getattr(pipe, name, None) for name in TEXT_ENCODERS] + [denoiser(pipe)]
+            for module in watched:
+                if module is not None:
+                    self._hooks.append(module.register_forward_hook(_raised(on_error), always_call=True))
         vae = vae_of(pipe)
         if vae is not None:  # pixel space has no final decode
             self._hooks.append(vae.decoder.register_forward_pre_hook(lambda *a: self._final(self.decode_start)))
@@ -76,3 +89,13 @@ class PhaseHooks:
         if self._first is not None:
             self._first.remove()
             self._first = None
+
+
+def _raised(on_error: OnError) -> Callable[..., None]:
+    """A forward hook for always_call: torch calls it with no result while the forward's exception is being
+    handled (a module's forward never returns None otherwise); it returns nothing, so no output changes."""
+    def hook(module: Any, args: Any, result: Any) -> None:
+        exc = sys.exc_info()[1]
+        if result is None and exc is not None:
+            on_error(exc)
+    return hook

@@ -180,8 +180,9 @@ class RunEnd:
                    changes=history(rows, p.budget, p.preview_max), has_final=has_final)
 
     @classmethod
-    def failed(cls, meta: RunMeta, e: BaseException) -> RunEnd:
-        return cls(meta, "failed", error=f"{type(e).__name__}: {str(e)[:200]}")
+    def failed(cls, meta: RunMeta, e: BaseException | str) -> RunEnd:
+        """A failed run's end: its exception's type and message, or a line saying why."""
+        return cls(meta, "failed", error=e[:300] if isinstance(e, str) else f"{type(e).__name__}: {str(e)[:200]}")
 
     def to_json(self) -> dict[str, Any]:
         """The run's meta, status, changes and has_final, then totals and error (each only when the run has one)."""
