@@ -5,13 +5,17 @@ import argparse
 import contextlib
 import logging
 import signal
+import socket
 import sys
 from pathlib import Path
-from typing import Callable, Iterator, NoReturn, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
 
 from previewlab.preview.settings import MAX_SIDE, MIN_SIDE
 
 from previewlab.server.limits import DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS
+
+if TYPE_CHECKING:
+    from previewlab.server.http.guard import Access
 
 
 class Parser(argparse.ArgumentParser):
@@ -92,20 +96,19 @@ def parser() -> Parser:
     return p
 
 
-def port_taken(host: str, port: int) -> str:
-    """Why host:port cannot be bound ("" when it can), asked before the model loads and the URL is printed."""
-    import socket
-
-    if port == 0:
-        return ""
+def listener(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before the model loads: a port in use is said at once and before any URL is
+    printed, the port is held while the model loads, and port 0's real port is known for the URL. uvicorn
+    listens on it. Raises OSError."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a closed socket's TIME_WAIT is no owner
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            return e.strerror or str(e)
-    return ""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a closed socket's TIME_WAIT is no owner
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 @contextlib.contextmanager
@@ -152,20 +155,29 @@ def serve(args: argparse.Namespace) -> int:
     if args.max_pixel_steps < 0 or args.keep_runs < 0:
         print("previewlab serve: --max-pixel-steps and --keep-runs take 0 (no limit) or a positive number", file=sys.stderr)
         return 2
-    from previewlab.server.http.exposure import ExposureError, access_for, page_url
+    from previewlab.server.http.exposure import ExposureError, access_for
 
     try:  # a token, once given, is always required, on loopback too (a local reverse proxy forwards anyone)
         access = access_for(args.host, allow_remote=args.allow_remote, token=args.token, allow_hosts=args.allow_host)
     except ExposureError as e:
         print(f"previewlab serve: {e}", file=sys.stderr)
         return 2
-    token = access.token
-    taken = port_taken(args.host, args.port)
-    if taken:
-        print(f"previewlab serve: --host {args.host} --port {args.port}: {taken.lower()}; another server may hold it: "
-              "pick another with --port (0: a free one)", file=sys.stderr)
+    try:
+        sock = listener(args.host, args.port)
+    except OSError as e:
+        print(f"previewlab serve: --host {args.host} --port {args.port}: {(e.strerror or str(e)).lower()}; another "
+              "server may hold it: pick another with --port (0: a free one)", file=sys.stderr)
         return 2
+    with sock:  # uvicorn listens on it; every way out closes it
+        return serve_on(sock, args, access)
+
+
+def serve_on(sock: socket.socket, args: argparse.Namespace, access: Access) -> int:
+    """The model loaded, the Server built and uvicorn run on the bound socket `sock`; 2 when one cannot be."""
     from previewlab.server.data.owner import InUse, in_use
+    from previewlab.server.http.exposure import page_url
+
+    token = access.token
 
     owned = in_use(args.data_dir)
     if owned:  # asked before the model loads; the Server takes the lock itself
@@ -182,8 +194,6 @@ def serve(args: argparse.Namespace) -> int:
     except ModelError as e:
         print(f"previewlab serve: {e}", file=sys.stderr)
         return 2
-    import socket
-
     import uvicorn
 
     from previewlab.server.app import build_app
@@ -206,7 +216,7 @@ def serve(args: argparse.Namespace) -> int:
     app = build_app(server)
     label = (" (SYNTHETIC model: random weights, real costs, noise pictures)" if model.synthetic
              else f" ({model.note})" if model.note else "")
-    url, note = page_url(args.host, args.port, token, args.allow_host)
+    url, note = page_url(args.host, sock.getsockname()[1], token, args.allow_host)  # --port 0: the one bound
     if token and not is_loopback(args.host):
         print(f"WARNING: listening on {args.host}, beyond loopback; the page needs the token in its URL", flush=True)
     print(f"previewlab: {model.name}{label} on {model.device}; open {url}; latent space {model.space.describe()}",
@@ -263,7 +273,7 @@ def serve(args: argparse.Namespace) -> int:
 
     # after a signal uvicorn raises it again once it has shut down, so an abandoned model thread (graceful) is not
     # waited for at exit
-    Graceful(uvicorn_config(app, args.host, args.port, args.max_clients)).run()
+    Graceful(uvicorn_config(app, args.host, sock.getsockname()[1], args.max_clients)).run(sockets=[sock])
     return 0
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from previewlab import cli
-from tests.conftest import previewlab, previewlab_here
+from tests.conftest import previewlab, previewlab_here, wait_until
 
 
 def one_line(p, needle: str) -> None:
@@ -220,3 +220,32 @@ def test_the_preview_memory_bench_refuses_a_missing_latents_file(tmp_path, capsy
     assert e.value.code == 2 and capsys.readouterr().err == (
         f"python -m previewlab.bench.preview_memory: --latents {tmp_path / 'none.pth'}: no such file; give a clip's "
         "latents (B, C, T, h, w), or --what image\n")
+
+
+@pytest.mark.slow
+def test_port_0_prints_the_port_it_listens_on(tmp_path):
+    """Issue 45, item 14: `--port 0` printed open http://127.0.0.1:0/, which no browser opens, and never the
+    port the system picked. The URL printed now names the bound port, and the page answers there."""
+    import re
+    import urllib.request
+
+    p = subprocess.Popen([sys.executable, "-m", "previewlab", "serve", "--model", "synthetic:tiny", "--port", "0",
+                          "--data-dir", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline()  # the model's line: it says where to open the page
+        found = re.search(r"open (http://127\.0\.0\.1:(\d+)/);", line)
+        assert found and int(found[2]) > 0, line
+
+        def page() -> bytes:  # the URL is printed just before uvicorn starts listening on it
+            try:
+                with urllib.request.urlopen(found[1], timeout=5) as r:
+                    return r.read()
+            except OSError:
+                return b""
+
+        wait_until(lambda: b"previewlab" in page(), 60, f"the page at {found[1]}")
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
