@@ -22,13 +22,27 @@ def valid(name: str) -> bool:
     return True
 
 
+LAST_ID = "99991231-235959-999"  # the id space's end: nothing comes after it
+ROOM_BEFORE = "99990101-000000-000"  # an id before this leaves a year of seconds (3e10 ids) after it
+
+
+class NoIdLeft(OSError):
+    """No run id sorts after the newest one: the data folder's runs cannot be named, and a start is refused as
+    one whose folder cannot be written is (an OSError: the server's one line, the socket kept)."""
+
+
 def roomy(rid: str) -> bool:
-    """An id that has ids after it (all but the year 9999's last second's last)."""
-    return valid(rid) and rid < "99991231-235959-999"
+    """An id that may carry the order: one dated before the year 9999. A folder dated in the year 9999 is
+    hand-placed or a clock gone wild, and ids after it would run out (99991231-235959-998 left one)."""
+    return valid(rid) and rid < ROOM_BEFORE
 
 
 def after(rid: str) -> str:
-    """The id right after `rid`: the next sequence number, or the next second's first."""
+    """The id right after `rid`: the next sequence number, or the next second's first. Raises NoIdLeft after
+    LAST_ID."""
+    if rid >= LAST_ID:
+        raise NoIdLeft(f"no run id is left after {rid} (ids are UTC YYYYMMDD-HHMMSS-NNN and sort after the newest "
+                       "run); set the clock right")
     stamp, seq = rid.rsplit("-", 1)
     if int(seq) < 999:
         return f"{stamp}-{int(seq) + 1:03d}"
@@ -40,10 +54,11 @@ class RunIds:
     """Hands out ids in order, from any thread. last: the newest id already in use (a data folder's)."""
 
     def __init__(self, last: str = "") -> None:
-        self._last = last if roomy(last) else ""  # a hand-placed 99991231-235959-999 is no order to keep
+        self._last = last if roomy(last) else ""  # a folder dated in the year 9999 is no order to keep
         self._lock = threading.Lock()
 
     def new(self) -> str:
+        """The next id. Raises NoIdLeft only where the clock itself reads the last second of the year 9999."""
         with self._lock:
             rid = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-000"
             if rid <= self._last:
