@@ -1,5 +1,5 @@
 # Each target creates .venv and installs what it needs on first use: serve the product alone, bench its
-# plotting extra too, test and typecheck the test tools.
+# plotting extra too, test, quick and typecheck the test tools.
 PY := .venv/bin/python
 RUN_STAMP := .venv/.installed-run
 BENCH_STAMP := .venv/.installed-bench
@@ -7,8 +7,11 @@ TEST_STAMP := .venv/.installed-test
 # How packages go in: pip, as a user installs them. .ci/run sets it to uv's installer (the same packages, from
 # the same wheels, in seconds instead of a minute and a half).
 PIP_INSTALL ?= $(PY) -m pip install -q
+# make serve PORT=8001: where the page listens (0: a free one, printed). Set on the command line only: an
+# environment's PORT (a hosting platform's) is not taken
+PORT = 8000
 
-.PHONY: test bench serve typecheck clean
+.PHONY: test quick bench serve typecheck clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -32,11 +35,15 @@ test: $(TEST_STAMP) typecheck
 	# a worker per core (pytest-xdist), a test file to each: a file's fixtures are built once
 	$(PY) -m pytest -q -n auto --dist loadfile --durations=25 tests  # the slowest 25 named: CI aims at 10 minutes
 
+# the quick loop: leaves out real uvicorn, Chromium, training, whole sweeps and other tests of several seconds
+quick: $(TEST_STAMP)
+	$(PY) -m pytest -q -n auto -m "not slow" tests
+
 bench: $(BENCH_STAMP)
 	$(PY) -m previewlab bench --model synthetic:small --out runs/bench
 
 serve: $(RUN_STAMP)
-	$(PY) -m previewlab serve --model demo
+	$(PY) -m previewlab serve --model demo --port $(PORT)
 
 clean:  # never runs/: it is the user's measurement history
 	rm -rf .venv .mypy_cache .pytest_cache

@@ -210,3 +210,34 @@ def test_a_checkout_without_symbolic_links_imports_and_serves_the_page(tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == [str(tmp_path / "preview" / "call" / "engine.py"), str(tmp_path / "server" / "app.py"),
                                   str(tmp_path / "bench" / "cli.py"), str(tmp_path / "web")]
+
+
+def test_the_readme_states_the_torch_range_that_is_tested():
+    """Issue 45, item 17: `pip install .` on a CPU machine pulled PyPI's CUDA torch (5.8 GB), and pyproject
+    claimed torch>=2.4, which nothing ran (the code calls torch.accelerator's memory counters, 2.9's). The
+    README says how to install the CPU or the CUDA build first and states the range pyproject declares; the
+    range starts at the oldest torch something here runs or is made for, and holds every one of them."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    import torch
+
+    (declared,) = [Requirement(d) for d in PYPROJECT["project"]["dependencies"] if Requirement(d).name == "torch"]
+    readme = (ROOT / "README.md").read_text()
+    stated = re.findall(r"previewlab takes `(torch[^`]*)`", readme)
+    assert stated == [str(declared)], f"README states {stated}, pyproject declares {declared}"
+    assert re.search(r"pip install torch==\S+ --index-url https://download\.pytorch\.org/whl/cpu", readme)
+    assert re.search(r"pip install torch==\S+ --index-url https://download\.pytorch\.org/whl/cu\d+", readme)
+    # what runs: the installed torch, the pins of the Makefile, CI's wheel check, the GPU dry run and the
+    # README's install commands, and the GPU machine's torch that the GPU check is made for
+    pinned = {f"{path}: {v}": Version(v) for path in ("Makefile", ".ci/wheel_check", "bench/gpu/gpu_dryrun_bare.sh",
+                                                     "README.md")
+              for v in re.findall(r"torch==([\d.]+)", (ROOT / path).read_text())}
+    gpu = re.search(r"pinned to torch ([\d.]+) like the GPU machine's", (ROOT / "bench/gpu/gpu_wheels.sh").read_text())
+    assert gpu and {k.split(":")[0] for k in pinned} == {"Makefile", ".ci/wheel_check", "bench/gpu/gpu_dryrun_bare.sh",
+                                                          "README.md"}
+    runs = {**pinned, "the GPU machine": Version(gpu[1]), "installed": Version(torch.__version__.split("+")[0])}
+    outside = [k for k, v in runs.items() if v not in declared.specifier]
+    assert outside == [], f"{declared} leaves out torch that runs here: {outside}"
+    floors = [Version(s.version) for s in declared.specifier if s.operator == ">="]
+    assert floors == [min(runs.values())], f"{declared} should start at {min(runs.values())}, the oldest that runs"
