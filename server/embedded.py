@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,11 @@ from previewlab.server.worker import Busy
 
 log = logging.getLogger("previewlab.server")
 LOOP_WAIT_S = 5.0  # keep_final's wait for the loop to have made the run's folder (it takes milliseconds)
+STOP_WAIT_S = 30.0  # close() during a call: the wait for the call's loop to stop at its next step
+
+
+class ServeError(RuntimeError):
+    """serve(watch) asked of a watch a page already serves."""
 
 
 class WatchSource:
@@ -69,8 +75,10 @@ class Embedded:
     waits. The server is the RunEvents on the loop."""
 
     def __init__(self, server: Server, uv: Any, thread: threading.Thread, loop: asyncio.AbstractEventLoop,
-                 url: str) -> None:
-        self.server, self.uv, self.thread, self.loop, self.url = server, uv, thread, loop, url
+                 url: str, watch: Any) -> None:
+        self.server, self.uv, self.thread, self.loop, self.url, self.watch = server, uv, thread, loop, url, watch
+        self.closed = False
+        self._closing = threading.Lock()
 
     def new_id(self) -> str:
         """The watch's next run id, from the store that keeps its runs (one scheme, ordered, never one it holds)."""
@@ -118,9 +126,43 @@ class Embedded:
         return True
 
     def close(self) -> None:
+        """Stop the page: a call in progress is stopped at its next step and its run ended on disk (stopped, with
+        its totals); the watch is detached (its later calls tell nobody and queue nothing); every write is on
+        disk and the folder is free when this returns. Idempotent."""
+        with self._closing:
+            if self.closed:
+                return
+            self.closed = True
+        w = self.watch
+        if w.events is self:
+            self._end_call(w)
+            w.attach(None)
         self.uv.should_exit = True
         self.thread.join(30)
         self.server.store.close()
+
+    def _end_call(self, w: Any) -> None:
+        """The watch's call in progress ends while the page can still write it: one still denoising is stopped
+        (from another thread: the call's own thread cannot wait for itself), then closed."""
+        if w.state == "denoising" and threading.get_ident() != w.call_thread:
+            w.request_stop()
+            deadline = time.monotonic() + STOP_WAIT_S
+            while w.state == "denoising" and time.monotonic() < deadline:
+                time.sleep(0.01)
+        if w.state == "denoised":
+            w.finish()
+
+    def at_exit(self) -> None:
+        """The script's end (a threading atexit, before the interpreter stops its writer threads): a call the
+        script left open ends, failed if it never finished its loop (an exception or a Ctrl-C: named), and the
+        page closes, so a finished call is on disk, whole, however the script ends."""
+        w = self.watch
+        if self.closed or w.events is not self:
+            return
+        if w.state in ("started", "denoising"):
+            why = getattr(sys, "last_value", None)
+            w.end_failed(f"the script ended during the call ({type(why).__name__ if why is not None else 'exit'})")
+        self.close()
 
 
 def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: str | Path = Path("runs"),
@@ -136,6 +178,10 @@ def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: st
     from previewlab.server.http.guard import is_loopback
     from previewlab.server.http.http11 import uvicorn_config
 
+    served = watch.events
+    if isinstance(served, Embedded) and not served.closed:
+        raise ServeError(f"serve(watch): this watch is already served at {served.url}; close that page first "
+                         "(its close(), or watch.remove())")
     access = access_for(host, allow_remote=allow_remote, token=token, allow_hosts=allow_hosts, cli=False)
     server = Server(watch.model, Path(data_dir), access=access, source=WatchSource(watch))
     config = uvicorn_config(build_app(server), host, port, server.max_clients)
@@ -161,6 +207,9 @@ def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: st
         print(f"WARNING: previewlab listening on {host}, beyond loopback; the page needs the token in its URL",
               flush=True)
     print(f"previewlab: watching {watch.model.name}; open {url}" + (f" ({note})" if note else ""), flush=True)
-    embedded = Embedded(server, uv, t, holder["loop"], url)
+    embedded = Embedded(server, uv, t, holder["loop"], url, watch)
     watch.attach(embedded, close=embedded.close, keep_final=embedded.keep_final)
+    # before the interpreter's own exit work stops the writer thread (concurrent.futures registers there too,
+    # earlier, and these run last-registered first); the one hook Python offers at that point
+    threading._register_atexit(embedded.at_exit)  # type: ignore[attr-defined]
     return embedded

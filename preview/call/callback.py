@@ -263,6 +263,16 @@ class Watch(PipelineCallback):
         if meta is not None and self.events is not None:
             self.events.ended(RunEnd.failed(meta, e))
 
+    @property
+    def call_thread(self) -> int | None:
+        """The thread whose call is in progress (None: none)."""
+        return self._thread
+
+    def end_failed(self, why: str) -> None:
+        """End a call left part-way as failed, saying why (the page's exit hook: a script that ended mid-call)."""
+        if self.state in ("started", "denoising"):
+            self._fail(why)
+
     def finish(self) -> RunRecord | None:
         """Close the latest call's record without saving an image (save() does this for you)."""
         return self._close_call()
