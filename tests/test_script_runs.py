@@ -188,7 +188,7 @@ def test_closing_the_page_detaches_it_and_a_call_it_interrupts_is_stopped_and_wr
         assert meta["status"] == "stopped" and meta["totals"]["steps_run"] == rec.totals.steps_run
         call(pipe, w, steps=3)
         w.finish()
-        assert len(page.loop._ready) == 0  # nothing handed to the stopped server's loop
+        assert len(page.loop._ready) == 0  # type: ignore[attr-defined]  # nothing handed to the stopped loop
         with pytest.raises(OSError):
             urllib.request.urlopen(page.url + "runs", timeout=5)
     finally:
