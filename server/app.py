@@ -151,8 +151,13 @@ def build_app(server: Server) -> ASGIApp:
                                      "ran it and did not call watch.save()", status_code=404)
         return FileResponse(image, media_type="image/png", headers={"Cache-Control": "no-cache"})
 
+    icon = WEB / "favicon.svg"
+    has_icon = icon.is_file()  # once: an install without it answers 404, never a 500 and a traceback per page load
+
     async def favicon(request: Request) -> Response:
-        return FileResponse(WEB / "favicon.svg", media_type="image/svg+xml")
+        if not has_icon:
+            return PlainTextResponse("no favicon.svg: the page's files are incomplete\n", status_code=404)
+        return FileResponse(icon, media_type="image/svg+xml")
 
     async def metrics(request: Request) -> Response:
         server.metrics.clients.set(len(server.hub.clients))

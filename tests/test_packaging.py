@@ -27,15 +27,31 @@ Version = tuple[int, int]
 def test_the_wheel_serves_the_page_from_any_folder(tmp_path):
     """Issue 20, item 1: the wheel held preview, bench and server but not web/, so an installed server stopped at
     start-up ("Directory .../site-packages/web does not exist")."""
-    shutil.rmtree(ROOT / "build", ignore_errors=True)  # setuptools' scratch: a stale copy must not reach the wheel
+    # from the working tree less what git ignores, as a fresh clone builds it: the checkout's own build/ and
+    # *.egg-info/ (the SOURCES.txt of an earlier build) put in files that package-data leaves out
+    src = tmp_path / "clone"
+    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, check=True).stdout
+    for name in tracked.decode().split("\0")[:-1]:
+        origin, copy = ROOT / name, src / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if origin.is_symlink():  # previewlab/preview -> ../preview: the links stay links
+            copy.symlink_to(origin.readlink())
+        elif origin.is_file():  # a file deleted in the working tree but not yet in the index is left out
+            shutil.copyfile(origin, copy)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", ".", "--no-deps", "--no-build-isolation",
-                    "-w", str(tmp_path)], cwd=ROOT, check=True, capture_output=True)
+                    "-w", str(tmp_path)], cwd=src, check=True, capture_output=True)
     wheel = next(tmp_path.glob("previewlab-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     for shipped in ("web/index.html", "web/app.js", "web/style.css", "web/vendor/uPlot.iife.min.js",
                     "preview/models/demo_model/model_index.json",
                     "preview/models/single_file_configs/v1/model_index.json"):
         assert f"previewlab/{shipped}" in names, shipped
+    # issue 45, item 15: the wheel left out web/favicon.svg (package-data listed html, js and css) and the
+    # installed server answered /favicon.ico with a 500. Every file of the page travels, whatever its kind
+    page = subprocess.run(["git", "ls-files", "web"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    missing = [f for f in page.split() if f"previewlab/{f}" not in names]
+    assert "web/favicon.svg" in page.split() and missing == [], missing
     # issue 20, item 3: one import name; nothing claims server, bench or preview in site-packages
     assert {n.split("/")[0] for n in names if not n.startswith("previewlab-")} == {"previewlab"}
     site = tmp_path / "site"
@@ -45,6 +61,18 @@ def test_the_wheel_serves_the_page_from_any_folder(tmp_path):
                          cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == [str(site / "previewlab" / "server" / "app.py"), str(site / "previewlab" / "web")]
+    # the installed server answers the browser's icon request with the icon
+    ask = ("from starlette.testclient import TestClient\n"
+           "from previewlab.preview.models import load\n"
+           "from previewlab.server.app import Server, build_app\n"
+           "from previewlab.server.http.guard import Access\n"
+           "srv = Server(load('synthetic:tiny', device='cpu'), 'runs', access=Access(hosts=('testserver',)))\n"
+           "with TestClient(build_app(srv)) as c:\n"
+           "    r = c.get('/favicon.ico')\n"
+           "    print(r.status_code, r.headers['content-type'], r.content[:4])\n")
+    icon = subprocess.run([sys.executable, "-c", ask], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    assert icon.stdout.split() == ["200", "image/svg+xml", "b'<svg'"], icon.stderr[-2000:]
 
 
 def test_one_console_command_lists_and_runs_its_subcommands():

@@ -213,6 +213,24 @@ def test_the_favicon_is_served_and_the_page_links_it(make_app):
         assert 'rel="icon" href="/static/favicon.svg"' in client.get("/").text
 
 
+def test_a_page_without_its_icon_answers_404_not_500(make_app, tmp_path, monkeypatch):
+    """Issue 45, item 15: an installed wheel without web/favicon.svg answered /favicon.ico with a 500 and a
+    60-line traceback in the terminal on every page load."""
+    import shutil
+
+    import previewlab.server.app as app_module
+
+    web = tmp_path / "web"
+    shutil.copytree(app_module.WEB, web)
+    (web / "favicon.svg").unlink()
+    monkeypatch.setattr(app_module, "WEB", web)
+    srv, app = make_app()
+    with TestClient(app, raise_server_exceptions=False) as client:
+        res = client.get("/favicon.ico")
+        assert res.status_code == 404 and res.text == "no favicon.svg: the page's files are incomplete\n"
+        assert client.get("/").status_code == 200
+
+
 def test_hello_offers_the_running_runs_live_settings(make_app):
     """A page that connects mid-run shows the preview settings the run has now, not the server's defaults."""
     srv, app = make_app()
