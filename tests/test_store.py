@@ -156,21 +156,14 @@ def test_export_carries_guidance_from_the_run(tmp_path):
     assert list(rows[0]) == list(EXPORT_COLUMNS) and {float(r["guidance"]) for r in rows} == {1.0}
 
 
-def test_an_unchanged_run_is_parsed_once_for_any_number_of_exports(tmp_path, monkeypatch):
+def test_an_unchanged_run_is_parsed_once_for_any_number_of_exports(tmp_path):
     make_run(tmp_path, GOOD)
     store = Store(tmp_path)
-    parsed: list[str] = []
-    real = store.rows
-    def counted(rid: str) -> Any:
-        parsed.append(rid)
-        return real(rid)
-
-    monkeypatch.setattr(store, "rows", counted)
     first = store.csv(store.ids())
-    assert store.csv(store.ids()) == first and parsed == [GOOD]
+    assert store.csv(store.ids()) == first and store.parses == 1 and store.exports.hits == 1
     with open(tmp_path / GOOD / "steps.csv", "a") as f:  # a run still writing: its next export sees the row
         f.write(",".join(GOOD if c == "run_id" else "3" if c == "step" else "" for c in STEP_COLUMNS) + "\n")
-    assert len(export(store)) == 3 and parsed == [GOOD, GOOD]
+    assert len(export(store)) == 3 and store.parses == 2
 
 
 PROMPT = 'a cat, "Tom"\non a mat'  # a comma, a quote and a newline: one cell all the same

@@ -8,6 +8,7 @@ import errno
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -16,9 +17,23 @@ from previewlab.server.data.no_follow import open_no_follow
 log = logging.getLogger("previewlab.server")
 MAX_META_BYTES = 1 << 20  # a meta.json is about 2 KB; anything near this is not one
 # a run has a row per step (the server allows 1000, a script's call rarely more) and a delivery per frame and
-# watcher: files beyond these were not written by previewlab, and are read no further than this
-MAX_STEP_ROWS, MAX_DELIVERY_ROWS = 20_000, 200_000
+# watcher (32 watchers of a 16-frame clip preview: 512 a step). The store writes no more than these and reads
+# no more (RowLimits): a longer file was not written by previewlab. Deliveries are read a row at a time, kept
+# only as each step's first ack and drop count, so their limit bounds the time a read takes, not its memory.
+MAX_STEP_ROWS, MAX_DELIVERY_ROWS = 20_000, 2_000_000
 MAX_IMAGE_BYTES = 1 << 30      # a run's final image read back (an img2img start's input)
+
+
+@dataclass(frozen=True)
+class RowLimits:
+    """The most rows a run's CSVs hold: what the store writes, it reads back (a 20,001-step call was written,
+    then read as damaged)."""
+    steps: int = MAX_STEP_ROWS
+    deliveries: int = MAX_DELIVERY_ROWS
+
+    def of(self, name: str) -> int:
+        """name: steps.csv or deliveries.csv."""
+        return self.steps if name == "steps.csv" else self.deliveries
 
 
 class Damaged(Exception):
@@ -122,31 +137,37 @@ def _no_constant(name: str) -> Any:
 
 
 def read_csv(path: Path, columns: tuple[str, ...], limit: int) -> list[dict[str, Any]]:
-    """Complete rows of one of a run's CSVs. Raises Damaged for a file that is not UTF-8, a header that is
-    torn or not ours, or a cell the csv module refuses (over its 128 KiB field limit, a NUL byte)."""
+    """Complete rows of one of a run's CSVs (csv_rows), as a list."""
+    return list(csv_rows(path, columns, limit))
+
+
+def csv_rows(path: Path, columns: tuple[str, ...], limit: int) -> Iterator[dict[str, Any]]:
+    """Complete rows of one of a run's CSVs, one at a time. Raises Damaged for a file that is not UTF-8, a header
+    that is torn or not ours, a cell the csv module refuses (over its 128 KiB field limit, a NUL byte) or more
+    than `limit` rows."""
     if path.is_symlink():
         raise Damaged(path, "a link, not a file: never followed out of the data folder")
     if not path.is_file():
-        return []
+        return
     reader = None
     try:
         with open_own(path, "r", newline="", encoding="utf-8") as f:
             reader = csv.DictReader(lines(f, path))
             header = reader.fieldnames
             if header is None:
-                return []  # an empty file: the run ended before its first row
+                return  # an empty file: the run ended before its first row
             unknown = [h for h in header if h not in columns]
             if unknown or "step" not in header:
                 raise Damaged(path, f"torn or foreign header (unexpected column {unknown[0][:40]!r})" if unknown
                               else "torn header (no step column)")
             # a kill can leave the last line half-written: keep only complete rows
-            rows = []
+            n = 0
             for r in reader:
                 if None not in r.values() and None not in r:
-                    rows.append(r)
-                    if len(rows) > limit:  # read no further: a hand-placed file must not fill memory
+                    n += 1
+                    if n > limit:  # read no further: a hand-placed file must not take the disk thread for long
                         raise Damaged(path, f"over {limit} rows: not a file previewlab wrote")
-            return rows
+                    yield r
     except UnicodeDecodeError:
         raise Damaged(path, "not UTF-8") from None
     except csv.Error as e:

@@ -22,8 +22,10 @@ cannot be made must not start.
 
 A full disk loses no kept run: a run folder appears whole (renamed into place) or not at all; a run whose rows
 could not all be written ends `failed`, and an end that cannot be written is kept in memory, listed, and written
-again later; retention counts only whole runs and never removes the newest. Run ids are UTC plus a sequence and
-always sort after the newest folder, whatever the clock does.
+again later; retention counts only whole runs and never removes the newest. The store writes no more rows to a
+run's files than its reader reads back (run_files.RowLimits): a run that would pass them keeps its rows and ends
+`failed`, saying so. Run ids are UTC plus a sequence and always sort after the newest folder (one dated in the
+year 9999 aside: run_ids.roomy), whatever the clock does.
 """
 from __future__ import annotations
 
@@ -45,13 +47,13 @@ from previewlab.preview.record.run_ids import RUN_ID, RunIds, roomy
 from previewlab.server.limits import DEFAULT_KEEP_RUNS
 from previewlab.server.data.owner import FolderLock
 from previewlab.server.data.retention import WHOLE, Retention
-from previewlab.server.data.run_files import MAX_LINE_CHARS, MAX_STEP_ROWS, Damaged, OnceLog
+from previewlab.server.data.run_files import MAX_DELIVERY_ROWS, MAX_LINE_CHARS, MAX_STEP_ROWS, Damaged, OnceLog
 from previewlab.server.data.run_files import write_json as _write_json  # a name tests replace to fill the disk at one write
 from previewlab.server.data.store_reader import (DELIVERY_COLUMNS, EXPORT_CHUNK, EXPORT_COLUMNS, LIST_COLUMNS, DeliveryRow, RunReader,
                            export_header, inert, status_of)
 
 __all__ = ["Store", "Damaged", "RUN_ID", "DELIVERY_COLUMNS", "EXPORT_CHUNK", "EXPORT_COLUMNS", "LIST_COLUMNS", "MAX_LINE_CHARS",
-           "MAX_STEP_ROWS", "WHOLE", "export_header", "inert"]
+           "MAX_STEP_ROWS", "MAX_DELIVERY_ROWS", "WHOLE", "export_header", "inert"]
 TMP_PREFIX = ".new-"  # a run folder being made; never matches RUN_ID, so no listing sees it
 
 
@@ -68,6 +70,7 @@ class Store(RunReader):
         self._steps: dict[str, CsvAppender] = {}
         self._deliveries: dict[str, CsvAppender] = {}
         self._lost: dict[str, str] = {}      # open run -> its first write that failed (the run will end failed)
+        self._written: collections.Counter[tuple[str, str]] = collections.Counter()  # (run, file) -> rows
         self._closed: collections.deque[str] = collections.deque(maxlen=4)  # runs that late acks may still reach
         self._lock = threading.Lock()        # ids and pending ends: begin runs on the loop, finish on the writer
         self.retention = Retention(keep_runs, self._pending, self._steps, self._log)
@@ -143,16 +146,30 @@ class Store(RunReader):
 
     def step(self, row: StepRow) -> None:
         w = self._steps.get(row.run_id)
-        if w:
+        if w and self._room(row.run_id, "steps.csv"):
             self._run_write(row.run_id, "steps.csv", w.append, [row])
+
+    def _room(self, rid: str, name: str, open_run: bool = True) -> bool:
+        """Room for a row in the run's file: the store writes no more rows than it reads back (self.limits);
+        past them an open run ends failed, saying so, and keeps the rows it has."""
+        limit = self.limits.of(name)
+        if self._written[rid, name] >= limit:
+            if open_run:
+                self._lost.setdefault(rid, f"{name} keeps at most {limit} rows, as many as previewlab reads back")
+            self._log.warn(f"full {rid}/{name}", f"{rid}/{name} holds {limit} rows, the most previewlab reads "
+                           "back: later rows are not recorded")
+            return False
+        self._written[rid, name] += 1
+        return True
 
     def delivery(self, rid: str, **fields: Any) -> None:
         """A delivery of an open run goes to its appender; one that comes after the run's end (the browser acks
         the last frame as `done` goes out) is appended to the closed run's file, so the export joins it."""
         w = self._deliveries.get(rid)
         if w:
-            self._run_write(rid, "deliveries.csv", w.append, [DeliveryRow(rid, **fields)])
-        elif rid in self._closed and self.known(rid):  # a run that just ended: retention never removes it
+            if self._room(rid, "deliveries.csv"):
+                self._run_write(rid, "deliveries.csv", w.append, [DeliveryRow(rid, **fields)])
+        elif rid in self._closed and self.known(rid) and self._room(rid, "deliveries.csv", open_run=False):
             def late() -> None:
                 late_w = CsvAppender(self.root / rid / "deliveries.csv", DELIVERY_COLUMNS, fsync=False)
                 try:
@@ -192,6 +209,8 @@ class Store(RunReader):
 
     def close_run(self, rid: str) -> None:
         self._closed.append(rid)
+        for key in [k for k in self._written if k[0] not in self._closed and k[0] not in self._steps]:
+            del self._written[key]  # late acks reach only the last few runs
         for d in (self._steps, self._deliveries):
             w = d.pop(rid, None)
             if w:

@@ -12,11 +12,10 @@ import io
 import json
 import os
 import stat
-import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, TypeVar, get_args
+from typing import Any, Callable, Iterable, Iterator, Literal, TypeVar, get_args
 
 from previewlab.preview.record.csv_writer import as_csv_row
 from previewlab.preview.record.records import STEP_COLUMNS, TOTALS_COLUMNS, StepRow, from_cells
@@ -24,8 +23,10 @@ from previewlab.preview.record.run import RunMeta
 from previewlab.preview.record.run_ids import valid
 from previewlab.preview.settings import PreviewSettings
 
-from previewlab.server.data.run_files import (MAX_DELIVERY_ROWS, MAX_IMAGE_BYTES, MAX_STEP_ROWS, Damaged, OnceLog, open_own, read_csv,
-                        read_meta, stamp)
+from previewlab.server.data.export_cache import ExportCache, Packer, unpack
+from previewlab.server.data.pacer import Pacer, no_pause
+from previewlab.server.data.run_files import (MAX_IMAGE_BYTES, Damaged, OnceLog, RowLimits, csv_rows, open_own, read_meta,
+                                              stamp)
 
 
 
@@ -64,7 +65,7 @@ Stored = Literal["running", "done", "stopped", "failed", "interrupted"]
 STORED: tuple[Stored, ...] = get_args(Stored)
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula
 EXPORT_CHUNK = 64 << 10         # characters per piece of a streamed export
-EXPORT_CACHE_CHARS = 16 << 20   # runs' CSV texts kept between exports, newest use last
+RUN_FILES = ("meta.json", "steps.csv", "deliveries.csv")  # what a run's export is made of
 
 
 class RunReader:
@@ -76,9 +77,10 @@ class RunReader:
         self.damaged: dict[str, str] = {}  # run id -> what is wrong, found by a listing or an export
         self._pending = pending
         self._log = log
-        self._exports: dict[str, tuple[Any, str]] = {}  # run id -> (its files' stamps, its rows as CSV text)
-        self._export_chars = 0
-        self._cache_lock = threading.Lock()  # exports read on the disk thread, retention prunes on another
+        self.limits = RowLimits()      # the most rows a run's files hold, read here and written by the Store
+        self.exports = ExportCache()   # finished runs' export rows, compressed (export_cache.py)
+        self.pacer = Pacer()           # parsing yields to a running model (pacer.py)
+        self.parses = 0                # runs' exports parsed from their files, not found kept
 
     def ids(self) -> list[str]:
         """Run ids, oldest first: the names of folders that match RUN_ID, never anything read from a file."""
@@ -110,24 +112,22 @@ class RunReader:
         path = self.root / rid  # a link, even to a run folder, is not one of this folder's runs
         return valid(rid) and path.is_dir() and not path.is_symlink()
 
-    def rows(self, rid: str) -> list[StepRow]:
+    def open_runs(self) -> set[str]:
+        """The runs being written (the Store's); a reader alone writes none."""
+        return set()
+
+    def rows(self, rid: str, tick: Callable[[], None] = no_pause) -> list[StepRow]:
         """The run's step rows, each with the first ack of its frame and (a preview) its drop count. Raises
-        Damaged (and remembers it) when any of the run's files cannot be read."""
+        Damaged (and remembers it) when any of the run's files cannot be read. tick: called after each row read
+        (the pacer's, for an export)."""
         d = self.root / rid
         try:
-            steps = _records(d / "steps.csv", StepRow, STEP_COLUMNS, MAX_STEP_ROWS)
-            deliveries = _records(d / "deliveries.csv", DeliveryRow, DELIVERY_COLUMNS, MAX_DELIVERY_ROWS)
+            steps = _records(d / "steps.csv", StepRow, STEP_COLUMNS, self.limits.steps, tick)
+            acks, drops = _first_acks(d / "deliveries.csv", {s.step for s in steps}, self.limits.deliveries, tick)
         except Damaged as e:
             self._damaged(rid, str(e))
             raise
         self.damaged.pop(rid, None)  # every file reads now
-        acks: dict[int, DeliveryRow] = {}
-        drops: dict[int, int] = {}
-        for x in deliveries:
-            if x.kind == "ack":
-                acks.setdefault(x.step, x)
-            elif x.kind == "drop":
-                drops[x.step] = drops.get(x.step, 0) + 1
         out = []
         for s in steps:
             a = acks.get(s.step)
@@ -136,16 +136,6 @@ class RunReader:
                             client_paint_ms=a.client_paint_ms)
             out.append(replace(s, dropped=drops.get(s.step, 0)) if s.preview == 1 else s)
         return out
-
-    def export_rows(self, rid: str) -> Iterator[dict[str, Any]]:
-        """The run's rows in the export schema (EXPORT_COLUMNS): each step row, then the run's context."""
-        rows = self.rows(rid)
-        try:
-            extra = run_context(self.meta(rid))
-        except Damaged as e:
-            self._damaged(rid, str(e))
-            raise
-        return ({**r.to_row(), **extra} for r in rows)
 
     def list_chunks(self, rids: Iterable[str]) -> Iterator[str]:
         """The list's CSV, a row per run (LIST_COLUMNS), in pieces of about EXPORT_CHUNK characters: only each
@@ -172,49 +162,53 @@ class RunReader:
 
     def csv_chunks(self, rids: Iterable[str], skip_damaged: bool = True) -> Iterator[str]:
         """The same CSV in pieces of at most EXPORT_CHUNK characters, a run at a time: an export of every run is
-        never whole in memory."""
+        never whole in memory, nor one run whole as text."""
         yield export_header()
         for rid in rids:
             try:
-                text = self.run_rows_csv(rid)
+                packed = self.packed_rows(rid)
             except Damaged:
                 if not skip_damaged:
                     raise
                 continue
-            for i in range(0, len(text), EXPORT_CHUNK):
-                yield text[i:i + EXPORT_CHUNK]
+            yield from unpack(packed, EXPORT_CHUNK)
 
     def run_rows_csv(self, rid: str) -> str:
-        """The run's rows as CSV text, without the header. Kept until one of its files changes, up to
-        EXPORT_CACHE_CHARS of runs (the least recently exported go first): a finished run's files never
-        change, so exporting again costs a stat per file, not a parse, and the kept texts stay bounded."""
+        """The run's rows as CSV text, without the header (packed_rows, unpacked)."""
+        return "".join(unpack(self.packed_rows(rid), EXPORT_CHUNK))
+
+    def packed_rows(self, rid: str) -> bytes:
+        """The run's rows as compressed CSV text (export_cache.unpack reads it). A finished run's is kept until
+        one of its files changes (export_cache.ExportCache): exporting it again costs a stat per file, not a
+        parse. A parse is made whole before any of it is used, so a run found damaged half-way is left out
+        whole; it ticks the pacer after each row, so it yields to a running model. Raises Damaged."""
         d = self.root / rid
-        stamps = tuple(stamp(d / name) for name in ("meta.json", "steps.csv", "deliveries.csv"))
-        with self._cache_lock:
-            kept = self._forget(rid)
-            if kept is not None and kept[0] == stamps:
-                self._keep(rid, kept)  # now the most recent
-                return kept[1]
-        buf = io.StringIO()
+        stamps = tuple(stamp(d / name) for name in RUN_FILES)
+        kept = self.exports.get(rid, stamps)
+        if kept is not None:
+            return kept
+        tick = self.pacer.ticks(lambda: bool(self.open_runs()))
+        try:
+            meta = self.meta(rid)
+        except Damaged as e:
+            self._damaged(rid, str(e))
+            raise
+        extra = run_context(meta)
+        packer, buf = Packer(), io.StringIO()
         w = csv.writer(buf)
-        for r in self.export_rows(rid):
-            w.writerow(as_csv_row(r, EXPORT_COLUMNS))
-        text = buf.getvalue()
-        with self._cache_lock:
-            self._forget(rid)
-            self._keep(rid, (stamps, text))
-            while self._export_chars > EXPORT_CACHE_CHARS and len(self._exports) > 1:
-                self._forget(next(iter(self._exports)))  # the least recently exported
-        return text
-
-    def _keep(self, rid: str, kept: tuple[Any, str]) -> None:
-        self._exports[rid] = kept
-        self._export_chars += len(kept[1])
-
-    def _forget(self, rid: str) -> tuple[Any, str] | None:
-        kept = self._exports.pop(rid, None)
-        self._export_chars -= len(kept[1]) if kept else 0
-        return kept
+        for r in self.rows(rid, tick):
+            w.writerow(as_csv_row({**r.to_row(), **extra}, EXPORT_COLUMNS))
+            tick()
+            if buf.tell() >= EXPORT_CHUNK:
+                packer.add(buf.getvalue())
+                buf.seek(0)
+                buf.truncate()
+        packer.add(buf.getvalue())
+        packed = packer.done()
+        self.parses += 1
+        if status_of(meta) != "running" and rid not in self.open_runs():
+            self.exports.put(rid, stamps, packed)  # finished: its files change no more (a late ack restamps)
+        return packed
 
     def meta_or_none(self, rid: str) -> dict[str, Any] | None:
         try:
@@ -229,8 +223,7 @@ class RunReader:
 
     def forget(self, rid: str) -> None:
         """A run removed (retention): its kept export and what was known of it go."""
-        with self._cache_lock:
-            self._forget(rid)
+        self.exports.forget(rid)
         self.damaged.pop(rid, None)
 
     def final_image_path(self, rid: str) -> Path:
@@ -302,13 +295,33 @@ def export_header() -> str:
 R = TypeVar("R", StepRow, DeliveryRow)
 
 
-def _records(path: Path, kind: type[R], columns: tuple[str, ...], limit: int) -> list[R]:
-    """One of a run's CSVs as records (read_csv's complete lines). Raises Damaged naming the line whose cell
+def _records(path: Path, kind: type[R], columns: tuple[str, ...], limit: int,
+             tick: Callable[[], None] = no_pause) -> list[R]:
+    """One of a run's CSVs as records (csv_rows' complete lines). Raises Damaged naming the line whose cell
     does not parse (its rows counted from 1)."""
-    out = []
-    for i, row in enumerate(read_csv(path, columns, limit), 1):
+    return list(_each(path, kind, columns, limit, tick))
+
+
+def _each(path: Path, kind: type[R], columns: tuple[str, ...], limit: int, tick: Callable[[], None]) -> Iterator[R]:
+    for i, row in enumerate(csv_rows(path, columns, limit), 1):
         try:
-            out.append(kind.from_row(row))
+            yield kind.from_row(row)
         except ValueError as e:
             raise Damaged(path, f"row {i}: {e}") from None
-    return out
+        tick()
+
+
+def _first_acks(path: Path, steps: set[int], limit: int, tick: Callable[[], None]
+                ) -> tuple[dict[int, DeliveryRow], dict[int, int]]:
+    """deliveries.csv read a row at a time into what the export joins: each step's first ack and its drop count,
+    only for the steps the run has (memory bounded by its steps, whatever the file holds). Raises Damaged."""
+    acks: dict[int, DeliveryRow] = {}
+    drops: dict[int, int] = {}
+    for x in _each(path, DeliveryRow, DELIVERY_COLUMNS, limit, tick):
+        if x.step not in steps:
+            continue
+        if x.kind == "ack":
+            acks.setdefault(x.step, x)
+        elif x.kind == "drop":
+            drops[x.step] = drops.get(x.step, 0) + 1
+    return acks, drops

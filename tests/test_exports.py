@@ -1,0 +1,111 @@
+"""Exports cost a running model nothing measurable (issue 45, item 9): with 150 runs of 1000 steps, four
+/runs/steps.csv exports took a running model's denoise from 47-103 ms a step to 553 ms, because every export
+re-parsed every row (the kept texts, 16 M characters at most, never held a whole export). Here the mechanism:
+a finished run is parsed once, kept, streamed in pieces; a parse yields, and takes a small share of the time
+while a run is written. The effect is measured by bench/export_cost.py (docs/tables.md), never timed here."""
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from previewlab.preview.record.records import STEP_COLUMNS, StepRow
+from previewlab.server.data.pacer import LIVE_SHARE, Pacer
+from previewlab.server.data.store import EXPORT_CHUNK, Store
+from tests.conftest import make_run
+from tests.test_full_disk import meta_of
+
+
+def _runs(root: Path, runs: int, steps: int, prompt: str = "a cat", status: str = "done") -> list[str]:
+    ids = []
+    for k in range(runs):
+        rid = f"20261130-120000-{k:03d}"
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(STEP_COLUMNS)
+        for step in range(1, steps + 1):
+            w.writerow([rid if c == "run_id" else step if c == "step" else "sync" if c == "mode" else ""
+                        for c in STEP_COLUMNS])
+        make_run(root, rid, meta={"run_id": rid, "status": status, "prompt": prompt, "steps": steps},
+                 steps=buf.getvalue())
+        ids.append(rid)
+    return ids
+
+
+@pytest.fixture
+def parsed(monkeypatch) -> list[int]:
+    """Step rows parsed from a file, counted where every reader of steps.csv parses one (StepRow.from_row)."""
+    count = [0]
+    real = StepRow.from_row.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[StepRow], row: Any) -> StepRow:
+        count[0] += 1
+        return real(cls, row)
+    monkeypatch.setattr(StepRow, "from_row", classmethod(counted))
+    return count
+
+
+def test_an_export_of_every_run_parses_each_finished_run_once(tmp_path, parsed):
+    """8 runs whose export text is 18 M characters (their 2,000-character prompt on every row): the second
+    export of every run parsed every row again; now it parses none and streams what it kept."""
+    ids = _runs(tmp_path, 8, 1000, prompt="p" * 2000)
+    store = Store(tmp_path)
+    first = store.csv(ids)
+    assert len(first) > 16 << 20 and parsed[0] == 8000
+    pieces = list(store.csv_chunks(ids))
+    assert parsed[0] == 8000 and store.exports.hits == 8 and "".join(pieces) == first
+    assert max(len(p) for p in pieces) <= EXPORT_CHUNK and len(pieces) > 8 * 2_000_000 // EXPORT_CHUNK
+    assert store.exports.bytes < len(first) // 100  # kept compressed: the context repeats on every row
+    store.close()
+
+
+def test_a_run_still_running_is_parsed_at_each_export(tmp_path, parsed):
+    """Kept only once finished: a run whose meta.json says running may grow, and is read again each time."""
+    _runs(tmp_path, 1, 10, status="running")
+    store = Store(tmp_path, keep_runs=0)  # Store() marks a run left running interrupted; here it is a live one
+    (rid,) = store.ids()
+    (tmp_path / rid / "meta.json").write_text(f'{{"run_id": "{rid}", "status": "running"}}')
+    store.csv([rid])
+    store.csv([rid])
+    assert parsed[0] == 20 and store.exports.hits == 0
+    store.close()
+
+
+class FakeTime:
+    """A clock that moves 0.1 ms at each reading and by the whole of each sleep."""
+
+    def __init__(self) -> None:
+        self.now, self.slept = 0.0, 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        self.now += 1e-4
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+        self.slept += s
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["a run being written", "no run"])
+def test_a_parse_rests_between_slices_and_takes_its_share_while_a_run_is_written(tmp_path, live):
+    """A cold export (nothing kept) parses in slices: between them it hands the interpreter back, for at least
+    1 - LIVE_SHARE of the time while a run is being written (by a fake clock), else for a yield (sleep 0)."""
+    ids = _runs(tmp_path, 2, 1000)
+    store = Store(tmp_path)
+    fake = FakeTime()
+    store.pacer = Pacer(clock=fake.clock, sleep=fake.sleep)
+    if live:
+        open_rid = store.new_id()
+        store.begin(meta_of(open_rid))
+    text = store.csv(ids)
+    assert text.count("\n") == 1 + 2000 and store.pacer.rests == len(fake.sleeps) > 100
+    if live:
+        assert min(fake.sleeps) > 0 and fake.slept / fake.now >= 1 - LIVE_SHARE - 0.01
+    else:
+        assert set(fake.sleeps) == {0.0}
+    store.close()
