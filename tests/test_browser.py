@@ -772,3 +772,34 @@ def test_the_demo_models_page_hints_its_words_and_fills_a_prompt_it_knows(make_a
         assert page.text_content("#prompt-count") == f"{len(filled[1])} / 2,000"
         assert errors == []
         browser.close()
+
+
+def test_the_demo_models_page_names_the_words_of_a_prompt_it_ignores(make_app):
+    """Issue 45, item 19: an emoji in a prompt for the demo model silently ran off-prompt (the tokenizer reads it
+    as four end-of-text tokens). The page knows the words the model learnt and names each piece of the prompt
+    that is not one, as the tokenizer cuts it, while the prompt is typed; a prompt of its words names none."""
+    from previewlab.bench.demo.scenes import words
+    from previewlab.preview.models import load
+    from tests.test_demo_model import demo_pieces
+
+    srv, app = make_app(model=load("demo", device="cpu"))
+    with live_server(app) as addr, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"http://{addr}/")
+        page.wait_for_selector("#words:not([hidden])")
+        assert page.is_hidden("#words-ignored")  # its own default prompt: words it learnt
+        prompt = "A red circle on the left 🙂 and a dog in the middle."
+        page.fill("#prompt", prompt)
+        unknown = [p for p in dict.fromkeys(demo_pieces(prompt)) if p not in set(words())]
+        assert unknown == ["🙂", "dog", "middle", "."]  # as the tokenizer cuts it
+        assert page.text_content("#words-ignored") == (
+            "The demo model does not know “🙂”, “dog”, “middle”, “.” and ignores them.")
+        page.fill("#prompt", "a circle😀")
+        assert page.text_content("#words-ignored") == "The demo model does not know “😀” and ignores it."
+        page.click("#example")  # a caption it knows
+        assert page.is_hidden("#words-ignored")
+        assert errors == []
+        browser.close()

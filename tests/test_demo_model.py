@@ -216,3 +216,45 @@ def test_a_folders_latent2rgb_json_of_the_wrong_width_is_refused_in_one_line(tmp
     pipe = StableDiffusionPipeline.from_pretrained(str(folder), local_files_only=True)
     with pytest.raises(ModelError, match=r"latent2rgb.json: 3 rows of factors, but the latent space has 4 channels"):
         preview_watch(pipe)
+
+
+def _demo_tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(DEMO_DIR / "tokenizer"))
+
+
+def demo_pieces(prompt: str) -> list[str]:
+    """The prompt as the demo tokenizer's normalizer and its first pre-tokenizer (the Split of its tokenizer.json)
+    cut it, before the byte-level step: the pieces the page checks against the words the model learnt."""
+    from tokenizers import Regex, pre_tokenizers
+
+    spec = json.loads((DEMO_DIR / "tokenizer" / "tokenizer.json").read_text())
+    split = pre_tokenizers.Split(Regex(spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"]), "removed",
+                                 invert=True)
+    normal = _demo_tokenizer().backend_tokenizer.normalizer.normalize_str(prompt)
+    return [piece for piece, _ in split.pre_tokenize_str(normal)]
+
+
+def test_the_pages_words_are_the_ones_the_demo_tokenizer_learnt():
+    """Issue 45, item 19: the page names the words of a prompt the demo model ignores, from the words the hello
+    sends and its own split. Both are the tokenizer's: each word is one token of it, anything else is spelt out
+    or read as the end-of-text token, and the page's split is the tokenizer's pattern less its special tokens."""
+    import re
+
+    tok = _demo_tokenizer()
+    learnt = scenes.vocabulary()["words"]
+    assert learnt == scenes.words()
+    for word in learnt:
+        ids = tok(word, add_special_tokens=False).input_ids
+        assert tok.convert_ids_to_tokens(ids) == [f"{word}</w>"], word
+    for other in ("🙂", ".", "dog", "middle", "b", "3"):  # "b" is a token, but no caption held it
+        (piece,) = demo_pieces(other)
+        assert piece not in learnt
+    assert tok.unk_token_id in tok("🙂", add_special_tokens=False).input_ids
+    page = (Path(__file__).resolve().parents[1] / "web" / "controls.js").read_text()
+    found = re.search(r"^const PIECES = /(.+)/gu;$", page, re.M)
+    spec = json.loads((DEMO_DIR / "tokenizer" / "tokenizer.json").read_text())
+    assert found and spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] == (
+        r"<\|startoftext\|>|<\|endoftext\|>|" + found[1])
+    assert demo_pieces("A  RED circle's 🙂, then") == ["a", "red", "circle", "'s", "🙂,", "then"]

@@ -93,12 +93,27 @@ export function checkPrompt() {
     $("prompt-cut").hidden = true;
   }
   $("prompt-count").textContent = `${count(Math.min(chars.length, most))} / ${count(most)}`;
+  const unknown = state.words ? unknownWords(el.value).map((w) => `“${w}”`) : [];
+  const them = unknown.length > 1 ? "them" : "it";
+  $("words-ignored").textContent = unknown.length ? `The demo model does not know ${unknown.join(", ")} and ignores ${them}.` : "";
+  $("words-ignored").hidden = !unknown.length;
+}
+
+// A prompt in the pieces the demo model's tokenizer reads (its tokenizer.json: NFC, spaces folded, lower case,
+// then letters, one digit, or a run of other marks). A piece none of its captions held is one it never learnt:
+// spelt out letter by letter, or (an emoji, a ".") read as its end-of-text token, so the picture ignores it.
+const PIECES = /'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+/gu;
+
+function unknownWords(prompt) {
+  const pieces = prompt.normalize("NFC").replace(/\s+/g, " ").toLowerCase().match(PIECES) || [];
+  return [...new Set(pieces)].filter((w) => !state.words.has(w));
 }
 
 // The words a model knows (the demo model's: bench/demo/scenes.vocabulary), under the prompt; none: no hint
 function showWords(v) {
   $("words").hidden = !v;
   state.examples = v ? v.examples : [];
+  state.words = v ? new Set(v.words) : null;
   if (!v) return;
   $("words-text").textContent = `The demo model knows these words and no others. Colors: ${v.colors.join(", ")}. ` +
     `Shapes: ${v.shapes.join(", ")}. Places: ${v.places.join(", ")}. Backgrounds: ${v.backgrounds.join(", ")}. ` +
@@ -157,8 +172,8 @@ export function applyHello(msg) {
   $("clip-row").hidden = $("frames-label").hidden = !msg.video;  // a video model: the clip's length, rate, frames
   $("num_frames").max = msg.max_frames;
   if (msg.max_prompt) state.maxPrompt = msg.max_prompt;
-  checkPrompt();
   showWords(msg.vocabulary || null);
+  checkPrompt();
   for (const [id, text] of [["mode-note", msg.mode_note], ["decoder-note", msg.decoder_note]]) {
     $(id).textContent = text || "";
     $(id).hidden = !text;

@@ -13,6 +13,7 @@ export const state = {
   offered: null,        // the server's hello: the decoders it offers and whether it has TAESD weights
   maxPrompt: 2000,      // the server's limit on a prompt, characters (its hello's max_prompt)
   examples: [],         // prompts the model knows (the demo model's vocabulary), for the example button
+  words: null,          // the words the model learnt (a Set; the demo model's), to name a prompt's others; null: any
   nextExample: 0,
   runs: new Map(),      // every run this tab knows, by id; ids sort by time
   picked: [],           // the runs ticked for the comparison (two at most)

@@ -82,8 +82,9 @@ def words() -> list[str]:
 
 def vocabulary() -> dict[str, list[str]]:
     """What a prompt for the demo model is made of, for a person writing one (the server's hello, the page's
-    hint): its colors, shapes, places and backgrounds as its captions say them, and captions it knows. Any other
-    word is unknown to its tokenizer ("middle": "in the center" is the word it learnt)."""
+    hint): its colors, shapes, places and backgrounds as its captions say them, captions it knows, and every word
+    it learnt (`words`: the page names a prompt's others). Any other word is unknown to its tokenizer ("middle":
+    "in the center" is the word it learnt)."""
     examples = [
         Scene((Obj("red", "circle", "left"), Obj("blue", "square", "right")), "plain", "yellow"),
         Scene((Obj("green", "triangle", "center"),), "plain", "purple"),
@@ -100,7 +101,7 @@ def vocabulary() -> dict[str, list[str]]:
             "backgrounds": ["on a <color> background", "in the sky", "on grass"],
             "notes": ['up to three shapes, joined by "and"; "in the center" only for a shape alone',
                       f"never drawn: {never}"],
-            "examples": [s.caption for s in examples]}
+            "examples": [s.caption for s in examples], "words": words()}
 
 
 def _allowed(background: Background) -> list[str]:
