@@ -44,7 +44,7 @@ class WatchSource:
     def state(self) -> str:
         return "running" if self.watch.running else "idle"
 
-    def start(self, settings: RunSettings) -> RunMeta:
+    async def start(self, settings: RunSettings) -> RunMeta:
         raise Busy("this page watches a script's own pipeline: start generations from the script")
 
     def set(self, changes: dict[str, Any]) -> None:
@@ -89,7 +89,7 @@ class Embedded:
 
     def started(self, meta: RunMeta) -> None:
         def begin() -> None:
-            self.server.store.begin(meta)
+            self.server.relay.begin_later(meta)  # on the writer: the loop never waits on the disk
             self.server.started(meta)
         self._call(begin)
 

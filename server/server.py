@@ -25,7 +25,9 @@ from previewlab.server.metrics import Metrics
 from previewlab.server.options import Offer, RunOptions
 from previewlab.server.ws.relay import Relay
 from previewlab.server.ws.session import SessionLimits
+from previewlab.server.data.owner import InUse
 from previewlab.server.data.store import Store
+from previewlab.server.data.writes import DRAIN_S, Stalled
 from previewlab.server.worker import Busy, RunOwner, TaskError, Worker
 
 log = logging.getLogger("previewlab.server")
@@ -72,7 +74,7 @@ class Server:
         """The app starts on `loop`: the writes leave it, and the runs' owner tells the relay on it."""
         self.relay.attach(loop)
         self.worker = self.source if self.source is not None else Worker(
-            self.model, self.store, loop, self.relay, inflight=self.runs.inflight,
+            self.model, self.store, loop, self.relay, self.relay.begin, inflight=self.runs.inflight,
             compile_decoder=self.runs.compile_decoder, clock=self.runs.clock)
 
     async def close(self) -> None:
@@ -81,9 +83,10 @@ class Server:
         if self.worker is not None:
             self.worker.stop()
             await asyncio.get_running_loop().run_in_executor(None, self.worker.shutdown)
-        await self.relay.close()
+        drained = await self.relay.close()
         self.disk.close()
-        self.store.close()
+        if drained:  # a stalled disk would hold the loop here: the process's end releases the lock instead
+            self.store.close()
 
     @property
     def hub(self) -> Hub:
@@ -125,7 +128,7 @@ class Server:
         if decoder == "taesd" and self.model.taesd is None:
             raise protocol.ProtocolError(taesd_refusal(self.model))
 
-    def handle(self, c: Client, msg: protocol.Message) -> None:
+    async def handle(self, c: Client, msg: protocol.Message) -> None:
         """Act on one valid message. A message that cannot be acted on raises ProtocolError: the session
         answers it with an `error` and counts it as a bad message, so no error reply can be flooded."""
         assert self.worker is not None
@@ -134,16 +137,10 @@ class Server:
             raise protocol.ProtocolError(f"a measure series of {series.config} is running: its runs keep the "
                                          "settings it measures; stop it first")
         if isinstance(msg, protocol.Measure):
-            self._measure(msg.settings)
+            await self._measure(msg.settings)
         elif isinstance(msg, protocol.Start):
             self._runnable(msg.settings.preview.decoder)
-            try:
-                self.worker.start(msg.settings)
-            except (Busy, TaskError) as e:
-                raise protocol.ProtocolError(str(e)) from None
-            except OSError as e:  # the run's folder could not be written: the run did not start
-                log.warning("could not start a run: %s", e)
-                raise protocol.ProtocolError(f"could not write the run's folder: {e}") from None
+            await self._start(msg.settings, "")
         elif isinstance(msg, protocol.Set):
             self._runnable(msg.changes.get("decoder"))
             try:
@@ -161,11 +158,26 @@ class Server:
         elif isinstance(msg, protocol.Ack):
             self.relay.acked(c, msg)
 
+    async def _start(self, settings: RunSettings, what: str) -> RunMeta:
+        """A run started by a watcher (what: "" for a start, "measure: " for a series' run); each refusal is one
+        ProtocolError line."""
+        assert self.worker is not None
+        try:
+            return await self.worker.start(settings)
+        except (Busy, TaskError, InUse) as e:
+            raise protocol.ProtocolError(f"{what}{e}") from None
+        except Stalled as e:
+            log.warning("could not start a run: %s", e)
+            raise protocol.ProtocolError(f"{what}{e}") from None
+        except OSError as e:  # the run's folder could not be written: the run did not start
+            log.warning("could not start a run: %s", e)
+            raise protocol.ProtocolError(f"{what}could not write the run's folder: {e}") from None
+
     # -- the measure series (measure.py) ---------------------------------------------------------------------
     def _measuring(self) -> bool:
         return self.series is not None and self.series.state == "running"
 
-    def _measure(self, settings: RunSettings) -> None:
+    async def _measure(self, settings: RunSettings) -> None:
         """Start a series: its first baseline now (refused as a start would be)."""
         assert self.worker is not None
         if self.source is not None:
@@ -176,13 +188,12 @@ class Server:
             raise protocol.ProtocolError("measure: decoder none has no overhead to measure; choose the decoder "
                                          "whose cost you want, and the series runs the baselines itself")
         series = Series(settings)
+        self.series = series  # held while its first run starts: a second measure or start is refused meanwhile
         try:
-            series.runs.add(self.worker.start(series.first()).run_id)
-        except (Busy, TaskError) as e:
-            raise protocol.ProtocolError(f"measure: {e}") from None
-        except OSError as e:
-            raise protocol.ProtocolError(f"measure: could not write the run's folder: {e}") from None
-        self.series = series
+            series.runs.add((await self._start(series.first(), "measure: ")).run_id)
+        except protocol.ProtocolError:
+            self.series = None
+            raise
         self.hub.text(series.message("a baseline"))
 
     def _measured(self, end: RunEnd, judged: dict[str, Any]) -> None:
@@ -191,14 +202,20 @@ class Server:
         if series is None or series.state != "running" or self.worker is None or end.meta.run_id not in series.runs:
             return  # a run from before the series (its end waited for acks), or none of the series'
         nxt = series.after(end, judged)
-        if nxt is not None:
-            try:
-                series.runs.add(self.worker.start(nxt).run_id)
-            except (Busy, TaskError, OSError) as e:
-                series.state, series.why = "failed", f"its next run could not start: {e}"
-                nxt = None
-        self.hub.text(series.message(("a baseline" if nxt.purpose == "baseline" else "a run with previews")
-                                     if nxt is not None else ""))
+        if nxt is None:
+            self.hub.text(series.message(""))
+            return
+        asyncio.get_running_loop().create_task(self._next_of(series, nxt))
+
+    async def _next_of(self, series: Series, nxt: RunSettings) -> None:
+        """The series' next run, started off the callback that heard the last one end."""
+        try:
+            series.runs.add((await self._start(nxt, "")).run_id)
+        except protocol.ProtocolError as e:
+            series.state, series.why = "failed", f"its next run could not start: {e}"
+            self.hub.text(series.message(""))
+            return
+        self.hub.text(series.message("a baseline" if nxt.purpose == "baseline" else "a run with previews"))
 
     # -- SIGTERM / Ctrl-C ------------------------------------------------------------------------------------
     async def graceful(self) -> str:
@@ -219,7 +236,8 @@ class Server:
                        f"{grace:g} s (--shutdown-grace): its rows so far are kept, its final image is not")
                 log.warning("shutdown: run %s recorded interrupted after %g s (--shutdown-grace)", meta.run_id, grace)
                 relay.ended(RunEnd(meta, "interrupted", error=why))
-        await relay.flush()  # no waiting for acks: the last rows and the run's end are written and queued to all
+        await relay.flush(DRAIN_S)  # no waiting for acks: the last rows and end written and queued (a stalled
+        # disk: not past DRAIN_S)
         for _ in range(30):  # and sent, for up to 3 s, before the close frame
             if not any(c.texts for c in self.hub.clients.values()):
                 break

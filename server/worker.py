@@ -12,7 +12,7 @@ import logging
 import threading
 from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Awaitable, Callable, Literal, Protocol
 
 from previewlab.preview.call.engine import Controls, Previewer, RunContext, TaskError, generate, img2img_pipe
 from previewlab.preview.models import Model
@@ -25,7 +25,8 @@ from previewlab.preview.timing.stopwatch import Clock, host_clock
 from previewlab.server.data.store import Store
 
 log = logging.getLogger("previewlab.server")
-State = Literal["idle", "running", "stopping"]
+State = Literal["idle", "starting", "running", "stopping"]  # starting: its folder is being made
+Begin = Callable[[RunMeta], Awaitable[None]]  # makes a run's folder off the loop (Relay.begin)
 
 
 class Busy(RuntimeError):
@@ -38,7 +39,7 @@ class RunOwner(Protocol):
 
     @property
     def state(self) -> str: ...
-    def start(self, settings: RunSettings) -> RunMeta: ...  # raises Busy, OSError
+    async def start(self, settings: RunSettings) -> RunMeta: ...  # raises Busy, TaskError, OSError, InUse
     def set(self, changes: dict[str, Any]) -> None: ...     # raises Busy, SettingsError
     def stop(self) -> bool: ...                             # False: nothing was running
     def live(self) -> PreviewSettings | None: ...           # the preview settings now (None: no run's own)
@@ -72,10 +73,12 @@ class ToLoop:
 
 
 class Worker:
-    def __init__(self, model: Model, store: Store, loop: asyncio.AbstractEventLoop, events: RunEvents, *,
-                 inflight: int = 2, compile_decoder: bool = False, clock: Callable[[], Clock] = host_clock) -> None:
-        """clock: each run's host clock, asked once per run (tests: a fake one, a run's walls made noisy)."""
-        self.model, self.store, self.loop, self.events = model, store, loop, events
+    def __init__(self, model: Model, store: Store, loop: asyncio.AbstractEventLoop, events: RunEvents, begin: Begin,
+                 *, inflight: int = 2, compile_decoder: bool = False,
+                 clock: Callable[[], Clock] = host_clock) -> None:
+        """begin: makes a run's folder, off the loop; clock: each run's host clock, asked once per run (tests: a
+        fake one, a run's walls made noisy)."""
+        self.model, self.store, self.loop, self.events, self.begin = model, store, loop, events, begin
         self.clock = clock
         self.previewer = Previewer(model, compile_decoder)  # decoders are built once and kept across runs
         self.inflight = inflight
@@ -88,10 +91,11 @@ class Worker:
         self.abandoned = False  # shutdown gave up on the run in progress (abandon)
         self.future: Future[None] | None = None  # the run in progress, or the last one
 
-    def start(self, settings: RunSettings) -> RunMeta:
-        """Raises Busy while a run goes on, TaskError for an img2img start this server cannot run (no such past
-        run, or no img2img pipeline for the model), OSError when the run's folder cannot be made (nothing
-        started)."""
+    async def start(self, settings: RunSettings) -> RunMeta:
+        """Raises Busy while a run goes on or starts, TaskError for an img2img start this server cannot run (no
+        such past run, or no img2img pipeline for the model), OSError when the run's folder cannot be made or
+        the disk does not answer by the deadline (writes.Stalled), InUse when another server took the folder
+        (nothing started). The folder is made on the writer thread, never on the loop."""
         if self.state != "idle":
             raise Busy(f"a generation is already running ({self.run_id}); stop it or wait for it to finish")
         if settings.init is not None:
@@ -100,8 +104,13 @@ class Worker:
                                 "the run list")
             img2img_pipe(self.model)  # made once, sharing the loaded components; refuses a model without one
         meta = RunMeta.of(self.model, self.store.new_id(), settings)
-        self.store.begin(meta)
-        self.state, self.run_id = "running", meta.run_id
+        self.state, self.run_id = "starting", meta.run_id
+        try:
+            await self.begin(meta)
+        except BaseException:
+            self.state, self.run_id = "idle", None
+            raise
+        self.state = "running"
         self.controls = Controls(settings.preview)
         self._stop.clear()
         self.events.started(meta)

@@ -2,28 +2,28 @@
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Callable, TypeVar
+
+from previewlab.server.data.serial import SerialThread
 
 T = TypeVar("T")
 
 
 class DiskReads:
     """One thread: 16 listings at once queue behind each other instead of taking turns with the loop for the
-    interpreter lock. Started by the first read."""
+    interpreter lock. A daemon (serial.py): a read stuck on a stalled disk never holds the process's exit."""
 
     def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
+        self._thread = SerialThread("previewlab-disk")
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="previewlab-disk")
-        return self._pool.submit(fn, *args)
+        return self._thread.submit(fn, *args)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.wrap_future(self.submit(fn, *args))
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """Reads queued still run; a read asked after this gets a thread of its own."""
+        self._thread.stop(0)
+        self._thread = SerialThread("previewlab-disk")

@@ -56,6 +56,17 @@ class FolderLock:
         os.write(fd, f"{os.getpid()}\n".encode())
         self.fd = fd
 
+    def holds(self) -> bool:
+        """The lock is held and `.lock` is still the file it is held on: a folder deleted under its server (and
+        perhaps made again, by another) has another `.lock`, or none."""
+        if self.fd is None:
+            return False
+        try:
+            now, held = os.stat(self.root / LOCK, follow_symlinks=False), os.fstat(self.fd)
+        except OSError:
+            return False
+        return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
     def release(self) -> None:
         if self.fd is not None:
             fd, self.fd = self.fd, None

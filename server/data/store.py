@@ -45,7 +45,7 @@ from previewlab.preview.record.run import RunEnd, RunMeta
 from previewlab.preview.record.run_ids import RUN_ID, RunIds, roomy
 
 from previewlab.server.limits import DEFAULT_KEEP_RUNS
-from previewlab.server.data.owner import FolderLock
+from previewlab.server.data.owner import FolderLock, InUse
 from previewlab.server.data.retention import WHOLE, Retention
 from previewlab.server.data.run_files import MAX_DELIVERY_ROWS, MAX_LINE_CHARS, MAX_STEP_ROWS, Damaged, OnceLog
 from previewlab.server.data.run_files import write_json as _write_json  # a name tests replace to fill the disk at one write
@@ -82,8 +82,9 @@ class Store(RunReader):
         for rid in ids:
             meta = self.meta_or_none(rid)
             if meta is not None and status_of(meta) == "running":  # the process died mid-run
-                self._best_effort(f"{rid}/meta.json", _write_json, self.root / rid / "meta.json",
-                                  {**meta, "status": "interrupted"})
+                ended = {**meta, "status": "interrupted"}
+                if not self._best_effort(f"{rid}/meta.json", _write_json, self.root / rid / "meta.json", ended):
+                    self._pending[rid] = ended  # a read-only or full folder: listed so, written when it can be
         self.prune()
 
     def ended_meta(self, rid: str) -> dict[str, Any] | None:
@@ -119,6 +120,7 @@ class Store(RunReader):
         rid = meta.run_id
         if not RUN_ID.match(rid):
             raise ValueError(f"run id {rid!r} is not one of the store's (YYYYMMDD-HHMMSS-NNN, from new_id())")
+        self._own()
         self.retry_pending()
         tmp, final = self.root / f"{TMP_PREFIX}{rid}", self.root / rid
         opened: list[CsvAppender] = []
@@ -143,6 +145,28 @@ class Store(RunReader):
                 shutil.rmtree(d, ignore_errors=True)
             raise
         self._steps[rid], self._deliveries[rid] = opened
+
+    def _own(self) -> None:
+        """Before a run's folder is made: the folder is still this server's. One deleted under it is made again
+        and locked again; one it could not lock at its start (read-only then) is locked now. Raises InUse when
+        another server owns it meanwhile: its runs, ids and retention are that server's."""
+        if self.owner.holds():
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.owner.release()
+        try:
+            self.owner = FolderLock(self.root)
+        except InUse as e:
+            raise InUse(f"{self.root}/ changed owner under this server (deleted, then taken by another): {e}; this "
+                        "server writes no more runs there") from None
+
+    def discard(self, rid: str) -> None:
+        """A run whose start was refused after its folder was made (it came too late): its files go."""
+        for d in (self._steps, self._deliveries):
+            w = d.pop(rid, None)
+            if w:
+                self._best_effort(f"{rid}/{w.path.name}", w.close)
+        shutil.rmtree(self.root / rid, ignore_errors=True)
 
     def step(self, row: StepRow) -> None:
         w = self._steps.get(row.run_id)

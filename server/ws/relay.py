@@ -27,7 +27,8 @@ from previewlab.server.limits import MAX_EVENT_CHARS, clip
 from previewlab.server.metrics import Metrics
 from previewlab.server.ws.session import SessionLimits
 from previewlab.server.data.store import Store
-from previewlab.server.data.writes import OrderedWrites
+from previewlab.server.data.owner import InUse
+from previewlab.server.data.writes import DRAIN_S, OrderedWrites
 
 log = logging.getLogger("previewlab.server")
 
@@ -68,6 +69,22 @@ class Relay:
         """From now on the writes leave the loop and a run's end may wait for acks (before, both are inline)."""
         self._loop = loop
         self.writes.attach(loop)
+
+    async def begin(self, meta: RunMeta) -> None:
+        """Make the run's folder on the writer thread, in order with the writes, within writes.FOLDER_DEADLINE_S
+        (writes.Stalled past it; a folder made later is removed)."""
+        await self.writes.begin(functools.partial(self.store.begin, meta),
+                                functools.partial(self.store.discard, meta.run_id), f"the data folder {self.store.root}/")
+
+    def begin_later(self, meta: RunMeta) -> None:
+        """A script's run (the embedded page): its folder made on the writer, ahead of its rows, without waiting
+        (the script's call is already running). One that cannot be made is logged; its rows are not kept."""
+        def make() -> None:
+            try:
+                self.store.begin(meta)
+            except (OSError, InUse) as e:
+                log.warning("run %s: its folder could not be made: %s; its rows are not kept", meta.run_id, e)
+        self.writes.submit(make)
 
     # -- RunEvents -------------------------------------------------------------------------------------------
     def started(self, meta: RunMeta) -> None:
@@ -190,12 +207,18 @@ class Relay:
         self._settle()
 
     # -- the end ---------------------------------------------------------------------------------------------
-    async def flush(self) -> None:
-        """No more waiting for acks: the ended run's rows closed, and every write done and its message queued."""
+    async def flush(self, deadline_s: float | None = None) -> bool:
+        """No more waiting for acks: the ended run's rows closed, and every write done and its message queued
+        (False: not within deadline_s)."""
         self.close_ended()
-        await self.writes.drain()
+        return await self.writes.drain(deadline_s)
 
-    async def close(self) -> None:
-        """flush(), then the writer thread ends (a stopped server loses no row)."""
-        await self.flush()
-        self.writes.close()
+    async def close(self) -> bool:
+        """flush(), then the writer thread ends (a stopped server loses no row). A disk that stalls past
+        DRAIN_S is given up on, logged: the process still exits. False then."""
+        drained = await self.flush(DRAIN_S)
+        if not drained:
+            log.warning("the data folder did not answer in %g s (a stalled disk?); the last writes are left to it",
+                        DRAIN_S)
+        self.writes.close(wait=drained)
+        return drained

@@ -47,7 +47,7 @@ class Served(Protocol):
     @property
     def offer(self) -> Offer: ...
     def hello(self) -> protocol.Outbound: ...
-    def handle(self, c: Client, msg: protocol.Message) -> None: ...
+    async def handle(self, c: Client, msg: protocol.Message) -> None: ...
 
 
 async def serve_client(server: Served, ws: WebSocket) -> None:
@@ -80,7 +80,7 @@ async def serve_client(server: Served, ws: WebSocket) -> None:
                     raise protocol.ProtocolError(
                         f"set: more than {limits.set_burst} at once or {limits.set_per_s:g} a second; "
                         "this change was not applied")
-                server.handle(c, msg)
+                await server.handle(c, msg)
             except (protocol.ProtocolError, RecursionError) as e:
                 why = protocol.NESTED if isinstance(e, RecursionError) else clip(str(e))
                 log.info("client %d: bad message: %s", c.cid, why[:120])
