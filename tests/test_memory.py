@@ -130,17 +130,20 @@ def test_every_run_records_its_peak_and_how_busy_it_kept_the_cpu(cpu_runs):
 
 
 def test_cpu_time_tells_work_from_waiting():
+    """Work raises the share and waiting does not, whatever else the machine runs: the work is 0.2 s of this
+    process's own CPU time (a loaded machine stretches its wall time, and so lowers its share, never to 0), the
+    waiting a sleep that uses none."""
     busy = CpuTime(cores=1)
     busy.start()
-    stop = time.perf_counter() + 0.3
-    while time.perf_counter() < stop:  # work on this thread
+    stop = time.process_time() + 0.2
+    while time.process_time() < stop:  # work on this thread
         pass
     working = busy.stop()
     busy.start()
-    time.sleep(0.3)  # nothing to do
+    time.sleep(0.2)  # nothing to do
     waiting = busy.stop()
     assert working is not None and waiting is not None
-    assert working > 50 and waiting < 20, (working, waiting)  # a loaded machine lends less than a whole core
+    assert 0 <= waiting < working, (working, waiting)  # (other threads may add to either)
 
 
 class FakeNvml:

@@ -17,8 +17,10 @@ One object, three parts: the Store is the folder's reader (store_reader.RunReade
 rows, the exports) with the writes here, and its retention (retention.py), handed the store when it prunes;
 run_files.py reads and writes a run's files safely. Reading runs can be slow (thousands of files): the server
 calls runs(), rows() and csv() off the event loop, and its writes (step, delivery, finish, close_run) come from
-its writer thread (server/data/writes.py); begin() alone runs on the loop, once per run, because a run whose folder
-cannot be made must not start.
+its writer thread (server/data/writes.py); begin() too, in order ahead of the run's rows, and a start waits for it
+with a deadline, because a run whose folder cannot be made must not start (a stalled disk: refused, the folder
+removed if it comes later, discard()). A folder deleted under the server, or locked by another, is checked at
+each begin() (_own()).
 
 A full disk loses no kept run: a run folder appears whole (renamed into place) or not at all; a run whose rows
 could not all be written ends `failed`, and an end that cannot be written is kept in memory, listed, and written
