@@ -6,17 +6,7 @@ import torch
 
 from previewlab import watch as preview_watch
 from previewlab.preview.models import synthetic_pipeline
-
-
-class TickClock:
-    """A host clock that reads 1 ms later at each reading; `t` is the last reading, read without a tick."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        self.t += 0.001
-        return self.t
+from tests.golden_sweep import TickClock  # 1 ms a reading; `t`: the last reading, read without a tick
 
 
 @pytest.fixture()
