@@ -1,8 +1,8 @@
 """TAEHV, previewlab's own decoder of madebyollin's video TAE: the published layouts load from .pth and
 .safetensors, the variant comes from the keys, and the reference's published behaviour holds: warm-up frames
 trimmed at the start (4k + 1 frames out of k + 1 latent frames for Wan and HunyuanVideo), frames in [0, 1],
-the cheaper-preview switches. (Checked bit for bit against madebyollin/taehv's taehv.py at commit 115aaa7e on
-random weights of every layout, outside this suite: its code stays out of ours.)"""
+the cheaper-preview switches. (The decode of every published file against madebyollin's own code:
+tests/test_tae_reference.py.)"""
 from __future__ import annotations
 
 import pytest

@@ -6,7 +6,12 @@ frame and the previous one at its own depth (zeros before the first), then a spa
 grow, which turns each frame into `stride` frames by a 1x1 convolution. The first t_upscale - 1 output frames are
 the causal warm-up and are trimmed, so T latent frames give T * t_upscale - (t_upscale - 1) frames: Wan's and
 HunyuanVideo's 4x temporal compression of a 4k + 1 clip. CogVideoX's files (taecvx) keep every frame of an
-even-length input, as the reference does.
+even-length input, as the reference does. MiniMax H3's (taeh3) decode in chunks of five latent frames, each
+chunk's warm-up trimmed, and drop the last three latent frames' frames (H3's own VAE does so).
+
+Two decoders: the base one (a soft clamp, MemBlocks, nn.Upsample) and the larger "Super" one (taehv1_5_super,
+taew2_2_super: no clamp, a 1x1 conv in, ConvNeXt-style SuperMemBlocks, pixel shuffles that upsample). The file's
+keys say which; a Super decoder upsamples inside its convs, so it has no stage a preview can leave out.
 
 Cheaper previews: `time_upscale` and `space_upscale` switch the growing and the upsampling off per stage; a
 switched-off grow keeps the last of its `stride` outputs (the weights' last-timestep rows), as the reference
@@ -27,6 +32,7 @@ from torch import nn
 from previewlab.preview.models.taesd import TaeError, cut, read_state
 
 WIDTHS = (256, 128, 64, 64)  # decoder features per stage, then the last conv's input
+SUPER_WIDTHS = (512, 256, 128, 64)
 # madebyollin's published file per family (its name also carries the CogVideoX trim rule); Mochi has none
 FAMILY_FILES = {"wan21": "taew2_1", "wan22": "taew2_2", "hunyuanvideo": "taehv", "cogvideox": "taecvx"}
 # video families with no published TAE, and why, for decoder taesd's refusal (Mochi's says only its channels)
@@ -57,6 +63,22 @@ class MemBlock(nn.Module):
         return self.act(self.conv(torch.cat([x, past], 1)) + self.skip(x))
 
 
+class SuperMemBlock(nn.Module):
+    """The Super decoder's block: a 7x7 depthwise conv over (x, past), an inverted bottleneck, a residual."""
+
+    def __init__(self, n_f: int) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(n_f * 2, n_f * 2, 7, padding=3, groups=n_f * 2, bias=False),
+                                  nn.Conv2d(n_f * 2, n_f * 4, 1), nn.ReLU(inplace=True),
+                                  nn.Conv2d(n_f * 4, n_f, 1, bias=False))
+
+    def forward(self, x: torch.Tensor, past: torch.Tensor) -> torch.Tensor:
+        return self.conv(torch.cat([x, past], 1)) + x
+
+
+MEMORY = (MemBlock, SuperMemBlock)  # the blocks that see the previous frame
+
+
 class TGrow(nn.Module):
     """Each frame's features -> `stride` frames' (N*T, C, H, W) -> (N*T*stride, C, H, W), by a 1x1 conv."""
 
@@ -73,27 +95,49 @@ class TGrow(nn.Module):
 @dataclass(frozen=True)
 class Layout:
     """What a weight file decodes: latent channels, the pixel-shuffle patch, the temporal stride each stage's
-    grow was trained with, and whether it keeps the warm-up frames of an even-length input (CogVideoX)."""
+    grow was trained with, whether it keeps the warm-up frames of an even-length input (CogVideoX), decodes in
+    H3's chunks (MiniMax H3), and is the larger Super decoder."""
     channels: int
     patch: int
     strides: tuple[int, int, int]
     cogvideox: bool = False
+    h3: bool = False
+    super_: bool = False
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return SUPER_WIDTHS if self.super_ else WIDTHS
+
+    @property
+    def grows(self) -> tuple[int, int, int]:
+        """The decoder indices of its three TGrow layers."""
+        return (7, 14, 21) if self.super_ else (7, 13, 19)
+
+
+EXPECTED = ("expected taehv, taew2_1, taew2_2, taecvx, taehv1_5, taeltx_2, taeltx2_3, taeh3, taehv1_5_super or "
+            "taew2_2_super .pth / .safetensors from github.com/madebyollin/taehv")
 
 
 def layout_of(state: Mapping[str, torch.Tensor], name: str = "") -> Layout:
-    """The layout from a decoder state dict's keys and shapes (keys `decoder.N.*` or `N.*`). Raises TaeError."""
+    """The layout from a decoder state dict's keys and shapes (keys `decoder.N.*` or `N.*`); the file's name
+    adds what the keys cannot say (taecvx's trim, taeh3's chunks), as the reference reads it. Raises TaeError."""
     def weight(i: int, rest: str) -> torch.Tensor | None:
         return state.get(f"decoder.{i}.{rest}", state.get(f"{i}.{rest}"))
 
-    first, last = weight(1, "weight"), weight(22, "weight")
-    grows = [weight(i, "conv.weight") for i in (7, 13, 19)]
-    if first is None or last is None or any(g is None for g in grows) or int(first.shape[0]) != WIDTHS[0]:
-        raise TaeError("not a madebyollin TAEHV decoder (no decoder.1 / decoder.22 convs or decoder.7/13/19 "
-                       "TGrow layers); expected taehv, taew2_1, taew2_2, taecvx or taeltx_2 .pth / .safetensors "
-                       "from github.com/madebyollin/taehv")
+    super_ = weight(1, "conv.0.weight") is not None  # a SuperMemBlock's depthwise conv right after the 1x1 in
+    first = weight(0 if super_ else 1, "weight")
+    widths = SUPER_WIDTHS if super_ else WIDTHS
+    grows = [weight(i, "conv.weight") for i in ((7, 14, 21) if super_ else (7, 13, 19))]
+    last = weight(22, "weight")
+    if first is None or last is None or any(g is None for g in grows) or int(first.shape[0]) != widths[0]:
+        raise TaeError("not a madebyollin TAEHV decoder (no first / decoder.22 convs or TGrow layers of its "
+                       f"widths); {EXPECTED}")
     patch = int(round((int(last.shape[0]) / 3) ** 0.5))
-    strides = tuple(int(g.shape[0]) // n for g, n in zip(grows, WIDTHS[:3]))  # type: ignore[union-attr]
-    return Layout(int(first.shape[1]), patch, strides, cogvideox="taecvx" in name)  # type: ignore[arg-type]
+    grown = widths[1:4] if super_ else widths[:3]  # a Super grow follows its stage's pixel shuffle
+    strides = tuple(int(g.shape[0]) // n for g, n in zip(grows, grown))  # type: ignore[union-attr]
+    base = Path(name).name.lower()
+    return Layout(int(first.shape[1]), patch, strides, cogvideox="taecvx" in base,  # type: ignore[arg-type]
+                  h3="taeh3" in base, super_=super_)
 
 
 class TAEHV(nn.Module):
@@ -107,13 +151,23 @@ class TAEHV(nn.Module):
         super().__init__()
         self.layout = layout
         strides = [s if on else 1 for s, on in zip(layout.strides, time_upscale)]
-        n = WIDTHS
-        layers: list[nn.Module] = [Clamp(), conv(layout.channels, n[0]), nn.ReLU(inplace=True)]
-        for stage in range(3):
-            layers += [MemBlock(n[stage], n[stage]) for _ in range(3)]
-            layers += [nn.Upsample(scale_factor=2 if space_upscale[stage] else 1), TGrow(n[stage], strides[stage]),
-                       conv(n[stage], n[stage + 1], bias=False)]
-        layers += [nn.ReLU(inplace=True), conv(n[3], 3 * layout.patch ** 2)]
+        n = layout.widths
+        layers: list[nn.Module]
+        if layout.super_:  # the reference's arch_variant "super"
+            layers = [nn.Conv2d(layout.channels, n[0], 1, bias=False)]
+            for stage in range(3):
+                up = 2 if space_upscale[stage] else 1
+                layers += [SuperMemBlock(n[stage]) for _ in range(3)]
+                layers += [conv(n[stage], n[stage + 1] * up ** 2), nn.ReLU(inplace=True), nn.PixelShuffle(up),
+                           TGrow(n[stage + 1], strides[stage])]
+            layers += [conv(n[3], 3 * layout.patch ** 2)]
+        else:
+            layers = [Clamp(), conv(layout.channels, n[0]), nn.ReLU(inplace=True)]
+            for stage in range(3):
+                layers += [MemBlock(n[stage], n[stage]) for _ in range(3)]
+                layers += [nn.Upsample(scale_factor=2 if space_upscale[stage] else 1),
+                           TGrow(n[stage], strides[stage]), conv(n[stage], n[stage + 1], bias=False)]
+            layers += [nn.ReLU(inplace=True), conv(n[3], 3 * layout.patch ** 2)]
         self.decoder = nn.Sequential(*layers)
         self.t_upscale = 1
         for s in strides:
@@ -126,6 +180,9 @@ class TAEHV(nn.Module):
         past the upsamples it has."""
         if stages == 0:
             return self
+        if self.layout.super_:
+            raise ValueError(f"stages={stages}: a Super decoder upsamples inside its convs (pixel shuffles), so no "
+                             "stage can be left out")
         out = TAEHV.__new__(TAEHV)
         nn.Module.__init__(out)  # an empty module: the layers below are this one's, not new random ones
         out.layout, out.t_upscale, out.frames_to_trim = self.layout, self.t_upscale, self.frames_to_trim
@@ -162,11 +219,14 @@ class TAEHV(nn.Module):
         preview of Wan's first latent frame runs one frame, not four, through the largest convs)."""
         if keep is not None and not keep:
             raise ValueError("keep: name at least one frame, or None for all of them")
+        if self.layout.h3:  # chunks trimmed one by one: every frame decoded, then the kept ones taken
+            y = self._h3(x)
+            return y if keep is None else take(y, [min(k, int(y.shape[1]) - 1) for k in keep])
         n, t, c, h, w = x.shape
         body, tail, grow_at, stride = self._parts()
         y = x.reshape(n * t, c, h, w)
         for block in body:
-            if isinstance(block, MemBlock):
+            if isinstance(block, MEMORY):
                 frames = y.reshape(n, -1, *y.shape[1:])
                 past = F.pad(frames, (0, 0, 0, 0, 0, 0, 1, 0))[:, :frames.shape[1]]  # the previous frame; zeros first
                 y = block(y, past.reshape(y.shape))
@@ -196,6 +256,27 @@ class TAEHV(nn.Module):
         y = y.clamp(0, 1).reshape(n, -1, *y.shape[1:])
         return y if want is not None else y[:, trim:]
 
+    def _h3(self, x: torch.Tensor) -> torch.Tensor:
+        """MiniMax H3's decode, as the reference's _decode_h3_video: every frame the decoder grows, in chunks of
+        five latent frames' worth, each chunk's first t_upscale - 1 (warm-up) frames dropped, then the frames of
+        the last three latent frames dropped (the clip's padding in H3's own VAE)."""
+        n, t, c, h, w = x.shape
+        y = x.reshape(n * t, c, h, w)
+        for block in self.decoder:
+            if isinstance(block, MEMORY):
+                frames = y.reshape(n, -1, *y.shape[1:])
+                past = F.pad(frames, (0, 0, 0, 0, 0, 0, 1, 0))[:, :frames.shape[1]]
+                y = block(y, past.reshape(y.shape))
+            else:
+                y = block(y)
+        y = y.reshape(n, -1, *y.shape[1:])
+        chunk = 5 * self.t_upscale
+        y = F.pad(y, (0, 0, 0, 0, 0, 0, 0, -int(y.shape[1]) % chunk))
+        y = y.unflatten(1, (-1, chunk))[:, :, self.frames_to_trim:].flatten(1, 2)[:, :-3 * self.t_upscale]
+        if self.layout.patch > 1:
+            y = F.pixel_shuffle(y.flatten(0, 1), self.layout.patch).unflatten(0, (n, -1))
+        return y.clamp(0, 1)
+
 
     def _parts(self) -> tuple[list[nn.Module], list[nn.Module], int, int]:
         """The decoder up to its last memory block, the per-frame layers after it, the index in those of the
@@ -203,7 +284,7 @@ class TAEHV(nn.Module):
         parts = self.__dict__.get("_split")
         if parts is None:
             layers = list(self.decoder)
-            last_mem = max(i for i, block in enumerate(layers) if isinstance(block, MemBlock))
+            last_mem = max(i for i, block in enumerate(layers) if isinstance(block, MEMORY))
             tail = layers[last_mem + 1:]
             grow_at = max((i for i, block in enumerate(tail) if isinstance(block, TGrow)), default=-1)
             stride = 1

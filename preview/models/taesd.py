@@ -1,10 +1,12 @@
-"""madebyollin's tiny autoencoders (TAESD, TAESDXL, TAESD3, TAEF1, TAEF2), so their .pth / .safetensors load
-without diffusers' wrapper.
+"""madebyollin's tiny autoencoders (TAESD, TAESDXL, TAESD3, TAEF1, TAEF2, TAESANA), so their .pth / .safetensors
+load without diffusers' wrapper.
 
 The layer layout follows https://github.com/madebyollin/taesd (taesd.py): state-dict keys are the indices of
 one nn.Sequential, so the published weights load as they are. TAEF2 adds a GroupNorm branch (`pool`) to the
 three blocks at the lowest resolution (decoder blocks 3-5, encoder blocks 11-13); the same layout is in
-ComfyUI's comfy/taesd/taesd.py (`use_midblock_gn`), and the published taef2_*.pth keys confirm it.
+ComfyUI's comfy/taesd/taesd.py (`use_midblock_gn`), and the published taef2_*.pth keys confirm it. TAESANA
+decodes Sana's DC-AE latents (32 channels at 1/32): the reference's F32Decoder, wider (256, 128, 64) and five
+2x upsamples where TAESD has three.
 
 cut() leaves out a decoder's last upsampling stages, sharing its weights, for a preview smaller than the image.
 
@@ -20,11 +22,13 @@ import torch
 from torch import nn
 
 Part = Literal["decoder", "encoder"]
-# What a state dict's latent channels say about its family. 4 and 16 channels are shared by two families each;
-# only a madebyollin file name (taesd_, taesdxl_, taesd3_, taef1_, taef2_) tells them apart.
-CANDIDATES: dict[tuple[int, bool], tuple[str, ...]] = {
-    (4, False): ("sd15", "sdxl"), (16, False): ("sd3", "flux1"), (32, True): ("flux2",)}
-PREFIXES = {"taesd_": "sd15", "taesdxl_": "sdxl", "taesd3_": "sd3", "taef1_": "flux1", "taef2_": "flux2"}
+Variant = Literal["", "gn", "f32"]  # TAESD's layout, with TAEF2's midblock GroupNorm, or Sana's 32x decoder
+# What a state dict's latent channels and variant say about its family. 4 and 16 channels are shared by two
+# families each; only a madebyollin file name (taesd_, taesdxl_, taesd3_, taef1_, ...) tells them apart.
+CANDIDATES: dict[tuple[int, Variant], tuple[str, ...]] = {
+    (4, ""): ("sd15", "sdxl"), (16, ""): ("sd3", "flux1"), (32, "gn"): ("flux2",), (32, "f32"): ("sana",)}
+PREFIXES = {"taesd_": "sd15", "taesdxl_": "sdxl", "taesd3_": "sd3", "taef1_": "flux1", "taef2_": "flux2",
+            "taesana_": "sana"}
 
 
 class TaeError(ValueError):
@@ -83,6 +87,19 @@ def Decoder(latent_channels: int = 4, use_midblock_gn: bool = False) -> nn.Seque
     )
 
 
+def F32Decoder(latent_channels: int = 32) -> nn.Sequential:
+    """Sana's DC-AE latents (B, C, h, w) -> RGB (B, 3, 32h, 32w) in [0, 1] (clamp it), the reference's layout."""
+    return nn.Sequential(
+        Clamp(), conv(latent_channels, 256), nn.ReLU(),
+        Block(256, 256), Block(256, 256), Block(256, 256), nn.Upsample(scale_factor=2), conv(256, 128, bias=False),
+        Block(128, 128), Block(128, 128), Block(128, 128), nn.Upsample(scale_factor=2), conv(128, 64, bias=False),
+        Block(64, 64), Block(64, 64), Block(64, 64), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
+        Block(64, 64), Block(64, 64), Block(64, 64), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
+        Block(64, 64), Block(64, 64), Block(64, 64), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
+        Block(64, 64), conv(64, 3),
+    )
+
+
 def _factor(m: nn.Module) -> int:
     """An upsampling layer's scale factor; 1 for any other layer, and for an nn.Upsample switched off (scale 1,
     as TAEHV's space_upscale leaves one)."""
@@ -127,20 +144,26 @@ def _from_combined(state: Mapping[str, torch.Tensor], part: Part) -> dict[str, t
     return out
 
 
-def _layout(state: Mapping[str, torch.Tensor], part: Part) -> tuple[int, bool]:
-    """(latent channels, midblock GroupNorm) read from the keys and shapes; raises TaeError."""
+def _layout(state: Mapping[str, torch.Tensor], part: Part) -> tuple[int, Variant]:
+    """(latent channels, variant) read from the keys and shapes; raises TaeError."""
+    variant: Variant = ""
     if part == "decoder":
         first, gn_key = state.get("1.weight"), "3.pool.0.weight"
-        channels = int(first.shape[1]) if first is not None and tuple(first.shape[0:1]) == (64,) else None
+        width = int(first.shape[0]) if first is not None else 0
+        channels = int(first.shape[1]) if first is not None and width in (64, 256) else None
+        if width == 256 and "29.weight" in state:
+            variant = "f32"
     else:
         last, gn_key = state.get("14.weight"), "11.pool.0.weight"
         channels = int(last.shape[0]) if last is not None and tuple(last.shape[1:2]) == (64,) else None
-    gn = gn_key in state
-    if channels is None or (channels, gn) not in CANDIDATES:
-        found = "no 64-wide first/last conv" if channels is None else f"{channels} latent channels, GroupNorm {gn}"
+    if gn_key in state:
+        variant = "gn"
+    if channels is None or (channels, variant) not in CANDIDATES:
+        found = ("no 64- or 256-wide first conv" if channels is None
+                 else f"{channels} latent channels, {variant or 'TAESD'} layout")
         raise TaeError(f"not a madebyollin TAE {part} state dict ({found}); expected taesd_, taesdxl_, taesd3_, "
-                       f"taef1_ or taef2_{part}.pth / .safetensors from github.com/madebyollin/taesd")
-    return channels, gn
+                       f"taef1_, taef2_ or taesana_{part}.pth / .safetensors from github.com/madebyollin/taesd")
+    return channels, variant
 
 
 def read_state(path: str | Path) -> dict[str, torch.Tensor]:
@@ -172,15 +195,16 @@ def load_tae(source: str | Path | Mapping[str, torch.Tensor], part: Part = "deco
     state = read_state(source) if isinstance(source, (str, Path)) else dict(source)
     if any(k.startswith(("encoder.layers.", "decoder.layers.")) for k in state):
         state = _from_combined(state, part)
-    channels, gn = _layout(state, part)
-    module = (Decoder if part == "decoder" else Encoder)(channels, gn)
+    channels, variant = _layout(state, part)
+    module = F32Decoder(channels) if variant == "f32" else (Decoder if part == "decoder" else Encoder)(
+        channels, variant == "gn")
     try:
         module.load_state_dict(state)
     except RuntimeError as e:  # torch's first line only names the module; the second says what is wrong
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         detail = lines[1] if len(lines) > 1 else lines[0]
         raise TaeError(f"not a madebyollin TAE {part} state dict ({detail[:200]})") from None
-    families = CANDIDATES[(channels, gn)]
+    families = CANDIDATES[(channels, variant)]
     name = Path(source).name if isinstance(source, (str, Path)) else name
     # longest prefix first: taesd_ must not claim taesdxl_ or taesd3_ files
     for prefix in sorted(PREFIXES, key=len, reverse=True):
