@@ -4,6 +4,8 @@ reference/, MIT, unchanged), which picks the variant from that name as it does f
 previewlab's loader. The frames agree within 1e-3 in [0, 1] units, in count and size."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -13,7 +15,7 @@ from tests.reference import taehv_ref, taesd_ref
 
 # each published TAEHV file -> the reference constructor's arguments that build its layout (the reference
 # itself then reads the file by name; a wrong guess here fails its load)
-TAEHV_FILES = {
+TAEHV_FILES: dict[str, dict[str, Any]] = {
     "taehv": {},
     "taew2_1": {},
     "taecvx": {},
