@@ -31,7 +31,7 @@ TAEHV_FILES: dict[str, dict[str, Any]] = {
 }
 
 
-def saved(tmp_path, name: str, seed: int) -> tuple[torch.nn.Module, str]:
+def saved(tmp_path, name: str, seed: int) -> tuple[Any, str]:
     """Random weights of `name`'s layout in tmp_path/<name>.pth, and the reference model loaded from it."""
     torch.manual_seed(seed)
     blank = taehv_ref.TAEHV(checkpoint_path=None, **TAEHV_FILES[name])
