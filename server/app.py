@@ -120,7 +120,8 @@ def build_app(server: Server) -> ASGIApp:
         why = server.exports.take(client)
         if why:
             return PlainTextResponse(why, status_code=429, headers={"Retry-After": "5"})
-        return StreamingResponse(stream(server.disk, pieces, lambda: server.exports.give(client)),
+        return StreamingResponse(stream(server.disk, pieces, lambda: server.exports.give(client),
+                                        live=lambda: bool(server.store.open_runs())),
                                  media_type="text/csv", headers=_attachment(name))
 
     async def run_csv(request: Request) -> Response:

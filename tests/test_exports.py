@@ -109,3 +109,29 @@ def test_a_parse_rests_between_slices_and_takes_its_share_while_a_run_is_written
     else:
         assert set(fake.sleeps) == {0.0}
     store.close()
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["a run being written", "no run"])
+def test_an_export_rests_between_pieces_only_while_a_run_is_written(live):
+    """The route's stream (exports.stream, each piece read on the real disk thread): while a run is written,
+    each piece after the first waits LIVE_PIECE_REST_S first; with none, it streams at once."""
+    import asyncio
+
+    from previewlab.server.data.disk import DiskReads
+    from previewlab.server.http.exports import LIVE_PIECE_REST_S, stream
+
+    rests: list[float] = []
+    ended: list[bool] = []
+
+    async def rest(s: float) -> None:
+        rests.append(s)
+
+    async def read() -> list[bytes]:
+        disk = DiskReads()
+        try:
+            return [p async for p in stream(disk, iter(["a", "b", "c", "d"]), lambda: ended.append(True),
+                                            live=lambda: live, rest=rest)]
+        finally:
+            disk.close()
+    assert asyncio.run(read()) == [b"a", b"b", b"c", b"d"] and ended == [True]
+    assert rests == ([LIVE_PIECE_REST_S] * 4 if live else [])  # after each piece, the end's read included
