@@ -12,7 +12,7 @@ from typing import Any
 # 0.25 s per 256x256 step of synthetic:small, so the limit keeps a run on it to a few minutes; one
 # SDXL-sized run of 50 steps (52 M) fits. 0 turns the limit off.
 DEFAULT_MAX_PIXEL_STEPS = 64 * 1024 * 1024
-DEFAULT_KEEP_RUNS = 500          # run folders kept in the data folder, oldest removed first; 0 keeps all
+DEFAULT_KEEP_RUNS = 500          # run folders kept in the data folder, quick ones removed first (retention.py); 0 all
 BAD_BURST, BAD_PER_S = 20, 2.0   # bad messages one client may send at once, then per second, before 1008
 SET_BURST, SET_PER_S = 20, 10.0  # `set` messages: a person changes a control a few times a second at most
 WS_BURST, WS_PER_S = 64, 20.0    # WebSocket handshakes one address may open at once, then per second
