@@ -142,9 +142,13 @@ class Embedded:
         self.server.store.close()
 
     def _end_call(self, w: Any) -> None:
-        """The watch's call in progress ends while the page can still write it: one still denoising is stopped
-        (from another thread: the call's own thread cannot wait for itself), then closed."""
-        if w.state == "denoising" and threading.get_ident() != w.call_thread:
+        """The watch's call in progress ends while the page can still write it: one still denoising is stopped at
+        its next step, then closed; from the call's own thread (a callback), cut short at once (it cannot wait
+        for its own next step)."""
+        if w.state == "denoising" and threading.get_ident() == w.call_thread:
+            w.cut_short()  # from inside the call: it cannot wait for its own next step
+            return
+        if w.state == "denoising":
             w.request_stop()
             deadline = time.monotonic() + STOP_WAIT_S
             while w.state == "denoising" and time.monotonic() < deadline:

@@ -24,8 +24,8 @@ def pipe():
 
 
 def call(pipe, w, steps=6, **kw):
-    return pipe("a cat", num_inference_steps=steps, height=64, width=64, generator=torch.Generator().manual_seed(3),
-                callback_on_step_end=w, **kw).images[0]
+    kw.setdefault("generator", torch.Generator().manual_seed(3))
+    return pipe("a cat", num_inference_steps=steps, height=64, width=64, callback_on_step_end=w, **kw).images[0]
 
 
 def runs(page) -> list[dict[str, Any]]:
@@ -282,3 +282,152 @@ def test_a_script_stopped_by_ctrl_c_mid_call_leaves_its_run_failed_not_running(t
     meta = json.loads((run / "meta.json").read_text())
     assert meta["status"] == "failed" and "KeyboardInterrupt" in meta["error"], meta
     assert len((run / "steps.csv").read_text().strip().splitlines()) == 1 + 2  # steps 1 and 2 finished
+
+
+# -- found by the probe after the first fixes ------------------------------------------------------------------
+
+def _ticked(pipe, **kw):
+    """A watch on a clock that reads 1 ms later at each reading: a call's figures count the watch's readings,
+    the same for the same call on any machine."""
+    from previewlab.preview.record.kept_events import Gathered
+    from tests.golden_sweep import TickClock
+
+    w = preview_watch(pipe, decoder="none", mode="sync", clock=TickClock(), **kw)
+    events = Gathered()
+    w.attach(events)
+    return w, events
+
+
+def test_a_call_that_fails_after_its_text_encoding_lends_the_next_call_nothing(pipe, tmp_path):
+    """Item 2, by another path: diffusers raises its own ValueError after the text encoding (two generators for
+    one image), where no hook sees it. The next call's figures are a clean call's, reading for reading."""
+    w, events = _ticked(pipe)
+    try:
+        w.save(call(pipe, w, steps=3), tmp_path / "a.png")
+        clean = w.records[-1].totals
+        with pytest.raises(ValueError):
+            call(pipe, w, steps=3, generator=[torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)])
+        w.save(call(pipe, w, steps=3), tmp_path / "b.png")
+        again = w.records[-1].totals
+        assert (again.wall_s, again.text_encode_ms, again.steps_run) == (clean.wall_s, clean.text_encode_ms, 3)
+        assert [e.status for e in events.ends] == ["done", "done"]  # the failed call never reached a step
+    finally:
+        w.remove()
+
+
+def test_a_second_pipeline_sharing_the_components_is_not_measured_as_this_watchs_call(pipe, tmp_path):
+    """Item 5, by another path: an img2img pipeline made from `pipe.components` fires the hooks on the shared
+    text encoder, UNet and VAE. Its call is not this watch's: the scheduler is left unwrapped after it, and the
+    watch's next call is a clean call, reading for reading."""
+    from diffusers import StableDiffusionImg2ImgPipeline
+
+    w, events = _ticked(pipe)
+    other = StableDiffusionImg2ImgPipeline(**pipe.components)
+    try:
+        image = call(pipe, w, steps=3)
+        w.save(image, tmp_path / "a.png")
+        clean = w.records[-1].totals
+        other("a cat", image=image, num_inference_steps=4, strength=0.75, generator=torch.Generator().manual_seed(2))
+        assert "step" not in vars(pipe.scheduler) and w.state == "idle"
+        w.save(call(pipe, w, steps=3), tmp_path / "b.png")
+        again = w.records[-1].totals
+        assert (again.wall_s, again.text_encode_ms) == (clean.wall_s, clean.text_encode_ms)
+        assert len(events.metas) == 2
+    finally:
+        w.remove()
+
+
+def test_a_final_decode_that_raises_ends_the_call_failed_at_once(pipe):
+    """Item 2, by another path: the VAE's final decode raises (as an out-of-memory would); the call is failed
+    with that error at once, not running until the next call and then done."""
+    w, events = _ticked(pipe)
+
+    def oom(module, args):
+        raise RuntimeError("out of memory in the final decode")
+
+    h = pipe.vae.decoder.register_forward_pre_hook(oom)
+    try:
+        with pytest.raises(RuntimeError, match="out of memory"):
+            call(pipe, w, steps=3)
+        assert w.state == "idle" and [e.status for e in events.ends] == ["failed"]
+        assert events.ends[0].error == "RuntimeError: out of memory in the final decode"
+    finally:
+        h.remove()
+        w.remove()
+
+
+def test_two_threads_taking_turns_are_two_runs_and_one_s_save_never_closes_the_others(pipe, tmp_path):
+    """Item 5, the probe's case: thread A's call has ended, A saves a moment later, while thread B's call runs.
+    A's call is closed when B's begins; A's save closes nothing of B's; each is one run with its own steps."""
+    w, events = _ticked(pipe)
+    a_done, b_in_loop, a_saved = threading.Event(), threading.Event(), threading.Event()
+    images: list[Any] = []
+
+    def a() -> None:
+        images.append(call(pipe, w, steps=3))
+        a_done.set()
+        b_in_loop.wait(60)
+        w.save(images[0], tmp_path / "a.png")
+        a_saved.set()
+
+    def b_waits(p, i, t, kw):
+        if i == 1:
+            b_in_loop.set()
+            a_saved.wait(60)
+        return kw
+
+    t = threading.Thread(target=a)
+    t.start()
+    try:
+        assert a_done.wait(60)
+        image = call(pipe, MultiPipelineCallbacks([w, _Plain(b_waits)]), steps=6)
+        t.join(60)
+        w.save(image, tmp_path / "b.png")
+        assert [(e.status, e.totals.steps_run if e.totals else None) for e in events.ends] == [("done", 3), ("done", 6)]
+        assert [r.totals.steps_run for r in w.records] == [3, 6]
+    finally:
+        a_saved.set()
+        w.remove()
+
+
+def test_remove_from_another_thread_mid_call_writes_the_runs_end(pipe, tmp_path):
+    """Item 10/11, the probe's case: watch.remove() from another thread while a call runs stops the call at its
+    next step and writes its end (stopped, with totals) before the page goes; the call then finishes."""
+    w = preview_watch(pipe, decoder="none", mode="sync")
+    serve(w, port=0, data_dir=tmp_path)
+    in_loop = threading.Event()
+
+    def slow(p, i, t, kw):
+        in_loop.set()
+        time.sleep(0.02)
+        return kw
+
+    t = threading.Thread(target=lambda: call(pipe, MultiPipelineCallbacks([w, _Plain(slow)]), steps=300))
+    t.start()
+    assert in_loop.wait(60)
+    w.remove()
+    t.join(120)
+    (run,) = [d for d in tmp_path.iterdir() if (d / "meta.json").is_file()]
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["status"] == "stopped" and 0 < meta["totals"]["steps_run"] < 300
+
+
+def test_closing_the_page_from_inside_the_call_ends_the_run_stopped(pipe, tmp_path):
+    """Items 10, the probe's case: the script's own callback closes the page at step 3 of 8. The call is ended
+    there, stopped with the rows it has, and written before the page goes; the pipeline stops early."""
+    w = preview_watch(pipe, decoder="none", mode="sync")
+    page = serve(w, port=0, data_dir=tmp_path)
+
+    def close_at_3(p, i, t, kw):
+        if i == 2:
+            page.close()
+        return kw
+
+    try:
+        call(pipe, MultiPipelineCallbacks([w, _Plain(close_at_3)]), steps=8)
+        (run,) = [d for d in tmp_path.iterdir() if (d / "meta.json").is_file()]
+        meta = json.loads((run / "meta.json").read_text())
+        assert meta["status"] == "stopped" and meta["totals"]["steps_run"] == 3
+        assert w.events is None and w.state == "idle"
+    finally:
+        w.remove()

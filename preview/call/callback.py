@@ -14,12 +14,15 @@ text encoders and VAE decoder, and one forward pre-hook on the UNet that removes
 from __future__ import annotations
 
 import functools
+import sys
 import threading
+import types
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Unpack
 
 import numpy as np
+import torch
 from diffusers.callbacks import PipelineCallback
 
 from previewlab.preview.source import modular
@@ -50,6 +53,39 @@ KeepFinal = Callable[[str, bytes], bool]  # (run id, PNG) -> whether the image i
 
 class WatchError(RuntimeError):
     """A watch asked to measure what it cannot: another pipeline's call, or a second call at once."""
+
+
+class _SameCall:
+    """What the watch leaves in the pipeline's `_interrupt` while its call runs: as falsy as the False it
+    replaces (the pipeline reads only its truth: nothing it computes changes). A diffusers pipeline sets
+    `self._interrupt = False` as each call begins, so finding False there again says a new call began, where a
+    call that failed before its first step (after its text encoding) would otherwise lend it its marks."""
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "False"
+
+
+SAME_CALL = _SameCall()
+CALL_DEPTH = 48  # frames looked up for the pipeline call a hook fires in (a module's forward is a few below it)
+
+
+def calling_pipe(depth: int = CALL_DEPTH) -> Any:
+    """The pipeline whose __call__ the current hook fires in (None: none found). Modules shared by two pipelines
+    (an img2img pipeline made from `pipe.components`) fire their hooks for either; asked at a call's phases only,
+    never at a step."""
+    f: types.FrameType | None = sys._getframe(1)
+    for _ in range(depth):
+        if f is None:
+            return None
+        if f.f_code.co_name == "__call__":
+            owner = f.f_locals.get("self")
+            if owner is not None and hasattr(owner, "components") and not isinstance(owner, torch.nn.Module):
+                return owner
+        f = f.f_back
+    return None
 
 
 class Watch(PipelineCallback):
@@ -90,6 +126,7 @@ class Watch(PipelineCallback):
         self.call = MeasuredCall(self.model, self.sw)  # the call in progress: its state, marks and meter
         self._stop = threading.Event()
         self._thread: int | None = None        # the thread whose call is in progress (one call at a time)
+        self._cut = False                      # the call was ended early (its page closed from inside it)
         self._latent_hw: tuple[int, int] | None = None  # LTX: the latent height and width of the call's clip
         # attach(): the live page (previewlab.serve(watch) attaches itself)
         self.events: RunEvents | None = None
@@ -125,18 +162,30 @@ class Watch(PipelineCallback):
                                 on_error=self._raised)
 
     def _started_here(self) -> bool:
-        """A call has started on this thread and not reached its first step."""
-        return self.state == "started" and threading.get_ident() == self._thread
+        """A call has started on this thread, not reached its first step, and is still the pipeline's current
+        call (it has not set its `_interrupt` to False again: see _SameCall)."""
+        return (self.state == "started" and threading.get_ident() == self._thread
+                and self.pipe.__dict__.get("_interrupt") is not False)
+
+    def _ours(self) -> bool:
+        """The hook fires in this watch's pipeline's call (or in no pipeline call found): not in another
+        pipeline's that shares its modules."""
+        owner = calling_pipe()
+        return owner is None or owner is self.pipe
 
     def _enter(self) -> None:
         """Where a call may begin (its text encoding, its denoiser's first forward, its first step): one call at a
         time. A call left part-way by the same thread (an exception or a Ctrl-C the hooks did not see) ends here
-        as failed, and this call starts clean; another thread's call while one is running is refused in one line
-        (its pipeline call raises): the two would share one set of marks and one scheduler."""
+        as failed, and this call starts clean. Another thread's call is refused in one line (its pipeline call
+        raises) while this one runs or its final decode does: the two would share one set of marks and one
+        scheduler. One that has decoded its image is closed first (that thread's save() then closes nothing)."""
         me = threading.get_ident()
-        if self.state in ("started", "denoising") and self._thread is not None and me != self._thread:
+        other = self._thread is not None and me != self._thread
+        decoding = self.state == "denoised" and self.call.marks.decode0 is not None and self.call.marks.decode1 is None
+        if other and (self.state in ("started", "denoising") or decoding):
             raise WatchError("watch: a call is already running on another thread; one watch measures one call at "
                              "a time: make a pipeline and a watch per thread")
+        self._cut = False
         if self.state == "denoising":
             self._fail("the call ended before its last step, without an error the watch could see (a Ctrl-C, "
                        "or an exception outside the denoiser): its next call began")
@@ -145,10 +194,16 @@ class Watch(PipelineCallback):
         if self.state == "started":  # a call that never reached a step: its marks go, it has no record
             self._fail("")
         self._thread = me
+        if self.pipe.__dict__.get("_interrupt") is False:
+            self.pipe._interrupt = SAME_CALL  # the pipeline's next call sets False again (_started_here)
 
     def _first_forward(self, kwargs: dict[str, Any]) -> None:
         """The denoiser's first forward of a call. LTXPipeline calls its transformer with the clip's latent
         height and width, which its packed latents do not say (image_size reads them)."""
+        cut = self._cut and self.pipe.__dict__.get("_interrupt") is not False  # the cut call's own forwards
+        if cut or not self._ours():  # (or another pipeline's, sharing this denoiser: its own watch's call)
+            self.hooks.arm()
+            return
         h, w = kwargs.get("height"), kwargs.get("width")
         self._latent_hw = (h, w) if isinstance(h, int) and isinstance(w, int) else None
         self._unet_start()
@@ -161,26 +216,35 @@ class Watch(PipelineCallback):
             self.step_tap.install()
 
     def _text_start(self) -> None:
+        if not self._ours():
+            return
         if not self._started_here() or self.call.marks.denoise0 is not None:  # not a call's second text encoder
             self._enter()
         self.call.text_start()
 
     def _text_end(self) -> None:
-        self.call.text_end()
+        if self.state == "started" and threading.get_ident() == self._thread:
+            self.call.text_end()
 
     # the pipeline's own final decode, never a preview's (the hooks leave out a VAE run inside a step)
     def _decode_start(self) -> None:
+        if threading.get_ident() != self._thread or not self._ours():
+            return
         if self.state == "denoising":
             self._end_denoise()  # a loop that ended before its last step (stopped, or fewer steps than planned)
         self.call.decode_start()
 
     def _decode_end(self) -> None:
-        self.call.decode_end()
+        if threading.get_ident() == self._thread:
+            self.call.decode_end()
 
     # -- the steps, from whichever source ----------------------------------------------------------------------
     def callback_fn(self, pipeline: Any, step_index: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
         """diffusers' step callback: the step source when the watch's source is `callback` (a watch fed by
         another source passed as the callback too sees each step once, from its own source)."""
+        if self._cut:  # its page was closed from inside the call: the rest of this call is not measured
+            pipeline._interrupt = True
+            return callback_kwargs
         if pipeline is not self.pipe:
             raise WatchError(f"watch: this watch measures its own {type(self.pipe).__name__} ({self.model.family}); "
                              f"it was passed to a {type(pipeline).__name__}: make a watch for each pipeline")
@@ -238,6 +302,11 @@ class Watch(PipelineCallback):
         """Encode the final image as PNG and write it, timed: the request ends here. Served (serve(watch)), the
         same PNG becomes the run's final image on the page, handed over after the timed request; a call already
         closed (finish(), `record`, `summary()`, or the next call) keeps none there."""
+        if self._thread is not None and self._thread != threading.get_ident():
+            # another thread's call is in progress: this thread's own was closed when that one began
+            arr = np.asarray(image.convert("RGB") if hasattr(image, "convert") else image)
+            Path(path).write_bytes(save_image(arr.astype(np.uint8)))
+            return Path(path)
         arr = np.asarray(image.convert("RGB") if hasattr(image, "convert") else image)
         t0 = self.sw.clock()
         png = save_image(arr.astype(np.uint8))
@@ -249,9 +318,10 @@ class Watch(PipelineCallback):
         return Path(path)
 
     def _raised(self, e: BaseException) -> None:
-        """The pipeline's text encoder or denoiser raised: the call ends now, failed with that error."""
-        if self.state in ("started", "denoising") and threading.get_ident() == self._thread:
-            self._fail(e)  # another thread's call, refused by _enter, leaves this one alone
+        """The pipeline's text encoder, denoiser or final decode raised: the call ends now, failed with that
+        error (another thread's call, refused by _enter, or another pipeline's, leaves this one alone)."""
+        if self.state != "idle" and threading.get_ident() == self._thread and not isinstance(e, WatchError):
+            self._fail(e)
 
     def _fail(self, e: BaseException | str) -> None:
         """End the call in progress as failed: its rows so far are handed over, its end says why, the scheduler
@@ -274,8 +344,22 @@ class Watch(PipelineCallback):
             self._fail(why)
 
     def finish(self) -> RunRecord | None:
-        """Close the latest call's record without saving an image (save() does this for you)."""
+        """Close the latest call's record without saving an image (save() does this for you). From a thread
+        other than the one whose call is in progress, nothing is closed."""
+        if self._thread is not None and self._thread != threading.get_ident() and self.state != "denoised":
+            return None
         return self._close_call()
+
+    def cut_short(self) -> None:
+        """End the call in progress now, from inside it (its page closed by the script's own callback): recorded
+        stopped with the rows it has, the pipeline asked to stop, and the rest of its steps left unmeasured."""
+        if self.state == "denoising":
+            self._end_denoise()
+        self._close_call()
+        self._cut = True
+        self.request_stop()
+        if "_interrupt" in self.pipe.__dict__:
+            self.pipe._interrupt = True  # the loop skips its remaining steps, as after a stop
 
     def _close_call(self, png: bytes | None = None) -> RunRecord | None:
         """png: the call's final image as save() wrote it, kept where the run is shown before its end is told."""
@@ -321,12 +405,15 @@ class Watch(PipelineCallback):
         self._stop.set()
 
     def remove(self) -> None:
-        """Remove the hooks from the user's modules and stop the server, if any."""
+        """Stop the server, if any (a call in progress is stopped and its end written first, while the hooks
+        still see its steps), then remove the hooks from the user's modules."""
+        if self._close_events is not None:
+            self._close_events()
         self.hooks.remove()
         self.step_tap.remove()
         if self._block is not None:
             modular.detach(self.pipe, self._block)
             self._block = None
-        if self._close_events is not None:
-            self._close_events()
+        if isinstance(self.pipe.__dict__.get("_interrupt"), _SameCall):
+            self.pipe._interrupt = False
 

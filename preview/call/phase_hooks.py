@@ -56,6 +56,10 @@ class PhaseHooks:
         if vae is not None:  # pixel space has no final decode
             self._hooks.append(vae.decoder.register_forward_pre_hook(lambda *a: self._final(self.decode_start)))
             self._hooks.append(vae.decoder.register_forward_hook(lambda *a: self._final(self.decode_end)))
+            if on_error is not None:  # the final decode raising (out of memory), never a preview's
+                failed = _raised(on_error)
+                self._hooks.append(vae.decoder.register_forward_hook(
+                    lambda *a: self._final(lambda: failed(*a)), always_call=True))
         self.arm()
 
     def arm(self) -> None:
