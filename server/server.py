@@ -126,7 +126,8 @@ class Server:
         """A decoder this model can run, asked the same way by start and set: taesd needs TAE weights (before,
         a start failed its run with a traceback and a set made every preview fail)."""
         if decoder == "taesd" and self.model.taesd is None:
-            raise protocol.ProtocolError(taesd_refusal(self.model))
+            why = taesd_refusal(self.model)  # a script's page: the watch takes taesd=, not the CLI's flag
+            raise protocol.ProtocolError(why.replace("--taesd PATH", "taesd=PATH") if self.source else why)
 
     async def handle(self, c: Client, msg: protocol.Message) -> None:
         """Act on one valid message. A message that cannot be acted on raises ProtocolError: the session

@@ -431,3 +431,29 @@ def test_closing_the_page_from_inside_the_call_ends_the_run_stopped(pipe, tmp_pa
         assert w.events is None and w.state == "idle"
     finally:
         w.remove()
+
+
+def test_a_scripts_page_refuses_taesd_naming_the_watchs_keyword(pipe, tmp_path):
+    """A script's page refuses a `set` to taesd its watch has no weights for, naming what the script passes
+    (taesd=PATH), not the CLI's flag."""
+    import asyncio
+
+    import websockets
+
+    w = preview_watch(pipe, decoder="none")
+    page = serve(w, port=0, data_dir=tmp_path)
+
+    async def set_taesd() -> str:
+        async with websockets.connect(page.url.replace("http", "ws") + "ws") as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"type": "set", "decoder": "taesd"}))
+            while True:
+                msg = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                if msg["type"] == "error":
+                    return msg["message"]
+
+    try:
+        message = asyncio.run(set_taesd())
+        assert "taesd=PATH" in message and "--taesd" not in message
+    finally:
+        w.remove()
