@@ -26,3 +26,5 @@ $PY -m previewlab bench --model synthetic:small --width 128 --height 128 --out $
 $PY -m previewlab report $R/default
 # 7. the server under load: 50 watchers, a stuck reader, a reconnecting client
 $PY -m previewlab load --out $R/load
+# 8. what CSV exports cost a running model (docs/tables.md, Exports while a run goes)
+$PY bench/export_cost.py | tee $R/export-cost.txt
