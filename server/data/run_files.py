@@ -124,12 +124,14 @@ def open_own(path: Path, mode: str, **kw: Any) -> Any:
     return os.fdopen(fd, mode, **kw)
 
 
-def stamp(path: Path) -> tuple[int, int] | None:
+def stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when a file does: its contents (mtime, size) or its permissions (ctime: a chmod that lets
+    an unreadable file be read)."""
     try:
         st = path.stat()
     except OSError:
         return None
-    return st.st_mtime_ns, st.st_size
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size
 
 
 def _no_constant(name: str) -> Any:

@@ -81,6 +81,7 @@ class RunReader:
         self.exports = ExportCache()   # finished runs' export rows, compressed (export_cache.py)
         self.pacer = Pacer()           # parsing yields to a running model (pacer.py)
         self.parses = 0                # runs' exports parsed from their files, not found kept
+        self._found_damaged: dict[str, tuple[Any, Damaged]] = {}  # run -> (its files' stamps, what was wrong)
 
     def ids(self) -> list[str]:
         """Run ids, oldest first: the names of folders that match RUN_ID, never anything read from a file."""
@@ -180,13 +181,29 @@ class RunReader:
     def packed_rows(self, rid: str) -> bytes:
         """The run's rows as compressed CSV text (export_cache.unpack reads it). A finished run's is kept until
         one of its files changes (export_cache.ExportCache): exporting it again costs a stat per file, not a
-        parse. A parse is made whole before any of it is used, so a run found damaged half-way is left out
-        whole; it ticks the pacer after each row, so it yields to a running model. Raises Damaged."""
+        parse; so is a run found damaged (its Damaged raised again until a file changes). A parse is made whole
+        before any of it is used, so a run found damaged half-way is left out whole; it ticks the pacer after
+        each row, so it yields to a running model. Raises Damaged."""
         d = self.root / rid
         stamps = tuple(stamp(d / name) for name in RUN_FILES)
         kept = self.exports.get(rid, stamps)
         if kept is not None:
             return kept
+        bad = self._found_damaged.get(rid)
+        if bad is not None and bad[0] == stamps:
+            raise bad[1]
+        try:
+            status, packed = self._pack(rid)
+        except Damaged as e:
+            self._found_damaged[rid] = (stamps, e)
+            raise
+        self._found_damaged.pop(rid, None)
+        if status != "running" and rid not in self.open_runs():
+            self.exports.put(rid, stamps, packed)  # finished: its files change no more (a late ack restamps)
+        return packed
+
+    def _pack(self, rid: str) -> tuple[Stored | None, bytes]:
+        """Parse the run's files into its export rows, compressed: its status, and the rows. Raises Damaged."""
         tick = self.pacer.ticks(lambda: bool(self.open_runs()))
         try:
             meta = self.meta(rid)
@@ -204,11 +221,8 @@ class RunReader:
                 buf.seek(0)
                 buf.truncate()
         packer.add(buf.getvalue())
-        packed = packer.done()
         self.parses += 1
-        if status_of(meta) != "running" and rid not in self.open_runs():
-            self.exports.put(rid, stamps, packed)  # finished: its files change no more (a late ack restamps)
-        return packed
+        return status_of(meta), packer.done()
 
     def meta_or_none(self, rid: str) -> dict[str, Any] | None:
         try:
@@ -224,6 +238,7 @@ class RunReader:
     def forget(self, rid: str) -> None:
         """A run removed (retention): its kept export and what was known of it go."""
         self.exports.forget(rid)
+        self._found_damaged.pop(rid, None)
         self.damaged.pop(rid, None)
 
     def final_image_path(self, rid: str) -> Path:
