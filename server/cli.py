@@ -92,7 +92,8 @@ def parser() -> Parser:
                    help="seconds SIGTERM waits for the run's current step and final image; after that the run is "
                         "recorded interrupted with its rows and the process exits")
     p.add_argument("--keep-runs", type=int, default=DEFAULT_KEEP_RUNS,
-                   help="run folders kept in --data-dir, the oldest removed first (0: keep all)")
+                   help="run folders kept in --data-dir (0: keep all); past it, runs that took under 1 s go first, "
+                        "oldest first, then the oldest; the newest and any with a file named pinned are kept")
     return p
 
 
