@@ -307,13 +307,15 @@ def test_load_tae_takes_the_combined_hub_layout(tmp_path):
 
 def test_load_tae_refuses_what_it_does_not_know(tmp_path):
     no_gn_32 = Decoder(32).state_dict()
-    with pytest.raises(TaeError, match="32 latent channels, GroupNorm False"):
+    with pytest.raises(TaeError, match="32 latent channels, TAESD layout"):
         load_tae(no_gn_32)
     partial = {k: v for k, v in Decoder(32, True).state_dict().items() if not k.startswith("19.")}
     with pytest.raises(TaeError, match="Missing key"):
         load_tae(partial)
-    with pytest.raises(TaeError, match="no 64-wide"):
-        load_tae({"1.weight": torch.zeros(256, 32, 3, 3)})  # taesana's 32x decoder is another architecture
+    with pytest.raises(TaeError, match="no 64- or 256-wide first conv"):
+        load_tae({"1.weight": torch.zeros(128, 32, 3, 3)})
+    with pytest.raises(TaeError, match="32 latent channels, TAESD layout"):  # taesana's width, not its layers
+        load_tae({"1.weight": torch.zeros(256, 32, 3, 3)})
     (tmp_path / "bad.pth").write_bytes(b"not a checkpoint")
     with pytest.raises(TaeError, match="not a readable checkpoint"):
         load_tae(tmp_path / "bad.pth")
