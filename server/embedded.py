@@ -108,7 +108,8 @@ class Embedded:
     def keep_final(self, run_id: str, png: bytes) -> bool:
         """A script's saved image as its run's final image (final.png beside its rows), written whole on the
         script's thread after its call, before the run's end is told; True once it is there. The run's folder is
-        made on the loop (started), so this waits for the loop to have run what it was handed before."""
+        made on the writer thread (started hands it there from the loop), so this waits for the loop, then the
+        writer, to have done what they were handed before."""
         if not self.thread.is_alive():  # closed (watch.remove()): no loop will answer
             return False
         caught_up = threading.Event()
@@ -116,7 +117,9 @@ class Embedded:
             self.loop.call_soon_threadsafe(caught_up.set)
         except RuntimeError:  # its loop has closed
             return False
-        if not caught_up.wait(LOOP_WAIT_S) or not self.server.store.known(run_id):
+        if not caught_up.wait(LOOP_WAIT_S) or not self.server.relay.writes.wait(LOOP_WAIT_S):
+            return False
+        if not self.server.store.known(run_id):  # its folder is made on the writer, waited for above
             return False
         try:
             write_whole(self.server.store.final_image_path(run_id), png)
@@ -163,6 +166,9 @@ class Embedded:
         w = self.watch
         if self.closed or w.events is not self:
             return
+        caller = next((t for t in threading.enumerate() if t.ident == w.call_thread), None)
+        if caller is not None and caller is not threading.current_thread() and not caller.daemon:
+            caller.join()  # Python joins it after this hook anyway: its call ends first, then the page closes
         if w.state in ("started", "denoising"):
             why = getattr(sys, "last_value", None)
             w.end_failed(f"the script ended during the call ({type(why).__name__ if why is not None else 'exit'})")

@@ -329,10 +329,20 @@ def test_a_second_pipeline_sharing_the_components_is_not_measured_as_this_watchs
         clean = w.records[-1].totals
         other("a cat", image=image, num_inference_steps=4, strength=0.75, generator=torch.Generator().manual_seed(2))
         assert "step" not in vars(pipe.scheduler) and w.state == "idle"
-        w.save(call(pipe, w, steps=3), tmp_path / "b.png")
+        image = call(pipe, w, steps=3)  # its record still open (no save yet) while the other pipeline runs
+        other("a cat", image=image, num_inference_steps=4, strength=0.75, generator=torch.Generator().manual_seed(2))
+
+        def oom(module, args):
+            raise RuntimeError("the other pipeline's out of memory")
+        h = pipe.unet.register_forward_pre_hook(oom)
+        with pytest.raises(RuntimeError):
+            other("a cat", image=image, num_inference_steps=4, strength=0.75)
+        h.remove()
+        w.save(image, tmp_path / "b.png")
         again = w.records[-1].totals
-        assert (again.wall_s, again.text_encode_ms) == (clean.wall_s, clean.text_encode_ms)
-        assert len(events.metas) == 2
+        assert (again.wall_s, again.text_encode_ms, again.final_decode_ms, again.status) == (
+            clean.wall_s, clean.text_encode_ms, clean.final_decode_ms, "done")
+        assert len(events.metas) == 2 and [e.status for e in events.ends] == ["done", "done"]
     finally:
         w.remove()
 
@@ -455,5 +465,24 @@ def test_a_scripts_page_refuses_taesd_naming_the_watchs_keyword(pipe, tmp_path):
     try:
         message = asyncio.run(set_taesd())
         assert "taesd=PATH" in message and "--taesd" not in message
+    finally:
+        w.remove()
+
+
+def test_a_stop_ends_the_denoising_where_no_final_decode_follows(pipe):
+    """A stop with output_type="latent" (no final decode, no hook after the loop): the call leaves its
+    denoising at the stop, so a page's close() never waits for it, and its record says stopped."""
+    w = preview_watch(pipe, decoder="none", mode="sync")
+
+    def stop_at_2(p, i, t, kw):
+        if i == 1:
+            w.request_stop()
+        return kw
+
+    try:
+        call(pipe, MultiPipelineCallbacks([_Plain(stop_at_2), w]), steps=6, output_type="latent")
+        assert w.state == "denoised"
+        rec = w.record
+        assert rec is not None and rec.totals.status == "stopped" and rec.totals.steps_run == 2  # stopped at step 2
     finally:
         w.remove()

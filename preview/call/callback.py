@@ -14,6 +14,7 @@ text encoders and VAE decoder, and one forward pre-hook on the UNet that removes
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import threading
 import types
@@ -22,7 +23,6 @@ from pathlib import Path
 from typing import Any, Callable, Unpack
 
 import numpy as np
-import torch
 from diffusers.callbacks import PipelineCallback
 
 from previewlab.preview.source import modular
@@ -72,20 +72,34 @@ SAME_CALL = _SameCall()
 CALL_DEPTH = 48  # frames looked up for the pipeline call a hook fires in (a module's forward is a few below it)
 
 
-def calling_pipe(depth: int = CALL_DEPTH) -> Any:
-    """The pipeline whose __call__ the current hook fires in (None: none found). Modules shared by two pipelines
-    (an img2img pipeline made from `pipe.components`) fire their hooks for either; asked at a call's phases only,
-    never at a step."""
+def call_codes(pipe: Any) -> frozenset[types.CodeType]:
+    """The code objects of the pipeline's __call__ along its classes (a user's subclass calls its parent's),
+    under diffusers' no_grad wrapper."""
+    codes = set()
+    for cls in type(pipe).__mro__:
+        fn = vars(cls).get("__call__")
+        code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
+        if code is not None:
+            codes.add(code)
+    return frozenset(codes)
+
+
+def in_other_pipeline(own: frozenset[types.CodeType], depth: int = CALL_DEPTH) -> bool:
+    """The current hook fires in another pipeline class's __call__, not in `own` (modules shared by two
+    pipelines, an img2img made from `pipe.components`, fire their hooks for either). Read from the frames' code
+    objects only, never their locals (a frame's locals read on Python 3.11 would keep its tensors alive); two
+    pipelines of one class are not told apart. Asked at a call's phases, never at a step."""
     f: types.FrameType | None = sys._getframe(1)
     for _ in range(depth):
         if f is None:
-            return None
-        if f.f_code.co_name == "__call__":
-            owner = f.f_locals.get("self")
-            if owner is not None and hasattr(owner, "components") and not isinstance(owner, torch.nn.Module):
-                return owner
+            return False
+        code = f.f_code
+        if code in own:
+            return False
+        if code.co_name == "__call__" and "pipelines" in code.co_filename.replace("\\", "/").split("/"):
+            return True  # a classic diffusers pipeline's __call__ (a Modular one's blocks live in modular_pipelines/)
         f = f.f_back
-    return None
+    return False
 
 
 class Watch(PipelineCallback):
@@ -127,6 +141,7 @@ class Watch(PipelineCallback):
         self._stop = threading.Event()
         self._thread: int | None = None        # the thread whose call is in progress (one call at a time)
         self._cut = False                      # the call was ended early (its page closed from inside it)
+        self._call_code = call_codes(pipe)     # the pipeline's own __call__, told from another pipeline's
         self._latent_hw: tuple[int, int] | None = None  # LTX: the latent height and width of the call's clip
         # attach(): the live page (previewlab.serve(watch) attaches itself)
         self.events: RunEvents | None = None
@@ -170,8 +185,7 @@ class Watch(PipelineCallback):
     def _ours(self) -> bool:
         """The hook fires in this watch's pipeline's call (or in no pipeline call found): not in another
         pipeline's that shares its modules."""
-        owner = calling_pipe()
-        return owner is None or owner is self.pipe
+        return not in_other_pipeline(self._call_code)
 
     def _enter(self) -> None:
         """Where a call may begin (its text encoding, its denoiser's first forward, its first step): one call at a
@@ -223,7 +237,7 @@ class Watch(PipelineCallback):
         self.call.text_start()
 
     def _text_end(self) -> None:
-        if self.state == "started" and threading.get_ident() == self._thread:
+        if self.state == "started" and threading.get_ident() == self._thread and self._ours():
             self.call.text_end()
 
     # the pipeline's own final decode, never a preview's (the hooks leave out a VAE run inside a step)
@@ -235,7 +249,7 @@ class Watch(PipelineCallback):
         self.call.decode_start()
 
     def _decode_end(self) -> None:
-        if threading.get_ident() == self._thread:
+        if threading.get_ident() == self._thread and self._ours():
             self.call.decode_end()
 
     # -- the steps, from whichever source ----------------------------------------------------------------------
@@ -260,8 +274,8 @@ class Watch(PipelineCallback):
             self._begin(step)  # (another thread's step is refused there)
         with self.hooks.step():
             stop = self.call.step(step)
-        if step.index + 1 >= (step.total or 10**9) or getattr(step.pipe, "_interrupt", False):
-            self._end_denoise()
+        if stop or step.index + 1 >= (step.total or 10**9) or getattr(step.pipe, "_interrupt", False):
+            self._end_denoise()  # a stop ends the loop here: no later hook may come (latent or pixel output)
         return stop
 
     def _begin(self, step: Step) -> None:
@@ -320,7 +334,8 @@ class Watch(PipelineCallback):
     def _raised(self, e: BaseException) -> None:
         """The pipeline's text encoder, denoiser or final decode raised: the call ends now, failed with that
         error (another thread's call, refused by _enter, or another pipeline's, leaves this one alone)."""
-        if self.state != "idle" and threading.get_ident() == self._thread and not isinstance(e, WatchError):
+        if (self.state != "idle" and threading.get_ident() == self._thread and not isinstance(e, WatchError)
+                and self._ours()):
             self._fail(e)
 
     def _fail(self, e: BaseException | str) -> None:

@@ -4,12 +4,14 @@ run (modular_run.py) and a user's watched call (callback.py) read their phases t
 run encodes and decodes itself and marks them directly.
 
 No hook changes what a module computes: each only calls back. The denoiser's hook removes itself at its first
-call (arm() sets it again for the next call), so the steps pay for no hook. A VAE decode inside a step (a sync
+call (arm() sets it again for the next call), so the steps pay for no phase hook. A VAE decode inside a step (a sync
 preview with the full VAE) is a preview, never the final decode: the step source runs each step inside step().
 The final decode is the one on the thread that made the call (the thread of the denoiser's first forward).
 
-With on_error, a forward hook that torch runs even when the forward raises (always_call) on the text encoders and
-the denoiser hands on the exception that leaves them: a call that fails ends at once. Torch runs it for an
+With on_error, a forward hook that torch runs even when the forward raises (always_call) on the text encoders, the
+denoiser and the VAE's decoder hands on the exception that leaves them: a call that fails ends at once. It is the
+one hook a step pays for (on the denoiser: a Python call that tests its result against None and returns), the
+price of ending a call that raises at once rather than at the next call. Torch runs it for an
 Exception only; a Ctrl-C (KeyboardInterrupt) is seen where the next call begins, or at the script's exit.
 """
 from __future__ import annotations
@@ -99,7 +101,8 @@ def _raised(on_error: OnError) -> Callable[..., None]:
     """A forward hook for always_call: torch calls it with no result while the forward's exception is being
     handled (a module's forward never returns None otherwise); it returns nothing, so no output changes."""
     def hook(module: Any, args: Any, result: Any) -> None:
-        exc = sys.exc_info()[1]
-        if result is None and exc is not None:
-            on_error(exc)
+        if result is None:  # a forward's own result is never None: on the normal path this is the one test
+            exc = sys.exc_info()[1]
+            if exc is not None:
+                on_error(exc)
     return hook

@@ -70,12 +70,12 @@ class OrderedWrites:
         if loop is None or pool is None:
             make()
             return
-        refused, lock = [False], threading.Lock()
+        made, refused, lock = [False], [False], threading.Lock()  # exactly one side undoes a late folder
 
         def job() -> None:
             make()
             with lock:
-                late = refused[0]
+                made[0], late = True, refused[0]
             if late:
                 _write(undo)
 
@@ -84,11 +84,23 @@ class OrderedWrites:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), deadline_s)
         except asyncio.TimeoutError:
             with lock:
-                refused[0] = True
-            if fut.done() and fut.exception() is None:  # made in the instant between: undo it here
-                _write(undo)
+                refused[0], already = True, made[0]
+            if already:  # made in the instant between: undone on the writer, in order
+                pool.submit(_write, undo)
             raise Stalled(f"{what} did not answer in {deadline_s:g} s (a stalled or frozen disk?): the run did "
                           "not start") from None
+
+    def wait(self, timeout_s: float) -> bool:
+        """From a thread other than the loop's: wait until every write submitted so far is done, at most
+        timeout_s; False when it was not (or the writer has stopped)."""
+        pool = self._pool
+        if pool is None:
+            return True
+        try:
+            pool.submit(lambda: None).result(timeout_s)
+        except Exception:  # a timeout, or the writer stopped meanwhile
+            return False
+        return True
 
     async def drain(self, deadline_s: float | None = None) -> bool:
         """Wait until every write submitted so far is on disk and its message is queued on the loop, at most
