@@ -87,9 +87,12 @@ def test_flux2_latent2rgb_correlates_with_the_photo(photo_and_latents):
 
 
 def test_latent2rgb_factor_tables_have_a_row_per_channel():
-    rows = {family: len(f) for family, (f, bias) in LATENT_RGB.items()}
-    assert rows == {"sd15": 4, "sdxl": 4, "sd3": 16, "flux1": 16, "flux2": 32, "wan21": 16, "wan22": 48,
-                    "hunyuanvideo": 16, "mochi": 12, "ltxv": 128}  # CogVideoX has none in ComfyUI: fitted
+    from previewlab.preview.models.families import CHANNELS
+
+    assert {family: len(f) for family, (f, bias) in LATENT_RGB.items()} == {
+        f: c for f, c in CHANNELS.items() if f in LATENT_RGB}
+    assert set(CHANNELS) - set(LATENT_RGB) == {"cogvideox", "sana"}  # none in ComfyUI: fitted
+    assert LATENT_RGB["ltx2"][0][57] == (0.060246, 0.069787, 0.072833)  # ComfyUI's LTXAV, row 58
     assert all(len(r) == 3 for f, bias in LATENT_RGB.values() for r in f + (bias,))
 
 

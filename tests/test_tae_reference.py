@@ -97,3 +97,30 @@ def test_a_file_of_none_of_the_layouts_names_what_was_expected(tmp_path):
     with pytest.raises(TaeError, match="taef2_ or taesana_decoder") as e2:
         load_tae({"1.weight": torch.zeros(128, 8, 3, 3)})
     assert "\n" not in str(e2.value)
+
+
+# the family each published file is for (madebyollin/taehv's README and ComfyUI's latent_formats.py)
+FILE_FAMILY = {"taehv": "hunyuanvideo", "taew2_1": "wan21", "taecvx": "cogvideox", "taew2_2": "wan22",
+               "taehv1_5": "hunyuanvideo15", "taeltx_2": "ltx2", "taeltx2_3": "ltx2_3", "taeh3": "minimaxh3",
+               "taehv1_5_super": "hunyuanvideo15", "taew2_2_super": "wan22"}
+
+
+@pytest.mark.parametrize("name", TAEHV_FILES)
+def test_every_taehv_file_is_taken_for_its_own_family_only(name, tmp_path):
+    """--taesd with a published file: the model of its family takes it; a model of another family of the same
+    channels is refused in one line naming the file's family; the synthetic presets build its layout."""
+    from previewlab.preview.models.families import CHANNELS
+    from previewlab.preview.models.loading import LoadError, load_taesd
+    from previewlab.preview.models.taehv import layout_of, read_state
+    from previewlab.preview.models.video_presets import TAE_LAYOUTS
+
+    _, path = saved(tmp_path, name, seed=3)
+    family = FILE_FAMILY[name]
+    load_taesd(path, family=family)
+    others = [f for f, c in CHANNELS.items() if c == CHANNELS[family] and f != family and f in TAE_LAYOUTS]
+    for other in others:
+        with pytest.raises(LoadError, match=f"a TAE for {family}, but the model is {other}") as e:
+            load_taesd(path, family=other)
+        assert "\n" not in str(e.value)
+    if "super" not in name:
+        assert layout_of(read_state(path), f"{name}.pth") == TAE_LAYOUTS[family]

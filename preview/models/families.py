@@ -40,17 +40,31 @@ from previewlab.preview.models.unscaling import UNSCALES, Unscale, unpatchify, u
 from previewlab.preview.models.unscaling import constant as constant  # where its importers have always found it
 
 # Known families: a name, ComfyUI's latent2rgb factors and madebyollin's TAE. Any other space is unnamed.
+# cascade_c and cascade_b: Stable Cascade's stage C (the prior's 16-channel latents, with no VAE of their own) and
+# stage B (the decoder pipeline's, which its Paella VQ-GAN decodes)
 Family = Literal["sd15", "sdxl", "sd3", "flux1", "flux2", "wan21", "wan22", "hunyuanvideo", "mochi", "cogvideox",
-                 "ltxv"]
+                 "ltxv", "hunyuanvideo15", "ltx2", "ltx2_3", "minimaxh3", "sana", "qwenimage21", "cascade_c",
+                 "cascade_b"]
 FAMILIES: tuple[Family, ...] = ("sd15", "sdxl", "sd3", "flux1", "flux2", "wan21", "wan22", "hunyuanvideo", "mochi",
-                                "cogvideox", "ltxv")
+                                "cogvideox", "ltxv", "hunyuanvideo15", "ltx2", "ltx2_3", "minimaxh3", "sana",
+                                "qwenimage21", "cascade_c", "cascade_b")
 CHANNELS: dict[Family, int] = {"sd15": 4, "sdxl": 4, "sd3": 16, "flux1": 16, "flux2": 32, "wan21": 16, "wan22": 48,
-                               "hunyuanvideo": 16, "mochi": 12, "cogvideox": 16, "ltxv": 128}
-# The video families' VAEs (and Qwen-Image's, which is Wan 2.1's), by class and latent channels
+                               "hunyuanvideo": 16, "mochi": 12, "cogvideox": 16, "ltxv": 128, "hunyuanvideo15": 32,
+                               "ltx2": 128, "ltx2_3": 128, "minimaxh3": 24, "sana": 32, "qwenimage21": 64,
+                               "cascade_c": 16, "cascade_b": 4}
+# The video families' VAEs (and Qwen-Image's, which is Wan 2.1's), by class and latent channels. LTX-2.3 keeps
+# LTX-2's VAE class (reading.py tells them apart by the transformer); MiniMax H3's VAE decodes with a transformer.
 VIDEO_VAES: dict[tuple[str, int], Family] = {
     ("AutoencoderKLWan", 16): "wan21", ("AutoencoderKLQwenImage", 16): "wan21", ("AutoencoderKLWan", 48): "wan22",
     ("AutoencoderKLHunyuanVideo", 16): "hunyuanvideo", ("AutoencoderKLMochi", 12): "mochi",
     ("AutoencoderKLCogVideoX", 16): "cogvideox", ("AutoencoderKLLTXVideo", 128): "ltxv",
+    ("AutoencoderKLHunyuanVideo15", 32): "hunyuanvideo15", ("AutoencoderKLLTX2Video", 128): "ltx2",
+    ("AutoencoderKLMiniMaxH3", 24): "minimaxh3",
+}
+# The newer image families' VAEs: Sana's DC-AE (32 channels at 1/32), Qwen-Image 2.1's (64 at 1/16), Stable
+# Cascade's stage B VQ-GAN (4 at 1/4)
+IMAGE_VAES: dict[tuple[str, int], Family] = {
+    ("AutoencoderDC", 32): "sana", ("AutoencoderKLQwenImage21", 64): "qwenimage21", ("PaellaVQModel", 4): "cascade_b",
 }
 Packing = Literal["spatial", "packed", "flux2", "ltx"]
 # (callback latents, image height px, image width px) -> latents

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from previewlab.preview.models.families import FAMILIES, Family, FamilyError
+from previewlab.preview.models.families import CHANNELS, FAMILIES, Family, FamilyError
 from previewlab.preview.models.latent_formats import Factors
 from previewlab.preview.models.reading import latent_space
 from previewlab.preview.models.taehv import FAMILY_FILES, is_taehv, load_taehv
@@ -167,8 +167,7 @@ def _tae_families(name: str, candidates: tuple[str, ...]) -> tuple[str, ...]:
 
 def _taehv_families(name: str, channels: int) -> tuple[str, ...]:
     """The families a TAEHV file can decode: by its channels, narrowed by madebyollin's file names."""
-    by_channels: dict[int, tuple[str, ...]] = {16: ("wan21", "hunyuanvideo", "cogvideox"), 48: ("wan22",)}
-    candidates = by_channels.get(channels, ())
+    candidates = tuple(f for f in FAMILY_FILES if CHANNELS[f] == channels)
     base = name.lower()
     for family, stem in FAMILY_FILES.items():
         if stem in base and family in candidates:

@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 import torch
 
-from previewlab.preview.models.families import (CHANNELS, SDXL_SCALE, VIDEO_VAES, Family, FamilyError, LatentSpace, Packing, vae_of,
-                       vae_scale_factor)
+from previewlab.preview.models.families import (CHANNELS, IMAGE_VAES, SDXL_SCALE, VIDEO_VAES, Family, FamilyError,
+                                                LatentSpace, Packing, vae_of, vae_scale_factor)
 from previewlab.preview.models.unscaling import Unscale
 
 
@@ -217,8 +217,11 @@ def _family(pipe: Any, vae: Any, channels: int, packing: Packing, unscale: Unsca
     cfg = vae.config
     if packing == "flux2":
         return "flux2" if channels == CHANNELS["flux2"] else None
-    if (type(vae).__name__, channels) in VIDEO_VAES:
-        return VIDEO_VAES[(type(vae).__name__, channels)]
+    known = VIDEO_VAES.get((type(vae).__name__, channels)) or IMAGE_VAES.get((type(vae).__name__, channels))
+    if known == "ltx2" and _ltx2_3(pipe):
+        return "ltx2_3"
+    if known is not None:
+        return known
     if type(vae).__name__ != "AutoencoderKL":
         return None
     scale = float(getattr(cfg, "scaling_factor", 0.0) or 0.0)
@@ -233,6 +236,14 @@ def _family(pipe: Any, vae: Any, channels: int, packing: Packing, unscale: Unsca
         transformer = type(getattr(pipe, "transformer", None)).__name__
         return "sd3" if abs(shift - 0.0609) < 1e-6 or transformer.startswith("SD3") else "flux1"
     return None
+
+
+def _ltx2_3(pipe: Any) -> bool:
+    """LTX-2.3 (and 2.5) against LTX-2: one VAE class, one latent shape, another VAE's weights (madebyollin's
+    taeltx2_3 against taeltx_2). The transformer says which: LTX-2.3's modulates its cross-attention by the
+    prompt (cross_attn_mod, audio_cross_attn_mod in its config), LTX-2.0's does not."""
+    cfg = denoiser_config(pipe)
+    return bool(getattr(cfg, "cross_attn_mod", False) or getattr(cfg, "audio_cross_attn_mod", False))
 
 
 def _takes(fn: Any, name: str) -> bool:

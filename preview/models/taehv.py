@@ -29,15 +29,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from previewlab.preview.models.families import Family
 from previewlab.preview.models.taesd import TaeError, cut, read_state
 
 WIDTHS = (256, 128, 64, 64)  # decoder features per stage, then the last conv's input
 SUPER_WIDTHS = (512, 256, 128, 64)
-# madebyollin's published file per family (its name also carries the CogVideoX trim rule); Mochi has none
-FAMILY_FILES = {"wan21": "taew2_1", "wan22": "taew2_2", "hunyuanvideo": "taehv", "cogvideox": "taecvx"}
-# video families with no published TAE, and why, for decoder taesd's refusal (Mochi's says only its channels)
-NO_TAE = {"ltxv": "no published TAE fits LTX-Video 0.9's latents (madebyollin's taeltx_2 is for LTX-2's VAE, "
-                  "another latent space of the same 128 channels)"}
+# madebyollin's published file per family (its name also carries the CogVideoX trim rule and H3's chunks); Mochi
+# has none. HunyuanVideo 1.5 and Wan 2.2 also have a Super decoder (taehv1_5_super, taew2_2_super), the same
+# family's latents.
+FAMILY_FILES: dict[Family, str] = {
+    "wan21": "taew2_1", "wan22": "taew2_2", "hunyuanvideo": "taehv", "cogvideox": "taecvx",
+    "hunyuanvideo15": "taehv1_5", "ltx2": "taeltx_2", "ltx2_3": "taeltx2_3", "minimaxh3": "taeh3"}
+# families with no TAE previewlab can load, and why, for decoder taesd's refusal (Mochi's says only its channels)
+NO_TAE: dict[Family, str] = {
+    "ltxv": "no published TAE fits LTX-Video 0.9's latents (madebyollin's taeltx_2 is for LTX-2's VAE, another "
+            "latent space of the same 128 channels)",
+    "qwenimage21": "madebyollin's taeqi2_1 (Qwen-Image 2.1: 64 channels, 16x, RGBA) came after the taesd code "
+                   "previewlab follows (5cccb12), so previewlab has no decoder for it",
+    "cascade_c": "no TAE is published for Stable Cascade's stage C latents",
+    "cascade_b": "no TAE is published for Stable Cascade's stage B latents"}
 
 
 def conv(n_in: int, n_out: int, **kwargs: object) -> nn.Conv2d:

@@ -24,9 +24,11 @@ from previewlab.preview.models.taehv import TAEHV, Layout
 # EXAMPLE_DOC_STRING, export_to_video(..., fps=)): Wan 2.1 16; HunyuanVideo 15; CogVideoX 8; LTX-Video 24 (its
 # __call__'s frame_rate, 25 by default, only conditions the transformer's RoPE). Wan 2.2 TI2V 5B: 24 (its model
 # card's diffusers example and Wan's own config, sample_fps). Mochi: 30 (diffusers' Mochi docs page; its
-# EXAMPLE_DOC_STRING leaves export_to_video's default, 10).
+# EXAMPLE_DOC_STRING leaves export_to_video's default, 10). HunyuanVideo 1.5: 15 (its text-to-video example; the
+# image-to-video one 24). LTX-2 and LTX-2.3: 24 (LTX2Pipeline's frame_rate default, which it exports at). MiniMax
+# H3: 24 (MINIMAX_H3_FPS: "generates at a fixed 24 fps").
 FPS: dict[Family, float] = {"wan21": 16.0, "wan22": 24.0, "hunyuanvideo": 15.0, "cogvideox": 8.0, "mochi": 30.0,
-                            "ltxv": 24.0}
+                            "ltxv": 24.0, "hunyuanvideo15": 15.0, "ltx2": 24.0, "ltx2_3": 24.0, "minimaxh3": 24.0}
 DEFAULT_FPS = 24.0  # a clip of a family without a row: film's rate, the commonest among video models
 
 # madebyollin's published TAE per family (tests/test_taehv.py holds the same layouts): latent channels, the
@@ -36,6 +38,10 @@ TAE_LAYOUTS: dict[Family, Layout] = {
     "wan22": Layout(48, 2, (1, 2, 2)),               # taew2_2: 16x in space, 2 of it the patch
     "hunyuanvideo": Layout(16, 1, (1, 2, 2)),        # taehv
     "cogvideox": Layout(16, 1, (1, 2, 2), cogvideox=True),  # taecvx
+    "hunyuanvideo15": Layout(32, 2, (1, 2, 2)),      # taehv1_5
+    "ltx2": Layout(128, 4, (2, 2, 2)),               # taeltx_2: every stage grows in time, 8x
+    "ltx2_3": Layout(128, 4, (2, 2, 2)),             # taeltx2_3
+    "minimaxh3": Layout(24, 2, (1, 2, 2), h3=True),  # taeh3: decoded in chunks of five latent frames
 }
 
 # Wan 2.1's VAE statistics (AutoencoderKLWan's defaults in diffusers 0.42.1, Wan2.1_VAE.pth's own)
