@@ -89,6 +89,19 @@ def test_the_latent_space_is_read_from_the_vae(tinies, name):
     assert "\n" not in space.describe() and space.describe().startswith(space.name + ": ")
 
 
+def test_a_transformer_in_pixel_space_previews_as_the_image(tinies):
+    """PRX Pixel: no VAE, a transformer of 3 channels denoises the picture (it was refused as having no VAE)."""
+    t = tiny_of(tinies, "prx_pixel")
+    space = latent_space(t.pipe)
+    assert space.pixel and (space.channels, space.factor, space.vae) == (3, 1, "none (pixel space)")
+    plain = call(t)
+    for decoder in ("latent2rgb", "vae"):
+        out, rows, frames, _ = watched(t, decoder=decoder)
+        assert np.array_equal(out, plain), f"{decoder}: the watched call changed the image"
+        assert [(r.step, r.preview) for r in rows] == [(1, 1), (2, 1)] and len(frames) == 2
+        assert rows[0].event.startswith(f"pixel space: the latents are the image, so {decoder} shows them")
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_none_latent2rgb_and_vae_preview_without_changing_the_image(tinies, name):
     t = tiny_of(tinies, name)

@@ -466,6 +466,22 @@ def sana() -> Tiny:
     return _tiny("sana", pipe, 32, 4.5, negative_prompt="blurry", use_resolution_binning=False)
 
 
+
+def prx_pixel() -> Tiny:
+    from diffusers import FlowMatchEulerDiscreteScheduler, PRXPixelPipeline, PRXTransformer2DModel
+    from transformers import Qwen3Config, Qwen3Model
+
+    # pixel space, no VAE: a transformer of 3 input channels denoises the RGB picture (diffusers' own tiny test)
+    transformer = PRXTransformer2DModel(patch_size=1, in_channels=3, context_in_dim=16, hidden_size=8, mlp_ratio=2.0,
+                                        num_heads=2, depth=1, axes_dim=[2, 2], bottleneck_size=8,
+                                        resolution_embeds=True)
+    text = Qwen3Model(Qwen3Config(hidden_size=16, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                  num_key_value_heads=2, vocab_size=256, max_position_embeddings=512))
+    pipe = PRXPixelPipeline(transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(), text_encoder=text,
+                            tokenizer=qwen2_tokenizer(), prompt_max_tokens=16)
+    # an empty prompt, as diffusers' test: its text cleaning needs ftfy for any other
+    return _tiny("prx_pixel", pipe, 32, 1.0, prompt="", negative_prompt="", use_resolution_binning=False)
+
 def _qwen_vae() -> Any:
     from diffusers import AutoencoderKLQwenImage
 
@@ -628,7 +644,7 @@ BUILDERS: dict[str, Callable[[], Tiny]] = {b.__name__: _seeded(b) for b in (
     sd3_img2img,
     flux_img2img, flux_fill, flux_kontext,
     qwenimage, qwenimage_edit,
-    sana, lumina2, chroma,
+    sana, lumina2, chroma, prx_pixel,
     flux_1ch, sd3_4ch,
     sdxl_batch,
     wan, cogvideox, animatediff, ltx, ltx_i2v,

@@ -127,12 +127,13 @@ def denoiser_config(pipe: Any) -> Any:
 
 
 def _pixel(pipe: Any) -> bool:
-    """The pipeline denoises images, not latents: no VAE, and a UNet that takes an RGB image (IF's super-resolution
-    stages take 6 channels: the image and the low-resolution one beside it) and makes it (or 6: a learned
-    variance beside it, which the scheduler splits off)."""
+    """The pipeline denoises images, not latents: no VAE, and a UNet or transformer that takes an RGB image (IF's
+    super-resolution stages take 6 channels: the image and the low-resolution one beside it) and makes it (or 6: a
+    learned variance beside it, which the scheduler splits off). A transformer whose config names no out_channels
+    makes what it takes (PRX Pixel's)."""
     cfg = denoiser_config(pipe)
-    return (getattr(pipe, "unet", None) is not None and cfg is not None
-            and getattr(cfg, "in_channels", None) in (3, 6) and getattr(cfg, "out_channels", None) in (3, 6))
+    taken = getattr(cfg, "in_channels", None)
+    return cfg is not None and taken in (3, 6) and getattr(cfg, "out_channels", None) in (3, 6, None)
 
 
 @functools.lru_cache(maxsize=None)
