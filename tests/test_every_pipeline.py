@@ -429,3 +429,19 @@ def test_a_compiled_latent2rgb_never_fits_its_factors_to_the_warm_up_zeros():
         assert prev.warm("latent2rgb", t.height, t.width) == 0.0 and fit.cached(t.pipe.vae) is None
     finally:
         w.remove()
+
+
+def test_a_loop_inside_a_loop_numbers_its_steps_across_passes(tinies):
+    """AnimateDiff with FreeInit runs its whole schedule once per pass, calling back with i from 0 again each time
+    (as AnyFlow FAR's chunks and SkyReels V2's segments do): every step of every pass is a row of its own, each
+    previewed, and the clip is unchanged. Before, each pass's steps folded onto the first pass's rows."""
+    t = tiny_of(tinies, "animatediff")
+    t.pipe.enable_free_init(num_iters=2, use_fast_sampling=False)
+    try:
+        plain = call(t)
+        out, rows, frames, record = watched(t, decoder="latent2rgb")
+    finally:
+        t.pipe.disable_free_init()
+    assert np.array_equal(out, plain)
+    assert [r.step for r in rows] == [1, 2, 3, 4] and [r.preview for r in rows] == [1, 1, 1, 1]
+    assert len(frames) == 4 and record is not None  # the call closed: its final decode ended it

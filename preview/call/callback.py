@@ -42,7 +42,7 @@ from previewlab.preview.record.run_ids import PROCESS_IDS
 from previewlab.preview.settings import default_mode
 from previewlab.preview.call.script_pipe import call_inputs, model_of, script_call
 from previewlab.preview.source.sources import chunked, source_of
-from previewlab.preview.source.steps import CallbackSteps, Source, Step, StepTap
+from previewlab.preview.source.steps import CallbackSteps, Source, Step, StepTap, per_chunk
 from previewlab.preview.timing.stopwatch import Stopwatch
 from previewlab.preview.source.targets import X0Tap
 from previewlab.preview.call.watch_settings import WatchKeywords, WatchSettings
@@ -129,10 +129,12 @@ class Watch(PipelineCallback):
         self.source: Source = source_of(pipe, s.source)
         self.tap = X0Tap(getattr(pipe, "scheduler", None))
         self.step_tap = StepTap(getattr(pipe, "scheduler", None), x0=self.tap, pipe=pipe,
-                                on_step=self._on_step if self.source == "scheduler" else None, chunked=chunked(pipe))
+                                on_step=self._on_step if self.source == "scheduler" else None,
+                                 chunked=chunked(pipe) or per_chunk(type(pipe)))
         # a Modular pipeline's loop block, feeding this watch
         self._block = modular.attach(pipe, self._on_step) if self.source == "modular" else None
-        self._callback_steps = CallbackSteps()  # a PNDM or Heun loop calls the callback more often than it steps
+        # a PNDM or Heun loop calls the callback more often than it steps; a chunked one numbers each chunk from 0
+        self._callback_steps = CallbackSteps(chunked=per_chunk(type(pipe)))
         self._rows: list[StepRow] = []         # the rows of the latest call, in step order
         self.sw = Stopwatch(self.model.device, s.clock, backend=s.device)
         self.records: list[RunRecord] = []     # one per finished call
@@ -263,7 +265,8 @@ class Watch(PipelineCallback):
             raise WatchError(f"watch: this watch measures its own {type(self.pipe).__name__} ({self.model.family}); "
                              f"it was passed to a {type(pipeline).__name__}: make a watch for each pipeline")
         if self.source == "callback":
-            step = self._callback_steps.step(pipeline, step_index, timestep, callback_kwargs["latents"])
+            step = self._callback_steps.step(pipeline, step_index, timestep, callback_kwargs["latents"],
+                                             fresh=self.state != "denoising")
             if step is not None and self._on_step(step):
                 pipeline._interrupt = True
         return callback_kwargs

@@ -1,5 +1,5 @@
-"""Tokenizers built offline for the synthetic presets (no hub): CLIP, T5 and a Mistral-style one. Token ids
-do not change compute: the pipelines pad every prompt to a fixed length."""
+"""Tokenizers built offline for the synthetic presets (no hub): CLIP, T5, and Mistral-, Qwen- and Gemma-style
+ones. Token ids do not change compute: the pipelines pad every prompt to a fixed length."""
 from __future__ import annotations
 
 import string
@@ -50,3 +50,43 @@ def mistral_tokenizer() -> Any:
     tok.add_special_tokens(specials)
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
                                    pad_token="<pad>", chat_template=CHAT_TEMPLATE, model_max_length=512)
+
+
+def _chars(specials: list[str], *, pad: str, unk: str, eos: str, bos: str | None = None,
+           chat_template: str | None = None) -> Any:
+    """A character-level WordLevel tokenizer (tokenizers library) whose first ids are `specials`, in order, each
+    kept whole wherever it occurs; a `bos` is put before every sequence."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(specials + CHARS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(),
+                                                 pre_tokenizers.Split(pattern="", behavior="isolated")])
+    tok.add_special_tokens(specials)
+    if bos is not None:
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                                           special_tokens=[(bos, vocab[bos])])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=pad, unk_token=unk, eos_token=eos, bos_token=bos,
+                                   chat_template=chat_template, model_max_length=4096)
+
+
+# Qwen's ChatML: HunyuanVideo 1.5 encodes [system, user] messages through it (apply_chat_template)
+QWEN_CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                 "<|image_pad|>", "<|video_pad|>", "<unk>"]
+# Gemma's ids for <pad> <eos> <bos> <unk>, then Gemma 3's image tokens, which its text encoder's config names
+GEMMA3_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+
+
+def qwen_tokenizer() -> Any:
+    """Qwen2's special tokens, <|endoftext|> as padding, no BOS, and ChatML: standing in for HunyuanVideo 1.5's
+    Qwen2Tokenizer, of which the pipeline uses apply_chat_template, padded to 1000 + 108 tokens."""
+    return _chars(QWEN_SPECIALS, pad="<|endoftext|>", unk="<unk>", eos="<|im_end|>", chat_template=QWEN_CHAT)
+
+
+def gemma3_tokenizer() -> Any:
+    """Gemma 3's special tokens at Gemma's ids and a BOS before every sequence, standing in for LTX-2's
+    GemmaTokenizerFast; the pipeline pads every prompt (on the left) to max_sequence_length."""
+    return _chars(GEMMA3_SPECIALS, pad="<pad>", unk="<unk>", eos="<eos>", bos="<bos>")

@@ -11,11 +11,14 @@ should stop. The meter never knows which source called it. Three sources:
 """
 from __future__ import annotations
 
+import ast
 import copy
 import functools
+import inspect
+import textwrap
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Iterator, Literal, Protocol
 
 import torch
 
@@ -48,22 +51,48 @@ class OnStep(Protocol):
 
 class CallbackSteps:
     """The steps of diffusers' callback_on_step_end: it is called once per loop iteration, and a PNDM or Heun loop
-    iterates more often than it steps. Calls that do not end a pipeline step are not steps (plan())."""
+    iterates more often than it steps. Calls that do not end a pipeline step are not steps (plan()).
 
-    def __init__(self) -> None:
+    chunked: the pipeline calls back from a loop inside another (per_chunk): each chunk, segment or free-init pass
+    runs its own schedule and numbers its iterations from 0 again. Its steps are numbered across them, and their
+    total is not known ahead (0), as the scheduler source does for Helios."""
+
+    def __init__(self, chunked: bool = False) -> None:
+        self.chunked = chunked
         self._ends: list[bool] = []
         self._index = 0
 
-    def step(self, pipe: Any, i: int, t: Any, latents: torch.Tensor) -> Step | None:
-        """Loop iteration i's Step, or None when the step goes on in the next iteration."""
+    def step(self, pipe: Any, i: int, t: Any, latents: torch.Tensor, fresh: bool = True) -> Step | None:
+        """Loop iteration i's Step, or None when the step goes on in the next iteration. fresh: no step of this
+        call was seen yet (a chunked loop's i == 0 is a new call only then)."""
         if i == 0 or not self._ends:
             calls = getattr(pipe, "_num_timesteps", None)
             self._ends = plan(getattr(pipe, "scheduler", None), calls if isinstance(calls, int) else None)
-            self._index = 0
+            if fresh or not self.chunked:
+                self._index = 0
         if i < len(self._ends) and not self._ends[i]:
             return None
         index, self._index = self._index, self._index + 1
-        return Step(index, t, latents, pipe, max(sum(self._ends), index + 1))
+        return Step(index, t, latents, pipe, 0 if self.chunked else max(sum(self._ends), index + 1))
+
+
+@functools.lru_cache(maxsize=None)
+def per_chunk(cls: type) -> bool:
+    """Whether the pipeline class calls its step callback from a loop inside another loop of its __call__ (AnyFlow
+    FAR's chunks, SkyReels V2 diffusion forcing's segments, AnimateDiff's free-init passes, Helios' stages), read
+    from its source's syntax tree; False where the source cannot be read."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__call__)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+
+    def depths(node: ast.AST, loops: int) -> Iterator[int]:
+        for child in ast.iter_child_nodes(node):
+            if (isinstance(child, ast.Call) and isinstance(child.func, ast.Name)
+                    and child.func.id == "callback_on_step_end"):
+                yield loops
+            yield from depths(child, loops + isinstance(child, (ast.For, ast.While)))
+    return any(d >= 2 for d in depths(tree, 0))
 
 
 def step_callback(on_step: OnStep) -> Callable[[Any, int, Any, dict[str, Any]], dict[str, Any]]:
