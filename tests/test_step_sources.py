@@ -377,3 +377,37 @@ def test_a_modular_pipelines_packed_latents_are_unpacked_by_its_own_code():
     finally:
         w.remove()
     assert w.source == "modular" and [r.preview for r in rows] == [1, 1] and all(not r.event for r in rows)
+
+
+def test_a_diffusion_decoder_pipeline_previews_its_first_stage_latents(tinies):
+    """LTX-2.5 has no VAE: a diffusion model (its diffusion_decoder) makes the video from LTX-2.3's latents. The
+    watch previews those latents with LTX-2.3's latent2rgb factors at every step, bit-identically, says which
+    stage it shows, and refuses decoder vae in one line (it was refused whole as having no VAE)."""
+    from previewlab.preview.decoding.decoders import DecoderError
+    from previewlab.preview.models.reading import latent_space
+
+    t = tiny_of(tinies, "ltx25_modular")
+    space = latent_space(t.pipe)
+    assert (space.family, space.channels, space.packing, space.video) == ("ltx2_3", 128, "ltx", True)
+    assert "LTX2VideoDiffusionDecoderModel, a diffusion model, makes the final image" in space.describe()
+    ref = plain(t)
+    w = preview_watch(t.pipe, decoder="latent2rgb", mode="sync", size=(t.height, t.width))
+    try:
+        out = plain(t)
+        rows, record = w.rows, w.record
+    finally:
+        w.remove()
+    assert all(np.array_equal(a, b) for a, b in zip(ref, out)) and len(ref) == len(out)
+    assert [(r.step, r.preview, r.event) for r in rows] == [(1, 1, ""), (2, 1, "")]
+    assert record is not None and record.meta.space == space.describe()
+    with pytest.raises(DecoderError) as e:
+        preview_watch(t.pipe, decoder="vae", size=(t.height, t.width))
+    assert str(e.value).startswith("decoder vae: LTX25ModularPipeline has no VAE (") and "\n" not in str(e.value)
+
+
+def test_the_survey_does_not_count_a_decoder_the_pipeline_cannot_have():
+    from previewlab.bench.survey.results import NOT_APPLICABLE, verdict
+
+    assert verdict({"none": "pass", "latent2rgb": "pass", "vae": NOT_APPLICABLE + "no VAE"}) == "pass"
+    assert verdict({"none": "pass", "latent2rgb": "failed: x", "vae": NOT_APPLICABLE + "no VAE"}) == (
+        "failed: [latent2rgb] x")

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from previewlab.preview.models.families import Family
 from previewlab.preview.models.taehv import load_taehv
 from previewlab.preview.models.taesd import TaeError, load_tae
 from tests.reference import taehv_ref, taesd_ref
@@ -100,9 +101,10 @@ def test_a_file_of_none_of_the_layouts_names_what_was_expected(tmp_path):
 
 
 # the family each published file is for (madebyollin/taehv's README and ComfyUI's latent_formats.py)
-FILE_FAMILY = {"taehv": "hunyuanvideo", "taew2_1": "wan21", "taecvx": "cogvideox", "taew2_2": "wan22",
-               "taehv1_5": "hunyuanvideo15", "taeltx_2": "ltx2", "taeltx2_3": "ltx2_3", "taeh3": "minimaxh3",
-               "taehv1_5_super": "hunyuanvideo15", "taew2_2_super": "wan22"}
+FILE_FAMILY: dict[str, Family] = {
+    "taehv": "hunyuanvideo", "taew2_1": "wan21", "taecvx": "cogvideox", "taew2_2": "wan22", "taehv1_5": "hunyuanvideo15",
+    "taeltx_2": "ltx2", "taeltx2_3": "ltx2_3", "taeh3": "minimaxh3", "taehv1_5_super": "hunyuanvideo15",
+    "taew2_2_super": "wan22"}
 
 
 @pytest.mark.parametrize("name", TAEHV_FILES)

@@ -528,11 +528,11 @@ def ltx25_modular() -> Tiny:
     # LTX-2.5 decodes video with a diffusion decoder instead of the VAE; with no `vae` the pipeline takes LTX-2's
     # compression, 32x in space and 8x in time, which this decoder has: diffusers' test decoder with pixel patches of
     # 8 instead of 2 and one spatial upsampling fewer (at patch 2 and 4 its unfused flex attention over the
-    # full-size patches takes 1-2 s on the CPU). 96 px and 9 frames are 2 x 3 x 3 latent tokens of 8 channels:
+    # full-size patches takes 1-2 s on the CPU). 96 px and 9 frames are 2 x 3 x 3 latent tokens of 128 channels (LTX-2.5's own, so its latents read as LTX-2.3's space):
     # the neighbourhood attention needs at least 3 latents a side (64 px fails). Its latent statistics are buffers,
     # given values other than 0 and 1. The guiders are the blocks' own (CFG 3, STG 1, modality 3, rescale 0.7 for
     # video; CFG 7 for audio) with STG on the transformer's last block (2 blocks here, not 48).
-    decoder: Any = LTX2VideoDiffusionDecoderModel(out_channels=3, latent_channels=8, patch_size=8, decoder_head_dim=16,
+    decoder: Any = LTX2VideoDiffusionDecoderModel(out_channels=3, latent_channels=128, patch_size=8, decoder_head_dim=16,
                                                   decoder_stage_channels=(64, 32, 16, 16, 16),
                                                   decoder_stage_depths=(1, 1, 1, 1, 2),
                                                   decoder_stage_kernels=((3, 3, 3),) * 4,
@@ -540,17 +540,17 @@ def ltx25_modular() -> Tiny:
                                                   decoder_upsample_channel_reductions=(2, 2, 1, 1),
                                                   decoder_stage5_kernel=(3, 3, 3), decoder_t_emb_dim=32,
                                                   spatial_compression_ratio=32, temporal_compression_ratio=8)
-    decoder.latents_mean.copy_(torch.linspace(-0.1, 0.1, 8))
-    decoder.latents_std.copy_(torch.linspace(0.5, 1.5, 8))
+    decoder.latents_mean.copy_(torch.linspace(-0.1, 0.1, 128))
+    decoder.latents_std.copy_(torch.linspace(0.5, 1.5, 128))
     # its attention is torch's flex_attention, which without torch.compile traces itself with dynamo the first time
     # it meets a shape in a process (about 2 s here): decode once at the call's latent shape now, not in the call
     with torch.no_grad():
-        decoder.decode(torch.zeros(1, 8, 2, 3, 3))
+        decoder.decode(torch.zeros(1, 128, 2, 3, 3))
     pipe: Any = LTX25ModularPipeline()  # its default blocks, LTX25AutoBlocks
     guider = LTX2Guidance(guidance_scale=3.0, stg_scale=1.0, modality_scale=3.0, guidance_rescale=0.7,
                           spatio_temporal_guidance_blocks=[1])
     pipe.update_components(diffusion_decoder=decoder, scheduler=FlowMatchEulerDiscreteScheduler(), guider=guider,
-                           **_ltx2_parts(8))
+                           **_ltx2_parts(128))
     return _modular("ltx25_modular", pipe, 96, output=["videos", "audio"], negative_prompt="blurry", num_frames=9,
                     frame_rate=25.0, max_sequence_length=16, output_type="pt")
 

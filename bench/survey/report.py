@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from previewlab.bench.survey.offline import repo
-from previewlab.bench.survey.results import Result
+from previewlab.bench.survey.results import NOT_APPLICABLE, Result
 
 KINDS = ("callback", "no callback", "modular")
 
@@ -50,6 +50,10 @@ def report(results: Sequence[Result], header: Sequence[str]) -> str:
             lines += [f"  {r.kind:<11} {r.name}: {r.result.split(': ', 1)[1] if ': ' in r.result else r.result}"
                       for r in mine]
             lines.append("")
+    moot = [(r, d, o) for r in ranked for d, o in r.decoders.items() if o.startswith(NOT_APPLICABLE)]
+    if moot:
+        lines.append(f"passed, with a decoder the pipeline cannot have ({len(moot)}):")
+        lines += [f"  {r.kind:<11} {r.name}: [{d}] {o[len(NOT_APPLICABLE):]}" for r, d, o in moot] + [""]
     served: dict[str, int] = {}
     for r in results:
         for note in r.notes:

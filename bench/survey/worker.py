@@ -14,7 +14,7 @@ from previewlab.bench.survey.offline import STOOD_IN, NoStandIn
 from previewlab.bench.survey.outputs import arrays, differs
 from previewlab.bench.survey.process import OverTime
 from previewlab.bench.survey.progress import Bars, patch_loaded_modules
-from previewlab.bench.survey.results import Result, first_line, verdict
+from previewlab.bench.survey.results import NOT_APPLICABLE, Result, first_line, verdict
 
 DECODERS = ("none", "latent2rgb", "vae")
 
@@ -31,6 +31,9 @@ def _watched(built: Built, decoder: str, ref: list[Any], steps: int | None) -> t
     try:
         w = watch(built.pipe, decoder=decoder, mode="sync", size=built.size, source="auto")
     except Exception as e:  # a refusal is an exception at watch()
+        if decoder == "vae" and str(e).startswith("decoder vae: ") and " has no VAE (" in str(e):
+            # a second stage makes the image (LTX-2.5's diffusion decoder): no VAE preview exists to make
+            return NOT_APPLICABLE + first_line(e), ""
         return "refused: " + first_line(e), ""
     source = w.source
     try:

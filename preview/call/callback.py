@@ -36,6 +36,7 @@ from previewlab.preview.call.meter import StepMeter
 from previewlab.preview.call.phase_hooks import PhaseHooks
 from previewlab.preview.models.video_presets import clip_defaults
 from previewlab.preview.decoding.previewer import Previewer
+from previewlab.preview.decoding.rgb_decoder import has_factors
 from previewlab.preview.record.records import STEP_COLUMNS, StepRow
 from previewlab.preview.record.run import RunEnd, RunEvents, RunMeta, RunRecord
 from previewlab.preview.record.run_ids import PROCESS_IDS
@@ -125,16 +126,22 @@ class Watch(PipelineCallback):
         self.fps = s.fps or (clip_defaults(pipe, self.model.family)[1] if self.model.space.video else 0.0)
         if s.preview.decoder == "taesd" and self.model.taesd is None and not self.model.space.pixel:
             raise DecoderError(taesd_refusal(self.model).replace("--taesd PATH", "taesd=PATH"))
+        if s.preview.decoder == "latent2rgb" and self.model.space.stage and not has_factors(self.model):
+            raise DecoderError(f"decoder latent2rgb: {type(pipe).__name__}'s latents ({self.model.space.describe()}) "
+                               "have no known factors and no VAE to fit them against; use taesd")
+        if s.preview.decoder == "vae" and self.model.space.stage:
+            raise DecoderError(f"decoder vae: {type(pipe).__name__} has no VAE ({self.model.space.stage}); use "
+                               "latent2rgb or taesd")
         self.previewer = Previewer(self.model)
         self.source: Source = source_of(pipe, s.source)
         self.tap = X0Tap(getattr(pipe, "scheduler", None))
         self.step_tap = StepTap(getattr(pipe, "scheduler", None), x0=self.tap, pipe=pipe,
                                 on_step=self._on_step if self.source == "scheduler" else None,
-                                 chunked=chunked(pipe) or per_chunk(type(pipe)))
+                                 chunked=chunked(pipe) or per_chunk(pipe))
         # a Modular pipeline's loop block, feeding this watch
         self._block = modular.attach(pipe, self._on_step) if self.source == "modular" else None
         # a PNDM or Heun loop calls the callback more often than it steps; a chunked one numbers each chunk from 0
-        self._callback_steps = CallbackSteps(chunked=per_chunk(type(pipe)))
+        self._callback_steps = CallbackSteps(chunked=per_chunk(pipe))
         self._rows: list[StepRow] = []         # the rows of the latest call, in step order
         self.sw = Stopwatch(self.model.device, s.clock, backend=s.device)
         self.records: list[RunRecord] = []     # one per finished call

@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 
 from previewlab.preview.decoding.stops import Cut, shrink
-from previewlab.preview.decoding.contract import Decode, Note
+from previewlab.preview.decoding.contract import Decode, DecoderError, Note
 from previewlab.preview.models import Model, fit
 from previewlab.preview.models.families import vae_of
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
@@ -31,6 +31,9 @@ def build_latent2rgb(model: Model, note: Note, cut: Cut) -> Decode:
     if known is not None:
         rgb = latent2rgb(known, model.device, model.dtype)
         return lambda latents, h, w: rgb(smaller(to_tae(latents, h, w)))
+    if vae_of(model.pipe) is None:
+        raise DecoderError(f"decoder latent2rgb: latent space {space.describe()}: no latent2rgb factors are known for "
+                           "it, and there is no VAE to fit them against; use taesd with a TAE of its channels")
     vae, full = vae_of(model.pipe), vae_decoder(model)
     fitted: list[Callable[[torch.Tensor], torch.Tensor]] = []
 

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import torch
 
 from previewlab.preview.decoding.stops import WHOLE, Cut, shrink
-from previewlab.preview.decoding.contract import Decode, Note
+from previewlab.preview.decoding.contract import DecoderError, Decode, Note
 from previewlab.preview.models import Model
 from previewlab.preview.models.families import vae_of
 from previewlab.preview.decoding.vae_memory import as_vae_would, fp32_decoder, needs_fp32
@@ -36,6 +36,8 @@ def vae_decoder(model: Model, cut: Cut = WHOLE) -> Decode:
     (when needed) are made here, once, never per call."""
     vae = vae_of(model.pipe)
     space = model.space
+    if vae is None:  # a second stage makes the image (space.stage): nothing a preview can call
+        raise DecoderError(f"decoder vae: {space.pipeline} has no VAE ({space.stage}); use latent2rgb or taesd")
     fp32 = needs_fp32(model)
     dtype = torch.float32 if fp32 else vae.dtype
     to_vae = space.vae_input(model.pipe, model.device, dtype)

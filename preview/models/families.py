@@ -119,6 +119,9 @@ class LatentSpace:
     # (decode_noise_scale defaults to it), and previews decode at that default (vae_decoder.decode_args)
     timestep: bool = False
     pixel: bool = False          # pixel space (IF, DDIM): the latents are the image in [-1, 1], no VAE
+    # the latents are decoded by no VAE previewlab can call: what makes the final image instead (LTX-2.5's diffusion
+    # decoder), said on the page; latent2rgb and the family's TAE preview them, decoder vae cannot
+    stage: str = ""
     unpack: Unpack | None = field(default=None, compare=False, repr=False)
     unpack_clip: UnpackClip | None = field(default=None, compare=False, repr=False)
 
@@ -140,6 +143,8 @@ class LatentSpace:
             how = f"a clip {layout}, {self.temporal} frames per latent frame after the first"
         frame = ", frame 0 of (B, C, T, h, w)" if self.frames and not self.video else ""
         when = " at decode timestep 0" if self.timestep else ""
+        if self.stage:
+            return f"{self.name}: {self.channels} channels at 1/{self.factor}, {how}; {self.stage}"
         return (f"{self.name}: {self.channels} channels at 1/{self.factor}, {how}{frame}, decoded as "
                 f"{UNSCALES[self.unscale]}{when} by {self.vae}")
 

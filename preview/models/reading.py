@@ -111,7 +111,7 @@ def refusal(pipe: Any) -> str | None:
     if getattr(pipe, "vocoder", None) is not None and not video or sound:
         what = f"its VAE has {sound[0]}" if sound else "it has a vocoder and no video"
         return f"{name} makes audio ({what}): previewlab previews images, and audio has none to show"
-    if vae is None and not _pixel(pipe):
+    if vae is None and not _pixel(pipe) and _second_stage(pipe) is None:
         return (f"{name} has no VAE (no vae, movq or vqvae component) and does not denoise in pixel space: previews "
                 "need one or the other")
     _, _, odd = _unpack_of(pipe)
@@ -119,6 +119,35 @@ def refusal(pipe: Any) -> str | None:
         return (f"{name} packs its latents and unpacks them with {odd}, which needs more than the image size: "
                 "previewlab cannot unpack them")
     return None
+
+
+def _second_stage(pipe: Any) -> Any:
+    """What decodes the latents where a pipeline has no VAE but a diffusion model of its own makes the image from
+    them (LTX-2.5's `diffusion_decoder`, in the latent space of LTX-2's VAE); None otherwise."""
+    return getattr(pipe, "diffusion_decoder", None)
+
+
+def _staged_space(pipe: Any, decoder: Any) -> LatentSpace:
+    """The latent space a second-stage decoder takes: its config's latent channels, the pipeline's own spatial and
+    temporal factors and unpacking; the family the transformer says (LTX-2.5 is LTX-2.3's space)."""
+    from previewlab.preview.source.sources import is_modular
+
+    channels = int(getattr(decoder.config, "latent_channels", 0) or 0)
+    unpack, packed, _ = _unpack_of(pipe)
+    if unpack is None and is_modular(pipe):
+        unpack, packed = _modular_unpack(pipe)
+    packing: Packing = packed or "spatial"
+    patch, patch_t = _patches(pipe) if packing == "ltx" else (1, 1)
+    kind = type(decoder).__name__
+    # LTX-2.5's diffusion decoder takes LTX-2.3's latents (madebyollin's taeltx2_3 "LTX-2.3, also LTX-2.5")
+    family: Family | None = "ltx2_3" if kind == "LTX2VideoDiffusionDecoderModel" and channels == 128 else None
+    video = makes_video(pipe) or packing == "ltx"
+    return LatentSpace(family=family, channels=channels, factor=vae_scale_factor(pipe), packing=packing,
+                       unscale="none", vae=kind, pipeline=type(pipe).__name__,
+                       unpack=unpack if packing == "packed" else None, unpack_clip=unpack if packing == "ltx" else None,
+                       patch=patch, patch_t=patch_t, video=video, temporal=_temporal(pipe) if video else 1,
+                       stage=(f"the first stage's latents: {kind}, a diffusion model, makes the final image from them, "
+                              "so previews show them by latent2rgb or the family's TAE"))
 
 
 def denoiser_config(pipe: Any) -> Any:
@@ -277,6 +306,9 @@ def latent_space(pipe: Any) -> LatentSpace:
     if why is not None:
         raise FamilyError(why)
     vae = vae_of(pipe)
+    staged = _second_stage(pipe) if vae is None else None
+    if staged is not None:
+        return _staged_space(pipe, staged)
     if vae is None:  # refusal() let it through: pixel space
         return LatentSpace(family=None, channels=3, factor=1, packing="spatial", unscale="none",
                            vae="none (pixel space)", pipeline=type(pipe).__name__, pixel=True,

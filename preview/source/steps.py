@@ -76,11 +76,16 @@ class CallbackSteps:
         return Step(index, t, latents, pipe, 0 if self.chunked else max(sum(self._ends), index + 1))
 
 
+def per_chunk(pipe: Any) -> bool:
+    """Whether the pipeline calls its step callback from a loop inside another loop of its __call__ (AnyFlow FAR's
+    chunks, SkyReels V2 diffusion forcing's segments, AnimateDiff's free-init passes, Helios' stages), read from its
+    class's source's syntax tree; False where the source cannot be read."""
+    cls: type = type(pipe)
+    return _nested_callback(cls)
+
+
 @functools.lru_cache(maxsize=None)
-def per_chunk(cls: type) -> bool:
-    """Whether the pipeline class calls its step callback from a loop inside another loop of its __call__ (AnyFlow
-    FAR's chunks, SkyReels V2 diffusion forcing's segments, AnimateDiff's free-init passes, Helios' stages), read
-    from its source's syntax tree; False where the source cannot be read."""
+def _nested_callback(cls: type) -> bool:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__call__)))
     except (OSError, TypeError, SyntaxError):
