@@ -119,7 +119,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from previewlab.preview.models.offline_tokenizers import clip_tokenizer, t5_tokenizer
+from previewlab.preview.models.offline_tokenizers import GEMMA3_SPECIALS, QWEN_CHAT, clip_tokenizer, t5_tokenizer
+from previewlab.preview.models.video_presets import byt5, gemma3 as _gemma3, ltx2_parts, qwen25_vl_text
 from previewlab.bench.survey.outputs import arrays
 from tests import tiny_pipes
 from tests.tiny_pipes import Tiny, _call, _seeded, _t5, _tiny, qwen2_tokenizer
@@ -128,33 +129,11 @@ from tests.tiny_pipes import Tiny, _call, _seeded, _t5, _tiny, qwen2_tokenizer
 # ----------------------------------------------------------------------------------------------- text encoders
 
 
-GEMMA3_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_image>", "<end_of_image>", "<image_soft_token>"]
-
-
 def gemma3_tokenizer() -> Any:
     """tiny_pipes' Gemma tokenizer (BOS first, Gemma's ids for <pad> <eos> <bos> <unk>) with Gemma 3's image
     tokens added, so that the text encoder's config can name them."""
     return tiny_pipes._wordpiece(GEMMA3_SPECIALS, [], pad="<pad>", unk="<unk>", bos="<bos>", eos="<eos>",
                                  add_bos=True)
-
-
-def _gemma3(tok: Any, hidden: int = 16, layers: int = 2) -> Any:
-    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
-
-    ids = tok.convert_tokens_to_ids
-    text = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=32, num_hidden_layers=layers,
-                num_attention_heads=2, num_key_value_heads=1, head_dim=8, query_pre_attn_scalar=8,
-                max_position_embeddings=4096, sliding_window=64)
-    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
-                  patch_size=14)
-    cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
-                       boi_token_index=ids("<start_of_image>"), eoi_token_index=ids("<end_of_image>"),
-                       image_token_index=ids("<image_soft_token>"))
-    return Gemma3ForConditionalGeneration(cfg)
-
-
-QWEN_CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def qwen3vl_processor(tok: Any) -> Any:
@@ -188,14 +167,6 @@ def _qwen3_vl(tok: Any, hidden: int = 16, layers: int = 32) -> Any:
                         video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
                         vision_end_token_id=ids("<|vision_end|>"))
     return Qwen3VLForConditionalGeneration(cfg)
-
-
-def _byt5(d_model: int = 32) -> Any:
-    from transformers import T5Config, T5EncoderModel
-
-    # ByT5's vocabulary: 3 specials, 256 bytes, 125 extra ids
-    return T5EncoderModel(T5Config(vocab_size=384, d_model=d_model, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
-                                   relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1))
 
 
 # ----------------------------------------------------------------------------------------------- classic
@@ -243,40 +214,8 @@ def deepfloyd_if() -> Tiny:
 
 
 def _ltx2_parts(channels: int) -> dict[str, Any]:
-    """LTX-2's text, audio and denoising parts, as diffusers' tests make them (tests/pipelines/ltx2/test_ltx2.py)
-    with a Gemma 3 built here: video latents of `channels` channels, audio latents of 4 (2 channels x a mel axis
-    the audio VAE compresses 4x), a mel audio VAE and a vocoder (16 kHz, stereo)."""
-    from diffusers import AutoencoderKLLTX2Audio, LTX2VideoTransformer3DModel
-    from diffusers.pipelines.ltx2 import LTX2TextConnectors
-    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
-
-    tok = gemma3_tokenizer()
-    text_encoder = _gemma3(tok, hidden=32)  # the connectors keep its width: 4 heads x 8
-    width, layers = text_encoder.config.text_config.hidden_size, text_encoder.config.text_config.num_hidden_layers
-    transformer = LTX2VideoTransformer3DModel(in_channels=channels, out_channels=channels, patch_size=1,
-                                              patch_size_t=1, num_attention_heads=2, attention_head_dim=8,
-                                              cross_attention_dim=16, audio_in_channels=4, audio_out_channels=4,
-                                              audio_num_attention_heads=2, audio_attention_head_dim=4,
-                                              audio_cross_attention_dim=8, num_layers=2,
-                                              qk_norm="rms_norm_across_heads", caption_channels=width,
-                                              rope_double_precision=False, rope_type="split")
-    connectors = LTX2TextConnectors(caption_channels=width, text_proj_in_factor=layers + 1,
-                                    video_connector_num_attention_heads=4, video_connector_attention_head_dim=8,
-                                    video_connector_num_layers=1, video_connector_num_learnable_registers=None,
-                                    audio_connector_num_attention_heads=4, audio_connector_attention_head_dim=8,
-                                    audio_connector_num_layers=1, audio_connector_num_learnable_registers=None,
-                                    connector_rope_base_seq_len=32, rope_theta=10000.0, rope_double_precision=False,
-                                    causal_temporal_positioning=False, rope_type="split")
-    audio_vae = AutoencoderKLLTX2Audio(base_channels=4, output_channels=2, ch_mult=(1,), num_res_blocks=1,
-                                       attn_resolutions=None, in_channels=2, resolution=32, latent_channels=2,
-                                       norm_type="pixel", causality_axis="height", dropout=0.0,
-                                       mid_block_add_attention=False, sample_rate=16000, mel_hop_length=160,
-                                       is_causal=True, mel_bins=8)
-    vocoder = LTX2Vocoder(in_channels=2 * 8, hidden_channels=32, out_channels=2, upsample_kernel_sizes=[4, 4],
-                          upsample_factors=[2, 2], resnet_kernel_sizes=[3], resnet_dilations=[[1, 3, 5]],
-                          leaky_relu_negative_slope=0.1, output_sampling_rate=16000)
-    return dict(text_encoder=text_encoder, tokenizer=tok, connectors=connectors, transformer=transformer,
-                audio_vae=audio_vae, vocoder=vocoder)
+    """LTX-2's text, audio and denoising parts (video_presets.ltx2_parts) with the Gemma 3 tokenizer above."""
+    return ltx2_parts(channels, gemma3_tokenizer())
 
 
 def ltx2_audio() -> Tiny:
@@ -303,7 +242,7 @@ def hunyuan15() -> Tiny:
     from diffusers import (AutoencoderKLHunyuanVideo15, FlowMatchEulerDiscreteScheduler, HunyuanVideo15Pipeline,
                            HunyuanVideo15Transformer3DModel)
     from diffusers.guiders import ClassifierFreeGuidance
-    from transformers import ByT5Tokenizer, Qwen2_5_VLTextConfig, Qwen2_5_VLTextModel
+    from transformers import ByT5Tokenizer
 
     # diffusers' test components (tests/pipelines/hunyuan_video1_5): in_channels 9 = 4 latent + 4 image-condition
     # latents + 1 mask channel (zeros for text-to-video); a VAE of 4 channels, 4x in space and 2x in time (the real
@@ -318,13 +257,9 @@ def hunyuan15() -> Tiny:
                                       downsample_match_channel=False, upsample_match_channel=False)
     tok = qwen2_tokenizer()
     tok.chat_template = QWEN_CHAT  # the pipeline encodes [system, user] messages through it
-    # head_dim 8: the multimodal RoPE sections (temporal, height, width) add up to head_dim / 2
-    cfg: dict[str, Any] = dict(vocab_size=len(tok), hidden_size=16, intermediate_size=16, num_hidden_layers=2,
-                               num_attention_heads=2, num_key_value_heads=2, rope_theta=1000000.0,
-                               rope_scaling={"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"})
-    text_encoder = Qwen2_5_VLTextModel(Qwen2_5_VLTextConfig(**cfg))
+    text_encoder = qwen25_vl_text(tok)
     pipe = HunyuanVideo15Pipeline(text_encoder=text_encoder, tokenizer=tok, transformer=transformer, vae=vae,
-                                  scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0), text_encoder_2=_byt5(32),
+                                  scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0), text_encoder_2=byt5(32),
                                   tokenizer_2=ByT5Tokenizer(), guider=ClassifierFreeGuidance(guidance_scale=6.0))
     return _tiny("hunyuan15", pipe, 32, None, negative_prompt="blurry", num_frames=9)
 

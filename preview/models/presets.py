@@ -182,12 +182,19 @@ PRESETS: dict[str, Preset] = {
     "synthetic:tiny-mochi": _video(video_presets.tiny_mochi, "mochi", 7),
     # 9 frames are 1 + 8: 2 latent frames at LTX-Video's 8x, 64 px (two 32 px latent pixels a side)
     "synthetic:tiny-ltxv": _video(video_presets.tiny_ltxv, "ltxv", 9),
+    # the newer families at their real latent channels and compression: HunyuanVideo 1.5 (32 channels, 16x / 4x)
+    # 5 frames, 2 latent frames of 4 x 4; LTX-2 and LTX-2.3 (128 channels, 32x / 8x) 9 frames, as LTX-Video
+    "synthetic:tiny-hunyuanvideo15": _video(video_presets.tiny_hunyuanvideo15, "hunyuanvideo15", 5),
+    "synthetic:tiny-ltx2": _video(video_presets.tiny_ltx2, "ltx2", 9),
+    "synthetic:tiny-ltx2_3": _video(video_presets.tiny_ltx2_3, "ltx2_3", 9),
     # real size (parameter_counts): transformer 1,418,996,800, VAE 126,892,531, the one-layer UMT5 stand-in
     # 197,048,320; 7.0 GB in float32. 9 frames (3 latent frames) at 128 px, on 2 CPU cores (torch 2.13): about 7 s
     # a step without guidance, 13 s with it (two transformer calls); at 160 px 9 s and 19 s
     "synthetic:wan21-1.3b": _video(video_presets.wan21_1_3b, "wan21", 9, 128),
 }
 TINY = ("synthetic:tiny-sd3", "synthetic:tiny-flux1", "synthetic:tiny-flux2")  # for tests: seconds on a CPU
+# the tiny video presets whose pipelines take callback_on_step_end, which their tests drive them through; the tiny
+# HunyuanVideo 1.5 (no callback), LTX-2 and LTX-2.3 have tests/test_new_video_presets.py
 TINY_VIDEO = ("synthetic:tiny-wan21", "synthetic:tiny-wan22", "synthetic:tiny-hunyuanvideo", "synthetic:tiny-cogvideox",
               "synthetic:tiny-mochi", "synthetic:tiny-ltxv")
 

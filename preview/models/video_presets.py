@@ -1,11 +1,15 @@
-"""Synthetic presets of the video families (Wan 2.1, Wan 2.2 5B, HunyuanVideo, CogVideoX, Mochi, LTX-Video): the real
-diffusers 0.42.1 pipeline classes with random seeded weights and tokenizers built offline, on the CPU.
+"""Synthetic presets of the video families (Wan 2.1, Wan 2.2 5B, HunyuanVideo, CogVideoX, Mochi, LTX-Video, and
+HunyuanVideo 1.5, LTX-2 and LTX-2.3): the real diffusers 0.42.1 pipeline classes with random seeded weights and
+tokenizers built offline, on the CPU.
 
-The tiny presets keep each family's real VAE class at a small width, with its real compression (8x in space and
-4x in time; Wan 2.2 16x / 4x, Mochi 8x / 6x, LTX-Video 32x / 8x) and its real latent statistics (a scaling
-factor, or a per-channel mean and std), so a preview that leaves out an unscale shows. They run 2 steps of a 64 px
-clip of a few frames in seconds on a CPU, for tests. Each family's TAE is previewlab's TAEHV in the layout of
-madebyollin's published file (random weights); Mochi and LTX-Video have none.
+The tiny presets keep each family's real VAE class at a small width, with its real latent channels and compression
+(8x in space and 4x in time; Wan 2.2 and HunyuanVideo 1.5 16x / 4x, Mochi 8x / 6x, LTX-Video, LTX-2 and LTX-2.3
+32x / 8x) and its real latent statistics (a scaling factor, or a per-channel mean and std), so a preview that leaves
+out an unscale shows. They run 2 steps of a 64 px clip of a few frames in seconds on a CPU, for tests. Each
+family's TAE is previewlab's TAEHV in the layout of madebyollin's published file (random weights); Mochi and
+LTX-Video have none. HunyuanVideo15Pipeline has no step callback (previewlab steps on its scheduler), through which
+the tests of presets.TINY_VIDEO drive every pipeline, so the three newer ones are tested in
+tests/test_new_video_presets.py.
 
 `wan21_1_3b` is Wan 2.1 T2V 1.3B's transformer and VAE at their real size, for costs a CPU or GPU can measure.
 """
@@ -30,6 +34,10 @@ from previewlab.preview.models.taehv import TAEHV, Layout
 FPS: dict[Family, float] = {"wan21": 16.0, "wan22": 24.0, "hunyuanvideo": 15.0, "cogvideox": 8.0, "mochi": 30.0,
                             "ltxv": 24.0, "hunyuanvideo15": 15.0, "ltx2": 24.0, "ltx2_3": 24.0, "minimaxh3": 24.0}
 DEFAULT_FPS = 24.0  # a clip of a family without a row: film's rate, the commonest among video models
+# Clip length of a family whose pipeline's num_frames defaults to None with no transformer sample_frames to read:
+# LTX2Pipeline then makes 121 frames for LTX-2 and LTX-2.3 (its fixed default for a checkpoint without a duration
+# head; LTX-2.5's predicts a length)
+NONE_FRAMES: dict[Family, int] = {"ltx2": 121, "ltx2_3": 121}
 
 # madebyollin's published TAE per family (tests/test_taehv.py holds the same layouts): latent channels, the
 # pixel-shuffle patch, the temporal stride of each decoder stage, CogVideoX's trim rule. Mochi has none.
@@ -69,12 +77,13 @@ def tae(family: Family) -> nn.Module:
 def clip_defaults(pipe: Any, family: Family | None) -> tuple[int, float]:
     """(default clip length in frames, playback rate in frames per second) of a video pipeline: the num_frames
     default of its own __call__ (CogVideoX's None means its transformer's sample_frames, as the pipeline reads
-    it; 1 where __call__ takes no num_frames), and the family's rate (FPS, else DEFAULT_FPS)."""
+    it; LTX-2's None the family's NONE_FRAMES; 1 where __call__ takes no num_frames), and the family's rate (FPS,
+    else DEFAULT_FPS)."""
     param = inspect.signature(type(pipe).__call__).parameters.get("num_frames")
     frames: Any = param.default if param is not None else 1
     if frames is None or frames is inspect.Parameter.empty:
         config = getattr(getattr(pipe, "transformer", None), "config", None)
-        frames = getattr(config, "sample_frames", None) or 1
+        frames = getattr(config, "sample_frames", None) or (NONE_FRAMES.get(family, 1) if family is not None else 1)
     return int(frames), FPS.get(family, DEFAULT_FPS) if family is not None else DEFAULT_FPS
 
 
