@@ -267,6 +267,16 @@ def test_pipelines_with_nothing_to_preview_are_refused_in_one_line(presets):
     # without a scheduler, a pipeline with no step callback has no step to preview from
     assert refused(pixart) == ("PixArtAlphaPipeline has no step callback, no Modular denoising loop and no "
                                "scheduler with a step method: previewlab has no step to preview from")
+    # it hands its step callback to a pipeline of its own whose packed latents need the call's grid sizes: refused
+    # before the call (the watch once raised inside it, in the inner pipeline's first callback)
+    from diffusers import VisualClozePipeline
+
+    flux = presets["synthetic:tiny-flux1"][0].components
+    cloze = VisualClozePipeline(**{k: flux[k] for k in ("scheduler", "vae", "text_encoder", "tokenizer",
+                                                         "text_encoder_2", "tokenizer_2", "transformer")})
+    assert refused(cloze) == ("VisualClozePipeline denoises in its generation_pipe: VisualClozeGenerationPipeline packs "
+                              "its latents and unpacks them with _unpack_latents(latents, sizes, vae_scale_factor), "
+                              "which needs more than the image size: previewlab cannot unpack them")
     no_vae = FluxPipeline(**{**presets["synthetic:tiny-flux1"][0].components, "vae": None})
     assert refused(no_vae) == ("FluxPipeline has no VAE (no vae, movq or vqvae component) and does not denoise in pixel "
                                "space: previews need one or the other")

@@ -100,6 +100,13 @@ def refusal(pipe: Any) -> str | None:
 
     cls = type(pipe)
     name = cls.__name__
+    for attr, part in _inner_pipelines(pipe):
+        why = refusal(part) if "prior" not in attr else None
+        if why is not None:
+            # it denoises in a pipeline of its own that cannot be previewed (VisualCloze's generation_pipe, which
+            # the step callback is handed to); a prior makes embeddings, not an image, so a combined pipeline
+            # whose decoder can be previewed (Kandinsky's) is
+            return f"{name} denoises in its {attr}: {why}"
     try:
         source_of(pipe)
     except SourceError as e:
@@ -148,6 +155,15 @@ def _staged_space(pipe: Any, decoder: Any) -> LatentSpace:
                        patch=patch, patch_t=patch_t, video=video, temporal=_temporal(pipe) if video else 1,
                        stage=(f"the first stage's latents: {kind}, a diffusion model, makes the final image from them, "
                               "so previews show them by latent2rgb or the family's TAE"))
+
+
+def _inner_pipelines(pipe: Any) -> list[tuple[str, Any]]:
+    """The pipelines a pipeline keeps as attributes and runs its denoising in (VisualClozePipeline's
+    generation_pipe; Kandinsky's and Stable Cascade's combined pipelines' prior_pipe and decoder_pipe)."""
+    from diffusers import DiffusionPipeline
+
+    own = getattr(pipe, "__dict__", {})
+    return [(k, v) for k, v in own.items() if isinstance(v, DiffusionPipeline) and v is not pipe]
 
 
 def denoiser_config(pipe: Any) -> Any:
