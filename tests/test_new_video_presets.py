@@ -36,12 +36,6 @@ NEW: dict[str, tuple[Family, int, int, int, int]] = {
     "synthetic:tiny-ltx2_3": ("ltx2_3", 128, 9, 32, 8),
 }
 LATENT_FRAMES = 2  # 5 frames at 4x and 9 frames at 8x are 1 + 1 latent frames
-# generate() previews LTX-2's latents but hands its final decode what LTX2Pipeline returns for output_type "latent":
-# those latents unpacked and already denormalized, which the decode unscales again (about 100 levels off here)
-LTX2_FINAL = pytest.mark.xfail(strict=True, reason="generate()'s final decode unscales LTX2Pipeline's latent output, "
-                                                   "which the pipeline has denormalized already")
-
-
 @pytest.fixture(scope="module")
 def models() -> dict[str, Model]:
     return {name: load(name, device="cpu") for name in NEW}
@@ -111,9 +105,10 @@ def test_a_two_step_run_previews_every_frame_with_latent2rgb_and_the_tae(models,
         assert run.image is not None and run.image.shape == (size, size, 3) and run.image.std() > 1
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=LTX2_FINAL) if NEW[n][0] != "hunyuanvideo15" else n
-                                  for n in NEW])
+@pytest.mark.parametrize("name", NEW)
 def test_a_runs_final_image_is_the_pipelines_own_first_frame(models, name):
+    """LTX-2 returns its latent output unpacked and denormalized: the final decode once unscaled it again (about 100
+    levels off); it now decodes the last step's latents, as the pipeline itself did."""
     model = models[name]
     s = settings(model, "latent2rgb")
     run = generate(RunContext(model, s, name), Gathered())

@@ -184,6 +184,11 @@ def _classic(ctx: RunContext, pipe: Any, gen: torch.Generator, call: MeasuredCal
                 **task, **embeds)
     out = pipe(**takes(pipe, args))
     latents = out.frames if model.space.video else out.images  # a clip's final image: its first frame
+    last = call.latest
+    if last is not None and last.dim() != latents.dim():
+        # its latent output is not in its steps' layout: LTX-2 returns them unpacked and denormalized, which the
+        # final decode (fed as a step's latents are) would unscale again; its last step's are what it decoded from
+        latents = last
     ranges.end("denoise")
     call.drain_for_decode()  # previews in flight finish before the final decode uses the VAE
     ranges.begin("final_decode")

@@ -9,6 +9,8 @@ has passed them, and close() waits only after the call.
 """
 from __future__ import annotations
 
+import torch
+
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,6 +48,9 @@ class MeasuredCall:
         self.marks = CallMarks()
         self.meter: StepMeter | None = None  # the call's steps: from begin() until the call closes
         self.meta: RunMeta | None = None
+        # the last step's latents as its source handed them (a reference, never a copy): the engine's final decode
+        # takes them where the pipeline returns its latents in another layout (LTX-2's, unpacked and denormalized)
+        self.latest: torch.Tensor | None = None
 
     def _to(self, new: CallState) -> None:
         """Change the state; one it cannot reach from where it is raises, naming both (a bug here, never the
@@ -95,6 +100,7 @@ class MeasuredCall:
     def step(self, step: Step) -> bool:
         """The end of a step; True when the run should stop."""
         assert self.meter is not None, "a step before begin()"
+        self.latest = step.latents
         return self.meter.step(step)
 
     def last_step(self) -> None:
@@ -141,7 +147,7 @@ class MeasuredCall:
         None for a call that never reached a step. It is done when it ran every step the pipeline runs,
         stopped otherwise. The next call starts from idle."""
         c, meter, meta = self.marks, self.meter, self.meta
-        self.marks, self.meter, self.meta = CallMarks(), None, None
+        self.marks, self.meter, self.meta, self.latest = CallMarks(), None, None, None
         self._to("idle")
         if meter is None or meta is None:
             return None
@@ -159,7 +165,7 @@ class MeasuredCall:
         wait is after the call), no record is made, and the next call starts from idle. Its meta, None when it
         never reached a step."""
         meter, meta = self.meter, self.meta
-        self.marks, self.meter, self.meta = CallMarks(), None, None
+        self.marks, self.meter, self.meta, self.latest = CallMarks(), None, None, None
         self.state = "idle"
         if meter is not None:
             meter.drain()
