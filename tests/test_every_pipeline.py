@@ -445,3 +445,53 @@ def test_a_loop_inside_a_loop_numbers_its_steps_across_passes(tinies):
     assert np.array_equal(out, plain)
     assert [r.step for r in rows] == [1, 2, 3, 4] and [r.preview for r in rows] == [1, 1, 1, 1]
     assert len(frames) == 4 and record is not None  # the call closed: its final decode ended it
+
+
+def _cascade_out(t: Tiny, cb: Any = None) -> np.ndarray:
+    kw = t.kwargs()
+    if cb is not None:
+        kw.update(callback_on_step_end=cb, callback_on_step_end_tensor_inputs=cb.tensor_inputs)
+    with torch.inference_mode():
+        out = t.pipe(**kw)
+    images = getattr(out, "images", None)
+    return np.asarray(images if images is not None else out.image_embeddings)  # the prior's: its latents
+
+
+@pytest.mark.parametrize("name", ["cascade_prior", "cascade_decoder", "cascade_combined"])
+def test_stable_cascade_previews_each_stage_with_its_own_factors(tinies, name):
+    """Stable Cascade (once refused as having no VAE): the prior's stage C latents by ComfyUI's SC_Prior factors
+    (no VAE: decoder vae refused in one line); the decoder's stage B latents by SC_B's factors or its Paella VQ-GAN,
+    alone or inside the combined pipeline, which hands the watch to its decoder_pipe. Outputs unchanged."""
+    t = tiny_of(tinies, name)
+    space = latent_space(t.pipe)
+    prior = name == "cascade_prior"
+    assert (space.family, space.channels, space.factor) == (("cascade_c", 16, 43) if prior else ("cascade_b", 4, 4))
+    plain = _cascade_out(t)
+    for decoder in ("latent2rgb",) if prior else ("latent2rgb", "vae"):
+        w = preview_watch(t.pipe, decoder=decoder, mode="sync")
+        try:
+            out = _cascade_out(t, w)
+            rows, record = w.rows, w.record
+        finally:
+            w.remove()
+        assert np.array_equal(out, plain), f"{name} {decoder}: the watched call changed its output"
+        assert [(r.step, r.preview, r.event) for r in rows] == [(1, 1, ""), (2, 1, "")], (name, decoder)
+        assert record is not None
+    if prior:
+        with pytest.raises(decoders.DecoderError, match="^decoder vae: StableCascadePriorPipeline has no VAE "):
+            preview_watch(t.pipe, decoder="vae")
+
+
+def test_stable_cascades_vqgan_decodes_what_the_decoder_pipeline_decodes(tinies):
+    t = tiny_of(tinies, "cascade_decoder")
+    plain = _cascade_out(t)  # output_type "np": its VQ-GAN's image clamped to [0, 1]
+    with torch.inference_mode():
+        latents = t.pipe(**{**t.kwargs(), "output_type": "latent"}).images
+    w = preview_watch(t.pipe, decoder="vae")
+    try:
+        with torch.inference_mode():
+            raw = decoders.vae_decoder(w.model)(latents, 48, 48)  # [-1, 1], as a VAE's
+    finally:
+        w.remove()
+    ours = ((raw + 1) / 2).clamp(0, 1).permute(0, 2, 3, 1).float().numpy()
+    assert ours.shape == plain.shape and np.abs(ours - plain).max() < 1e-6

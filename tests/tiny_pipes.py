@@ -482,6 +482,77 @@ def prx_pixel() -> Tiny:
     # an empty prompt, as diffusers' test: its text cleaning needs ftfy for any other
     return _tiny("prx_pixel", pipe, 32, 1.0, prompt="", negative_prompt="", use_resolution_binning=False)
 
+
+def _cascade_text() -> Any:
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+
+    return CLIPTextModelWithProjection(CLIPTextConfig(bos_token_id=0, eos_token_id=2, projection_dim=32, hidden_size=32,
+                                                      intermediate_size=37, num_attention_heads=4, num_hidden_layers=2,
+                                                      pad_token_id=1, vocab_size=1000))
+
+
+def _cascade_prior() -> Any:
+    from diffusers import DDPMWuerstchenScheduler, StableCascadePriorPipeline, StableCascadeUNet
+
+    # stage C: a StableCascadeUNet of 16 channels (its default) makes 16-channel latents at 1/42.67 of the image
+    prior = StableCascadeUNet(conditioning_dim=128, block_out_channels=(128, 128), num_attention_heads=(2, 2),
+                              down_num_layers_per_block=(1, 1), up_num_layers_per_block=(1, 1), switch_level=(False,),
+                              clip_image_in_channels=768, clip_text_in_channels=32, clip_text_pooled_in_channels=32,
+                              dropout=(0.1, 0.1))
+    return StableCascadePriorPipeline(prior=prior, text_encoder=_cascade_text(), tokenizer=clip_tokenizer(),
+                                      scheduler=DDPMWuerstchenScheduler(), feature_extractor=None, image_encoder=None)
+
+
+def _cascade_decoder() -> Any:
+    from diffusers import DDPMWuerstchenScheduler, StableCascadeDecoderPipeline, StableCascadeUNet
+    from diffusers.pipelines.deprecated.wuerstchen.modeling_paella_vq_model import PaellaVQModel
+
+    # stage B: a StableCascadeUNet of 4 channels; the Paella VQ-GAN decodes its latents (x its scale_factor) at 4x
+    decoder = StableCascadeUNet(in_channels=4, out_channels=4, conditioning_dim=128, block_out_channels=[16, 32, 64, 128],
+                                num_attention_heads=[-1, -1, 1, 2], down_num_layers_per_block=[1, 1, 1, 1],
+                                up_num_layers_per_block=[1, 1, 1, 1], down_blocks_repeat_mappers=[1, 1, 1, 1],
+                                up_blocks_repeat_mappers=[3, 3, 2, 2],
+                                block_types_per_layer=[["SDCascadeResBlock", "SDCascadeTimestepBlock"]] * 2
+                                + [["SDCascadeResBlock", "SDCascadeTimestepBlock", "SDCascadeAttnBlock"]] * 2,
+                                switch_level=None, clip_text_pooled_in_channels=32, dropout=[0.1, 0.1, 0.1, 0.1])
+    vqgan = PaellaVQModel(bottleneck_blocks=1, num_vq_embeddings=2)
+    return StableCascadeDecoderPipeline(decoder=decoder, vqgan=vqgan, text_encoder=_cascade_text(),
+                                        tokenizer=clip_tokenizer(), scheduler=DDPMWuerstchenScheduler(),
+                                        latent_dim_scale=4.0)
+
+
+def cascade_prior() -> Tiny:
+    return _tiny("cascade_prior", _cascade_prior(), 128, 4.0)
+
+
+def cascade_decoder() -> Tiny:
+    # its image embeddings: a prior's 16-channel latents of a 128 px picture (3 x 3); 12 x 12 latents, 48 px
+    embeds = lambda: torch.randn(1, 16, 3, 3, generator=_generator())  # noqa: E731
+    pipe = _cascade_decoder()
+    tiny = _tiny("cascade_decoder", pipe, 48, 0.0, image_embeddings=embeds)
+    plain = tiny.kwargs
+
+    def kwargs() -> dict:
+        kw = plain()
+        kw.pop("height"), kw.pop("width")  # its size follows the embeddings
+        return kw
+    tiny.kwargs = kwargs
+    return tiny
+
+
+def cascade_combined() -> Tiny:
+    from diffusers import StableCascadeCombinedPipeline
+
+    prior, decoder = _cascade_prior(), _cascade_decoder()
+    pipe = StableCascadeCombinedPipeline(tokenizer=decoder.tokenizer, text_encoder=decoder.text_encoder,
+                                         decoder=decoder.decoder, scheduler=decoder.scheduler, vqgan=decoder.vqgan,
+                                         prior_prior=prior.prior, prior_text_encoder=prior.text_encoder,
+                                         prior_tokenizer=prior.tokenizer, prior_scheduler=prior.scheduler)
+    # 128 px: stage C latents of 3 x 3, stage B's of 12 x 12 (latent_dim_scale 4 here; 10.67 in the real one)
+    pipe.decoder_pipe.register_to_config(latent_dim_scale=4.0)
+    return _tiny("cascade_combined", pipe, 128, None, prior_guidance_scale=4.0, decoder_guidance_scale=0.0,
+                 prior_num_inference_steps=2)
+
 def _qwen_vae() -> Any:
     from diffusers import AutoencoderKLQwenImage
 
@@ -645,6 +716,7 @@ BUILDERS: dict[str, Callable[[], Tiny]] = {b.__name__: _seeded(b) for b in (
     flux_img2img, flux_fill, flux_kontext,
     qwenimage, qwenimage_edit,
     sana, lumina2, chroma, prx_pixel,
+    cascade_prior, cascade_decoder, cascade_combined,
     flux_1ch, sd3_4ch,
     sdxl_batch,
     wan, cogvideox, animatediff, ltx, ltx_i2v,

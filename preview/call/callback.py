@@ -43,6 +43,7 @@ from previewlab.preview.record.run_ids import PROCESS_IDS
 from previewlab.preview.settings import default_mode
 from previewlab.preview.call.script_pipe import call_inputs, model_of, script_call
 from previewlab.preview.source.sources import chunked, source_of
+from previewlab.preview.models.reading import inner_pipelines
 from previewlab.preview.source.steps import CallbackSteps, Source, Step, StepTap, per_chunk
 from previewlab.preview.timing.stopwatch import Stopwatch
 from previewlab.preview.source.targets import X0Tap
@@ -142,6 +143,8 @@ class Watch(PipelineCallback):
         self._block = modular.attach(pipe, self._on_step) if self.source == "modular" else None
         # a PNDM or Heun loop calls the callback more often than it steps; a chunked one numbers each chunk from 0
         self._callback_steps = CallbackSteps(chunked=per_chunk(pipe))
+        # the pipelines of its own it hands its step callback to (Stable Cascade's combined pipeline: decoder_pipe)
+        self._inner = [inner for _, inner in inner_pipelines(pipe)]
         self._rows: list[StepRow] = []         # the rows of the latest call, in step order
         self.sw = Stopwatch(self.model.device, s.clock, backend=s.device)
         self.records: list[RunRecord] = []     # one per finished call
@@ -150,7 +153,8 @@ class Watch(PipelineCallback):
         self._stop = threading.Event()
         self._thread: int | None = None        # the thread whose call is in progress (one call at a time)
         self._cut = False                      # the call was ended early (its page closed from inside it)
-        self._call_code = call_codes(pipe)     # the pipeline's own __call__, told from another pipeline's
+        # the pipeline's own __call__ and those of the pipelines it runs inside it, told from another pipeline's
+        self._call_code = call_codes(pipe).union(*(call_codes(inner) for inner in self._inner))
         self._latent_hw: tuple[int, int] | None = None  # LTX: the latent height and width of the call's clip
         # attach(): the live page (previewlab.serve(watch) attaches itself)
         self.events: RunEvents | None = None
@@ -268,7 +272,7 @@ class Watch(PipelineCallback):
         if self._cut:  # its page was closed from inside the call: the rest of this call is not measured
             pipeline._interrupt = True
             return callback_kwargs
-        if pipeline is not self.pipe:
+        if pipeline is not self.pipe and not any(pipeline is inner for inner in self._inner):
             raise WatchError(f"watch: this watch measures its own {type(self.pipe).__name__} ({self.model.family}); "
                              f"it was passed to a {type(pipeline).__name__}: make a watch for each pipeline")
         if self.source == "callback":

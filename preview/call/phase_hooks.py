@@ -55,12 +55,15 @@ class PhaseHooks:
                 if module is not None:
                     self._hooks.append(module.register_forward_hook(_raised(on_error), always_call=True))
         vae = vae_of(pipe)
-        if vae is not None:  # pixel space has no final decode
-            self._hooks.append(vae.decoder.register_forward_pre_hook(lambda *a: self._final(self.decode_start)))
-            self._hooks.append(vae.decoder.register_forward_hook(lambda *a: self._final(self.decode_end)))
+        # the module its decode runs: a VAE's `decoder`; Stable Cascade's VQ-GAN has none, its decode runs its
+        # up_blocks (then one output conv)
+        part = getattr(vae, "decoder", None) or getattr(vae, "up_blocks", None)
+        if part is not None:  # pixel space and a second stage's latents have no final decode of theirs
+            self._hooks.append(part.register_forward_pre_hook(lambda *a: self._final(self.decode_start)))
+            self._hooks.append(part.register_forward_hook(lambda *a: self._final(self.decode_end)))
             if on_error is not None:  # the final decode raising (out of memory), never a preview's
                 failed = _raised(on_error)
-                self._hooks.append(vae.decoder.register_forward_hook(
+                self._hooks.append(part.register_forward_hook(
                     lambda *a: self._final(lambda: failed(*a)), always_call=True))
         self.arm()
 

@@ -48,10 +48,12 @@ def vae_decoder(model: Model, cut: Cut = WHOLE) -> Decode:
     def decode(latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
         z = smaller(to_vae(latents.to(dtype) if space.cast_first else latents, height, width))
         if dec is not None:
-            return as_vae_would(vae, dec, z)
-        z = z.to(vae.dtype)
-        image = vae.decode(z, return_dict=False, **args(z))[0]
-        return image[:, :, 0] if space.frames else image  # a Wan-style VAE: the image is frame 0
+            image = as_vae_would(vae, dec, z)
+        else:
+            z = z.to(vae.dtype)
+            image = vae.decode(z, return_dict=False, **args(z))[0]
+            image = image[:, :, 0] if space.frames else image  # a Wan-style VAE: the image is frame 0
+        return image * 2 - 1 if space.unit else image  # Stable Cascade's VQ-GAN decodes to [0, 1]
 
     return decode
 

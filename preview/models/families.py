@@ -122,6 +122,7 @@ class LatentSpace:
     # the latents are decoded by no VAE previewlab can call: what makes the final image instead (LTX-2.5's diffusion
     # decoder), said on the page; latent2rgb and the family's TAE preview them, decoder vae cannot
     stage: str = ""
+    unit: bool = False           # the VAE decodes to [0, 1], not [-1, 1] (Stable Cascade's Paella VQ-GAN)
     unpack: Unpack | None = field(default=None, compare=False, repr=False)
     unpack_clip: UnpackClip | None = field(default=None, compare=False, repr=False)
 
@@ -295,18 +296,31 @@ class LatentSpace:
 
 
 def vae_of(pipe: Any) -> Any:
-    """The pipeline's image decoder: its `vae`, Kandinsky's `movq` or LDM's `vqvae`; None when it has none."""
-    return getattr(pipe, "vae", None) or getattr(pipe, "movq", None) or getattr(pipe, "vqvae", None)
+    """The pipeline's image decoder: its `vae`, Kandinsky's `movq`, LDM's `vqvae` or Stable Cascade's `vqgan`; None
+    when it has none."""
+    for name in ("vae", "movq", "vqvae", "vqgan"):
+        part = getattr(pipe, name, None)
+        if part is not None:
+            return part
+    return None
 
 
 def vae_scale_factor(pipe: Any) -> int:
     """Image pixels per latent pixel: the pipeline's own vae_scale_factor (vae_scale_factor_spatial for most video
     pipelines, vae_spatial_scale_factor for Mochi, vae_spatial_compression_ratio for LTX, movq_scale_factor for
-    Kandinsky), else 2 per VAE stage after the first."""
+    Kandinsky), else 2 per VAE stage after the first (Stable Cascade: its VQ-GAN's levels, or its prior's
+    resolution_multiple)."""
     for name in ("vae_scale_factor", "vae_scale_factor_spatial", "vae_spatial_scale_factor",
                  "vae_spatial_compression_ratio", "movq_scale_factor"):
         value = getattr(pipe, name, None)
         if isinstance(value, int) and value > 0:
             return value
-    widths = getattr(vae_of(pipe).config, "block_out_channels", None) or (0,)
+    vae = vae_of(pipe)
+    if vae is None:  # Stable Cascade's prior: the pipeline's own resolution_multiple (42.67 px per latent pixel)
+        return max(1, int(round(float(getattr(getattr(pipe, "config", None), "resolution_multiple", 1) or 1))))
+    cfg = vae.config
+    if getattr(cfg, "levels", None) and getattr(cfg, "up_down_scale_factor", None):
+        # Stable Cascade's Paella VQ-GAN: a pixel unshuffle, then a downsample per level after the first
+        return int(cfg.up_down_scale_factor) * 2 ** (int(cfg.levels) - 1)
+    widths = getattr(cfg, "block_out_channels", None) or (0,)
     return 2 ** (len(widths) - 1)

@@ -58,8 +58,13 @@ class Model:
 
 
 def denoiser(pipe: Any) -> Any:
-    """The model that runs every step: the UNet (SD1.5, SDXL, Kandinsky) or the transformer (SD3, FLUX, ...)."""
-    return getattr(pipe, "unet", None) or getattr(pipe, "transformer", None) or pipe.transformer_2
+    """The model that runs every step: the UNet (SD1.5, SDXL, Kandinsky), the transformer (SD3, FLUX, ...), or
+    Stable Cascade's `decoder` (stage B) or `prior` (stage C). Raises AttributeError for a pipeline with none."""
+    for name in ("unet", "transformer", "transformer_2", "decoder", "prior"):
+        part = getattr(pipe, name, None)
+        if isinstance(part, torch.nn.Module):
+            return part
+    raise AttributeError(f"{type(pipe).__name__} has no unet, transformer, decoder or prior to denoise with")
 
 
 def default_size(pipe: Any, family: Family | None) -> int:

@@ -100,7 +100,7 @@ def refusal(pipe: Any) -> str | None:
 
     cls = type(pipe)
     name = cls.__name__
-    for attr, part in _inner_pipelines(pipe):
+    for attr, part in inner_pipelines(pipe):
         why = refusal(part) if "prior" not in attr else None
         if why is not None:
             # it denoises in a pipeline of its own that cannot be previewed (VisualCloze's generation_pipe, which
@@ -128,36 +128,47 @@ def refusal(pipe: Any) -> str | None:
     return None
 
 
-def _second_stage(pipe: Any) -> Any:
-    """What decodes the latents where a pipeline has no VAE but a diffusion model of its own makes the image from
-    them (LTX-2.5's `diffusion_decoder`, in the latent space of LTX-2's VAE); None otherwise."""
-    return getattr(pipe, "diffusion_decoder", None)
+def _second_stage(pipe: Any) -> tuple[str, int, Family | None, str] | None:
+    """Where a pipeline has no VAE but a second diffusion makes the image from its latents: (the model that made
+    them or takes them, their channels, their family, what the page says of them); None otherwise.
+    - LTX-2.5's `diffusion_decoder` takes LTX-2.3's latents (madebyollin's taeltx2_3 "LTX-2.3, also LTX-2.5");
+    - Stable Cascade's prior (a StableCascadeUNet of 16 channels) makes stage C latents, which its decoder pipeline
+      (stage B) turns into the image's."""
+    decoder = getattr(pipe, "diffusion_decoder", None)
+    if decoder is not None:
+        kind = type(decoder).__name__
+        channels = int(getattr(decoder.config, "latent_channels", 0) or 0)
+        family: Family | None = "ltx2_3" if kind == "LTX2VideoDiffusionDecoderModel" and channels == 128 else None
+        return kind, channels, family, (f"the first stage's latents: {kind}, a diffusion model, makes the final image "
+                                        "from them, so previews show them by latent2rgb or the family's TAE")
+    prior = getattr(pipe, "prior", None)
+    if type(prior).__name__ == "StableCascadeUNet":
+        channels = int(getattr(getattr(prior, "config", None), "out_channels", 0) or 0)
+        return "StableCascadeUNet", channels, "cascade_c" if channels == 16 else None, (
+            "Stable Cascade's stage C latents: its decoder pipeline (stage B) makes the image from them, so previews "
+            "show them by latent2rgb")
+    return None
 
 
-def _staged_space(pipe: Any, decoder: Any) -> LatentSpace:
-    """The latent space a second-stage decoder takes: its config's latent channels, the pipeline's own spatial and
-    temporal factors and unpacking; the family the transformer says (LTX-2.5 is LTX-2.3's space)."""
+def _staged_space(pipe: Any, kind: str, channels: int, family: Family | None, stage: str) -> LatentSpace:
+    """The latent space a second stage takes (_second_stage): the pipeline's own spatial and temporal factors and
+    unpacking."""
     from previewlab.preview.source.sources import is_modular
 
-    channels = int(getattr(decoder.config, "latent_channels", 0) or 0)
     unpack, packed, _ = _unpack_of(pipe)
     if unpack is None and is_modular(pipe):
         unpack, packed = _modular_unpack(pipe)
     packing: Packing = packed or "spatial"
     patch, patch_t = _patches(pipe) if packing == "ltx" else (1, 1)
-    kind = type(decoder).__name__
-    # LTX-2.5's diffusion decoder takes LTX-2.3's latents (madebyollin's taeltx2_3 "LTX-2.3, also LTX-2.5")
-    family: Family | None = "ltx2_3" if kind == "LTX2VideoDiffusionDecoderModel" and channels == 128 else None
     video = makes_video(pipe) or packing == "ltx"
     return LatentSpace(family=family, channels=channels, factor=vae_scale_factor(pipe), packing=packing,
                        unscale="none", vae=kind, pipeline=type(pipe).__name__,
                        unpack=unpack if packing == "packed" else None, unpack_clip=unpack if packing == "ltx" else None,
                        patch=patch, patch_t=patch_t, video=video, temporal=_temporal(pipe) if video else 1,
-                       stage=(f"the first stage's latents: {kind}, a diffusion model, makes the final image from them, "
-                              "so previews show them by latent2rgb or the family's TAE"))
+                       stage=stage)
 
 
-def _inner_pipelines(pipe: Any) -> list[tuple[str, Any]]:
+def inner_pipelines(pipe: Any) -> list[tuple[str, Any]]:
     """The pipelines a pipeline keeps as attributes and runs its denoising in (VisualClozePipeline's
     generation_pipe; Kandinsky's and Stable Cascade's combined pipelines' prior_pipe and decoder_pipe)."""
     from diffusers import DiffusionPipeline
@@ -234,6 +245,8 @@ def _unscale(pipe: Any, vae: Any, cfg: Any) -> Unscale:
         return "batch_norm"
     if type(vae).__name__ == "VQModel":
         return "none"
+    if type(vae).__name__ == "PaellaVQModel":
+        return "vq_scale"
     if (getattr(cfg, "latents_mean", None) is not None and getattr(cfg, "latents_std", None) is not None
             and _applies(cls, "latents_mean")):
         return "mean_std" if getattr(cfg, "scaling_factor", None) is not None else "inv_std"
@@ -324,7 +337,7 @@ def latent_space(pipe: Any) -> LatentSpace:
     vae = vae_of(pipe)
     staged = _second_stage(pipe) if vae is None else None
     if staged is not None:
-        return _staged_space(pipe, staged)
+        return _staged_space(pipe, *staged)
     if vae is None:  # refusal() let it through: pixel space
         return LatentSpace(family=None, channels=3, factor=1, packing="spatial", unscale="none",
                            vae="none (pixel space)", pipeline=type(pipe).__name__, pixel=True,
@@ -349,6 +362,7 @@ def latent_space(pipe: Any) -> LatentSpace:
     return LatentSpace(family=_family(pipe, vae, channels, packing, unscale), channels=channels,
                        factor=_factor(pipe, vae, packing), packing=packing, unscale=unscale, vae=type(vae).__name__,
                        frames=frames, quantized=type(vae).__name__ == "VQModel", pipeline=type(pipe).__name__,
+                       unit=type(vae).__name__ == "PaellaVQModel",
                        unpack=unpack if packing == "packed" else None,
                        unpack_clip=unpack if packing == "ltx" else None, patch=patch, patch_t=patch_t,
                        timestep=_timestep(vae), video=video, frames_first=video and _frames_first(type(pipe)),

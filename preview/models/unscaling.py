@@ -6,7 +6,7 @@ from typing import Any, Callable, Literal
 
 import torch
 
-Unscale = Literal["scale", "scale_shift", "mean_std", "mean_std_buffers", "inv_std", "batch_norm", "none"]
+Unscale = Literal["scale", "scale_shift", "mean_std", "mean_std_buffers", "inv_std", "batch_norm", "vq_scale", "none"]
 # What each pipeline's final decode does with the last latents (diffusers 0.42.1), as docs/models.md names it:
 UNSCALES: dict[Unscale, str] = {
     # StableDiffusion*, Kolors, Sana, AuraFlow, HunyuanDiT, CogView: a VAE without a shift_factor
@@ -21,6 +21,8 @@ UNSCALES: dict[Unscale, str] = {
     "inv_std": "latents / (1 / latents_std) + latents_mean",
     # FLUX.2 (AutoencoderKLFlux2)
     "batch_norm": "latents * sqrt(bn.running_var + batch_norm_eps) + bn.running_mean, then unpatchify",
+    # Stable Cascade's decoder stage: its Paella VQ-GAN takes them scaled up
+    "vq_scale": "latents * vqgan.config.scale_factor",
     # Kandinsky's MoVQ: decoded as they are, with force_not_quantize=True
     "none": "latents as they are",
 }
@@ -83,4 +85,7 @@ def unscaler(unscale: Unscale, pipe: Any, vae: Any, device: torch.device, dtype:
         return lambda x: x * s / scale + m
     if unscale == "none":
         return lambda x: x
+    if unscale == "vq_scale":  # Stable Cascade's decoder: vqgan.decode(vqgan.config.scale_factor * latents)
+        vq = float(cfg.scale_factor)
+        return lambda x: vq * x
     return lambda x: x / scale
