@@ -49,6 +49,14 @@ components, not call kwargs.
 - ltx25_modular: LTX25ModularPipeline() (LTX25AutoBlocks): LTX-2's parts with a diffusion video decoder
   (LTX2VideoDiffusionDecoderModel) in place of the VAE; audio latents stepped by a deep copy of `scheduler`, as in
   LTX-2. output=["videos", "audio"] returns a dict. 9 frames at 96 px.
+- krea2_modular, krea2_turbo_modular: Krea2ModularPipeline() and Krea2TurboModularPipeline() (their default blocks;
+  the turbo has no guider and no negative prompt): a Qwen3VLModel of 36 layers (the text step stacks hidden states
+  2, 5, ..., 35) for a transformer of 12 text layers, tiny_pipes' Qwen2 tokenizer (the chat prefix the step drops is
+  its 34 tokens) and Qwen-Image VAE. output="images", 64 px. Latents at the step are packed 2x2 tokens (B, 16, 64);
+  the blocks unpack them after the loop (krea2/decoders.py, a module-level _unpack_latents taking the patch size).
+- ernie_image_modular: ErnieImageModularPipeline() (ErnieImageAutoBlocks; the prompt enhancer runs only with use_pe,
+  and has no component here): a Mistral3Model text encoder, the offline Mistral tokenizer, FLUX.2's VAE. output=
+  "images", 64 px. Latents at the step are patchified in place, (B, 128, h/16, w/16), not tokens.
 
 Where the denoising loop is: the LoopSequentialPipelineBlocks whose sub_blocks run once per iteration lives in the
 pipeline's own tree, pipe._blocks (`denoise_loops(pipe)` lists them). Conditional blocks hold one loop per
@@ -57,6 +65,7 @@ workflow and a call runs one; for these text-to-image/video calls the loop that 
     wan22_modular   pipe._blocks.sub_blocks['denoise'].sub_blocks['denoise']
     helios_modular  pipe._blocks.sub_blocks['denoise'].sub_blocks['text2video'].sub_blocks['chunk_denoise']
     ltx25_modular   pipe._blocks.sub_blocks['denoise'].sub_blocks['text2video'].sub_blocks['denoise']
+    krea2_modular, krea2_turbo_modular, ernie_image_modular   pipe._blocks.sub_blocks['denoise'].sub_blocks['denoise']
 (flux3 also has ['image_conditioned'], helios ['video2video'] and ['image2video'], ltx25 ['in_context'],
 ['condition'] and ['image2video'], which these calls do not run). A block put into that loop's sub_blocks runs once
 per iteration of the next call and leaves the output bit-identical; put into pipe.blocks, a deep copy, it never
@@ -106,6 +115,15 @@ stepped), and for a modular pipeline once more with a spy block in every loop of
         step: scheduler x2 t=[1000.0, 500.0] sample [(1, 18, 8)]; copy of scheduler x2 t=[1000.0, 500.0] sample [(1,
         9, 4)]; loop runs {"pipe._blocks.sub_blocks['denoise'].sub_blocks['text2video'].sub_blocks['denoise']": 2},
         spied identical True
+    krea2_modular: 0.08 s / 0.07 s, out [(1, 64, 64, 3)], identical True, counted identical True; step: scheduler x2
+        t=[1000.0, 616.5] sample [(1, 16, 64)]; loop runs {"pipe._blocks.sub_blocks['denoise'].sub_blocks['denoise']":
+        2}, spied identical True
+    krea2_turbo_modular: 0.05 s / 0.05 s, out [(1, 64, 64, 3)], identical True, counted identical True; step:
+        scheduler x2 t=[1000.0, 759.5] sample [(1, 16, 64)]; loop runs
+        {"pipe._blocks.sub_blocks['denoise'].sub_blocks['denoise']": 2}, spied identical True
+    ernie_image_modular: 0.02 s / 0.02 s, out [(1, 64, 64, 3)], identical True, counted identical True; step:
+        scheduler x2 t=[1000.0, 500.0] sample [(1, 128, 4, 4)]; loop runs
+        {"pipe._blocks.sub_blocks['denoise'].sub_blocks['denoise']": 2}, spied identical True (2026-12-05)
 """
 from __future__ import annotations
 
@@ -119,7 +137,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from previewlab.preview.models.offline_tokenizers import GEMMA3_SPECIALS, QWEN_CHAT, clip_tokenizer, t5_tokenizer
+from previewlab.preview.models.offline_tokenizers import (GEMMA3_SPECIALS, QWEN_CHAT, clip_tokenizer,
+                                                          mistral_tokenizer, t5_tokenizer)
 from previewlab.preview.models.video_presets import byt5, gemma3 as _gemma3, ltx2_parts, qwen25_vl_text
 from previewlab.bench.survey.outputs import arrays
 from tests import tiny_pipes
@@ -152,8 +171,10 @@ def qwen3vl_processor(tok: Any) -> Any:
     return processor
 
 
-def _qwen3_vl(tok: Any, hidden: int = 16, layers: int = 32) -> Any:
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+def _qwen3_vl(tok: Any, hidden: int = 16, layers: int = 32, base: bool = False) -> Any:
+    """Qwen3VLForConditionalGeneration, tiny (FLUX.3's text encoder class); base: its Qwen3VLModel, without the
+    language-model head (Krea 2's text encoder class). Same config either way."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLModel
 
     ids = tok.convert_tokens_to_ids
     # head_dim 8: the interleaved multimodal RoPE sections (temporal, height, width) add up to head_dim / 2
@@ -166,7 +187,20 @@ def _qwen3_vl(tok: Any, hidden: int = 16, layers: int = 32) -> Any:
     cfg = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=ids("<|image_pad|>"),
                         video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
                         vision_end_token_id=ids("<|vision_end|>"))
-    return Qwen3VLForConditionalGeneration(cfg)
+    return Qwen3VLModel(cfg) if base else Qwen3VLForConditionalGeneration(cfg)
+
+
+def _mistral3_model(tok: Any, hidden: int = 16, layers: int = 2) -> Any:
+    """Mistral3Model (a Mistral text model with a Pixtral vision tower, no language-model head), tiny: ERNIE-Image's
+    text encoder class. Its step takes the second-to-last hidden state, unpadded, one prompt at a time."""
+    from transformers import Mistral3Config, Mistral3Model, MistralConfig, PixtralVisionConfig
+
+    text = MistralConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=32, num_hidden_layers=layers,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=512)
+    vision = PixtralVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 image_size=32, patch_size=8)
+    return Mistral3Model(Mistral3Config(text_config=text, vision_config=vision, image_token_index=10,
+                                        spatial_merge_size=2))
 
 
 # ----------------------------------------------------------------------------------------------- classic
@@ -490,13 +524,68 @@ def ltx25_modular() -> Tiny:
                     frame_rate=25.0, max_sequence_length=16, output_type="pt")
 
 
+def _krea2(name: str, turbo: bool) -> Tiny:
+    from diffusers import FlowMatchEulerDiscreteScheduler, Krea2Transformer2DModel
+    from diffusers.modular_pipelines import Krea2ModularPipeline, Krea2TurboModularPipeline
+
+    # Krea 2's text step stacks the Qwen3-VL hidden states 2, 5, ..., 35 (KREA2_TEXT_ENCODER_SELECT_LAYERS, 12 of
+    # them) per token: a Qwen3VLModel of 36 layers, 16 wide, and a transformer of num_text_layers 12 and
+    # text_hidden_dim 16 (diffusers' classic test has 2 encoder layers, 3 text layers and its own layer selection,
+    # which the modular step does not take). tiny_pipes' Qwen2 tokenizer makes the chat template's system prefix
+    # 34 tokens (the step drops the first 34) and its assistant suffix 5. Otherwise the classic test's transformer,
+    # with Qwen-Image's 16-channel VAE (tiny_pipes', 8x, the real statistics) packed 2x2: in_channels 64.
+    # Krea2ModularPipeline's blocks make the guider (CFG 4.5, original formulation); the turbo has none.
+    tok = qwen2_tokenizer()
+    transformer = Krea2Transformer2DModel(in_channels=64, num_layers=2, attention_head_dim=8, num_attention_heads=4,
+                                          num_key_value_heads=2, intermediate_size=32, timestep_embed_dim=8,
+                                          text_hidden_dim=16, num_text_layers=12, text_num_attention_heads=2,
+                                          text_num_key_value_heads=1, text_intermediate_size=16,
+                                          num_layerwise_text_blocks=1, num_refiner_text_blocks=1,
+                                          axes_dims_rope=(4, 2, 2), rope_theta=1000.0)
+    scheduler = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
+                                                base_image_seq_len=256, max_image_seq_len=6400)
+    pipe: Any = Krea2TurboModularPipeline() if turbo else Krea2ModularPipeline()  # their default blocks
+    pipe.update_components(text_encoder=_qwen3_vl(tok, layers=36, base=True), tokenizer=tok, transformer=transformer,
+                           vae=tiny_pipes._qwen_vae(), scheduler=scheduler)
+    extra: dict[str, Any] = {} if turbo else {"negative_prompt": "blurry"}
+    return _modular(name, pipe, 64, output="images", max_sequence_length=16, **extra)
+
+
+def krea2_modular() -> Tiny:
+    return _krea2("krea2_modular", turbo=False)
+
+
+def krea2_turbo_modular() -> Tiny:
+    return _krea2("krea2_turbo_modular", turbo=True)
+
+
+def ernie_image_modular() -> Tiny:
+    from diffusers import ErnieImageTransformer2DModel, FlowMatchEulerDiscreteScheduler
+    from diffusers.modular_pipelines import ErnieImageModularPipeline
+
+    # ERNIE-Image: FLUX.2's VAE (32 channels at 1/8, batch-norm statistics), whose latents the pipeline patchifies
+    # 2x2 into channels (ErnieImagePachifier): the transformer steps (B, 128, h/16, w/16) latents, patch_size 1.
+    # A Mistral3Model text encoder (16 wide: text_in_dim) with the offline Mistral tokenizer; head width 16 = RoPE
+    # axes 8 + 4 + 4. The blocks make the guider (CFG 4.0), the pachifier and the image processor; the prompt
+    # enhancer (pe, a Ministral 3 causal LM) runs only when use_pe is given, and is left out.
+    tok = mistral_tokenizer()
+    transformer = ErnieImageTransformer2DModel(hidden_size=32, num_attention_heads=2, num_layers=1,
+                                               ffn_hidden_size=32, in_channels=128, out_channels=128, patch_size=1,
+                                               text_in_dim=16, rope_theta=256, rope_axes_dim=(8, 4, 4))
+    pipe: Any = ErnieImageModularPipeline()  # its default blocks, ErnieImageAutoBlocks
+    pipe.update_components(text_encoder=_mistral3_model(tok), tokenizer=tok, transformer=transformer,
+                           vae=_flux2_vae(), scheduler=FlowMatchEulerDiscreteScheduler())
+    return _modular("ernie_image_modular", pipe, 64, output="images", negative_prompt="blurry")
+
+
 # ----------------------------------------------------------------------------------------------- registry
 
 BUILDERS: dict[str, Callable[[], Tiny]] = {name: _seeded(builder) for name, builder in (
     ("pixart_sigma", pixart_sigma), ("if", deepfloyd_if), ("flux3_modular", flux3_modular),
     ("wan22_modular", wan22_modular), ("ltx2_audio", ltx2_audio), ("hunyuan15", hunyuan15),
     ("pndm_adapter", pndm_adapter), ("stable_unclip", stable_unclip), ("helios_modular", helios_modular),
-    ("ltx25_modular", ltx25_modular),
+    ("ltx25_modular", ltx25_modular), ("krea2_modular", krea2_modular),
+    ("krea2_turbo_modular", krea2_turbo_modular), ("ernie_image_modular", ernie_image_modular),
 )}
 NAMES: list[str] = list(BUILDERS)
 

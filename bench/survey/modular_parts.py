@@ -23,8 +23,9 @@ MODULAR_PARTS: dict[str, tuple[str, str]] = {
     "HeliosPyramidDistilledModularPipeline": ("pipelines/helios/test_helios.py::HeliosPipelineFastTests", "videos"),
     "HunyuanVideo15ModularPipeline": (
         "pipelines/hunyuan_video1_5/test_hunyuan_1_5.py::HunyuanVideo15PipelineFastTests", "videos"),
-    "Krea2ModularPipeline": ("pipelines/krea2/test_krea2.py::Krea2PipelineFastTests", "images"),
-    "Krea2TurboModularPipeline": ("pipelines/krea2/test_krea2.py::Krea2PipelineFastTests", "images"),
+    "Krea2ModularPipeline": ("recipe:krea2_modular", "images"),
+    "Krea2TurboModularPipeline": ("recipe:krea2_turbo_modular", "images"),
+    "ErnieImageModularPipeline": ("recipe:ernie_image_modular", "images"),
     "LTXModularPipeline": ("pipelines/ltx/test_ltx.py::LTXPipelineFastTests", "videos"),
     "LTX2ModularPipeline": ("pipelines/ltx2/test_ltx2.py::LTX2PipelineFastTests", "videos"),
     "LTX25ModularPipeline": ("recipe:ltx25_modular", "videos"),
@@ -52,10 +53,6 @@ MODULAR_PARTS: dict[str, tuple[str, str]] = {
 
 # why a Modular pipeline cannot run on its classic test's parts, where the error alone does not say
 MODULAR_HINTS: dict[str, str] = {
-    name: "its text step stacks the real encoder's layers 2, 5, ..., 35 (KREA2_TEXT_ENCODER_SELECT_LAYERS) for a "
-          "transformer of 12 text layers; the classic test's encoder has 2 layers and its transformer takes 3"
-    for name in ("Krea2ModularPipeline", "Krea2TurboModularPipeline")
-} | {
     name: "a pyramid pipeline steps a scheduler of one stage per pyramid level (the checkpoint's; the distilled one "
           "a HeliosDMDScheduler); the classic test's HeliosScheduler has one stage"
     for name in ("HeliosPyramidModularPipeline", "HeliosPyramidDistilledModularPipeline")
