@@ -156,6 +156,10 @@ HOOKS: dict[str, tuple[str, str, bool]] = {
     "pndm_adapter": ("scheduler", "auto", False),   # 3 step calls for 2 steps
     "stable_unclip": ("scheduler", "auto", False),  # its prior's scheduler steps embeddings too
     "helios_modular": ("scheduler", "auto", False),  # a loop per chunk: every step of both chunks
+    # packed by a module-level _unpack_latents that also takes the pipeline's patch size (once refused as spatial)
+    "krea2_modular": ("modular", "auto", False),
+    # FLUX.2's VAE, its latents patchified in place (B, 4C, h/2, w/2) rather than as tokens (once a ValueError)
+    "ernie_image_modular": ("modular", "auto", False),
 }
 CHUNKS = {"helios_modular": 2}  # steps are numbered across the chunks of a clip
 

@@ -223,7 +223,8 @@ class LatentSpace:
         """Callback latents -> (B, C', h', w') in model space, before any unscaling: FLUX.2's 128 normalised
         channels at 1/16, the others' own channels at 1/factor."""
         if self.packing == "flux2":
-            return lambda z, height, width: _flux2_unpack(z, height, width, vae_scale_factor)
+            # 4-D: already patchified in place, (B, 4C, h/2, w/2) (ERNIE-Image's pachifier), what the tokens become
+            return lambda z, height, width: z if z.dim() == 4 else _flux2_unpack(z, height, width, vae_scale_factor)
         if self.packing == "ltx":  # the clip's first latent frame; 4-D latents (one frame each) as they are
             return lambda z, height, width: z if z.dim() == 4 else self._unpack_tokens(z, height, width)[:, :, 0]
         unpack, c = self.unpack, self.channels

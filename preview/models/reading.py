@@ -77,10 +77,20 @@ def _modular_unpack(pipe: Any) -> tuple[Callable[..., torch.Tensor] | None, Pack
             fn = vars(module).get("_unpack_latents")
             if callable(fn):
                 found.append(fn)
+    patch = _patch_size(pipe)
     for fn in found:
         params = tuple(p for p in inspect.signature(fn).parameters if p != "self")
         if params in UNPACKS:
             return fn, UNPACKS[params]
+        if patch is not None and set(params) == {"latents", "height", "width", "vae_scale_factor", "patch_size"}:
+            # a packed unpack that also takes the patch size the pipeline keeps (Krea 2's decoders._unpack_latents:
+            # (B, h/p * w/p, C * p * p) -> (B, C, 1, h, w)), its arguments by name
+            own_packed = fn
+
+            def unpack(z: torch.Tensor, height: int, width: int, vae_scale_factor: int) -> torch.Tensor:
+                return own_packed(z, height=height, width=width, patch_size=patch,
+                                  vae_scale_factor=vae_scale_factor)
+            return unpack, "packed"
         if params == ("latents", "num_frames", "height", "width"):
             own = fn
             return (lambda z, f, h, w, p=1, pt=1: own(z, f, h, w)), "ltx"
