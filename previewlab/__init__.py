@@ -41,14 +41,16 @@ def watch(pipe: Any, **kw: Any) -> "Watch":
 
 
 def serve(w: "Watch", *, host: str = "127.0.0.1", port: int = 8000, data_dir: str | Path = Path("runs"),
-          allow_remote: bool = False, token: str | None = None, allow_hosts: Sequence[str] = ()) -> "Embedded":
+          allow_remote: bool = False, token: str | None = None, allow_hosts: Sequence[str] = (),
+          forwarded_allow_ips: str | Sequence[str] | None = None) -> "Embedded":
     """The live page for a watch: uvicorn in a thread, on host:port (0: a free port), runs kept in data_dir.
     `w.remove()` or the returned object's `close()` stops it. By `previewlab serve`'s rules: loopback unless
-    allow_remote=True, and then only with a token (printed in the URL unless given)."""
+    allow_remote=True, and then only with a token (printed in the URL unless given); forwarded_allow_ips: the
+    reverse proxies trusted to name their client (docs/server.md, "Watching a remote GPU")."""
     from previewlab.server.embedded import serve as start
 
     return start(w, host=host, port=port, data_dir=data_dir, allow_remote=allow_remote, token=token,
-                 allow_hosts=allow_hosts)
+                 allow_hosts=allow_hosts, forwarded_allow_ips=forwarded_allow_ips)
 
 
 __all__ = ["watch", "serve"]

@@ -22,6 +22,7 @@ from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
 
 from previewlab.server.ws import protocol
 from previewlab.server.http.exports import stream
+from previewlab.server.http.forwarded import RealClient
 from previewlab.server.http.guard import Guard
 from previewlab.server.http.headers import SecurityHeaders
 from previewlab.server.server import Server
@@ -202,4 +203,5 @@ def build_app(server: Server) -> ASGIApp:
     ], lifespan=lifespan)
     a = server.access
     guarded = Guard(app, hosts=a.hosts, token=a.token, ws_burst=a.ws_burst, ws_per_s=a.ws_per_s)
-    return SecurityHeaders(guarded)
+    # outermost: every per-address limit inside (the Guard's handshakes, the exports) sees the real client
+    return RealClient(SecurityHeaders(guarded), a.proxies)

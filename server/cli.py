@@ -77,6 +77,11 @@ def parser() -> Parser:
                         "on loopback only when given (behind a local reverse proxy)")
     p.add_argument("--allow-host", action="append", default=[],
                    help="an extra Host name the server answers to (repeatable); loopback names always work")
+    p.add_argument("--forwarded-allow-ips", default=None, metavar="ADDRESSES",
+                   help="reverse proxies whose X-Forwarded-For names the client, comma-separated addresses or "
+                        "networks (127.0.0.1,10.0.0.0/8; '' for none): the per-address limits then count each "
+                        "client, and a token is required. Default: $FORWARDED_ALLOW_IPS, else none (the header "
+                        "is ignored from everyone)")
     p.add_argument("--max-clients", type=ranged("--max-clients", 1, 10_000), default=32,
                    help="most WebSocket watchers at once")
     p.add_argument("--port", type=ranged("--port", 0, 65535), default=8000, help="0: a free port")
@@ -159,7 +164,8 @@ def serve(args: argparse.Namespace) -> int:
     from previewlab.server.http.exposure import ExposureError, access_for
 
     try:  # a token, once given, is always required, on loopback too (a local reverse proxy forwards anyone)
-        access = access_for(args.host, allow_remote=args.allow_remote, token=args.token, allow_hosts=args.allow_host)
+        access = access_for(args.host, allow_remote=args.allow_remote, token=args.token, allow_hosts=args.allow_host,
+                            forwarded_allow_ips=args.forwarded_allow_ips)
     except ExposureError as e:
         print(f"previewlab serve: {e}", file=sys.stderr)
         return 2
@@ -224,6 +230,10 @@ def serve_on(sock: socket.socket, args: argparse.Namespace, access: Access) -> i
           flush=True)
     if note:
         print(note, flush=True)
+    if access.proxies:
+        print(f"previewlab: a client's address is the one X-Forwarded-For names when the peer is "
+              f"{access.proxies.describe()} ({access.proxies.named_by}); from any other peer the header is ignored",
+              flush=True)
 
     class Graceful(uvicorn.Server):
         """On SIGTERM / Ctrl-C: stop the run and close clients with 1001 before uvicorn shuts down. A second one
@@ -274,7 +284,7 @@ def serve_on(sock: socket.socket, args: argparse.Namespace, access: Access) -> i
 
     # after a signal uvicorn raises it again once it has shut down, so an abandoned model thread (graceful) is not
     # waited for at exit
-    Graceful(uvicorn_config(app, args.host, sock.getsockname()[1], args.max_clients)).run(sockets=[sock])
+    Graceful(uvicorn_config(app, args.host, sock.getsockname()[1], args.max_clients, access.proxies)).run(sockets=[sock])
     return 0
 
 

@@ -176,12 +176,15 @@ class Embedded:
 
 
 def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: str | Path = Path("runs"),
-          allow_remote: bool = False, token: str | None = None, allow_hosts: Sequence[str] = ()) -> Embedded:
+          allow_remote: bool = False, token: str | None = None, allow_hosts: Sequence[str] = (),
+          forwarded_allow_ips: str | Sequence[str] | None = None) -> Embedded:
     """The live page for `watch` (a previewlab.watch): starts uvicorn in a thread and attaches it to the watch.
     watch.remove() (or the returned object's close()) stops it. Exposed by `previewlab serve`'s rules
     (exposure.py): loopback unless allow_remote=True, and then only with a token (generated and printed unless
-    given); allow_hosts: other names the page may be opened by. Raises ValueError (ExposureError) for a host or
-    token the rules refuse, InUse when another server owns data_dir."""
+    given); allow_hosts: other names the page may be opened by; forwarded_allow_ips: the reverse proxies whose
+    X-Forwarded-For names the client (addresses or networks; None reads FORWARDED_ALLOW_IPS, unset: none).
+    Raises ValueError (ExposureError) for a host, token or proxy the rules refuse, InUse when another server owns
+    data_dir."""
     import uvicorn
 
     from previewlab.server.http.exposure import access_for, page_url
@@ -192,9 +195,10 @@ def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: st
     if isinstance(served, Embedded) and not served.closed:
         raise ServeError(f"serve(watch): this watch is already served at {served.url}; close that page first "
                          "(its close(), or watch.remove())")
-    access = access_for(host, allow_remote=allow_remote, token=token, allow_hosts=allow_hosts, cli=False)
+    access = access_for(host, allow_remote=allow_remote, token=token, allow_hosts=allow_hosts,
+                        forwarded_allow_ips=forwarded_allow_ips, cli=False)
     server = Server(watch.model, Path(data_dir), access=access, source=WatchSource(watch))
-    config = uvicorn_config(build_app(server), host, port, server.max_clients)
+    config = uvicorn_config(build_app(server), host, port, server.max_clients, access.proxies)
     uv = uvicorn.Server(config)
     holder: dict[str, Any] = {}
 

@@ -1,13 +1,15 @@
 """Who the server is exposed to, by the same rules for `previewlab serve` and `serve(watch)`: loopback by
 default; any other address only when allowed explicitly, and then with a token; a token, once given, always
-required (a local reverse proxy makes a loopback server reachable from anywhere); and a URL to print that the
-Guard built from these rules accepts."""
+required (a local reverse proxy makes a loopback server reachable from anywhere), and generated when a proxy is
+trusted (one is then in front, forwarding anyone who reaches it); and a URL to print that the Guard built from
+these rules accepts."""
 from __future__ import annotations
 
 import re
 import secrets
 from typing import Sequence
 
+from previewlab.server.http.forwarded import ProxyError, trusted_proxies
 from previewlab.server.http.guard import Access, is_loopback
 
 WILDCARDS = ("0.0.0.0", "::")
@@ -19,19 +21,28 @@ class ExposureError(ValueError):
 
 
 def access_for(host: str, *, allow_remote: bool = False, token: str | None = None,
-               allow_hosts: Sequence[str] = (), cli: bool = True) -> Access:
+               allow_hosts: Sequence[str] = (), forwarded_allow_ips: str | Sequence[str] | None = None,
+               cli: bool = True) -> Access:
     """The Access for a server bound to `host`; cli: name the options as the command line spells them
-    (--allow-remote), else as serve() does (allow_remote=True). Raises ExposureError."""
-    where, allow, tok = ((f"--host {host}", "--allow-remote", "--token") if cli else
-                         (f"host={host!r}", "allow_remote=True", "token="))
+    (--allow-remote), else as serve() does (allow_remote=True). forwarded_allow_ips: the proxies to trust
+    (forwarded.py); None reads FORWARDED_ALLOW_IPS, as uvicorn does, and trusts nobody where it is unset.
+    Raises ExposureError."""
+    where, allow, tok, fwd = ((f"--host {host}", "--allow-remote", "--token", "--forwarded-allow-ips") if cli else
+                              (f"host={host!r}", "allow_remote=True", "token=", "forwarded_allow_ips="))
+    try:
+        proxies = trusted_proxies(forwarded_allow_ips, fwd)
+    except ProxyError as e:
+        raise ExposureError(str(e)) from None
     if not is_loopback(host):
         if not allow_remote:
             raise ExposureError(f"{where} is beyond loopback: anyone who can reach it could drive the model; add "
                                 f"{allow} to do it anyway (a token is then required)")
         token = token or secrets.token_urlsafe(18)
+    if proxies:  # a proxy in front forwards whoever reaches it, however the server is bound
+        token = token or secrets.token_urlsafe(18)
     if token is not None and not TOKEN.match(token):  # it travels in a URL and a cookie
         raise ExposureError(f"{tok}: 8 to 256 letters, digits and - _ . ~")
-    return Access(hosts=allowed_hosts(host, allow_hosts), token=token)
+    return Access(hosts=allowed_hosts(host, allow_hosts), token=token, proxies=proxies)
 
 
 def allowed_hosts(host: str, extra: Sequence[str]) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from previewlab.server.http.forwarded import NOBODY, TrustedProxies
 from previewlab.server.http.sessions import SESSION_S, Sessions
 from previewlab.server.limits import WS_BURST, WS_PER_S, RateLimit, short
 
@@ -69,11 +70,13 @@ def is_loopback(addr: str | None) -> bool:
 @dataclass(frozen=True)
 class Access:
     """Who may drive the server: the Host names it answers (loopback names always), the page's token when it
-    listens beyond loopback, and the WebSocket handshakes one address may open at once and per second."""
+    listens beyond loopback, the WebSocket handshakes one address may open at once and per second, and the
+    reverse proxies believed when they name their client (forwarded.py; nobody by default)."""
     hosts: tuple[str, ...] = ()
     token: str | None = None
     ws_burst: int = WS_BURST
     ws_per_s: float = WS_PER_S
+    proxies: TrustedProxies = NOBODY
 
 
 def cookie_name(scope: Scope) -> str:
@@ -182,11 +185,15 @@ class Guard:
             # the page loaded with the token: a session for its static files, runs and socket
             name = cookie_name(scope)
             old = cookie_value(headers.get("cookie", ""), name)
-            return await self.app(scope, receive, self._set_cookie(send, name, self.sessions.issue(replacing=old)))
+            session = self.sessions.issue(replacing=old)
+            return await self.app(scope, receive, self._set_cookie(send, name, session, scope.get("scheme") == "https"))
         await self.app(scope, receive, send)
 
-    def _set_cookie(self, send: Send, name: str, session: str) -> Send:
-        cookie = f"{name}={session}; Path=/; Max-Age={SESSION_S}; HttpOnly; SameSite=Strict"
+    def _set_cookie(self, send: Send, name: str, session: str, secure: bool) -> Send:
+        """secure: the page came over TLS (a trusted proxy's X-Forwarded-Proto says so), so the browser must
+        never send the session over plain HTTP."""
+        cookie = (f"{name}={session}; Path=/; Max-Age={SESSION_S}; HttpOnly; SameSite=Strict"
+                  + ("; Secure" if secure else ""))
 
         async def wrapped(message: Any) -> None:
             if message["type"] == "http.response.start":

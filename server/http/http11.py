@@ -17,6 +17,13 @@ packet was accepted. Here the whole request line and headers are capped at `max_
 A connection answers at most `max_requests` requests (then it is closed after its response): small answers
 fit the kernel's buffers, so without it one pipelined send could queue work without end and meet no deadline.
 Connections upgraded to a WebSocket are left to server/ws/ws_limits.py.
+
+A peer holds at most `max_per_address` HTTP connections at once, counted when it connects, before any header.
+Behind a reverse proxy every client's connections come from the proxy, so a trusted proxy's (forwarded.py) are
+counted instead against the client its request's X-Forwarded-For names, from its head on, and again at each
+request (a proxy may reuse a connection for another client). Before its first head such a connection counts
+against nobody: a proxy sends a whole head at once (nginx reads the client's head before it connects here),
+the head deadline still closes it, and `limit_concurrency` bounds them all.
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+from previewlab.server.http.forwarded import NOBODY, TrustedProxies
 from previewlab.server.limits import FRAME_BURST, FRAME_PER_S, MAX_CONNECTIONS_PER_ADDRESS, MAX_REQUESTS_PER_CONNECTION
 from previewlab.server.http.transports import reset
 from previewlab.server.ws.ws_limits import with_frame_budget
@@ -56,6 +64,7 @@ class HeadLimitedConnection(h11.Connection):
         self.max_head_bytes = max_head_bytes
         self.refusal: str | None = None  # the one line the 400 says, when this connection refused a head
         self.sent_bytes = 0  # every byte of every response handed to the transport
+        self.forwarded_for: list[str] = []  # the X-Forwarded-For values of the last request head
 
     def send(self, event: Any) -> Any:  # type: ignore[override]  # h11's overloads, one body: it only counts
         out = super().send(event)
@@ -64,9 +73,11 @@ class HeadLimitedConnection(h11.Connection):
 
     def next_event(self) -> Union[h11.Event, Type[h11.NEED_DATA], Type[h11.PAUSED]]:
         event = super().next_event()
-        if isinstance(event, h11.Request) and head_bytes(event) > self.max_head_bytes:
-            self.refusal = f"request line and headers over {self.max_head_bytes // 1024} KiB"
-            raise h11.RemoteProtocolError(self.refusal)  # uvicorn answers 400 and closes
+        if isinstance(event, h11.Request):
+            if head_bytes(event) > self.max_head_bytes:
+                self.refusal = f"request line and headers over {self.max_head_bytes // 1024} KiB"
+                raise h11.RemoteProtocolError(self.refusal)  # uvicorn answers 400 and closes
+            self.forwarded_for = [v.decode("latin-1") for k, v in event.headers if k == b"x-forwarded-for"]
         return event
 
 
@@ -104,6 +115,8 @@ class BoundedH11(H11Protocol):
     max_per_address = MAX_CONNECTIONS_PER_ADDRESS
     _open: Counter[str] = Counter()  # HTTP connections open per client address, in this process
     _address: str | None = None      # this connection's, while it counts
+    proxies: TrustedProxies = NOBODY
+    _via_proxy = False               # the peer is a trusted proxy: each request names the client it counts for
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -112,14 +125,26 @@ class BoundedH11(H11Protocol):
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         host = str((self.client or ("",))[0])
-        if self._open[host] >= self.max_per_address:
-            log.info("closed a connection from %s: %d HTTP connections from that address are open already",
-                     host, self._open[host])
-            reset(transport)
+        self._via_proxy = self.proxies.trusts(host)
+        if not self._via_proxy and not self._count(host):
             return
+        self._arm(self.head_timeout_s, self._head_expired)
+
+    def _count(self, host: str) -> bool:
+        """This connection counts against `host` from now on; False, and the connection reset, when that address
+        holds its most already."""
+        if host == self._address:
+            return True
+        self._leave()
+        if self._open[host] >= self.max_per_address:
+            via = f" through {(self.client or ('',))[0]}" if self._via_proxy else ""
+            log.info("closed a connection from %s%s: %d HTTP connections from that address are open already",
+                     host, via, self._open[host])
+            reset(self.transport)
+            return False
         self._open[host] += 1
         self._address = host
-        self._arm(self.head_timeout_s, self._head_expired)
+        return True
 
     def _leave(self) -> None:
         """This connection no longer counts against its address (closed, or upgraded to a WebSocket)."""
@@ -163,6 +188,9 @@ class BoundedH11(H11Protocol):
     def _time_response(self) -> None:
         if self._answering() and self._timed is not self.cycle:
             self._timed = self.cycle
+            peer = str((self.client or ("",))[0])
+            if self._via_proxy and not self._count(self.proxies.client(peer, self.conn.forwarded_for)):
+                return
             self._served += 1
             if self._served >= self.max_requests and self.cycle is not None:
                 # small answers complete into the kernel's buffers, so a peer that pipelines thousands and
@@ -216,10 +244,12 @@ class BoundedH11(H11Protocol):
         reset(self.transport)  # what the peer would not take is dropped with it
 
 
-def with_deadlines(head_timeout_s: float, response_timeout_s: float) -> type[BoundedH11]:
-    """The protocol class for uvicorn.Config(http=...), with its own deadlines (tests use short ones)."""
+def with_deadlines(head_timeout_s: float, response_timeout_s: float,
+                   proxies: TrustedProxies = NOBODY) -> type[BoundedH11]:
+    """The protocol class for uvicorn.Config(http=...), with its own deadlines (tests use short ones) and the
+    proxies whose connections count against the clients they name."""
     return type("BoundedH11", (BoundedH11,), {"head_timeout_s": head_timeout_s,
-                                              "response_timeout_s": response_timeout_s})
+                                              "response_timeout_s": response_timeout_s, "proxies": proxies})
 
 
 def abort_all(connections: Iterable[Any]) -> Counter[str]:
@@ -241,10 +271,11 @@ def abort_all(connections: Iterable[Any]) -> Counter[str]:
 
 def connection_limits(max_clients: int, head_timeout_s: float = HEAD_TIMEOUT_S,
                       response_timeout_s: float = RESPONSE_TIMEOUT_S,
-                      frame_budget: tuple[int, float] = (FRAME_BURST, FRAME_PER_S)) -> dict[str, Any]:
+                      frame_budget: tuple[int, float] = (FRAME_BURST, FRAME_PER_S),
+                      proxies: TrustedProxies = NOBODY) -> dict[str, Any]:
     """uvicorn.Config keywords that bound what one connection, or many, can hold (README: who may drive it)."""
     return dict(
-        http=with_deadlines(head_timeout_s, response_timeout_s),
+        http=with_deadlines(head_timeout_s, response_timeout_s, proxies),
         ws=with_frame_budget(*frame_budget),     # frames of every kind budgeted; reading waits on writing
         timeout_keep_alive=5,                    # seconds an idle keep-alive connection stays open
         h11_max_incomplete_event_size=MAX_HEAD_BYTES,  # uvicorn's own bound (BoundedH11 caps whole heads too)
@@ -255,11 +286,14 @@ def connection_limits(max_clients: int, head_timeout_s: float = HEAD_TIMEOUT_S,
     )
 
 
-def uvicorn_config(app: Any, host: str, port: int, max_clients: int) -> Any:
-    """The one uvicorn.Config of `previewlab serve` and of serve(watch): every bound above, one message size."""
+def uvicorn_config(app: Any, host: str, port: int, max_clients: int, proxies: TrustedProxies = NOBODY) -> Any:
+    """The one uvicorn.Config of `previewlab serve` and of serve(watch): every bound above, one message size.
+    proxies: the app's own (build_app wraps it in forwarded.RealClient), for the connection count."""
     from previewlab.server.ws.protocol import MAX_MESSAGE_BYTES
 
     # no permessage-deflate: previews are JPEG or PNG bytes, which it cannot shrink, and it compresses on the
-    # event loop (31 deflate watchers of 600 KB PNGs held /metrics for 2 s, each send for about 2 s)
+    # event loop (31 deflate watchers of 600 KB PNGs held /metrics for 2 s, each send for about 2 s).
+    # proxy_headers off: uvicorn's own would trust 127.0.0.1 (or FORWARDED_ALLOW_IPS) whatever previewlab was told
     return uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=MAX_MESSAGE_BYTES,
-                          ws_per_message_deflate=False, **connection_limits(max_clients))
+                          ws_per_message_deflate=False, proxy_headers=False,
+                          **connection_limits(max_clients, proxies=proxies))
