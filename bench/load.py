@@ -3,6 +3,11 @@
 Starts `previewlab serve` on a loopback port (synthetic:small by default), then alternates runs with one
 client and runs with the crowd, and reports the generation's wall time, the server's memory and the frames
 delivered and dropped. Bounded: a fixed number of runs, each with a timeout; loopback only.
+
+With --link RATE[:DELAY] it measures a shaped link instead (bench/link.py, bench/link_bench.py): the server and
+its watchers in a private network namespace whose loopback carries RATE, per watcher the rate delivered, the
+previews made, painted and dropped and the newest one's age when painted, and the denoising's wall time with
+watchers against runs nobody watches.
 """
 from __future__ import annotations
 
@@ -162,7 +167,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--reconnect-period", type=between("reconnect-period", 0, 60), default=0.1,
                    help="seconds between the reconnecting client's connections (0: as fast as it can)")
     p.add_argument("--out", type=Path, default=Path("runs/load"))
+    p.add_argument("--link", help="RATE[:DELAY]: watch over a shaped link (root): 1mbit, 10mbit:40ms, 100mbit; "
+                                  "then --clients watchers (default 2) take every run but the unwatched baselines")
+    p.add_argument("--size", type=ranged("size", 64, 2048), default=256, help="--link: the image side, px")
+    p.add_argument("--adapt", choices=("on", "off", "both"), default="both",
+                   help="--link: the watchers let the server re-encode their previews for the link (on), take them "
+                        "as made (off), or half and half (both: the first watcher adapts, the second does not, ...)")
     args = p.parse_args(argv)
+    if args.link is not None:
+        return _link_main(args, list(argv if argv is not None else sys.argv[1:]))
     data = Path(tempfile.mkdtemp(prefix="previewlab-load-"))
     server, port = start_server("--model", args.model, "--data-dir", str(data), "--max-clients",
                                 str(args.clients + 8), "--send-timeout", "5")
@@ -190,4 +203,40 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{r['rss_start_mib']:.0f}/{r['rss_mid_mib']:.0f}/{r['rss_end_mib']:.0f}/{r['rss_peak_mib']:.0f} MiB  "
               f"frames to watchers {r['frames_delivered']}  dropped {r['frames_dropped']}  reconnects {r['reconnects']}")
     print(f"server peak RSS (VmHWM) {peak_hwm:.0f} MiB")
+    return 0
+
+
+def _link_main(args: argparse.Namespace, argv: list[str]) -> int:
+    """--link: re-run in a private network namespace, shape its loopback, bench the watchers over it."""
+    from previewlab.bench import link, link_bench
+
+    try:
+        shaped = link.parse(args.link)
+    except link.LinkError as e:
+        print(f"previewlab load: {e}", file=sys.stderr)
+        return 2
+    if not link.in_namespace():
+        why = link.why_not()
+        if why is not None:
+            print(f"previewlab load: {why}", file=sys.stderr)
+            return 2
+        return link.reexec(argv)
+    try:
+        link.up()
+    except link.LinkError as e:
+        print(f"previewlab load: {e}", file=sys.stderr)
+        return 2
+    if "--clients" not in " ".join(argv):
+        args.clients = 2
+    data = Path(tempfile.mkdtemp(prefix="previewlab-load-"))
+    server, port = start_server("--model", args.model, "--data-dir", str(data), "--max-clients",
+                                str(args.clients + 8), "--send-timeout", "60")
+    try:
+        result = asyncio.run(link_bench.bench(port, shaped, args))
+    finally:
+        server.terminate()
+        server.wait(60)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "link.json").write_text(link_bench.as_json(result))
+    print("\n".join(link_bench.summary(result)))
     return 0

@@ -158,6 +158,10 @@ class Server:
                 raise protocol.ProtocolError("no generation is running")
         elif isinstance(msg, protocol.Ack):
             self.relay.acked(c, msg)
+        elif isinstance(msg, protocol.LinkChoice):
+            c.adapt = msg.adapt
+            if not msg.adapt:
+                c.link.level = 0
 
     async def _start(self, settings: RunSettings, what: str) -> RunMeta:
         """A run started by a watcher (what: "" for a start, "measure: " for a series' run); each refusal is one

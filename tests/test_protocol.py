@@ -62,3 +62,23 @@ def test_the_protocol_and_the_settings_import_no_torch():
             "print(sorted(m for m in ('torch', 'diffusers', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_client_chooses_whether_its_previews_are_adapted_to_its_link():
+    assert parse('{"type": "link", "adapt": false}', defaults=DEFAULTS) == protocol.LinkChoice(False)
+    assert parse('{"type": "link", "adapt": true}', defaults=DEFAULTS) == protocol.LinkChoice(True)
+    for bad, needle in (('{"type": "link"}', "link: adapt must be true"), ('{"type": "link", "adapt": 1}', "got 1"),
+                        ('{"type": "link", "adapt": true, "rate": 5}', "rate")):
+        with pytest.raises(ProtocolError, match=needle) as e:
+            parse(bad, defaults=DEFAULTS)
+        assert "\n" not in str(e.value)
+
+
+def test_a_delivery_says_this_tabs_link_in_the_servers_words():
+    d = protocol.Delivery("r", 3, 7, send_ms=1.0, ack_rtt_ms=90.0, client_decode_ms=1.0, client_paint_ms=2.0,
+                          nbytes=12000, age_ms=180.4, link_mbps=1.93, made=60, delivered=38, adapted="320 px, q60")
+    msg = protocol.delivery(d)
+    assert msg["link_line"] == "this tab: 1.93 Mbit/s, 38 of 60 previews, newest 180 ms old"
+    assert msg["adapted_line"] == "adapted to this link: 320 px, q60"
+    first = protocol.delivery(protocol.Delivery("r", 1, 1, 1.0, 2.0, 0.0, 0.0))
+    assert first["link_line"] == "this tab: rate not measured yet" and first["adapted_line"] == ""

@@ -36,6 +36,9 @@ function onStep(msg) {
 }
 
 function onDelivery(msg) {
+  // the server's words on this tab's link (the page computes none)
+  $("link").textContent = msg.link_line || "";
+  $("adapted").textContent = msg.adapted_line || "";
   if (!state.run || msg.run_id !== state.run.meta.run_id) return;
   Object.assign(row(msg.step), { send_ms: msg.send_ms, ack_rtt_ms: msg.ack_rtt_ms });
   state.view.chartDirty = true;

@@ -42,6 +42,10 @@ class DeliveryRow:
     ack_rtt_ms: float | None = None
     client_decode_ms: float | None = None
     client_paint_ms: float | None = None
+    nbytes: int | None = None        # as sent over its link (server/ws/adapt.py re-encodes for a slow one)
+    age_ms: float | None = None      # made to painted (the ack), ms
+    link_mbps: float | None = None   # the rate its link delivered over the last acks
+    adapted: str = ""                # its re-encode ("320 px, q60"), "" as made
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)

@@ -11,6 +11,7 @@ Browser -> server (text, JSON objects with a "type"):
          (at least one)
   stop   {}   (also ends a measure series)
   ack    {seq, client_decode_ms, client_paint_ms}
+  link   {adapt}  this client's previews re-encoded cheaper while its link drops them (true, the default) or as made
   measure  the fields of start: no-preview baselines of those settings, each followed by a run with those
          preview settings, as the bench pairs them, until that configuration's overhead holds at the 95 % level
 Server -> browser (text, each built by the function of its name below):
@@ -20,7 +21,9 @@ Server -> browser (text, each built by the function of its name below):
             the model knows (vocabulary: the demo model's, else null)
   run       a run's meta (preview.run.RunMeta): it started
   step      one step's row (preview.records.StepRow), once it is on disk
-  delivery  one preview's trip to this client: send time, ack round trip, the browser's decode and paint (ms)
+  delivery  one preview's trip to this client: send time, ack round trip, the browser's decode and paint (ms);
+            its link's figures (bytes, age when painted, the rate delivered, this run's previews painted of those
+            made, its re-encode) and the page's two lines on them (link_line, adapted_line)
   done      a run's end (preview.run.RunEnd): its meta, status, live changes, totals or error; its figures and
             its settings' analysis (server/figures.py: the page computes none)
   measure   a measure series' progress: its state (running, done, stopped, failed), its configuration, the
@@ -95,8 +98,15 @@ class Ack:
     client_paint_ms: float
 
 
-Message = Union[Start, Set, Stop, Ack, Measure]
-TYPES = ("start", "set", "stop", "ack", "measure")
+@dataclass(frozen=True)
+class LinkChoice:
+    """This client's previews over its link: re-encoded cheaper while the link drops them (adapt, the default),
+    or always as made."""
+    adapt: bool
+
+
+Message = Union[Start, Set, Stop, Ack, Measure, LinkChoice]
+TYPES = ("start", "set", "stop", "ack", "measure", "link")
 
 
 def _reject_constant(name: str) -> Any:
@@ -162,6 +172,12 @@ def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int, encoders: tu
             raise ProtocolError(f"seq: must be an integer from 0 to 2**53, got {short(seq)}")
         return Ack(seq, _number("client_decode_ms", msg.get("client_decode_ms", 0), 0, 3.6e6),
                    _number("client_paint_ms", msg.get("client_paint_ms", 0), 0, 3.6e6))
+    if kind == "link":
+        _no_extra(kind, msg, ("adapt",))
+        if not isinstance(msg.get("adapt"), bool):
+            raise ProtocolError(f"link: adapt must be true (previews re-encoded for a slow link) or false (as made), "
+                                f"got {short(msg.get('adapt'))}")
+        return LinkChoice(msg["adapt"])
     if kind == "set":
         _no_extra(kind, msg, PREVIEW_FIELDS)
         if not msg:
@@ -269,14 +285,33 @@ class Delivery:
     ack_rtt_ms: float        # from the send's start to the ack
     client_decode_ms: float  # the browser's, as it reports them
     client_paint_ms: float
+    # its link (server/ws/adapt.py): the bytes it was sent as; its age when painted (made to ack, ms); the rate the
+    # link delivered over the last acks (Mbit/s, None before two); this run's previews offered to the client and
+    # painted by it so far; what its re-encode was ("320 px, q60"; "" as made)
+    nbytes: int = 0
+    age_ms: float | None = None
+    link_mbps: float | None = None
+    made: int | None = None
+    delivered: int | None = None
+    adapted: str = ""
 
-    def timings(self) -> dict[str, float]:
+    def timings(self) -> dict[str, Any]:
+        """Its deliveries.csv cells besides the run, step, seq, client and kind."""
         return {"send_ms": self.send_ms, "ack_rtt_ms": self.ack_rtt_ms, "client_decode_ms": self.client_decode_ms,
-                "client_paint_ms": self.client_paint_ms}
+                "client_paint_ms": self.client_paint_ms, "nbytes": self.nbytes, "age_ms": self.age_ms,
+                "link_mbps": self.link_mbps, "adapted": self.adapted}
+
+    def line(self) -> str:
+        """What the page says of this tab's link: "this tab: 1.9 Mbit/s, 38 of 60 previews, newest 180 ms old"."""
+        rate = "rate not measured yet" if self.link_mbps is None else f"{self.link_mbps:.3g} Mbit/s"
+        count = "" if self.made is None else f", {self.delivered} of {self.made} previews"
+        age = "" if self.age_ms is None else f", newest {self.age_ms:.0f} ms old"
+        return f"this tab: {rate}{count}{age}"
 
 
 def delivery(d: Delivery) -> Outbound:
-    return {"type": "delivery", **asdict(d)}
+    adapted = f"adapted to this link: {d.adapted}" if d.adapted else ""
+    return {"type": "delivery", **asdict(d), "link_line": d.line(), "adapted_line": adapted}
 
 
 def done(end: RunEnd, judged: dict[str, Any] | None = None) -> Outbound:

@@ -114,7 +114,7 @@ class Relay:
             return
         self._seq += 1
         blob = protocol.frame(f, self._seq, sent_at_ms=round(time.time() * 1e3, 3))
-        self.hub.frame(Packed(f.run_id, f.step, self._seq, blob))
+        self.hub.frame(Packed(f.run_id, f.step, self._seq, blob, self.hub.clock(), f.width, f.height))
 
     def error(self, run_id: str, message: str) -> None:
         text = protocol.error(message, run_id)
@@ -185,13 +185,26 @@ class Relay:
         if sent is None:
             raise protocol.ProtocolError(f"ack: seq {msg.seq} was never sent to this client "
                                          "(or was acknowledged already)")
-        rtt = (self.hub.clock() - sent.t0) * 1e3
+        now = self.hub.clock()
+        c.acks = True
+        rtt = (now - sent.t0) * 1e3
+        if sent.run_id == c.run:
+            c.delivered += 1
+        if self.hub.adapt and c.adapt:
+            c.link.acked(sent.t0, now, sent.nbytes, sent.level)
+        else:
+            c.link.trips.append((sent.t0, now, sent.nbytes))  # its rate is measured all the same
+        rate = c.link.rate_bps()
         d = protocol.Delivery(sent.run_id, sent.step, msg.seq, send_ms=round(sent.send_ms, 3),
                               ack_rtt_ms=round(rtt, 3), client_decode_ms=msg.client_decode_ms,
-                              client_paint_ms=msg.client_paint_ms)
+                              client_paint_ms=msg.client_paint_ms, nbytes=sent.nbytes,
+                              age_ms=round((now - sent.made) * 1e3, 3) if sent.made else None,
+                              link_mbps=round(rate / 1e6, 3) if rate is not None else None,
+                              made=c.made if sent.run_id == c.run else None,
+                              delivered=c.delivered if sent.run_id == c.run else None, adapted=sent.adapted)
         self.writes.submit(functools.partial(self.store.delivery, d.run_id, step=d.step, seq=d.seq,
                                              client=c.cid, kind="ack", **d.timings()))
-        self.hub.text(protocol.delivery(d), only=c)
+        self.hub.text(protocol.delivery(d), only=c)  # wakes its sender too: the next preview may go
         self._settle()
 
     def _sent(self, c: Client, p: Packed) -> None:

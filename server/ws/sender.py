@@ -2,12 +2,14 @@
 
 A frame is packed once and shared. A newer frame replaces an unsent one, and the replaced frame counts as
 dropped for that client. The generation never waits on a client: everything here runs on the event loop and
-a slow socket only ever holds its own slot.
+a slow socket only ever holds its own slot. A client whose link drops frames is sent them re-encoded cheaper
+(adapt.py), on the hub's own thread, only the frames it is sent.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import json
 import logging
 import time
@@ -16,9 +18,15 @@ from typing import Any, Callable
 
 from starlette.websockets import WebSocket
 
+from previewlab.server.ws.adapt import LEVELS, Link, Reencoder
+
 log = logging.getLogger("previewlab.server")
 MAX_TEXT_QUEUE = 256  # step rows a client may fall behind by before the oldest are dropped
 RELEASE_TIMEOUT_S = 2.0  # the longest a client's release waits for its sender task to end
+# a client that acks (the page does) is sent its next preview once it acked the last one, or this long after that
+# one's send began: the socket's buffers never hold a queue of stale previews on a slow link (the newest waits in
+# the slot, and a newer one replaces it). A client that never acked is sent each preview as its socket takes it.
+ACK_GATE_S = 2.0
 
 
 @dataclass
@@ -27,6 +35,9 @@ class Packed:
     step: int
     seq: int
     blob: bytes
+    made: float = 0.0   # the hub's clock when it was handed the frame, seconds
+    width: int = 0      # the preview as made, px
+    height: int = 0
 
 
 @dataclass
@@ -35,6 +46,10 @@ class Sent:
     step: int
     t0: float       # loop clock when the send began, seconds
     send_ms: float
+    nbytes: int = 0     # as sent (re-encoded for its link, or as made)
+    level: int = 0      # adapt.LEVELS index it was sent at
+    made: float = 0.0   # when the frame was made (Packed.made)
+    adapted: str = ""   # what the page says of its level ("320 px, q60"; "" as made)
 
 
 @dataclass
@@ -52,6 +67,12 @@ class Client:
     closed: bool = False                     # released: its sender ends at its next wake-up
     frames_sent: int = 0
     frames_dropped: int = 0
+    link: Link = field(default_factory=Link)  # its link as its acks measure it, and the level it is sent at
+    adapt: bool = True                       # the client lets its previews be re-encoded for its link
+    acks: bool = False                       # it has acked a preview: its next ones wait for its acks
+    run: str = ""                            # the run whose frames `made` and `delivered` count
+    made: int = 0                            # that run's frames offered to it
+    delivered: int = 0                       # and acked by it
 
 
 OnFrame = Callable[[Client, Packed], None]
@@ -67,10 +88,16 @@ class Hub:
     out), on_drop (a newer one replaced it unsent), on_gone (a client was released, its unacked frames with it)."""
 
     def __init__(self, send_timeout_s: float = 10.0, clock: Callable[[], float] = time.perf_counter, *,
-                 on_sent: OnFrame = _ignore, on_drop: OnFrame = _ignore, on_gone: OnClient = _ignore) -> None:
+                 on_sent: OnFrame = _ignore, on_drop: OnFrame = _ignore, on_gone: OnClient = _ignore,
+                 adapt: bool = True) -> None:
+        """adapt: re-encode a client's frames cheaper when its link drops them (adapt.py); False sends every
+        client the frames as made."""
         self.clients: dict[int, Client] = {}
         self.send_timeout_s = send_timeout_s
         self.clock = clock
+        self.adapt = adapt
+        self._reencoder = Reencoder() if adapt else None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None  # the re-encodes', made at the first
         self._on_sent, self._on_drop, self._on_gone = on_sent, on_drop, on_gone
         self._next = 0
 
@@ -112,10 +139,31 @@ class Hub:
     def frame(self, f: Packed) -> None:
         for c in list(self.clients.values()):
             old, c.slot = c.slot, f
+            if c.run != f.run_id:
+                c.run, c.made, c.delivered = f.run_id, 0, 0
+            c.made += 1
+            c.link.made(f.made)
             if old is not None:
                 c.frames_dropped += 1
+                if self.adapt and c.adapt:
+                    c.link.dropped(self.clock())
                 self._on_drop(c, old)
             c.wake.set()
+
+    async def _blob(self, c: Client, f: Packed, level: int) -> bytes:
+        """The frame as this client is sent it: as made, or re-encoded at its link's level off the loop (a frame
+        the re-encoder cannot read goes as made)."""
+        if level == 0 or self._reencoder is None:
+            return f.blob
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="previewlab-adapt")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, self._reencoder.frame, f.blob,
+                                                                    LEVELS[level])
+        except Exception as e:  # a damaged or unexpected image: this client gets it as made
+            log.info("client %d: could not re-encode a preview for its link (%s); sent as made", c.cid,
+                     type(e).__name__)
+            return f.blob
 
     async def _sender(self, c: Client) -> None:
         try:
@@ -124,13 +172,21 @@ class Hub:
                 c.wake.clear()
                 while c.texts and not c.closed:
                     await asyncio.wait_for(c.ws.send_text(c.texts.popleft()), self.send_timeout_s)
+                wait = self._unacked_for(c)
+                if c.slot is not None and wait > 0:
+                    asyncio.get_running_loop().call_later(wait, c.wake.set)  # or its ack wakes it sooner
+                    continue
                 f, c.slot = c.slot, None
                 if f is not None and not c.closed:
-                    t0 = self.clock()
                     c.sending = f
-                    await asyncio.wait_for(c.ws.send_bytes(f.blob), self.send_timeout_s)
+                    level = c.link.level
+                    blob = await self._blob(c, f, level)
+                    t0 = self.clock()
+                    c.link.sent(t0, len(blob))
+                    await asyncio.wait_for(c.ws.send_bytes(blob), self.send_timeout_s)
                     c.sending = None
-                    c.sent[f.seq] = Sent(f.run_id, f.step, t0, (self.clock() - t0) * 1e3)
+                    c.sent[f.seq] = Sent(f.run_id, f.step, t0, (self.clock() - t0) * 1e3, len(blob), level, f.made,
+                                         LEVELS[level].words(f.width, f.height))
                     c.frames_sent += 1
                     self._on_sent(c, f)
                     if len(c.sent) > 64:  # acks that never came: forget the oldest
@@ -142,6 +198,13 @@ class Hub:
             await self.kill(c, 1008, "send timeout")
         except Exception as e:  # the transport went away: the receiver's finally cleans up
             log.info("client %d: send failed (%s)", c.cid, type(e).__name__)
+
+    def _unacked_for(self, c: Client) -> float:
+        """Seconds the client's next preview still waits for the ack of its last one (0: send it now)."""
+        if not c.sent or not c.acks:
+            return 0.0
+        last = max(s.t0 for s in c.sent.values())
+        return max(0.0, ACK_GATE_S - (self.clock() - last))
 
     def unacked(self, run_id: str) -> bool:
         """Some client still holds a frame of this run that it has not acknowledged: waiting in its slot, being
@@ -168,3 +231,6 @@ class Hub:
 
     async def close_all(self, code: int, why: str) -> None:
         await asyncio.gather(*(self.kill(c, code, why) for c in list(self.clients.values())))
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
