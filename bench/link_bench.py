@@ -146,10 +146,31 @@ def summary(result: dict[str, Any]) -> list[str]:
                      f"dropped, newest age p50 {w['age_p50_ms']} ms p95 {w['age_p95_ms']} ms, "
                      f"{w['mean_frame_kib']} KiB a frame" + (f", adapted: {', '.join(w['adapted'])}"
                                                              if w["adapted"] else ""))
+    last = result["pairs"][-1]
+    for i, w in enumerate(last["watchers"], 1):
+        line = advice(w, last["watched_s"])
+        if line:
+            lines.append(f"  advice, watcher {i}: {line}")
     walls = [(p["unwatched_s"], p["watched_s"]) for p in result["pairs"]]
     lines.append("  wall time unwatched / watched: " + ", ".join(f"{a:.2f} / {b:.2f} s" for a, b in walls))
     lines.append(f"  denoising with watchers vs nobody watching: {result['slowdown_words']}")
     return lines
+
+
+def advice(w: dict[str, Any], wall_s: float) -> str:
+    """When the link, not the machine, holds the previews back: the previews' rate against what the link carried,
+    and what to do (seed 003's rule for transfer: fewer or smaller frames). "" when the link keeps up."""
+    if not w["made"] or not w["link_mbps"] or not w["dropped"]:
+        return ""
+    every_s = wall_s / w["made"]
+    need = w["mean_frame_kib"] * 1024 * 8 / every_s / 1e6
+    if need <= w["link_mbps"]:
+        return ""
+    fix = ("the server adapts this watcher's previews already" if w["adapt"] else
+           "let the server adapt them (the page's default), or ask for fewer or smaller frames: a larger "
+           "interval, a smaller preview, a lower quality")
+    return (f"the link carries {w['link_mbps']:.3g} Mbit/s and a {w['mean_frame_kib']:.3g} KiB preview every "
+            f"{every_s:.2f} s needs {need:.3g}: {w['dropped']} of {w['made']} dropped; {fix}")
 
 
 def as_json(result: dict[str, Any]) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import io
 import json
 import time
@@ -51,6 +52,11 @@ def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path):
         wait_js(page, "document.getElementById('preview').dataset.decoder === 'taesd'", 60)
         wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 120)
         assert "step" in (page.text_content("#caption") or "")
+        # the server's words on this tab's link (issue 47); a loopback link is never adapted
+        link = page.text_content("#link") or ""
+        assert re.fullmatch(r"this tab: (rate not measured yet|[\d.]+ Mbit/s), \d+ of 60 previews, newest \d+ ms old",
+                            link), link
+        assert (page.text_content("#adapted") or "") == ""
         page.wait_for_selector("#runs a.run-csv")
         with page.expect_download() as dl:
             page.click("#runs a.run-csv")

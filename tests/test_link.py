@@ -66,3 +66,14 @@ def test_a_link_that_cannot_be_read_is_refused_in_one_line():
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == ("previewlab load: --link 'fast': expected RATE[:DELAY], a rate in kbit, mbit or "
                                    "gbit and a round-trip delay in ms or s, for example 1mbit, 10mbit:40ms")
+
+
+def test_the_advice_names_the_link_only_when_the_link_holds_the_previews_back():
+    from previewlab.bench.link_bench import advice
+
+    slow = {"adapt": False, "made": 15, "dropped": 7, "link_mbps": 0.116, "mean_frame_kib": 24.3}
+    line = advice(slow, wall_s=14.2)
+    assert line.startswith("the link carries 0.116 Mbit/s and a 24.3 KiB preview every 0.95 s needs 0.21: 7 of 15 "
+                           "dropped; let the server adapt them") and "fewer or smaller frames" in line
+    assert advice({**slow, "dropped": 0}, wall_s=14.2) == ""  # it kept up
+    assert advice({**slow, "link_mbps": 5.0}, wall_s=14.2) == ""  # the link could carry them: not the link
