@@ -415,3 +415,19 @@ def test_the_survey_does_not_count_a_decoder_the_pipeline_cannot_have():
     assert verdict({"none": "pass", "latent2rgb": "pass", "vae": NOT_APPLICABLE + "no VAE"}) == "pass"
     assert verdict({"none": "pass", "latent2rgb": "failed: x", "vae": NOT_APPLICABLE + "no VAE"}) == (
         "failed: [latent2rgb] x")
+
+
+def test_the_warm_up_is_counted_on_the_iterations_the_loop_runs():
+    """SANA-Sprint's SCM schedule for 2 steps has 3 entries and its loop runs the first 2 (it says 2): both end a
+    step, as its progress bar counts them (the first was taken for a warm-up: 1 row for 2 steps). PNDM's schedule
+    for 2 steps, [501, 1, 1], is all iterated: its first step takes two."""
+    from diffusers import PNDMScheduler, SCMScheduler
+
+    from previewlab.preview.source.steps import plan
+
+    scm = SCMScheduler()
+    scm.set_timesteps(2)
+    assert len(scm.timesteps) == 3 and plan(scm, 2) == [True, True]
+    pndm = PNDMScheduler(skip_prk_steps=True)
+    pndm.set_timesteps(2)
+    assert plan(pndm, len(pndm.timesteps)) == [False, True, True] == plan(pndm)

@@ -129,7 +129,10 @@ def plan(scheduler: Any, calls: int | None = None) -> list[bool]:
     length = len(timesteps) if timesteps is not None else 0
     asked = getattr(scheduler, "num_inference_steps", None)
     order = max(1, int(getattr(scheduler, "order", 1) or 1))
-    warmup = max(length - asked * order, 0) if isinstance(asked, int) and asked > 0 else 0
+    # the warm-up is counted on the iterations the loop runs, where the pipeline says them, as its progress bar
+    # counts it: SANA-Sprint's SCM schedule for 2 steps has 3 entries and its loop runs the first 2, no warm-up
+    base = calls if calls is not None else length
+    warmup = max(base - asked * order, 0) if isinstance(asked, int) and asked > 0 else 0
     if calls is None:
         calls = length - int(getattr(scheduler, "begin_index", None) or 0)
     return step_ends(calls, warmup, order)
