@@ -91,6 +91,9 @@ def shape(link: Link, ports: Sequence[int]) -> None:
     # queue never fills with stale ones), or half a second of a fast link
     queue = max(96 * 1024, int(link.bps / 8 / 2))
     steps = [["ip", "link", "set", "lo", "up"], ["ip", "link", "set", "lo", "mtu", "1500"],
+             # no segmentation offload: TCP would hand the qdisc 64 KB super-packets once its window has grown,
+             # and htb lets one through whole on credit (measured: a 12 KB preview in 0 ms after the first)
+             ["ip", "link", "set", "lo", "gso_max_size", "1500", "gso_max_segs", "1"],
              ["tc", "qdisc", "replace", "dev", "lo", "root", "handle", "1:", "htb", "default", "1"],
              ["tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:1", "htb", "rate", "100gbit"]]
     for i, port in enumerate(ports, 10):
