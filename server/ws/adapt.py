@@ -119,10 +119,12 @@ class Link:
         self.in_flight = (t, nbytes)
 
     def rate_bps(self) -> float | None:
-        """Bits per second the link delivered while it carried the last previews: their bytes over the time each
-        took from its send to its ack (the idle time between previews left out); None before two acks. A
-        preview's trip includes a round trip and the page's paint, so a small one on a fast link reads slow:
-        the rate only chooses a level once the link drops previews, when the trips are the link's."""
+        """Bits per second the link delivered previews at: their bytes over the time each took from its send to
+        its ack (the idle time between previews left out); None before two acks. A preview's trip includes a
+        round trip, the page's paint and the text sent with it (step rows, deliveries: about 1 KB a step, not
+        counted in the bytes), so it reads low: a small preview on a fast link, and any preview on a link of a
+        few hundred kbit/s (about half the rate at 96 kbit/s). The rate only chooses a level once the link drops
+        previews, and a low reading errs towards a cheaper one."""
         if len(self.trips) < 2:
             return None
         busy = sum(acked - sent for sent, acked, _ in self.trips)
