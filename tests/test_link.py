@@ -77,3 +77,34 @@ def test_the_advice_names_the_link_only_when_the_link_holds_the_previews_back():
                            "dropped; let the server adapt them") and "fewer or smaller frames" in line
     assert advice({**slow, "dropped": 0}, wall_s=14.2) == ""  # it kept up
     assert advice({**slow, "link_mbps": 5.0}, wall_s=14.2) == ""  # the link could carry them: not the link
+
+
+def test_the_relay_adds_the_links_delay_and_keeps_the_bytes_in_order():
+    """DELAY is the relay's (this kernel has no netem): each chunk waits half of it each way, in order."""
+    import asyncio
+    import time
+
+    from previewlab.bench.link import Relay
+
+    async def go() -> tuple[bytes, float]:
+        async def echo(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+            w.close()
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        relay = Relay(server.sockets[0].getsockname()[1], delay_ms=200)
+        r, w = await asyncio.open_connection("127.0.0.1", await relay.start())
+        t = time.perf_counter()
+        payload = bytes(range(256)) * 400
+        w.write(payload)
+        await w.drain()
+        got = await r.readexactly(len(payload))
+        took = time.perf_counter() - t
+        w.close()
+        await relay.close()
+        server.close()
+        return got, took
+
+    got, took = asyncio.run(go())
+    assert got == bytes(range(256)) * 400 and took >= 0.2  # a round trip: 100 ms each way at least
