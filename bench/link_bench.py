@@ -3,7 +3,8 @@
 Runs alternate: a run nobody watches (the run is started, its socket closed, its end read over HTTP) and a run
 that `clients` watchers take over the link, each acking every preview as the page does. Per watcher it reports
 the rate its link delivered (the server's own measure, from the acks), the previews made for it, painted and
-dropped, and the newest preview's age when painted (made to ack, p50 and p95, the server's figures in each
+dropped (as of its last painted preview: made up to then, less painted; the hub sends an acking watcher one
+preview at a time, so the rest were replaced unsent), and the newest preview's age when painted (made to ack, p50 and p95, the server's figures in each
 `delivery`); per pair, the watched run's wall time against the unwatched one's before it, whose median and
 interval (preview/judging/estimates.py) say whether the link slowed the denoising beyond noise.
 """
