@@ -7,75 +7,77 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import itertools
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from previewlab.bench.flags import parser
+from previewlab.preview.models.devices import device_refusal
 from previewlab.preview.names import FrameChoice
 from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings, SettingsError, default_mode
 
 if TYPE_CHECKING:
     from previewlab.bench.noise import Noise
     from previewlab.bench.summary_rows import ConfigSummary
+    from previewlab.bench.unit import Facts, Load
     from previewlab.bench.sweep import Plan
     from previewlab.preview.models import Model
     from previewlab.bench.rows import SweepRow
     from previewlab.preview.record.run import RunRecord
 
-__all__ = ["main", "parser", "progress_bar", "summary_text"]
+__all__ = ["checked", "finish", "main", "parser", "progress_bar", "summary_text", "variants"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     counts: tuple[int, ...] = args.steps or (10,)  # steps per run, an axis from two on
     try:  # before any model loads: a folder that cannot be made is one line now, not a traceback after the first run
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         print(f"previewlab bench: --out {args.out}: {e.strerror or e}", file=sys.stderr)
         return 2
+    if args.ray is not None:  # the units run on the cluster's nodes, which judge --device and --model themselves
+        if importlib.util.find_spec("ray") is None:
+            print("previewlab bench: --ray needs Ray, which is not installed: pip install 'previewlab[ray]'",
+                  file=sys.stderr)
+            return 2
+        from previewlab.bench.cluster import sweep_on_ray
+
+        return sweep_on_ray(args, counts)
+    refusal = device_refusal(args.device)
+    if refusal is not None:
+        p.error(f"argument --device: {refusal}")
     import torch
 
-    from previewlab.bench.axes import AxisError, check_vae_modes, schedulers_for
-    from previewlab.bench.noise import baseline_noise
-    from previewlab.bench.summary import summarize
-    from previewlab.bench.sweep import read_back, run_sweep, traced_run
+    from previewlab.bench.axes import AxisError
+    from previewlab.bench.sweep import run_sweep, traced_run
     from previewlab.preview.record.csv_writer import CsvSchemaError
-    from previewlab.preview.decoding.decoders import DecoderError, taesd_refusal
-    from previewlab.preview.models import ModelError, load
+    from previewlab.preview.decoding.decoders import DecoderError
+    from previewlab.preview.models import ModelError
+    from previewlab.bench.unit import load_model
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    variants = list(itertools.product(args.dtype, args.offload, args.compile, args.channels_last))
     runs: list[SweepRow] = []
     traces: list[dict] = []
     meta = ""
-    for dtype, offload, comp, cl in variants:
-        label = "" if len(variants) == 1 else f"[{dtype} offload={offload} compile={comp} cl={cl}] "
+    for v in variants(args):
         try:
-            preview = PreviewSettings(decoder="none", encoder=args.encoder, quality=args.quality, target=args.target[0],
-                                      preview_max=args.preview_max)
-            model = load(args.model, taesd=args.taesd, device=args.device, dtype=dtype, seed=args.seed,
-                         offload=offload, channels_last=(cl == "on"), variant=args.variant,
-                         config=args.config)
-            settings = _settings(args, model, preview, counts)
-            if "taesd" in args.decoders and model.taesd is None:
-                raise DecoderError(taesd_refusal(model))
-            schedulers_for(model.pipe, args.scheduler or (), counts)  # refused before any run, in one line
-            check_vae_modes(model.pipe, args.vae_mode or ())
+            model = load_model(v.load)
+            facts, settings = checked(args, model, counts)
         except (ModelError, SettingsError, DecoderError, AxisError) as e:
             print(f"previewlab bench: {e}", file=sys.stderr)
             return 2
-        plan = _plan(args, settings, model.space.video, comp == "decoder", counts, model.device.type)
+        plan = _plan(args, settings, facts.video, v.compile == "decoder", counts, model.device.type)
         total = len(list(plan.schedule()))
-        synth = "synthetic " if model.synthetic else ""
-        print(f"{label}{synth}model {model.name} ({model.space.describe()}) on {model.device} {dtype}, loaded in "
-              f"{model.load_s:.1f} s; {total} runs of {','.join(map(str, counts))} steps at {settings.width}x{settings.height}"
-              + (f" x {settings.num_frames} frames" if model.space.video else "") + " "
-              f"-> {args.out}", file=sys.stderr)
+        print(f"{v.label}{_loaded(facts, v.load.dtype)}; {total} runs of {','.join(map(str, counts))} steps at "
+              f"{_size(facts, settings)} -> {args.out}", file=sys.stderr)
         bar = progress_bar(total)
         try:
-            runs += run_sweep(model, plan, args.out, progress=bar, label=label)
+            runs += run_sweep(model, plan, args.out, progress=bar, label=v.label)
         except CsvSchemaError as e:
             print(f"previewlab bench: --out {args.out}: {e}", file=sys.stderr)
             return 2
@@ -86,9 +88,66 @@ def main(argv: Sequence[str] | None = None) -> int:
             bar(0, close=True)
         for kind, folder in (("trace", args.trace), ("cprofile", args.cprofile)):
             if folder is not None:
-                traces.append(traced_run(model, plan, folder, kind, label))
-        meta = _meta(args, model, settings, runs[-1].record, counts)
-    # the summary reads the CSVs back, as report and compare do: one figure, the same everywhere
+                traces.append(traced_run(model, plan, folder, kind, v.label))
+        meta = _meta(args, facts, settings, runs[-1].record, counts)
+    return finish(args, runs, meta, traces)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One model variant of a sweep (--dtype x --offload x --compile x --channels-last): how its model loads,
+    whether its decoder is compiled, and its configurations' prefix ('' when the sweep has one variant)."""
+    label: str
+    load: Load
+    compile: str
+
+
+def variants(args: argparse.Namespace) -> list[Variant]:
+    from previewlab.bench.unit import Load
+
+    product = list(itertools.product(args.dtype, args.offload, args.compile, args.channels_last))
+    return [Variant("" if len(product) == 1 else f"[{dtype} offload={offload} compile={comp} cl={cl}] ",
+                    Load(args.model, args.taesd, args.device, dtype, args.seed, offload, cl == "on", args.variant,
+                         args.config), comp)
+            for dtype, offload, comp, cl in product]
+
+
+def checked(args: argparse.Namespace, model: Model, counts: tuple[int, ...]) -> tuple[Facts, RunSettings]:
+    """The model's facts and the sweep's base run on it, once every flag is known to fit the model. Raises
+    SettingsError, DecoderError or AxisError (their str() the one line)."""
+    from previewlab.bench.axes import check_vae_modes, schedulers_for
+    from previewlab.bench.unit import Facts
+    from previewlab.preview.decoding.decoders import DecoderError, taesd_refusal
+
+    facts = Facts(model.name, model.label, model.space.describe(), model.synthetic, model.space.video,
+                  model.default_size, model.num_frames, model.fps, model.space.temporal, str(model.device),
+                  model.load_s)
+    preview = PreviewSettings(decoder="none", encoder=args.encoder, quality=args.quality, target=args.target[0],
+                              preview_max=args.preview_max)
+    settings = _settings(args, facts, preview, counts)
+    if "taesd" in args.decoders and model.taesd is None:
+        raise DecoderError(taesd_refusal(model))
+    schedulers_for(model.pipe, args.scheduler or (), counts)  # refused before any run, in one line
+    check_vae_modes(model.pipe, args.vae_mode or ())
+    return facts, settings
+
+
+def _loaded(facts: Facts, dtype: str) -> str:
+    synth = "synthetic " if facts.synthetic else ""
+    return f"{synth}model {facts.name} ({facts.described}) on {facts.device} {dtype}, loaded in {facts.load_s:.1f} s"
+
+
+def _size(facts: Facts, settings: RunSettings) -> str:
+    return f"{settings.width}x{settings.height}" + (f" x {settings.num_frames} frames" if facts.video else "")
+
+
+def finish(args: argparse.Namespace, runs: Sequence[SweepRow], meta: str, traces: list[dict]) -> int:
+    """Reads the sweep's runs back from the CSVs, as report and compare do (one figure, the same everywhere),
+    writes summary.txt and summary.csv, prints the summary; the exit status (3: a noisy machine with --strict)."""
+    from previewlab.bench.noise import baseline_noise
+    from previewlab.bench.summary import summarize
+    from previewlab.bench.sweep import read_back
+
     sweep = read_back(args.out, runs)
     rows = summarize(sweep.runs, sweep.steps)
     noise = baseline_noise(sweep.runs, args.noise_limit)
@@ -106,17 +165,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _settings(args: argparse.Namespace, model: Model, preview: PreviewSettings, counts: tuple[int, ...]) -> RunSettings:
+def _settings(args: argparse.Namespace, facts: Facts, preview: PreviewSettings, counts: tuple[int, ...]) -> RunSettings:
     """The sweep's base run on this model: the flags, the model's own size and clip where they leave them out.
     Raises SettingsError."""
-    video = model.space.video
+    video = facts.video
     if not video and (args.frames is not None or (args.num_frames or 1) != 1):
-        raise SettingsError(f"--frames and --num-frames are for a video model; {model.name} makes images")
-    return RunSettings(prompt=args.prompt, steps=counts[0], width=args.width or model.default_size,
-                       height=args.height or model.default_size, seed=args.seed, preview=preview,
-                       batch=args.batch, num_frames=args.num_frames or model.num_frames,
-                       fps=model.fps, max_frames=MAX_NUM_FRAMES if video else 1,
-                       frame_step=model.space.temporal if video else 1)
+        raise SettingsError(f"--frames and --num-frames are for a video model; {facts.name} makes images")
+    return RunSettings(prompt=args.prompt, steps=counts[0], width=args.width or facts.default_size,
+                       height=args.height or facts.default_size, seed=args.seed, preview=preview,
+                       batch=args.batch, num_frames=args.num_frames or facts.num_frames,
+                       fps=facts.fps, max_frames=MAX_NUM_FRAMES if video else 1,
+                       frame_step=facts.temporal if video else 1)
 
 
 def _plan(args: argparse.Namespace, settings: RunSettings, video: bool, compile_decoder: bool,
@@ -134,13 +193,13 @@ def _plan(args: argparse.Namespace, settings: RunSettings, video: bool, compile_
                 args.scheduler or (), counts, args.vae_mode or ())
 
 
-def _meta(args: argparse.Namespace, model: Model, settings: RunSettings, r0: RunRecord,
-          counts: tuple[int, ...]) -> str:
-    """The summary's line of what ran: model, device, dtypes, size, steps, axes, encoder, versions."""
-    return (f"{model.label} | "
-            f"{r0.totals.device_name} {', '.join(args.dtype)} threads={r0.totals.threads} | "
-            f"{settings.width}x{settings.height}"
-            + (f" x {settings.num_frames} frames" if model.space.video else "") + " "
+def _meta(args: argparse.Namespace, facts: Facts, settings: RunSettings, r0: RunRecord,
+          counts: tuple[int, ...], where: str = "") -> str:
+    """The summary's line of what ran: model, device (where: the devices and nodes of a cluster's sweep), dtypes,
+    size, steps, axes, encoder, versions."""
+    return (f"{facts.label} | "
+            f"{where or r0.totals.device_name} {', '.join(args.dtype)} threads={r0.totals.threads} | "
+            f"{_size(facts, settings)} "
             f"{','.join(map(str, counts))} steps"
             + (f" | scheduler {','.join(args.scheduler)}" if args.scheduler else "")
             + (f" | VAE {','.join(args.vae_mode)}" if args.vae_mode else "")

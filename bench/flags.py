@@ -10,7 +10,7 @@ from typing import Any, Callable, NoReturn, Sequence, TypeVar
 
 from previewlab.bench.axes import SCHEDULERS, VAE_MODES
 from previewlab.bench.noise import NOISE_LIMIT_PCT
-from previewlab.preview.models import SYNTHETIC, device_arg
+from previewlab.preview.models import DEVICES, SYNTHETIC
 from previewlab.preview.names import (DECODE_ATS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, FrameChoice, N, check,
                                      check_frames)
 from previewlab.preview.settings import MAX_BATCH, MAX_EVERY, MAX_NUM_FRAMES, MAX_SIDE, MAX_STEPS, MIN_SIDE, RunSettings
@@ -141,6 +141,21 @@ def seed_value(text: str) -> int:
     return n
 
 
+def device_named(name: str) -> str:
+    """--device as a name; whether torch sees it is judged where the sweep runs (here, or on each node)."""
+    if name != "auto" and name not in DEVICES:
+        raise argparse.ArgumentTypeError(f"{name!r}: not a device; allowed are auto, {', '.join(DEVICES)}")
+    return name
+
+
+def ray_address(text: str) -> str:
+    """--ray: what ray.init takes (auto, ray://head:10001, host:port), or local for a cluster in this process."""
+    if not text.strip() or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a Ray address (auto, ray://HEAD:10001, HOST:PORT) or "
+                                         "local")
+    return text
+
+
 def parser() -> Parser:
     p = Parser(prog="previewlab bench", description=DESCRIPTION,
                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -183,8 +198,9 @@ def parser() -> Parser:
     p.add_argument("--prompt", default=RunSettings.prompt)
     p.add_argument("--repeats", type=repeats_value, default=3, help="measured pairs per configuration")
     p.add_argument("--warmup", type=warmup_value, default=1, help="warm-up rounds (kept in runs.csv, out of statistics)")
-    p.add_argument("--device", type=device_arg, default="auto",
-                   help="auto (CUDA when torch sees one, else cpu), cpu, or cuda, mps, xpu where torch sees them")
+    p.add_argument("--device", type=device_named, default="auto",
+                   help="auto (CUDA when torch sees one, else cpu), cpu, or cuda, mps, xpu where torch sees them "
+                        "(with --ray: where the nodes' torch sees them)")
     p.add_argument("--dtype", type=listof(str, ["float32", "float16", "bfloat16"]), default=("float32",),
                    help="comma-separated: float32, float16, bfloat16 (one model load each)")
     p.add_argument("--offload", type=listof(str, ["none", "model", "sequential"]), default=("none",),
@@ -216,6 +232,10 @@ def parser() -> Parser:
                    help="torch's CPU threads (default: torch's own choice); fewer threads than cores steady a busy machine")
     p.add_argument("--noise-limit", type=noise_limit_value, default=NOISE_LIMIT_PCT,
                    help="percent: baselines whose IQR over median is above it mark the machine as noisy")
+    p.add_argument("--ray", type=ray_address, default=None, metavar="ADDRESS",
+                   help="run the sweep's units on a Ray cluster: auto (the cluster `ray start` made here), "
+                        "ray://HEAD:10001, HOST:PORT, or local (a cluster started in this process); each unit is one "
+                        "configuration with its own baselines and warm-up on one node (needs previewlab[ray])")
     p.add_argument("--strict", action="store_true",
                    help="exit 3 when the machine was noisy (the baselines spread past --noise-limit)")
     return p

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -17,7 +17,8 @@ from previewlab.preview.settings import PreviewSettings
 
 Role = Literal["warmup", "baseline", "config", "direct"]
 SWEEP_COLUMNS = ("config", "role", "repeat")
-RUNS_CSV_COLUMNS = SWEEP_COLUMNS + RUN_COLUMNS + ("overhead_pct", "pair_overhead_pct")
+# node: the machine a run ran on (its host name; on a Ray cluster, the host and the Ray node's id)
+RUNS_CSV_COLUMNS = SWEEP_COLUMNS + RUN_COLUMNS + ("overhead_pct", "pair_overhead_pct", "node")
 STEPS_CSV_COLUMNS = SWEEP_COLUMNS + STEP_COLUMNS
 
 
@@ -74,10 +75,16 @@ class SweepRow:
     record: RunRecord
     overhead_pct: float | None = None
     pair_overhead_pct: float | None = None
+    node: str = ""  # the machine it ran on ("" in a sweep written before nodes were named)
 
     @property
     def run_id(self) -> str:
         return self.record.run_id
+
+    @property
+    def device(self) -> str:
+        """The device it ran on, as reports name it (the GPU's own name, or cpu)."""
+        return self.record.totals.device_name
 
     @property
     def name(self) -> str:
@@ -92,14 +99,14 @@ class SweepRow:
 
     def to_row(self) -> dict[str, Any]:
         return {"config": self.config.name, "role": self.role, "repeat": self.repeat, **self.record.to_row(),
-                "overhead_pct": self.overhead_pct, "pair_overhead_pct": self.pair_overhead_pct}
+                "overhead_pct": self.overhead_pct, "pair_overhead_pct": self.pair_overhead_pct, "node": self.node}
 
     @classmethod
     def from_row(cls, row: Mapping[str, str]) -> SweepRow:
         r = RunRecord.from_row(row)
         return cls(Config.of(row.get("config", ""), r.meta.preview), _role(row.get("role", "")),
                    int(row.get("repeat") or 0), r, cell_float(row.get("overhead_pct")),
-                   cell_float(row.get("pair_overhead_pct")))
+                   cell_float(row.get("pair_overhead_pct")), row.get("node") or "")
 
 
 @dataclass(frozen=True)
@@ -126,15 +133,30 @@ class Sweep:
     steps: tuple[SweepStep, ...]
 
     def only(self, ids: Iterable[str]) -> Sweep:
-        """The runs (and their steps) whose ids are given: one invocation's, in a folder several appended to."""
-        keep = set(ids)
-        return Sweep(tuple(r for r in self.runs if r.run_id in keep),
-                     tuple(s for s in self.steps if s.row.run_id in keep))
+        """The runs (and their steps) whose ids are given, in the order given: one invocation's, in a folder
+        several appended to (a cluster's sweep gives its units in the plan's order, each unit's runs together)."""
+        order = {rid: i for i, rid in enumerate(dict.fromkeys(ids))}
+        runs = sorted((r for r in self.runs if r.run_id in order), key=lambda r: order[r.run_id])
+        steps = sorted((s for s in self.steps if s.row.run_id in order), key=lambda s: order[s.row.run_id])
+        return Sweep(tuple(runs), tuple(steps))
+
+    def by_device(self) -> Sweep:
+        """Where its runs ran on more than one device (a sweep over a mixed cluster), each configuration named
+        per device ('[NVIDIA L40S] taesd/every5/overlap'), so every surface that groups by configuration (the
+        summary, the baselines' noise, the advice, the report, compare) groups by device too: a
+        cross-hardware table, no overhead ever taken across devices. One device: the sweep as it is."""
+        devices = {r.run_id: r.device for r in self.runs}
+        if len(set(devices.values())) < 2:
+            return self
+        return Sweep(tuple(replace(r, config=replace(r.config, name=f"[{r.device}] {r.config.name}"))
+                           for r in self.runs),
+                     tuple(replace(s, config=f"[{devices[s.row.run_id]}] {s.config}") if s.row.run_id in devices else s
+                           for s in self.steps))
 
 
 def read(folder: Path) -> Sweep:
-    """runs.csv and steps.csv of a sweep folder. A line cut short (a sweep killed while writing) is left out.
-    Raises NotASweep."""
+    """runs.csv and steps.csv of a sweep folder, its configurations named per device where it holds several
+    (Sweep.by_device). A line cut short (a sweep killed while writing) is left out. Raises NotASweep."""
     def lines(name: str) -> list[dict[str, str]]:
         p = folder / name
         if not p.is_file():
@@ -142,7 +164,7 @@ def read(folder: Path) -> Sweep:
         with open(p, newline="") as f:
             return [r for r in csv.DictReader(f) if None not in r.values()]
     return Sweep(tuple(SweepRow.from_row(r) for r in lines("runs.csv")),
-                 tuple(SweepStep.from_row(r) for r in lines("steps.csv")))
+                 tuple(SweepStep.from_row(r) for r in lines("steps.csv"))).by_device()
 
 
 def _role(name: str) -> Role:

@@ -6,11 +6,13 @@ here, so a configuration's overhead is always summary.py's (each run against the
 from __future__ import annotations
 
 import math
+import socket
 import statistics
 import time
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 
 import torch
 
@@ -30,6 +32,14 @@ from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
 from previewlab.preview.source.targets import Target
 
 Slot = tuple[Role, int, PreviewSettings | None, Setup]  # role, repeat, preview settings (None: a direct call), run setup
+
+
+@dataclass(frozen=True)
+class Narrow:
+    """A plan narrowed to one unit: one run setup and one configuration (None: the bare diffusers call where the
+    plan has --direct, else the setup's baselines alone), with its own interleaved baselines and warm-up."""
+    setup: Setup
+    config: PreviewSettings | None
 
 
 @dataclass(frozen=True)
@@ -56,12 +66,26 @@ class Plan:
     arms: tuple[tuple[str, PreviewSettings], ...] = ()
     alternate: bool = False    # even repeats run their pairs in reverse order: drift over a repeat cancels between them
     runs_s: float = math.inf   # no repeat starts that would likely end past this many seconds of measured runs
+    narrow: Narrow | None = None  # a unit of the plan (units()); its names stay the whole plan's
 
     def setups(self) -> list[Setup]:
         """Every combination of the run axes; each has its own no-preview baselines."""
+        if self.narrow is not None:
+            return [self.narrow.setup]
         return [Setup(s, n, v) for s in self.schedulers or ("",) for n in self.steps or (0,) for v in self.vaes or ("",)]
 
+    def units(self) -> list[Plan]:
+        """The plan cut into units, each a plan of one run setup and one configuration (or the direct call, or
+        a setup's baselines alone where the sweep has no configuration), to run on one machine with its own
+        interleaved baselines and warm-up: overheads are never taken across units. In the order the whole plan
+        runs them; each runs the same pairs it would run in the whole plan."""
+        configs: list[PreviewSettings | None] = list(self.configs())
+        extra: list[PreviewSettings | None] = [None] if self.direct or not configs else []
+        return [replace(self, narrow=Narrow(u, c)) for u in self.setups() for c in configs + extra]
+
     def configs(self) -> list[PreviewSettings]:
+        if self.narrow is not None:
+            return [] if self.narrow.config is None else [self.narrow.config]
         if self.arms:
             return [p for _, p in self.arms]
         base, out = self.settings.preview, []
@@ -99,6 +123,10 @@ class Plan:
             [none] + [replace(none, decoder=d, mode=m, frames=most, decode_at=a)
                       for d in dict.fromkeys(self.decoders) if d != "none" for m in self.modes
                       for a in self.decode_ats or (none.decode_at,)]
+        if self.narrow is not None:  # a unit warms its own configuration's code, and the baselines'
+            c = self.narrow.config
+            warm = [w for w in warm if w == none or (c is not None and (w.decoder, w.mode, w.decode_at) ==
+                                                     (c.decoder, c.mode, c.decode_at) and (not self.arms or w == c))]
         # a scheduler or a VAE mode is other code to warm; a step count is not
         warmed = list({(u.scheduler, u.vae): u for u in self.setups()}.values())
         for _ in range(self.warmup):
@@ -110,7 +138,7 @@ class Plan:
                 # A B A B: drift on a noisy machine cancels; the direct call comes before the baseline it is paired with
                 pairs: list[tuple[tuple[Role, PreviewSettings | None], ...]] = [
                     (("baseline", none), ("config", c)) for c in self.configs()]
-                if self.direct:
+                if self.direct and (self.narrow is None or self.narrow.config is None):
                     pairs.append((("direct", None), ("baseline", none)))
                 if self.alternate and r % 2 == 0:
                     pairs.reverse()
@@ -171,17 +199,40 @@ def capped(slots: Iterable[Slot], plan: Plan, log: Callable[[str], Any] | None =
 
 def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any] | None = None,
               label: str = "", log: Callable[[str], Any] | None = None,
-              clock: Callable[[], float] = time.perf_counter) -> list[SweepRow]:
+              clock: Callable[[], float] = time.perf_counter, node: str = "") -> list[SweepRow]:
     """Runs the plan, appending each finished run to out/runs.csv and out/steps.csv. Returns the run rows.
     label prefixes the configuration names (a model variant: dtype, offload, compile, channels-last; a GPU check
     row's model). log hears the repeats as they end (capped). clock: the runs' host clock (tests: a fake one,
-    so a sweep's figures are the same from run to run)."""
-    previewer = Previewer(model, plan.compile)  # decoders (and their compiled forms) live for the sweep
+    so a sweep's figures are the same from run to run). node: the machine's name in runs.csv (this host's)."""
     out.mkdir(parents=True, exist_ok=True)
     runs_csv, steps_csv = CsvAppender(out / "runs.csv", RUNS_CSV_COLUMNS), CsvAppender(out / "steps.csv", STEPS_CSV_COLUMNS)
+    results: list[SweepRow] = []
+    try:
+        with closing(measured(model, plan, out / "final.png", label, log, clock, node or socket.gethostname())) as runs:
+            for row, steps in runs:
+                steps_csv.append(s.to_row() for s in steps)  # rows first: a run in runs.csv has all its rows
+                runs_csv.append([row.to_row()])
+                results.append(row)
+                if progress:
+                    progress(1)
+    finally:
+        runs_csv.close()
+        steps_csv.close()
+    return results
+
+
+Measured = Generator[tuple[SweepRow, list[SweepStep]], None, None]  # a run's row and its step rows, run by run
+
+
+def measured(model: Model, plan: Plan, image: Path, label: str = "", log: Callable[[str], Any] | None = None,
+             clock: Callable[[], float] = time.perf_counter, node: str = "") -> Measured:
+    """The plan's runs, each as it finishes: its row (the overheads against its setup's baselines) and its step
+    rows. Each run's final image is written to `image`, as a user's run writes its own. The model is left as it
+    came once the runs end or the iterator is closed."""
+    previewer = Previewer(model, plan.compile)  # decoders (and their compiled forms) live for the sweep
     baselines: dict[Setup, list[float]] = {}  # each setup's own: a preview's overhead is a share of its run
     last_baseline: float | None = None
-    results: list[SweepRow] = []
+    last: SweepRow | None = None
     schedulers = schedulers_for(model.pipe, plan.schedulers, plan.steps or (plan.settings.steps,))
     back = as_now(model.pipe, bool(plan.schedulers), bool(plan.vaes))
     try:
@@ -192,7 +243,6 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
             settings = settings if p is None else replace(settings, preview=p)
             if role == "warmup":
                 settings = replace(settings, steps=min(settings.steps, 3))
-            image = out / "final.png"
             if p is None:
                 run = direct_call(model, settings, run_id, image, clock)
             else:
@@ -210,25 +260,19 @@ def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any
             config = Config.of(label + plan.name(p, model.space.video, setup), r.meta.preview)
             if role == "direct":  # the engine's own cost: decoder none against the bare call that follows
                 last_baseline = None
-            if role == "baseline" and results and results[-1].role == "direct":
+            if role == "baseline" and last is not None and last.role == "direct":
                 # pair the direct call with the none run right after it
-                pair = 100 * (wall / results[-1].record.totals.wall_s - 1)
-            row = SweepRow(config, role, rep, r, overhead, pair)
-            steps_csv.append(SweepStep(config.name, role, rep, s).to_row() for s in run.rows)  # rows first: a
-            runs_csv.append([row.to_row()])                                  # run in runs.csv has all its rows
-            results.append(row)
-            if progress:
-                progress(1)
+                pair = 100 * (wall / last.record.totals.wall_s - 1)
+            last = SweepRow(config, role, rep, r, overhead, pair, node)
+            yield last, [SweepStep(config.name, role, rep, s) for s in run.rows]
     finally:
         use(model.pipe, *back)  # the model as it came
-        runs_csv.close()
-        steps_csv.close()
-    return results
 
 
 def read_back(out: Path, runs: Sequence[SweepRow]) -> Sweep:
-    """These runs and their step rows as out/runs.csv and out/steps.csv hold them, in the order they ran. Every
-    figure is taken from the CSVs, as report and compare read them: one figure, the same everywhere."""
+    """These runs and their step rows as out/runs.csv and out/steps.csv hold them, in the order given (the order
+    they ran; a cluster's units in the plan's order). Every figure is taken from the CSVs, as report and compare
+    read them: one figure, the same everywhere."""
     return read(out).only(r.run_id for r in runs)
 
 

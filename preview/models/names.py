@@ -43,3 +43,16 @@ def model_refusal(name: str) -> str | None:
     hint = typo or ("; give a local diffusers folder, a .safetensors or .ckpt file, a repo id already in the "
                     "local Hugging Face cache, demo, or a synthetic preset such as synthetic:small")
     return f"--model: no such file or folder: {name}{hint}"
+
+
+def model_here(name: str) -> str:
+    """Why --model `name`, which model_refusal lets by, is not on this machine ('' when it may be): a repo id
+    that is no folder here and not in the local Hugging Face cache. A folder or a file is judged when it loads."""
+    if Path(name).exists():
+        return ""
+    from huggingface_hub import try_to_load_from_cache
+
+    if any(isinstance(try_to_load_from_cache(name, index), str) for index in ("model_index.json",
+                                                                             "modular_model_index.json")):
+        return ""
+    return f"--model {name}: neither a folder here nor in the local Hugging Face cache"
