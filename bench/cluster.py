@@ -202,8 +202,8 @@ def _sweep(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
     try:
         failed = dispatch(jobs, places, asks, out.write, board)
     except KeyboardInterrupt:
-        _say(f"\nbench: interrupted; {sum(board.done.values())} finished units are in {args.out}/runs.csv "
-             f"(the running ones cancelled, the queued ones dropped)")
+        _say(f"\nbench: interrupted; the units that finished ({len(out.units)} of {len(jobs)}) are in "
+             f"{args.out}/runs.csv; the running ones were cancelled, the queued ones dropped")
         return 130
     finally:
         out.close()

@@ -80,6 +80,9 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     (("--num-frames", "300"), "--num-frames must be from 1 to 257"),
     (("--noise-limit", "0"), "noise-limit is a percent above 0, at most 100"),
     (("--threads", "0"), "threads must be from 1 to 1024"),
+    (("--device", "tpu"), "'tpu': not a device; allowed are auto, cpu, cuda, mps, xpu"),
+    (("--device", "cuda"), "--device: 'cuda': torch sees no CUDA device here; allowed on this machine: auto, cpu"),
+    (("--ray", "local", "--trace", "t"), "--trace and --cprofile trace one run on this machine; leave them out with --ray"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
     p = previewlab_here("bench", "--model", "synthetic:tiny", "--out", str(tmp_path), *args)

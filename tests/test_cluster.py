@@ -1,21 +1,28 @@
 """Issue 48: `previewlab bench --ray` on a real two-node Ray cluster (ray.cluster_utils.Cluster, both nodes on
 this machine), one node removed mid-sweep. Every configuration lands in runs.csv once, each paired with a
-baseline from its own node, and the summary has the local bench's names and columns."""
+baseline from its own node, and the summary has the local bench's names and columns. Before it, a cluster that
+cannot run a unit is refused in one line; after it, Ctrl-C keeps the finished units and frees the node."""
 from __future__ import annotations
 
 import csv
 import re
-from collections import Counter
+import signal
 import subprocess
 import sys
 import threading
+import time
+from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 
 from previewlab.bench.cli import main as bench_main
 from previewlab.bench.rows import read
 from previewlab.preview.judging.analysis import paired
+
+if TYPE_CHECKING:
+    from ray.cluster_utils import Cluster
 
 pytestmark = pytest.mark.slow
 
@@ -33,34 +40,63 @@ def _summary(folder: Path) -> tuple[list[str], list[str]]:
     return list(rows[0]), [r["config"] for r in rows]
 
 
-def test_a_sweep_on_two_nodes_survives_losing_one(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Cluster, Any]]:
+    """A head and a second node of one CPU each; the tests below run in this order, the second node lost in
+    the middle one."""
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                           "object_store_memory": STORE})
-    second = cluster.add_node(num_cpus=1, object_store_memory=STORE)
-    assert cluster.head_node is not None
-    head, lost = cluster.head_node.node_id[:8], second.node_id[:8]
-    said: list[str] = []
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                     "object_store_memory": STORE})
+    second = c.add_node(num_cpus=1, object_store_memory=STORE)
+    yield c, second
+    c.shutdown()
+
+
+def _bench(address: str, out: Path, *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "previewlab", "bench", "--ray", address, *FLAGS, *flags,
+                             "--out", str(out)], stderr=subprocess.PIPE, stdout=open(out.with_suffix(".out"), "w"),
+                            text=True)
+
+
+def _lines(bench: subprocess.Popen[str]) -> Iterator[str]:
+    """The driver's lines as it says them; a sweep hung past 300 s is killed, so the test fails, not CI."""
+    watchdog = threading.Timer(300, bench.kill)
+    watchdog.start()
     try:
-        bench = subprocess.Popen([sys.executable, "-m", "previewlab", "bench", "--ray", cluster.address, *FLAGS,
-                                  "--out", str(tmp_path / "cluster")], stderr=subprocess.PIPE,
-                                 stdout=open(tmp_path / "stdout.txt", "w"), text=True)
         assert bench.stderr is not None
-        watchdog = threading.Timer(300, bench.kill)  # a hung sweep fails the test instead of hanging CI
-        watchdog.start()
-        starts = 0
-        for line in bench.stderr:
-            said.append(line)
-            # the second unit the second node takes: it has one finished unit in runs.csv, one running now
-            if ": starts on " in line and line.rstrip().endswith(lost):
-                starts += 1
-                if starts == 2:
-                    cluster.remove_node(second)
-        bench.wait(timeout=300)
-        watchdog.cancel()
+        yield from bench.stderr
+        bench.wait(timeout=60)
     finally:
-        cluster.shutdown()
+        watchdog.cancel()
+
+
+def test_a_cluster_that_cannot_run_a_unit_is_refused_in_one_line_before_any_run(
+        cluster: tuple[Cluster, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    c, _ = cluster
+    for flags, said in ((["--device", "cuda"], "torch sees no CUDA device there"),
+                        (["--model", "/no/such/model"], "--model: no such file or folder: /no/such/model")):
+        assert bench_main(["--ray", c.address, *FLAGS, *flags, "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"previewlab bench: --ray {c.address}: no node can run a unit ("), err
+        assert err[0].count(said) == 2, err  # each node's reason
+        assert not (tmp_path / "runs.csv").exists()
+
+
+def test_a_sweep_on_two_nodes_survives_losing_one(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    c, second = cluster
+    assert c.head_node is not None
+    head, lost = c.head_node.node_id[:8], second.node_id[:8]
+    said: list[str] = []
+    bench = _bench(c.address, tmp_path / "cluster")
+    starts = 0
+    for line in _lines(bench):
+        said.append(line)
+        # the second unit the second node takes: it has one finished unit in runs.csv, one running now
+        if ": starts on " in line and line.rstrip().endswith(lost):
+            starts += 1
+            if starts == 2:
+                c.remove_node(second)
     text = "".join(said)
     assert bench.returncode == 0, text
     assert starts == 2, text
@@ -85,3 +121,26 @@ def test_a_sweep_on_two_nodes_survives_losing_one(tmp_path: Path) -> None:
 
     assert bench_main([*FLAGS, "--out", str(tmp_path / "local")]) == 0
     assert _summary(tmp_path / "cluster") == _summary(tmp_path / "local")
+
+
+def test_ctrl_c_cancels_what_runs_and_keeps_every_finished_unit(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    import ray
+
+    c, _ = cluster
+    bench = _bench(c.address, tmp_path / "sweep", "--decoders", "latent2rgb,taesd,vae", "--every", "1")
+    for line in _lines(bench):
+        if ": done on " in line:
+            bench.send_signal(signal.SIGINT)
+    assert bench.returncode == 130
+    sweep = read(tmp_path / "sweep")
+    units = Counter(r.name for r in sweep.runs if r.role == "config")
+    assert len(units) >= 1 and set(units.values()) == {REPEATS}  # whole units only
+    assert len(sweep.runs) == len(units) * (2 + 2 * REPEATS)
+    ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
+    try:  # the unit that ran was cancelled: the head's one CPU is free again
+        deadline = time.monotonic() + 30
+        while ray.available_resources().get("CPU", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ray.available_resources().get("CPU", 0) == 1
+    finally:
+        ray.shutdown()
