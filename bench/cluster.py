@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import logging
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -94,7 +95,7 @@ def _say(line: str) -> None:
 
 
 def _connect(address: str) -> None:
-    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR"}
+    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
     try:
         if address == "local":  # a cluster of this machine alone: its cores and GPUs
             ray.init(include_dashboard=False, **quiet)

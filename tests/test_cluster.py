@@ -5,6 +5,7 @@ cannot run a unit is refused in one line; after it, Ctrl-C keeps the finished un
 from __future__ import annotations
 
 import csv
+import logging
 import re
 import signal
 import subprocess
@@ -136,7 +137,7 @@ def test_ctrl_c_cancels_what_runs_and_keeps_every_finished_unit(cluster: tuple[C
     units = Counter(r.name for r in sweep.runs if r.role == "config")
     assert len(units) >= 1 and set(units.values()) == {REPEATS}  # whole units only
     assert len(sweep.runs) == len(units) * (2 + 2 * REPEATS)
-    ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=c.address, logging_level=logging.ERROR, log_to_driver=False)
     try:  # the unit that ran was cancelled: the head's one CPU is free again
         deadline = time.monotonic() + 30
         while ray.available_resources().get("CPU", 0) < 1 and time.monotonic() < deadline:

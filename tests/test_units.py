@@ -11,7 +11,7 @@ from previewlab.bench.axes import Setup
 from previewlab.bench.board import Board
 from previewlab.bench.cluster import ClusterError, Node, Writer, usable
 from previewlab.bench.rows import read
-from previewlab.bench.sweep import Plan
+from previewlab.bench.sweep import Narrow, Plan
 from previewlab.bench.unit import Load, NodeReport, UnitJob, look, run_unit
 from previewlab.preview.judging.analysis import paired
 from previewlab.preview.settings import PreviewSettings, RunSettings
@@ -58,8 +58,7 @@ def test_units_run_the_whole_plans_pairs_each_with_its_own_baselines_and_warm_up
 def test_a_plan_without_configurations_is_one_unit_of_baselines_a_setup() -> None:
     plan = Plan(SETTINGS, ("none",), (1,), repeats=3, modes=("sync",), steps=(2, 4))
     units = plan.units()
-    assert [u.narrow for u in units] == [replace(units[0].narrow, setup=Setup(steps=2)),  # type: ignore[arg-type]
-                                         replace(units[0].narrow, setup=Setup(steps=4))]  # type: ignore[arg-type]
+    assert [u.narrow for u in units] == [Narrow(Setup(steps=2), None), Narrow(Setup(steps=4), None)]
     assert [r for r, *_ in units[1].schedule()] == ["warmup", "baseline", "baseline", "baseline"]
 
 
@@ -116,8 +115,8 @@ def test_a_driver_writes_units_that_numbered_their_own_runs_under_its_own_ids(tm
     sweep = read(tmp_path)
     assert len({r.run_id for r in sweep.runs}) == len(sweep.runs) == sum(len(r.runs) for r in results)
     assert {s.row.run_id for s in sweep.steps} <= {r.run_id for r in sweep.runs}
-    for r in sweep.runs:  # each run's steps moved with it
-        assert sum(s.row.preview for s in sweep.steps if s.row.run_id == r.run_id) == r.record.totals.previews
+    for run in sweep.runs:  # each run's steps moved with it
+        assert sum(int(s.row.preview) for s in sweep.steps if s.row.run_id == run.run_id) == run.record.totals.previews
     assert [r.node for r in out.runs] == ["node0"] * 6 + ["node1"] * 6  # the plan's order for the summary
     assert {n: [(a.node, b.node) for a, b in ps] for n, ps in paired(list(sweep.runs)).items()} == {
         "taesd/every1/sync": [("node1", "node1")] * 2, "latent2rgb/every1/sync": [("node0", "node0")] * 2}
