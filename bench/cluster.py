@@ -178,7 +178,9 @@ class Writer:
 def _sweep(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
     places, gpu = usable(args.device, probe(args.model, args.taesd))
     asks: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1} if gpu else {"num_cpus": 1}
-    vs = variants(args)
+    # the device the units asked Ray for, never auto: a node's GPU Ray was not told of is not taken
+    device = "cuda" if gpu else "cpu" if args.device == "auto" else args.device
+    vs = [replace(v, load=replace(v.load, device=device)) for v in variants(args)]
     ready = ray.get(ray.remote(prepare).options(max_retries=0, scheduling_strategy=_on(places[0][0].id), **asks)
                     .remote(args, vs[0].load, counts))
     if isinstance(ready, str):
@@ -186,7 +188,7 @@ def _sweep(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
     facts, settings = ready
     jobs = [UnitJob(0, v.load, unit, v.label, args.threads, facts.video)
             for v in vs for unit in _plan(args, settings, facts.video, v.compile == "decoder", counts,
-                                          "cuda" if gpu else "cpu" if args.device == "auto" else args.device).units()]
+                                          device).units()]
     jobs = [replace(j, index=i) for i, j in enumerate(jobs)]
     try:
         out = Writer(args.out)
