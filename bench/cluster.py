@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import collections
 import logging
+import socket
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from previewlab.preview.record.run_ids import RunIds
 TRIES = 3          # a unit whose worker or node dies is run again, up to this many tries in all
 PROBE_S = 600.0    # a node's first answer imports torch there; the model's load may read many GB
 POLL_S = 1.0       # how often the driver looks for lost nodes while units run
+CONNECT_S = 10.0   # a head that does not take a TCP connection in this long is not there
 
 
 class ClusterError(RuntimeError):
@@ -88,13 +90,29 @@ def sweep_on_ray(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
     except ClusterError as e:
         _say(f"previewlab bench: --ray {args.ray}: {e}")
         return 2
+    except KeyboardInterrupt:  # while the nodes were asked, or the model's first load: nothing ran
+        _say("\nbench: interrupted before any unit ran")
+        return 130
 
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _answers(address: str) -> None:
+    """A HOST:PORT (or ray://HOST:PORT) that nothing answers is refused now: ray.init would wait minutes for it."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # auto, local, or a form ray.init judges itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_S).close()
+    except OSError as e:
+        raise ClusterError(f"nothing answers at {host}:{port} ({e.strerror or type(e).__name__}); give the head's "
+                           "address as `ray start --head` printed it, or auto on a machine of the cluster") from None
+
+
 def _connect(address: str) -> None:
+    _answers(address)
     quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
     try:
         if address == "local":  # a cluster of this machine alone: its cores and GPUs
@@ -181,8 +199,12 @@ def _sweep(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
     # the device the units asked Ray for, never auto: a node's GPU Ray was not told of is not taken
     device = "cuda" if gpu else "cpu" if args.device == "auto" else args.device
     vs = [replace(v, load=replace(v.load, device=device)) for v in variants(args)]
-    ready = ray.get(ray.remote(prepare).options(max_retries=0, scheduling_strategy=_on(places[0][0].id), **asks)
-                    .remote(args, vs[0].load, counts))
+    first = places[0][0]
+    try:  # the model's first load, on a node that can run it: every flag checked against it, as the local bench does
+        ready = ray.get(ray.remote(prepare).options(max_retries=0, scheduling_strategy=_on(first.id), **asks)
+                        .remote(args, vs[0].load, counts))
+    except RayError as e:
+        raise ClusterError(f"the model's first load on {first.name} failed ({_first(e)})") from None
     if isinstance(ready, str):
         raise ClusterError(ready)
     facts, settings = ready
@@ -195,7 +217,7 @@ def _sweep(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
     except CsvSchemaError as e:
         _say(f"previewlab bench: --out {args.out}: {e}")
         return 2
-    _say(f"{'synthetic ' if facts.synthetic else ''}model {facts.name} ({facts.described}); {len(jobs)} units of "
+    _say(f"{'synthetic ' if facts.synthetic else ''}model {facts.name} ({facts.described}); {len(jobs)} unit{'s' * (len(jobs) > 1)} of "
          f"{','.join(map(str, counts))} steps on {len(places)} node{'s' * (len(places) > 1)}, "
          f"{'one GPU' if gpu else 'one CPU'} a unit "
          f"-> {args.out}")
@@ -245,8 +267,11 @@ def dispatch(jobs: list[UnitJob], places: list[tuple[Node, int]], asks: dict[str
                     tries[job.index] += 1
                     board.start(node.name)
                     _say(f"  unit {job.index + 1}/{len(jobs)} {job.name}: starts on {node.name}")
-            if not running:
-                raise ClusterError(f"every node that could run a unit was lost; {len(queue)} units not run")
+            if not running:  # what finished is kept and summarized
+                _say(f"  every node that could run a unit was lost; {len(queue)} units not run")
+                failed += len(queue)
+                queue.clear()
+                break
             done, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
             for ref in done:
                 job, node = running.pop(ref)
@@ -275,7 +300,8 @@ def dispatch(jobs: list[UnitJob], places: list[tuple[Node, int]], asks: dict[str
                 else:
                     write(result)
                     board.finish(node.name)
-                    _say(f"  unit {job.index + 1}/{len(jobs)} {job.name}: done on {node.name} ({result.device})")
+                    _say(f"  unit {job.index + 1}/{len(jobs)} {job.name}: done on {node.name} ({result.device}, "
+                         f"its model loaded in {result.load_s:.1f} s)")
                 _say("  " + board.line())
     except KeyboardInterrupt:
         for ref in running:

@@ -83,6 +83,7 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     (("--device", "tpu"), "'tpu': not a device; allowed are auto, cpu, cuda, mps, xpu"),
     (("--device", "cuda"), "--device: 'cuda': torch sees no CUDA device here; allowed on this machine: auto, cpu"),
     (("--ray", "local", "--trace", "t"), "--trace and --cprofile trace one run on this machine; leave them out with --ray"),
+    (("--ray", "127.0.0.1:1"), "--ray 127.0.0.1:1: nothing answers at 127.0.0.1:1 (Connection refused)"),  # at once
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
     p = previewlab_here("bench", "--model", "synthetic:tiny", "--out", str(tmp_path), *args)
