@@ -27,13 +27,16 @@ if TYPE_CHECKING:
     from previewlab.bench.rows import SweepRow
     from previewlab.preview.record.run import RunRecord
 
-__all__ = ["checked", "finish", "main", "parser", "progress_bar", "summary_text", "variants"]
+__all__ = ["checked", "finish", "main", "meta_line", "parser", "plan_of", "progress_bar", "summary_text", "variants"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     counts: tuple[int, ...] = args.steps or (10,)  # steps per run, an axis from two on
+    refusal = device_refusal(args.device) if args.ray is None else None  # on a cluster, each node judges it
+    if refusal is not None:
+        p.error(f"argument --device: {refusal}")
     try:  # before any model loads: a folder that cannot be made is one line now, not a traceback after the first run
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -44,12 +47,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("previewlab bench: --ray needs Ray, which is not installed: pip install 'previewlab[ray]'",
                   file=sys.stderr)
             return 2
+        if args.warmup < 1:
+            print("previewlab bench: --ray needs --warmup 1 or more: each unit loads its model on its node, and its "
+                  "first run would be a cold one, left out with its pair", file=sys.stderr)
+            return 2
         from previewlab.bench.cluster import sweep_on_ray
 
         return sweep_on_ray(args, counts)
-    refusal = device_refusal(args.device)
-    if refusal is not None:
-        p.error(f"argument --device: {refusal}")
     import torch
 
     from previewlab.bench.axes import AxisError
@@ -71,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ModelError, SettingsError, DecoderError, AxisError) as e:
             print(f"previewlab bench: {e}", file=sys.stderr)
             return 2
-        plan = _plan(args, settings, facts.video, v.compile == "decoder", counts, model.device.type)
+        plan = plan_of(args, settings, facts.video, v.compile == "decoder", counts, model.device.type)
         total = len(list(plan.schedule()))
         print(f"{v.label}{_loaded(facts, v.load.dtype)}; {total} runs of {','.join(map(str, counts))} steps at "
               f"{_size(facts, settings)} -> {args.out}", file=sys.stderr)
@@ -89,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for kind, folder in (("trace", args.trace), ("cprofile", args.cprofile)):
             if folder is not None:
                 traces.append(traced_run(model, plan, folder, kind, v.label))
-        meta = _meta(args, facts, settings, runs[-1].record, counts)
+        meta = meta_line(args, facts, settings, runs[-1].record, counts)
     return finish(args, runs, meta, traces)
 
 
@@ -178,7 +182,7 @@ def _settings(args: argparse.Namespace, facts: Facts, preview: PreviewSettings, 
                        frame_step=facts.temporal if video else 1)
 
 
-def _plan(args: argparse.Namespace, settings: RunSettings, video: bool, compile_decoder: bool,
+def plan_of(args: argparse.Namespace, settings: RunSettings, video: bool, compile_decoder: bool,
           counts: tuple[int, ...], device: str) -> Plan:
     """The flags' sweep: a video model's defaults are every step and the frames axis; the mode's, the device's
     (settings.default_mode)."""
@@ -193,7 +197,7 @@ def _plan(args: argparse.Namespace, settings: RunSettings, video: bool, compile_
                 args.scheduler or (), counts, args.vae_mode or ())
 
 
-def _meta(args: argparse.Namespace, facts: Facts, settings: RunSettings, r0: RunRecord,
+def meta_line(args: argparse.Namespace, facts: Facts, settings: RunSettings, r0: RunRecord,
           counts: tuple[int, ...], where: str = "") -> str:
     """The summary's line of what ran: model, device (where: the devices and nodes of a cluster's sweep), dtypes,
     size, steps, axes, encoder, versions."""

@@ -11,68 +11,30 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import logging
+import signal
 import socket
 import sys
-from dataclasses import dataclass, replace
+import threading
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import ray
-from ray.exceptions import RayError, RayTaskError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.exceptions import NodeDiedError, RayError, RayTaskError
 
 from previewlab.bench.board import Board
-from previewlab.bench.cli import _meta, _plan, finish, variants
-from previewlab.bench.rows import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, SweepRow, SweepStep
-from previewlab.bench.unit import NodeReport, UnitJob, UnitResult, look, prepare, run_unit
+from previewlab.bench.cli import finish, meta_line, plan_of, variants
+from previewlab.bench.nodes import ClusterError, Node, first_line, on, probe, usable
+from previewlab.bench.rows import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, SweepRow
+from previewlab.bench.unit import UnitJob, UnitResult, prepare, run_unit
 from previewlab.preview.record.csv_writer import CsvAppender, CsvSchemaError
 from previewlab.preview.record.run_ids import RunIds
 
 TRIES = 3          # a unit whose worker or node dies is run again, up to this many tries in all
-PROBE_S = 600.0    # a node's first answer imports torch there; the model's load may read many GB
-POLL_S = 1.0       # how often the driver looks for lost nodes while units run
+POLL_S = 1.0       # how often the driver wakes while units run (Ctrl-C is heard between waits)
 CONNECT_S = 10.0   # a head that does not take a TCP connection in this long is not there
-
-
-class ClusterError(RuntimeError):
-    """A cluster that cannot run the sweep; str() is the one line to print."""
-
-
-@dataclass(frozen=True)
-class Node:
-    """A live node: Ray's id, its name in runs.csv (its host, then its id's first 8 hex digits), the CPUs and
-    GPUs it offers Ray, what previewlab found there, and why it cannot take a unit ('' where it can)."""
-    id: str
-    name: str
-    cpus: int
-    gpus: int
-    report: NodeReport
-    why: str = ""
-
-
-def usable(device: str, nodes: list[Node]) -> tuple[list[tuple[Node, int]], bool]:
-    """The nodes that can run the sweep's units on `device`, each with its slots (units at once), and whether a
-    unit asks for a GPU: auto takes the GPUs where any node can run on one, else the CPUs; cuda the GPUs; cpu
-    every node's CPUs; mps and xpu one unit at a time where torch sees them. Raises ClusterError naming why no
-    node can."""
-    gpu = device == "cuda" or (device == "auto" and any(n.gpus and n.report.gpus and not n.why for n in nodes))
-    want = "cuda" if gpu else ("cpu" if device == "auto" else device)
-    out, whys = [], []
-    for n in nodes:
-        why = n.why
-        slots = min(n.gpus, len(n.report.gpus)) if gpu else n.cpus if want == "cpu" else min(n.cpus, 1)
-        if not why and want != "cpu" and want not in n.report.devices:
-            why = f"torch sees no {want.upper()} device there"
-        elif not why and slots < 1:
-            why = f"it offers Ray no {'GPU' if gpu else 'CPU'}"
-        if why:
-            whys.append(f"{n.name}: {why}")
-        else:
-            out.append((n, slots))
-    if not out:
-        raise ClusterError("no node can run a unit (" + "; ".join(whys) + ")")
-    return out, gpu
 
 
 def sweep_on_ray(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
@@ -90,8 +52,8 @@ def sweep_on_ray(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
     except ClusterError as e:
         _say(f"previewlab bench: --ray {args.ray}: {e}")
         return 2
-    except KeyboardInterrupt:  # while the nodes were asked, or the model's first load: nothing ran
-        _say("\nbench: interrupted before any unit ran")
+    except KeyboardInterrupt:  # while the nodes were asked, the model's first load, or the summary
+        _say(f"\nbench: interrupted; the units that finished, if any, are in {args.out}/runs.csv")
         return 130
 
 
@@ -119,41 +81,25 @@ def _connect(address: str) -> None:
             ray.init(include_dashboard=False, **quiet)
         else:
             ray.init(address=address, **quiet)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        raise ClusterError(f"cannot join the cluster ({_first(e)}); start one with `ray start --head` on its head "
+    except (ConnectionError, RuntimeError, ValueError, RayError) as e:  # RayError: a token refused, among others
+        raise ClusterError(f"cannot join the cluster ({first_line(e)}); start one with `ray start --head` on its head "
                            "machine, or give --ray local") from None
 
 
-def _first(e: BaseException) -> str:
-    """An error's first line, short: a remote error's own cause where Ray wrapped one."""
-    cause = getattr(e, "cause", None) if isinstance(e, RayTaskError) else None
-    text = str(cause if cause is not None else e).strip()
-    return (text.splitlines()[0] if text else type(e).__name__)[:240]
-
-
-def _on(node: str) -> NodeAffinitySchedulingStrategy:
-    return NodeAffinitySchedulingStrategy(node, soft=False)
-
-
-def probe(model: str, taesd: str | None) -> list[Node]:
-    """Every live node, with what previewlab finds there (unit.look, asked on each node at once)."""
-    live = [n for n in ray.nodes() if n.get("Alive")]
-    if not live:
-        raise ClusterError("the cluster has no live node")
-    look_there = ray.remote(look)
-    asked = {n["NodeID"]: look_there.options(num_cpus=0, max_retries=0, scheduling_strategy=_on(n["NodeID"]))
-             .remote(model, taesd) for n in live}
-    out = []
-    for n in live:
-        res = n.get("Resources", {})
-        node = Node(n["NodeID"], f"{n.get('NodeManagerHostname') or n.get('NodeManagerAddress')}/{n['NodeID'][:8]}",
-                    int(res.get("CPU", 0)), int(res.get("GPU", 0)), NodeReport((), (), "", ""))
-        try:
-            report: NodeReport = ray.get(asked[n["NodeID"]], timeout=PROBE_S)
-            out.append(replace(node, report=report, why=report.missing))
-        except RayError as e:  # previewlab not installed there, or another version that cannot read the call
-            out.append(replace(node, why=f"previewlab cannot run there ({_first(e)})"))
-    return out
+@contextlib.contextmanager
+def _held_interrupt() -> Iterator[None]:
+    """Ctrl-C (SIGINT) waits for the block's end, then raises KeyboardInterrupt there (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    heard: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda signum, _: heard.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+    if heard:
+        raise KeyboardInterrupt
 
 
 class Writer:
@@ -168,6 +114,11 @@ class Writer:
         self.units: dict[int, list[SweepRow]] = {}
 
     def write(self, unit: UnitResult) -> None:
+        """A finished unit's rows, whole: a Ctrl-C heard while they are written is raised once they are."""
+        with _held_interrupt():
+            self._write(unit)
+
+    def _write(self, unit: UnitResult) -> None:
         new = {r.run_id: self.ids.new() for r in unit.runs}
         runs = [replace(r, record=replace(r.record, meta=replace(r.record.meta, run_id=new[r.run_id])))
                 for r in unit.runs]
@@ -194,22 +145,23 @@ class Writer:
 
 
 def _sweep(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
-    places, gpu = usable(args.device, probe(args.model, args.taesd))
-    asks: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1} if gpu else {"num_cpus": 1}
+    cpus = args.threads or 1  # a unit's torch threads, each a CPU Ray counts
+    places, gpu = usable(args.device, probe(args.model, args.taesd), cpus)
+    asks: dict[str, float] = {"num_cpus": cpus, "num_gpus": 1} if gpu else {"num_cpus": cpus}
     # the device the units asked Ray for, never auto: a node's GPU Ray was not told of is not taken
     device = "cuda" if gpu else "cpu" if args.device == "auto" else args.device
     vs = [replace(v, load=replace(v.load, device=device)) for v in variants(args)]
     first = places[0][0]
     try:  # the model's first load, on a node that can run it: every flag checked against it, as the local bench does
-        ready = ray.get(ray.remote(prepare).options(max_retries=0, scheduling_strategy=_on(first.id), **asks)
+        ready = ray.get(ray.remote(prepare).options(max_retries=0, scheduling_strategy=on(first.id), **asks)
                         .remote(args, vs[0].load, counts))
     except RayError as e:
-        raise ClusterError(f"the model's first load on {first.name} failed ({_first(e)})") from None
+        raise ClusterError(f"the model's first load on {first.name} failed ({first_line(e)})") from None
     if isinstance(ready, str):
         raise ClusterError(ready)
     facts, settings = ready
     jobs = [UnitJob(0, v.load, unit, v.label, args.threads, facts.video)
-            for v in vs for unit in _plan(args, settings, facts.video, v.compile == "decoder", counts,
+            for v in vs for unit in plan_of(args, settings, facts.video, v.compile == "decoder", counts,
                                           device).units()]
     jobs = [replace(j, index=i) for i, j in enumerate(jobs)]
     try:
@@ -219,13 +171,13 @@ def _sweep(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
         return 2
     _say(f"{'synthetic ' if facts.synthetic else ''}model {facts.name} ({facts.described}); {len(jobs)} unit{'s' * (len(jobs) > 1)} of "
          f"{','.join(map(str, counts))} steps on {len(places)} node{'s' * (len(places) > 1)}, "
-         f"{'one GPU' if gpu else 'one CPU'} a unit "
+         f"{'one GPU' if gpu else f'{cpus} CPU' + 's' * (cpus > 1)} a unit "
          f"-> {args.out}")
     board = Board(len(jobs), len(jobs))
     for n, _ in places:
         board.node(n.name)
     try:
-        failed = dispatch(jobs, places, asks, out.write, board)
+        failed = Dispatch(jobs, places, asks, out.write, board).run()
     except KeyboardInterrupt:
         _say(f"\nbench: interrupted; the units that finished ({len(out.units)} of {len(jobs)}) are in "
              f"{args.out}/runs.csv; the running ones were cancelled, the queued ones dropped")
@@ -237,77 +189,105 @@ def _sweep(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
         return 1
     runs = out.runs
     where = "; ".join(f"{d} on {', '.join(sorted(ns))}" for d, ns in out.where().items())
-    status = finish(args, runs, _meta(args, facts, settings, runs[0].record, counts, where), [])
+    status = finish(args, runs, meta_line(args, facts, settings, runs[0].record, counts, where), [])
     if failed:
         _say(f"previewlab bench: {failed} of {len(jobs)} units failed (said above); the summary holds the others")
         return status or 1
     return status
 
 
-def dispatch(jobs: list[UnitJob], places: list[tuple[Node, int]], asks: dict[str, Any],
-             write: Callable[[UnitResult], None], board: Board) -> int:
-    """Runs every job on the nodes, at most a node's slots at once, writing each unit as it finishes. A unit
-    whose worker or node dies runs again (on a live node, TRIES in all); one that raises is said and counted.
-    Returns how many units failed. On KeyboardInterrupt, cancels what runs and re-raises."""
-    queue = collections.deque(jobs)
-    free = {n.id: slots for n, slots in places}
-    nodes = {n.id: n for n, _ in places}
-    running: dict[Any, tuple[UnitJob, Node]] = {}
-    tries: collections.Counter[int] = collections.Counter()
-    failed = 0
-    run_there = ray.remote(run_unit)
-    try:
-        while queue or running:
-            for node in list(nodes.values()):
-                while queue and free[node.id] > 0:
-                    job = queue.popleft()
-                    ref = run_there.options(max_retries=0, scheduling_strategy=_on(node.id), **asks).remote(job, node.name)
-                    running[ref] = (job, node)
-                    free[node.id] -= 1
-                    tries[job.index] += 1
-                    board.start(node.name)
-                    _say(f"  unit {job.index + 1}/{len(jobs)} {job.name}: starts on {node.name}")
-            if not running:  # what finished is kept and summarized
-                _say(f"  every node that could run a unit was lost; {len(queue)} units not run")
-                failed += len(queue)
-                queue.clear()
-                break
-            done, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
-            for ref in done:
-                job, node = running.pop(ref)
-                free[node.id] += 1
+class Dispatch:
+    """The units' life on the cluster: queued (for the cluster, not a node: whichever frees a slot first takes
+    the next), running on a node, then done, failed, or queued again where their worker or node died. The nodes
+    still usable, each with its free slots."""
+
+    def __init__(self, jobs: list[UnitJob], places: list[tuple[Node, int]], asks: dict[str, float],
+                 write: Callable[[UnitResult], None], board: Board) -> None:
+        self.jobs, self.asks, self.write, self.board = jobs, asks, write, board
+        self.queue = collections.deque(jobs)
+        self.free = {n.id: slots for n, slots in places}
+        self.nodes = {n.id: n for n, _ in places}
+        self.running: dict[ray.ObjectRef, tuple[UnitJob, Node]] = {}
+        self.tries: collections.Counter[int] = collections.Counter()
+        self.failed = 0
+        self.remote = ray.remote(run_unit)
+
+    def run(self) -> int:
+        """Runs every unit, at most a node's slots at once, writing each as it finishes; how many failed. On
+        KeyboardInterrupt, cancels what runs and re-raises."""
+        try:
+            while self.queue or self.running:
+                self._fill()
+                if not self.running:  # what finished is kept and summarized
+                    self._stop("every node that could run a unit was lost")
+                    break
                 try:
-                    result: UnitResult = ray.get(ref)
-                except RayTaskError as e:  # the unit itself raised: another try would raise again
-                    failed += 1
-                    board.finish(node.name, ok=False)
-                    _say(f"  unit {job.index + 1}/{len(jobs)} {job.name}: failed on {node.name}: {_first(e)}")
-                except RayError as e:  # its worker or its node died
-                    board.again(node.name)
-                    if node.id in nodes and not _alive(node.id):
-                        del nodes[node.id]
-                        board.lose(node.name)
-                        _say(f"  node {node.name} lost")
-                    if tries[job.index] >= TRIES:
-                        failed += 1
-                        board.drop()
-                        _say(f"  unit {job.index + 1}/{len(jobs)} {job.name}: gave up after {TRIES} tries "
-                             f"({_first(e)})")
-                    else:
-                        queue.appendleft(job)
-                        _say(f"  unit {job.index + 1}/{len(jobs)} {job.name}: did not finish on {node.name} "
-                             f"({_first(e)}); runs again")
-                else:
-                    write(result)
-                    board.finish(node.name)
-                    _say(f"  unit {job.index + 1}/{len(jobs)} {job.name}: done on {node.name} ({result.device}, "
-                         f"its model loaded in {result.load_s:.1f} s)")
-                _say("  " + board.line())
-    except KeyboardInterrupt:
-        for ref in running:
-            ray.cancel(ref, force=True)
-        raise
-    return failed
+                    done, _ = ray.wait(list(self.running), num_returns=1, timeout=POLL_S)
+                except RayError as e:  # the head itself is gone
+                    self._stop(f"the cluster stopped answering ({first_line(e)})")
+                    break
+                for ref in done:
+                    self._settle(ref)
+                    _say("  " + self.board.line())
+        except KeyboardInterrupt:
+            for ref in self.running:
+                ray.cancel(ref, force=True)
+            raise
+        return self.failed
+
+    def _say(self, job: UnitJob, what: str) -> None:
+        _say(f"  unit {job.index + 1}/{len(self.jobs)} {job.name}: {what}")
+
+    def _fill(self) -> None:
+        for node in list(self.nodes.values()):
+            while self.queue and self.free[node.id] > 0:
+                job = self.queue.popleft()
+                ref = self.remote.options(max_retries=0, scheduling_strategy=on(node.id), **self.asks) \
+                    .remote(job, node.name)
+                self.running[ref] = (job, node)
+                self.free[node.id] -= 1
+                self.tries[job.index] += 1
+                self.board.start(node.name)
+                self._say(job, f"starts on {node.name}")
+
+    def _settle(self, ref: ray.ObjectRef) -> None:
+        job, node = self.running.pop(ref)
+        self.free[node.id] += 1
+        try:
+            result: UnitResult = ray.get(ref)
+        except RayTaskError as e:  # the unit itself raised: another try would raise again
+            self.failed += 1
+            self.board.finish(node.name, ok=False)
+            self._say(job, f"failed on {node.name}: {first_line(e)}")
+        except RayError as e:  # its worker or its node died
+            self._again(job, node, e)
+        else:
+            self.write(result)
+            self.board.finish(node.name)
+            self._say(job, f"done on {node.name} ({result.device}, its model loaded in {result.load_s:.1f} s)")
+
+    def _again(self, job: UnitJob, node: Node, e: RayError) -> None:
+        """A unit whose worker or node died: queued again (first in line), or given up after TRIES."""
+        self.board.again(node.name)
+        # a node Ray says died, or that the cluster no longer lists alive, takes no more units
+        if node.id in self.nodes and (isinstance(e, NodeDiedError) or not _alive(node.id)):
+            del self.nodes[node.id]
+            self.board.lose(node.name)
+            _say(f"  node {node.name} lost")
+        if self.tries[job.index] >= TRIES:
+            self.failed += 1
+            self.board.drop()
+            self._say(job, f"gave up after {TRIES} tries ({first_line(e)})")
+        else:
+            self.queue.appendleft(job)
+            self._say(job, f"did not finish on {node.name} ({first_line(e)}); runs again")
+
+    def _stop(self, why: str) -> None:
+        _say(f"  {why}; {len(self.queue)} units not run")
+        self.failed += len(self.queue)
+        for _ in self.queue:
+            self.board.drop()
+        self.queue.clear()
 
 
 def _alive(node: str) -> bool:

@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="how much worse counts: percentage points for overhead_pct, percent otherwise")
     args = p.parse_args(argv)
     try:
-        ra, rb = read(args.a).runs, read(args.b).runs
+        ra, rb = read(args.a).by_device().runs, read(args.b).by_device().runs  # never across devices
     except NotASweep as e:
         print(f"previewlab compare: {e}", file=sys.stderr)
         return 2

@@ -255,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help=f"the preview overhead the advice keeps under, percent (default {DEFAULT_BUDGET_PCT:g})")
     args = p.parse_args(argv)
     try:
-        sweep = read(args.dir)
+        sweep = read(args.dir).by_device()  # a sweep over several devices: a table per device
     except NotASweep as e:
         print(f"previewlab report: {e}", file=sys.stderr)
         return 2

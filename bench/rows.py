@@ -155,8 +155,9 @@ class Sweep:
 
 
 def read(folder: Path) -> Sweep:
-    """runs.csv and steps.csv of a sweep folder, its configurations named per device where it holds several
-    (Sweep.by_device). A line cut short (a sweep killed while writing) is left out. Raises NotASweep."""
+    """runs.csv and steps.csv of a sweep folder, as written (readers that group by configuration take
+    Sweep.by_device of the runs they read). A line cut short (a sweep killed while writing) is left out. Raises
+    NotASweep."""
     def lines(name: str) -> list[dict[str, str]]:
         p = folder / name
         if not p.is_file():
@@ -164,7 +165,7 @@ def read(folder: Path) -> Sweep:
         with open(p, newline="") as f:
             return [r for r in csv.DictReader(f) if None not in r.values()]
     return Sweep(tuple(SweepRow.from_row(r) for r in lines("runs.csv")),
-                 tuple(SweepStep.from_row(r) for r in lines("steps.csv"))).by_device()
+                 tuple(SweepStep.from_row(r) for r in lines("steps.csv")))
 
 
 def _role(name: str) -> Role:

@@ -271,9 +271,9 @@ def measured(model: Model, plan: Plan, image: Path, label: str = "", log: Callab
 
 def read_back(out: Path, runs: Sequence[SweepRow]) -> Sweep:
     """These runs and their step rows as out/runs.csv and out/steps.csv hold them, in the order given (the order
-    they ran; a cluster's units in the plan's order). Every figure is taken from the CSVs, as report and compare
-    read them: one figure, the same everywhere."""
-    return read(out).only(r.run_id for r in runs)
+    they ran; a cluster's units in the plan's order), named per device where they ran on several. Every figure is
+    taken from the CSVs, as report and compare read them: one figure, the same everywhere."""
+    return read(out).only(r.run_id for r in runs).by_device()
 
 
 def traced_run(model: Model, plan: Plan, out: Path, kind: str, label: str = "") -> dict[str, Any]:

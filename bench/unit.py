@@ -68,8 +68,8 @@ class UnitJob:
         """The unit's configuration as runs.csv names it (its baselines' name where it has none, 'direct' for
         the bare call)."""
         n = self.plan.narrow
-        if n is None:
-            return self.label + "the whole plan"
+        if n is None:  # a plan not cut into units: its baselines' name
+            return self.label + self.plan.name(replace(self.plan.settings.preview, decoder="none"))
         c = n.config
         if c is None and not self.plan.direct:
             c = replace(self.plan.settings.preview, decoder="none")

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from previewlab.preview.record.records import STEP_COLUMNS
 from tests.conftest import previewlab_here
@@ -81,7 +82,9 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     (("--noise-limit", "0"), "noise-limit is a percent above 0, at most 100"),
     (("--threads", "0"), "threads must be from 1 to 1024"),
     (("--device", "tpu"), "'tpu': not a device; allowed are auto, cpu, cuda, mps, xpu"),
-    (("--device", "cuda"), "--device: 'cuda': torch sees no CUDA device here; allowed on this machine: auto, cpu"),
+    pytest.param(("--device", "cuda"), "--device: 'cuda': torch sees no CUDA device here; allowed on this machine: "
+                 "auto, cpu", marks=pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees CUDA here")),
+    (("--ray", "local", "--warmup", "0"), "--ray needs --warmup 1 or more: each unit loads its model on its node"),
     (("--ray", "local", "--trace", "t"), "--trace and --cprofile trace one run on this machine; leave them out with --ray"),
     (("--ray", "127.0.0.1:1"), "--ray 127.0.0.1:1: nothing answers at 127.0.0.1:1 (Connection refused)"),  # at once
 ])

@@ -9,7 +9,8 @@ import pytest
 
 from previewlab.bench.axes import Setup
 from previewlab.bench.board import Board
-from previewlab.bench.cluster import ClusterError, Node, Writer, usable
+from previewlab.bench.cluster import Writer
+from previewlab.bench.nodes import ClusterError, Node, usable
 from previewlab.bench.rows import read
 from previewlab.bench.sweep import Narrow, Plan
 from previewlab.bench.unit import Load, NodeReport, UnitJob, look, run_unit
@@ -83,8 +84,10 @@ def test_a_cluster_no_node_of_which_can_run_a_unit_is_refused_naming_each_nodes_
         usable("cuda", [_node("a"), _node("b", gpus=1, sees=("cuda",), names=("NVIDIA A10",), why="--model x: "
                                                                                             "not here")])
     assert str(e.value) == "no node can run a unit (a: torch sees no CUDA device there; b: --model x: not here)"
-    with pytest.raises(ClusterError, match=r"a: it offers Ray no CPU"):
+    with pytest.raises(ClusterError, match=r"a: it offers Ray fewer CPUs than a unit asks \(1\)"):
         usable("cpu", [_node("a", cpus=0)])  # a head started with --num-cpus 0 runs no unit
+    places, _ = usable("cpu", [_node("a", cpus=8), _node("b", cpus=2)], cpus=4)  # --threads 4: 4 CPUs a unit
+    assert [(n.name, slots) for n, slots in places] == [("a", 2)]
 
 
 def test_the_progress_line_counts_units_per_node() -> None:
@@ -107,7 +110,14 @@ def test_the_progress_line_counts_units_per_node() -> None:
 def test_a_driver_writes_units_that_numbered_their_own_runs_under_its_own_ids(tmp_path: Path) -> None:
     plan = Plan(SETTINGS, ("latent2rgb", "taesd"), (1,), repeats=2, warmup=1, modes=("sync",))
     jobs = [UnitJob(i, Load("synthetic:tiny", device="cpu"), u) for i, u in enumerate(plan.units())]
-    results = [run_unit(j, f"node{j.index}") for j in jobs]  # two processes' worth of ids, the same scheme
+    results = [run_unit(j, f"node{j.index}") for j in jobs]
+    # as two machines number them: the same ids, since each starts its own sequence at the same second
+    results[1] = replace(results[1], runs=tuple(replace(r, record=replace(r.record, meta=replace(
+        r.record.meta, run_id=a.run_id))) for r, a in zip(results[1].runs, results[0].runs)),
+        steps=tuple(replace(s, row=replace(s.row, run_id=dict(zip((r.run_id for r in results[1].runs),
+                                                                    (a.run_id for a in results[0].runs)))[s.row.run_id]))
+                    for s in results[1].steps))
+    assert [r.run_id for r in results[0].runs] == [r.run_id for r in results[1].runs]
     out = Writer(tmp_path)
     for r in reversed(results):  # finished in another order than planned
         out.write(r)
@@ -134,7 +144,8 @@ def test_a_sweep_over_two_devices_names_each_configuration_per_device(tmp_path: 
     out.write(a)
     out.write(b)
     out.close()
-    names = [r.name for r in read(tmp_path).runs]
+    assert [r.name for r in read(tmp_path).runs] == ["none", "latent2rgb/every1/sync"] * 2  # runs.csv as written
+    names = [r.name for r in read(tmp_path).by_device().runs]  # as the summary, report and compare read them
     assert names == ["[cpu] none", "[cpu] latent2rgb/every1/sync", "[NVIDIA L4] none",
                      "[NVIDIA L4] latent2rgb/every1/sync"]
 
@@ -146,3 +157,27 @@ def test_a_node_says_what_it_cannot_load(tmp_path: Path) -> None:
                                                         "the local Hugging Face cache")
     assert look("synthetic:tiny", str(tmp_path / "taesd.pth")).missing.startswith("--taesd: no such file")
     assert look("synthetic:tiny", None).devices[0] == "cpu"
+
+
+@pytest.mark.slow  # seconds: the sweep twice
+def test_units_give_the_local_sweeps_summary_figure_for_figure(tiny, tmp_path: Path) -> None:
+    """On the fake clock (1 ms a reading), a sweep cut into units and written by a driver gives the same summary,
+    name for name and figure for figure, as the sweep run whole: the units run the same pairs, warmed the same."""
+    from previewlab.bench.summary import summarize
+    from previewlab.bench.sweep import measured, read_back, run_sweep
+    from previewlab.bench.unit import UnitResult
+    from tests.golden_sweep import VOLATILE, TickClock
+
+    plan = Plan(SETTINGS, ("none", "latent2rgb", "taesd", "vae"), (1,), repeats=2, warmup=1, modes=("sync",))
+    local = read_back(tmp_path / "local", run_sweep(tiny, plan, tmp_path / "local", clock=TickClock()))
+    out = Writer(tmp_path / "units")
+    for i, unit in reversed(list(enumerate(plan.units()))):
+        made = list(measured(tiny, unit, tmp_path / "final.png", clock=TickClock(), node="n"))
+        out.write(UnitResult(i, "n", "cpu", tuple(r for r, _ in made), tuple(s for _, ss in made for s in ss), 0.0))
+    out.close()
+    units = read_back(tmp_path / "units", out.runs)
+
+    def figures(sweep) -> list[dict]:
+        return [{k: v for k, v in r.to_row().items() if k not in VOLATILE} for r in summarize(sweep.runs, sweep.steps)]
+    assert [r["config"] for r in figures(units)] == ["none"] + [f"{d}/every1/sync" for d in ("latent2rgb", "taesd", "vae")]
+    assert figures(units) == figures(local)
