@@ -32,8 +32,9 @@ typecheck: $(TEST_STAMP)
 	$(PY) -m mypy --explicit-package-bases previewlab tests examples docs
 
 test: $(TEST_STAMP) typecheck
-	# a worker per core (pytest-xdist), a test file to each: a file's fixtures are built once
-	$(PY) -m pytest -q -n auto --dist loadfile --durations=25 tests  # the slowest 25 named: CI aims at 10 minutes
+	# a worker per core (pytest-xdist), a test file to each: a file's fixtures are built once; the files in
+	# the order tests/conftest.py gives them (the longest first), not xdist's (the most tests first)
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=25 tests  # the slowest 25 named: CI aims at 10 minutes
 
 # the quick loop: leaves out real uvicorn, Chromium, training, whole sweeps and other tests of several seconds
 quick: $(TEST_STAMP)
