@@ -3,7 +3,7 @@
 The driver (this process) asks every node what it can run (bench/unit.py's look: the devices torch sees, the
 model there or not), plans the sweep from one node's load of the model, then hands each unit (one configuration
 with its own baselines and warm-up) to a node with a free slot: one GPU each where the sweep runs on GPUs, one
-CPU each otherwise. A unit's rows are written only once it has finished, so a unit lost with its node runs again
+CPU each otherwise (--threads N: N CPUs). A unit's rows are written only once it has finished, so a unit lost with its node runs again
 on another and nothing is counted twice; Ctrl-C cancels what runs and keeps what finished. The driver chooses
 the node itself (Ray's node affinity), so it knows what runs where: the progress line and runs.csv say it.
 """

@@ -37,20 +37,6 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(share)
 
 
-# The longest test files, longest first (CI's durations, 2026-12-05: each holds 30 to 90 s of one worker). The
-# Makefile runs pytest-xdist with --dist loadfile --no-loadscope-reorder, so files go to the workers in this
-# collection order: these first, the rest after. xdist's default order (most tests first) sent these few-test
-# files last, where one worker ran them alone while the other sat idle.
-LONGEST_FIRST = ("test_train_demo.py", "test_cluster.py", "test_link.py", "test_memory.py", "test_folder_life.py",
-                 "test_resilience.py", "test_reports.py", "test_single_file.py", "test_script_runs.py",
-                 "test_page_faults.py", "test_shutdown.py", "test_browser.py")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
-
-
 @pytest.fixture(scope="session")
 def tiny() -> Model:
     return load("synthetic:tiny", device="cpu")

@@ -1,13 +1,14 @@
 """Issue 48: `previewlab bench --ray` on a real two-node Ray cluster (ray.cluster_utils.Cluster, both nodes on
 this machine), one node removed mid-sweep. Every configuration lands in runs.csv once, each paired with a
-baseline from its own node, and the summary has the local bench's names and columns. Before it, a cluster that
-cannot run a unit is refused in one line; after it, Ctrl-C keeps the finished units and frees the node."""
+baseline from its own node, and the summary has the local bench's names and columns. After it, a cluster that
+cannot run a unit is refused in one line, and Ctrl-C keeps the finished units and frees the node."""
 from __future__ import annotations
 
 import csv
 import logging
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -43,8 +44,8 @@ def _summary(folder: Path) -> tuple[list[str], list[str]]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[Cluster, Any]]:
-    """A head and a second node of one CPU each; the tests below run in this order, the second node lost in
-    the middle one."""
+    """A head and a second node of one CPU each; the tests below run in this order: the sweep that loses the
+    second node first (its units warm the workers the other two reuse), then on the head alone."""
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
@@ -70,18 +71,6 @@ def _lines(bench: subprocess.Popen[str]) -> Iterator[str]:
         bench.wait(timeout=60)
     finally:
         watchdog.cancel()
-
-
-def test_a_cluster_that_cannot_run_a_unit_is_refused_in_one_line_before_any_run(
-        cluster: tuple[Cluster, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """No GPU where --device cuda asks for one (a model missing on every node takes the same path: each node's
-    reason from unit.look, tests/test_units.py)."""
-    c, _ = cluster
-    assert bench_main(["--ray", c.address, *FLAGS, "--device", "cuda", "--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"previewlab bench: --ray {c.address}: no node can run a unit ("), err
-    assert err[0].count("torch sees no CUDA device there") == 2, err  # each node's reason
-    assert not (tmp_path / "runs.csv").exists()
 
 
 def test_a_sweep_on_two_nodes_survives_losing_one(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
@@ -122,6 +111,19 @@ def test_a_sweep_on_two_nodes_survives_losing_one(cluster: tuple[Cluster, Any], 
 
     assert bench_main([*FLAGS, "--out", str(tmp_path / "local")]) == 0
     assert _summary(tmp_path / "cluster") == _summary(tmp_path / "local")
+
+
+def test_a_cluster_that_cannot_run_a_unit_is_refused_in_one_line_before_any_run(
+        cluster: tuple[Cluster, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No GPU where --device cuda asks for one (a model missing on every node takes the same path: each node's
+    reason from unit.look, tests/test_units.py). The head is the one live node left."""
+    c, _ = cluster
+    assert c.head_node is not None
+    assert bench_main(["--ray", c.address, *FLAGS, "--device", "cuda", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"previewlab bench: --ray {c.address}: no node can run a unit "
+                   f"({socket.gethostname()}/{c.head_node.node_id[:8]}: torch sees no CUDA device there)"], err
+    assert not (tmp_path / "runs.csv").exists()
 
 
 def test_ctrl_c_cancels_what_runs_and_keeps_every_finished_unit(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
