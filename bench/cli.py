@@ -51,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("previewlab bench: --ray needs --warmup 1 or more: each unit loads its model on its node, and its "
                   "first run would be a cold one, left out with its pair", file=sys.stderr)
             return 2
+        from previewlab.bench.ray_auth import adopt
+
+        adopt(args.ray)  # before Ray is imported: it reads its token mode then
         from previewlab.bench.cluster import sweep_on_ray
 
         return sweep_on_ray(args, counts)

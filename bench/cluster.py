@@ -26,10 +26,11 @@ from ray.exceptions import NodeDiedError, RayError, RayTaskError
 
 from previewlab.bench.board import Board
 from previewlab.bench.cli import finish, meta_line, plan_of, variants
+from previewlab.bench.ray_auth import token_here
 from previewlab.bench.nodes import ClusterError, Node, first_line, on, probe, usable
 from previewlab.bench.rows import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, SweepRow
 from previewlab.bench.unit import UnitJob, UnitResult, prepare, run_unit
-from previewlab.preview.record.csv_writer import CsvAppender, CsvSchemaError
+from previewlab.preview.record.csv_writer import CsvAppender, CsvSchemaError, appendable
 from previewlab.preview.record.run_ids import RunIds
 
 TRIES = 3          # a unit whose worker or node dies is run again, up to this many tries in all
@@ -42,6 +43,12 @@ def sweep_on_ray(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
     local bench's (2: refused, 130: interrupted, 3: noisy with --strict), or 1 where a unit failed."""
     if args.trace is not None or args.cprofile is not None:
         _say("previewlab bench: --trace and --cprofile trace one run on this machine; leave them out with --ray")
+        return 2
+    try:  # before the cluster: a folder of an older previewlab is refused at once, and nothing is written
+        for name, columns in (("runs.csv", RUNS_CSV_COLUMNS), ("steps.csv", STEPS_CSV_COLUMNS)):
+            appendable(args.out / name, columns)
+    except CsvSchemaError as e:
+        _say(f"previewlab bench: --out {args.out}: {e}")
         return 2
     try:
         _connect(args.ray)
@@ -75,6 +82,7 @@ def _answers(address: str) -> None:
 
 def _connect(address: str) -> None:
     _answers(address)
+    token = token_here()
     quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
     try:
         if address == "local":  # a cluster of this machine alone: its cores and GPUs
@@ -82,8 +90,10 @@ def _connect(address: str) -> None:
         else:
             ray.init(address=address, **quiet)
     except (ConnectionError, RuntimeError, ValueError, RayError) as e:  # RayError: a token refused, among others
-        raise ClusterError(f"cannot join the cluster ({first_line(e)}); start one with `ray start --head` on its head "
-                           "machine, or give --ray local") from None
+        hint = ("start one with `ray start --head` on its head machine, or give --ray local" if address == "auto" else
+                "if it was started with token authentication (Ray 2.60's `ray start --head` does), copy its head's "
+                "~/.ray/auth_token here" if not token else "check that its head's ~/.ray/auth_token is the one here")
+        raise ClusterError(f"cannot join the cluster ({first_line(e)}); {hint}") from None
 
 
 @contextlib.contextmanager
@@ -166,7 +176,7 @@ def _sweep(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
     jobs = [replace(j, index=i) for i, j in enumerate(jobs)]
     try:
         out = Writer(args.out)
-    except CsvSchemaError as e:
+    except CsvSchemaError as e:  # another process wrote there since it was checked
         _say(f"previewlab bench: --out {args.out}: {e}")
         return 2
     _say(f"{'synthetic ' if facts.synthetic else ''}model {facts.name} ({facts.described}); {len(jobs)} unit{'s' * (len(jobs) > 1)} of "

@@ -149,10 +149,15 @@ def device_named(name: str) -> str:
 
 
 def ray_address(text: str) -> str:
-    """--ray: what ray.init takes (auto, ray://head:10001, host:port), or local for a cluster in this process."""
-    if not text.strip() or any(c.isspace() for c in text):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a Ray address (auto, ray://HEAD:10001, HOST:PORT) or "
-                                         "local")
+    """--ray: auto, local (a cluster in this process), HOST:PORT or ray://HOST:PORT (Ray Client), the forms
+    ray.init takes; the port a number from 1 to 65535."""
+    if text in ("auto", "local"):
+        return text
+    host, sep, port = text.removeprefix("ray://").rpartition(":")
+    if not sep or not host.strip("[]") or any(c.isspace() for c in text) or not port.isdigit() \
+            or not 1 <= int(port) <= 65535 or "://" in text.removeprefix("ray://"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give auto, local, HOST:PORT or ray://HOST:PORT (a port from 1 to "
+                                         "65535)")
     return text
 
 

@@ -87,6 +87,8 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     (("--ray", "local", "--warmup", "0"), "--ray needs --warmup 1 or more: each unit loads its model on its node"),
     (("--ray", "local", "--trace", "t"), "--trace and --cprofile trace one run on this machine; leave them out with --ray"),
     (("--ray", "127.0.0.1:1"), "--ray 127.0.0.1:1: nothing answers at 127.0.0.1:1 (Connection refused)"),  # at once
+    (("--ray", ":"), "argument --ray: ':': give auto, local, HOST:PORT or ray://HOST:PORT (a port from 1 to 65535)"),
+    (("--ray", "localhost:notaport"), "'localhost:notaport': give auto, local, HOST:PORT or ray://HOST:PORT"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle, tmp_path):
     p = previewlab_here("bench", "--model", "synthetic:tiny", "--out", str(tmp_path), *args)

@@ -181,3 +181,15 @@ def test_units_give_the_local_sweeps_summary_figure_for_figure(tiny, tmp_path: P
         return [{k: v for k, v in r.to_row().items() if k not in VOLATILE} for r in summarize(sweep.runs, sweep.steps)]
     assert [r["config"] for r in figures(units)] == ["none"] + [f"{d}/every1/sync" for d in ("latent2rgb", "taesd", "vae")]
     assert figures(units) == figures(local)
+
+
+def test_a_folder_of_an_older_previewlab_is_refused_before_the_cluster_and_left_as_it_was(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from previewlab.bench.cli import main as bench_main
+
+    old = "config,role,repeat,run_id\nnone,baseline,1,20261201-000000-000\n"  # a runs.csv without `node`
+    (tmp_path / "runs.csv").write_text(old)
+    assert bench_main(["--ray", "local", "--model", "synthetic:tiny", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "runs.csv: its columns differ from this version's" in err[0], err
+    assert (tmp_path / "runs.csv").read_text() == old and not (tmp_path / "steps.csv").exists()

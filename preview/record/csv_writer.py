@@ -31,6 +31,20 @@ class CsvSchemaError(ValueError):
     """A CSV to append to whose header is not the columns being written (made by another previewlab version)."""
 
 
+def appendable(path: Path, columns: tuple[str, ...]) -> bool:
+    """Whether `path` is new (or empty); raises CsvSchemaError where it holds other columns. Writes nothing, so
+    a command can ask before its long part."""
+    if not path.exists() or path.stat().st_size == 0:
+        return True
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        header = next(csv.reader(f), [])
+    if tuple(header) != columns:
+        missing = [c for c in columns if c not in header][:3]
+        raise CsvSchemaError(f"{path}: its columns differ from this version's (for example "
+                             f"{', '.join(missing) or 'their order'}); write to a new folder or move it away")
+    return False
+
+
 class CsvAppender:
     """Appends rows and flushes each batch to disk, so a killed process leaves every written row readable. An
     existing file is appended to only when its header is these columns: rows under another header would be read
@@ -40,14 +54,7 @@ class CsvAppender:
         """fsync=False: flush to the OS only, which a killed process cannot lose (a power cut can)."""
         self.path, self.columns, self.fsync = Path(path), tuple(columns), fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fresh = not self.path.exists() or self.path.stat().st_size == 0
-        if not fresh:
-            with open(self.path, newline="", encoding="utf-8", errors="replace") as f:
-                header = next(csv.reader(f), [])
-            if tuple(header) != self.columns:
-                missing = [c for c in self.columns if c not in header][:3]
-                raise CsvSchemaError(f"{self.path}: its columns differ from this version's (for example "
-                                     f"{', '.join(missing) or 'their order'}); write to a new folder or move it away")
+        fresh = appendable(self.path, self.columns)
         self._f = open(self.path, "a", newline="", encoding="utf-8")
         self._w = csv.writer(self._f)
         if fresh:
