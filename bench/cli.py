@@ -186,7 +186,7 @@ def _settings(args: argparse.Namespace, facts: Facts, preview: PreviewSettings, 
 
 
 def plan_of(args: argparse.Namespace, settings: RunSettings, video: bool, compile_decoder: bool,
-          counts: tuple[int, ...], device: str) -> Plan:
+            counts: tuple[int, ...], device: str) -> Plan:
     """The flags' sweep: a video model's defaults are every step and the frames axis; the mode's, the device's
     (settings.default_mode)."""
     from previewlab.bench.sweep import Plan
@@ -201,7 +201,7 @@ def plan_of(args: argparse.Namespace, settings: RunSettings, video: bool, compil
 
 
 def meta_line(args: argparse.Namespace, facts: Facts, settings: RunSettings, r0: RunRecord,
-          counts: tuple[int, ...], where: str = "") -> str:
+              counts: tuple[int, ...], where: str = "") -> str:
     """The summary's line of what ran: model, device (where: the devices and nodes of a cluster's sweep), dtypes,
     size, steps, axes, encoder, versions."""
     return (f"{facts.label} | "
