@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from previewlab.bench.rows import SweepRow
-from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Analysis, analyze, rank
+from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Analysis, analyze
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
 
-__all__ = ["DEFAULT_BUDGET_PCT", "of_sweep", "lines", "rank"]
+__all__ = ["DEFAULT_BUDGET_PCT", "of_sweep", "lines"]
 
 
 def of_sweep(runs: Sequence[SweepRow], budget: float = DEFAULT_BUDGET_PCT,

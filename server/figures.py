@@ -8,15 +8,14 @@ is removed; a listing then costs one stat per run. The analysis of a run takes t
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, PAGE_REMEDIES, Analysis, analyze, said
-from previewlab.preview.decoding import decoders
+from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Analysis, Surface, analyze, said
+from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.judging.analysis import Entry, cost_key, entry, overhead_pct, paired
 from previewlab.preview.record.run import RunRecord
 
@@ -40,6 +39,19 @@ def page_more(n: int) -> str:
     return f"measure {n} more pair{'s' if n > 1 else ''} for the 95 % level"
 
 
+PAGE_LABELS = {"decoder": "Decoder", "every": "Every N steps", "decode_at": "Decoder stops at",
+               "preview_max": "Preview size"}
+
+
+def page_how(setting: str, value: object) -> str:
+    """How the page measures a setting."""
+    return f"measure it: {PAGE_LABELS.get(setting, setting)} {value}, then Measure overhead"
+
+
+PAGE = Surface(page_more, "measure more baselines (the measure button), stop other jobs on this machine, or start "
+                          "the server with fewer torch threads than cores", page_how)
+
+
 @dataclass(frozen=True)
 class Known:
     stamp: int     # meta.json's mtime_ns when it was read
@@ -50,9 +62,9 @@ class Figures:
     """The data folder's ended runs as the analysis reads them, kept between requests (store: where they are)."""
 
     def __init__(self, store: Store, has_taesd: bool = True) -> None:
-        """has_taesd: the model has TAE weights, so the advice may name taesd as the cheaper decoder."""
+        """has_taesd: the model has TAE weights, so the advice may name taesd."""
         self.store = store
-        self.cheaper = functools.partial(decoders.cheaper, has_taesd=has_taesd)
+        self.decoders = tuple(d for d in DECODER_NAMES if has_taesd or d != "taesd")
         self._known: dict[str, Known] = {}
         self._lock = threading.Lock()  # the disk thread (listings) and the writer (a run's end) both read
 
@@ -107,7 +119,7 @@ class Figures:
         if me is None:
             return None
         current = me.name if me.role == "config" else None
-        a = analyze(group, budget, current, more=page_more, remedies=PAGE_REMEDIES, cheaper=self.cheaper)
+        a = analyze(group, budget, current, surface=PAGE, decoders=self.decoders)
         return finite({**a.to_json(), "group": group_of(me)})
 
     def of_runs(self, metas: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -127,7 +139,7 @@ class Figures:
             key = cost_key(me.record.meta)
             if key not in judged:
                 group = groups[key]
-                judged[key] = (analyze(group, more=page_more, remedies=PAGE_REMEDIES, cheaper=self.cheaper),
+                judged[key] = (analyze(group, surface=PAGE, decoders=self.decoders),
                                {r.record.run_id: (r, b) for ps in paired(group).values() for r, b in ps})
             a, pairs = judged[key]
             out.append({**m, "figures": finite(run_figures(me, a, pairs.get(me.record.run_id)))})
@@ -138,8 +150,8 @@ class Figures:
         me, group = self.like(rid)
         if me is None:
             return {}
-        a = analyze(group, budget, me.name if me.role == "config" else None, more=page_more, remedies=PAGE_REMEDIES,
-                    cheaper=self.cheaper)
+        a = analyze(group, budget, me.name if me.role == "config" else None, surface=PAGE,
+                    decoders=self.decoders)
         pair = next(((r, b) for ps in paired(group).values() for r, b in ps if r.record.run_id == rid), None)
         return finite({"figures": run_figures(me, a, pair), "analysis": {**a.to_json(), "group": group_of(me)}})
 

@@ -13,7 +13,6 @@ text encoders and VAE decoder, and one forward pre-hook on the UNet that removes
 """
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
 import threading
@@ -28,7 +27,7 @@ from diffusers.callbacks import PipelineCallback
 from previewlab.preview.source import modular
 from previewlab.preview.call.controls import Controls
 from previewlab.preview.record.csv_writer import to_csv_text
-from previewlab.preview.decoding.decoders import DecoderError, cheaper, taesd_refusal
+from previewlab.preview.decoding.decoders import DecoderError, taesd_refusal
 from previewlab.preview.judging.digest import digest, judged
 from previewlab.preview.call.final import save_image
 from previewlab.preview.call.lifecycle import CallState, MeasuredCall
@@ -40,6 +39,7 @@ from previewlab.preview.decoding.rgb_decoder import has_factors
 from previewlab.preview.record.records import STEP_COLUMNS, StepRow
 from previewlab.preview.record.run import RunEnd, RunEvents, RunMeta, RunRecord
 from previewlab.preview.record.run_ids import PROCESS_IDS
+from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.settings import default_mode
 from previewlab.preview.call.script_pipe import call_inputs, model_of, script_call
 from previewlab.preview.source.sources import chunked, source_of
@@ -414,9 +414,8 @@ class Watch(PipelineCallback):
         rec = self.record
         if rec is None:
             return "no finished call yet"
-        below = functools.partial(cheaper, has_taesd=self.model.taesd is not None)  # a TAE it lacks is skipped
-        return "\n".join(digest(rec, self.rows) + judged(self.records, self.controls.get(), budget, self.changed,
-                                                          below))
+        can = tuple(d for d in DECODER_NAMES if d != "taesd" or self.model.taesd is not None)  # a TAE it lacks
+        return "\n".join(digest(rec, self.rows) + judged(self.records, self.controls.get(), budget, self.changed, can))
 
     @property
     def record(self) -> RunRecord | None:

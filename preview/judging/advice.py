@@ -1,16 +1,23 @@
 """What to set: the verdict a set of runs supports, built once here and rendered by every surface (the bench's
-summary and report, the server's page, a watch's summary). Every sentence quotes the figure it comes from.
+summary and report, compare, the server's page, a watch's summary). Every sentence quotes the figure it comes from.
 
-The rule this product is built on: choose the sparsest interval that still gives useful feedback. Here, read
-the other way round as a user asks it: the most frequent preview, then the largest decoder, then the largest
-size, whose overhead interval stays under the user's budget. Where the preview's time goes decides the remedy:
-decoding -> a smaller decoder or a smaller preview; encoding and transfer -> fewer or smaller frames; a slower
-denoising -> syncs and memory pressure. Advice never builds on noise:
-- it recommends a configuration only when its interval holds at the 95 % level and its top is under the budget,
-  so never on one pair, never on an interval of a few pairs, never on a noisy machine's guess;
-- an overhead wholly below 0 is a drifting machine (previews cannot make a run faster): said, never recommended;
-- "the cheapest" is the lowest-cost configuration measured, whatever its level, and the advice says its level;
-- it names the setting it would change, and never recommends the one in use.
+The rule this product is built on: choose the sparsest interval that still gives useful feedback. Of the
+configurations whose overhead interval stays under the user's budget, the sparsest useful one, then the cheapest
+decoder. What a preview shows is not measured yet, so "useful" cannot be judged here: the advice names every
+configuration that fits and keeps the one in use where it fits, or sets the one nearest to it (fewest settings
+changed, then the nearest interval); it never prefers the most frequent preview. Advice never builds on noise:
+- a setting is recommended or derived ("every about N") only from a figure whose interval holds at the 95 % level
+  and lies above 0, on a machine whose baselines are not NOISY: never from one pair, a few pairs, or noise;
+- "the cheapest" is claimed only where that configuration's 95 % interval lies below every other's; otherwise
+  the configurations that cannot be told apart are named;
+- a configuration whose runs made fewer than 2 previews shows nothing to judge: it is never named or advised,
+  and no interval is proposed that makes fewer than 2 in the run;
+- decoders are ordered by the ms a preview they took here (the stage times recorded for this model, size and
+  device), each an interval over its runs; never by an assumed order. Where nothing was measured, it says so;
+- an overhead wholly below 0 is a drifting machine (previews cannot make a run faster): said, never recommended.
+A remedy names a setting that shrinks the part that dominates, for the decoder and decode_at in use, and says how
+the surface measures it.
+No torch here.
 """
 from __future__ import annotations
 
@@ -19,46 +26,38 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from previewlab.preview.judging.analysis import Finding, Measured, baseline_noise, findings, steady_baselines
-from previewlab.preview.decoding.decoders import DECODERS
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, Estimate, Noise, verdict
+from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.settings import SIDE_STREAM_DEVICES
 
 DEFAULT_BUDGET_PCT = 5.0
-# where a preview's time goes, and what to do when that part dominates
-REMEDY = {
-    "decode": "a smaller decoder or a smaller preview",
-    "resize": "a smaller preview (decode at the preview's size)",
-    "transfer": "fewer or smaller frames (a larger interval, a smaller preview)",
-    "encode": "fewer or smaller frames (a larger interval, a smaller preview, a lower quality)",
-    "slower denoising": "look at syncs and memory pressure (overlap mode, a smaller decoder)",
-}
-
-
-def remedy(part: str, mode: str, device: str) -> str:
-    """REMEDY, said for the mode in use: overlap is never offered to a run already in it, nor where it has no
-    side stream to run on (a CPU)."""
-    if part != "slower denoising":
-        return REMEDY[part]
-    if mode == "overlap":
-        why = "its side stream runs beside the denoising" if device in SIDE_STREAM_DEVICES else \
-            f"on a {device} overlap has no side stream, so the preview work still shares the cores"
-        return f"a smaller decoder or fewer previews (overlap is in use: {why})"
-    if device in SIDE_STREAM_DEVICES:
-        return REMEDY[part]
-    return f"a smaller decoder or fewer previews (overlap would not help: a {device} has no side stream)"
-
-
-def rank(decoder: str) -> int:
-    """How large a decoder is: the steps down its `cheaper` chain to the bottom (vae 3, taesd 2, latent2rgb 1)."""
-    spec = DECODERS.get(decoder)  # type: ignore[call-overload]
-    if spec is None or spec.build is None:
-        return 0
-    return 1 + (rank(spec.cheaper) if spec.cheaper else 0)
+MIN_PREVIEWS = 2  # a run that previews fewer times shows nothing of its course: never advised
+MAX_EVERY = 10_000  # settings' largest interval
 
 
 def bench_more(n: int) -> str:
     """How the bench gets n more pairs."""
     return f"--repeats {n} more for the 95 % level"
+
+
+_FLAGS = {"decoder": "--decoders", "every": "--every", "decode_at": "--decode-at", "preview_max": "--preview-max"}
+
+
+def bench_how(setting: str, value: object) -> str:
+    """How the bench measures a setting."""
+    return f"measure it: previewlab bench {_FLAGS.get(setting, '--' + setting)} {value}"
+
+
+@dataclass(frozen=True)
+class Surface:
+    """What differs between the surfaces that render the advice: how each gets n more pairs (more), what its
+    NOISY line offers (remedies: None, the bench's), and how its user measures a setting (how)."""
+    more: Callable[[int], str] = bench_more
+    remedies: str | None = None
+    how: Callable[[str, object], str] = bench_how
+
+
+BENCH = Surface()
 
 
 def said(e: Estimate | None, more: Callable[[int], str] = bench_more) -> str:
@@ -69,11 +68,21 @@ def said(e: Estimate | None, more: Callable[[int], str] = bench_more) -> str:
     return f"{e.signed()}: {verdict(e)}{tail}"
 
 
+def finding_is_sure(e: Estimate | None) -> bool:
+    """A figure advice may build on: its interval holds at the 95 % level and lies wholly above 0."""
+    return e is not None and e.sure and e.lo is not None and e.lo > 0
+
+
+def shows(f: Finding) -> bool:
+    """Its runs made at least MIN_PREVIEWS previews each (the median): otherwise it previews nothing to judge."""
+    return f.previews >= MIN_PREVIEWS
+
+
 def under(f: Finding, budget: float) -> bool:
-    """Its overhead holds at the 95 % level, its top under the budget, and not wholly below 0 (a drifting
-    machine): a configuration in use that is under the budget is kept, the autopilot's included."""
+    """Its overhead holds at the 95 % level, its top under the budget, not wholly below 0 (a drifting machine),
+    and its runs preview: a configuration in use that is under the budget is kept, the autopilot's included."""
     e = f.overhead
-    return e is not None and e.sure and e.hi is not None and e.hi <= budget and not e.below_zero
+    return e is not None and e.sure and e.hi is not None and e.hi <= budget and not e.below_zero and shows(f)
 
 
 def fits(f: Finding, budget: float) -> bool:
@@ -82,25 +91,148 @@ def fits(f: Finding, budget: float) -> bool:
     return f.preview.budget <= 0 and under(f, budget)
 
 
+def _every(p: Any) -> str:
+    return f"auto {p.budget:g} %" if p.budget > 0 else str(p.every)
+
+
+CHANGED = ("decoder", "preview_max", "mode", "target", "frames", "decode_at")
+
+
 def changes(current: Finding | None, pick: Finding) -> str:
     """The settings `pick` changes from `current`, in words ('decoder vae -> taesd, every 1 -> 4'); its whole name
     when there is no current configuration."""
     if current is None:
         return pick.name
     a, b = current.preview, pick.preview
-    def every(p: Any) -> str:
-        return f"auto {p.budget:g} %" if p.budget > 0 else str(p.every)
-    out = [f"every {every(a)} -> {every(b)}"] if every(a) != every(b) else []
-    out += [f"{k} {getattr(a, k)} -> {getattr(b, k)}" for k in ("decoder", "preview_max", "mode", "target", "frames",
-                                                                "decode_at") if getattr(a, k) != getattr(b, k)]
+    out = [f"every {_every(a)} -> {_every(b)}"] if _every(a) != _every(b) else []
+    out += [f"{k} {getattr(a, k)} -> {getattr(b, k)}" for k in CHANGED if getattr(a, k) != getattr(b, k)]
     return ", ".join(out) or pick.name
 
+
+def nearest(fit: Sequence[Finding], current: Finding) -> Finding:
+    """Of the configurations that fit, the one nearest the one in use: fewest settings changed, then the interval
+    nearest to its own (on a log scale), then the lower overhead."""
+    a = current.preview
+
+    def key(f: Finding) -> tuple[float, ...]:
+        b, e = f.preview, f.overhead
+        moved = sum(getattr(a, k) != getattr(b, k) for k in CHANGED) + (_every(a) != _every(b))
+        return (moved, abs(math.log(b.every / max(1, a.every))), e.value if e else math.inf)
+    return min(fit, key=key)
+
+
+# -- decoders by their measured cost ---------------------------------------------------------------------------
+
+def decoder_costs(found: Sequence[Finding]) -> dict[str, Estimate]:
+    """Each decoder's ms a preview as measured here: of its configurations that made previews, the one with the
+    most runs (its interval the tightest), so decoders are compared on their own figures, never the registry's."""
+    out: dict[str, Finding] = {}
+    for f in found:
+        if f.preview_ms is None or f.preview.decoder == "none":
+            continue
+        have = out.get(f.preview.decoder)
+        if have is None or (have.preview_ms is not None and f.preview_ms.n > have.preview_ms.n):
+            out[f.preview.decoder] = f
+    return {d: f.preview_ms for d, f in out.items() if f.preview_ms is not None}
+
+
+def cheaper_than(a: Estimate, b: Estimate) -> bool:
+    """a is surely cheaper than b: both intervals hold at the 95 % level and a's lies wholly below b's."""
+    return a.sure and b.sure and a.hi is not None and b.lo is not None and a.hi < b.lo
+
+
+def ms(e: Estimate) -> str:
+    """A duration's estimate: '8.0 ms [7.5, 8.4]', its level where under 95 %, or '8.0 ms n=1'."""
+    if e.lo is None or e.hi is None:
+        return f"{e.value:.1f} ms n={e.n}"
+    level = "" if e.sure else f" ({e.level_pct:.0f} %)"
+    return f"{e.value:.1f} ms [{e.lo:.1f}, {e.hi:.1f}]{level}"
+
+
+def cost_order(costs: dict[str, Estimate]) -> str:
+    """The decoders from the cheapest, as measured: 'latent2rgb 1.2 ms [1.1, 1.3] < taesd 8.0 ms [...]', with
+    '~' between two that the intervals cannot tell apart."""
+    ranked = sorted(costs.items(), key=lambda kv: kv[1].value)
+    out = ""
+    for i, (d, e) in enumerate(ranked):
+        if i:
+            out += " < " if cheaper_than(ranked[i - 1][1], e) else " ~ "
+        out += f"{d} {ms(e)}"
+    return out
+
+
+def _cheaper_decoders(f: Finding, costs: dict[str, Estimate], can: Sequence[str],
+                      surface: Surface) -> list[str]:
+    """The decoders to try instead of f's: those measured surely cheaper here, with their figure; where none was,
+    those this model can run that were not measured, and how to measure them."""
+    mine = costs.get(f.preview.decoder)
+    out = [f"decoder {d} (measured {e.value:.1f} ms a preview here against {mine.value:.1f})"
+           for d, e in sorted(costs.items(), key=lambda kv: kv[1].value)
+           if d != f.preview.decoder and mine is not None and cheaper_than(e, mine)]
+    if out:
+        return out
+    unmeasured = [d for d in can if d not in costs and d not in ("none", f.preview.decoder)]
+    if unmeasured:
+        return [f"decoder {' or '.join(unmeasured)}, not measured here: which costs less on this model is a "
+                f"measurement ({surface.how('decoder', unmeasured[0])})"]
+    return []
+
+
+def levers(f: Finding, part: str, costs: dict[str, Estimate], can: Sequence[str], surface: Surface) -> list[str]:
+    """Settings that shrink `part` for f's decoder and decode_at, each with how this surface measures it."""
+    p = f.preview
+    out: list[str] = []
+    if part in ("decode", "resize"):
+        if p.decoder == "vae" and p.decode_at != "half_latents":
+            out.append("decode_at half_latents (the VAE decodes the latents halved per side: about a quarter of the "
+                       f"work, blurrier; {surface.how('decode_at', 'half_latents')})")
+        if p.decoder == "taesd" and p.decode_at == "full":
+            out.append("decode_at preview (TAESD leaves out its last upsampling stages down to the preview's size; "
+                       f"{surface.how('decode_at', 'preview')})")
+        elif p.decoder == "taesd" and p.preview_max == 0:  # native size: the TAE runs every upsampling stage
+            out.append("a smaller preview (TAESD stops its upsampling at the preview's size; "
+                       f"{surface.how('preview_max', 256)})")
+        if part == "decode":
+            out += _cheaper_decoders(f, costs, can, surface)
+    elif part in ("transfer", "encode"):
+        out.append("fewer or smaller frames (a sparser interval, a smaller preview"
+                   + (", a lower quality" if part == "encode" else "") + ")")
+    else:  # slower denoising
+        if p.mode == "overlap":
+            why = "its side stream runs beside the denoising" if f.device in SIDE_STREAM_DEVICES else \
+                f"on a {f.device} overlap has no side stream, so the preview work still shares the cores"
+            out.append(f"fewer previews (overlap is in use: {why})")
+        elif f.device in SIDE_STREAM_DEVICES:
+            out.append("overlap mode (the preview work on a side stream), or look at syncs and memory pressure")
+        else:
+            out.append(f"fewer previews (overlap would not help: a {f.device} has no side stream)")
+        out += _cheaper_decoders(f, costs, can, surface)
+    return out or ["fewer previews (a sparser interval)"]
+
+
+def goes(f: Finding, costs: dict[str, Estimate], can: Sequence[str], surface: Surface) -> str:
+    """Where one configuration's preview time goes, and the remedy only when its cost is a sure finding."""
+    name, ms, total = f.dominant()
+    head = f"{f.name}: {said(f.overhead, surface.more)}"
+    if not shows(f):
+        made = f"{f.previews:g} preview" + ("" if f.previews == 1 else "s")
+        return f"{head}; its runs made {made} each: nothing to judge, never advised"
+    if total <= 0:
+        return f"{head}; no preview time measured"
+    where = f"{name} holds {ms:.1f} of its {total:.1f} ms a preview ({100 * ms / total:.0f} %)"
+    if not finding_is_sure(f.overhead):
+        return f"{head}; {where}, but its overhead is no finding"
+    return f"{head}; {where}: {', or '.join(levers(f, name, costs, can, surface))}"
+
+
+# -- the advice ------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Advice:
     """What the figures support: keep the configuration in use (keep), set another (pick, and the settings it
-    changes), or, when nothing measured fits, the cheapest measured and what would fit; the configurations
-    whose overhead is wholly below 0 (drifted); its lines, as every surface prints them."""
+    changes), the configurations that fit the budget (fit), the one surely cheapest of those measured (cheapest)
+    or those that cannot be told apart (apart), the configurations whose overhead is wholly below 0 (drifted);
+    its lines, as every surface prints them."""
     budget: float
     current: str | None
     keep: bool
@@ -109,139 +241,181 @@ class Advice:
     cheapest: str | None
     drifted: tuple[str, ...]
     lines: tuple[str, ...] = field(default=())
+    fit: tuple[str, ...] = ()
+    apart: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"budget": self.budget, "current": self.current, "keep": self.keep, "pick": self.pick,
                 "change": self.change, "cheapest": self.cheapest, "drifted": list(self.drifted),
-                "lines": list(self.lines)}
+                "fit": list(self.fit), "apart": list(self.apart), "lines": list(self.lines)}
 
 
-def goes(f: Finding, more: Callable[[int], str] = bench_more) -> str:
-    """Where one configuration's preview time goes, and the remedy only when its cost is a sure finding."""
-    name, ms, total = f.dominant()
-    head = f"{f.name}: {said(f.overhead, more)}"
-    if total <= 0:
-        return f"{head}; no preview time measured"
-    where = f"{name} holds {ms:.1f} of its {total:.1f} ms a preview ({100 * ms / total:.0f} %)"
+def separated(costs: Sequence[Finding]) -> tuple[Finding | None, tuple[str, ...]]:
+    """The configuration whose 95 % interval lies below every other's (None where none does), and, where none
+    does, the names of those that cannot be told apart from the lowest median."""
+    if len(costs) < 2:
+        return None, ()
+    low = min(costs, key=lambda f: f.overhead.value if f.overhead else math.inf)
+    e = low.overhead
+    rest = [f for f in costs if f is not low]
+    if e is not None and all(f.overhead is not None and cheaper_than(e, f.overhead) for f in rest):
+        return low, ()
+    tied = [low] + [f for f in rest if f.overhead is None or e is None or not cheaper_than(e, f.overhead)]
+    return None, tuple(f.name for f in tied)
+
+
+def interval_for(f: Finding, budget: float) -> int | None:
+    """The interval that would bring f under `budget`, from its interval's top as if its cost were all per
+    preview (every * hi / budget); None where that interval would make fewer than MIN_PREVIEWS in its run."""
     e = f.overhead
-    if e is None or not e.sure or e.within_noise or e.below_zero:
-        return f"{head}; {where}, but its overhead is no finding"
-    return f"{head}; {where}: {remedy(name, f.preview.mode, f.device)}"
+    assert e is not None and e.hi is not None
+    every = math.ceil(min(f.preview.every * e.hi / budget - 1e-9, MAX_EVERY))
+    return every if f.steps // every >= MIN_PREVIEWS else None
 
 
-def best(found: Sequence[Finding], budget: float, current: str | None = None) -> Finding | None:
-    """The most frequent preview, then the largest decoder, then the largest size (0, the image's own, is the
-    largest), whose interval fits; among equals the one in use, then the cheapest."""
-    fit = [f for f in found if fits(f, budget)]
-
-    def key(f: Finding) -> tuple[Any, ...]:
-        p, e = f.preview, f.overhead
-        return (p.every, -rank(p.decoder), -(p.preview_max or math.inf), f.name != current,
-                e.value if e else math.inf)
-    return min(fit, key=key) if fit else None
-
-
-def registry_cheaper(decoder: str) -> str | None:
-    """The next decoder down the registry's chain, whatever the model has (a sweep's advice, which knows no
-    model); a server or a watch passes decoders.cheaper for its model, which skips a TAE it lacks."""
-    spec = DECODERS.get(decoder)  # type: ignore[call-overload]
-    return spec.cheaper if spec is not None else None
-
-
-def _would(f: Finding, budget: float, current: Finding | None,
-           cheaper: Callable[[str], str | None] = registry_cheaper) -> str:
-    """What would bring the cheapest measured configuration under the budget: measuring it surely where its
-    median already is, else a sparser interval or a cheaper decoder, if its cost scales with the previews."""
+def _would(f: Finding, budget: float, noise: Noise | None, costs: dict[str, Estimate], can: Sequence[str],
+           surface: Surface) -> str:
+    """What would bring f under the budget, derived only from a sure figure on a quiet machine; otherwise what to
+    measure instead."""
     e = f.overhead
     assert e is not None
-    if e.value <= budget:
-        return f"its median is under {budget:g} %, but only a 95 % interval can say so: measure it more"
+    if noise is not None and noise.noisy:
+        return "nothing is derived from a NOISY machine's figures: measure again on a quiet one"
+    if not e.sure:
+        return f"nothing is derived from a figure short of the 95 % level: {surface.more(e.more_for_level)}"
+    if not finding_is_sure(e):
+        return "its overhead is within noise: nothing is derived from it"
+    if e.hi is not None and e.value <= budget < e.hi:
+        return f"its median is under {budget:g} %, its interval's top is not: more pairs narrow the interval"
     ideas = []
-    if f.preview.budget <= 0 and math.isfinite(e.value):
-        every = math.ceil(min(f.preview.every * e.value / budget - 1e-9, 10_000.0))  # settings' MAX_EVERY
-        if every > f.preview.every:
-            ideas.append(f"every about {every} (its cost over the previews it makes)")
-    down = cheaper(f.preview.decoder)
-    if down and not (current is not None and current.preview.decoder == down):
-        ideas.append(f"decoder {down}")
+    if f.preview.budget <= 0:
+        every = interval_for(f, budget)
+        if every is not None and every > f.preview.every:
+            ideas.append(f"every about {every} ({f.steps // every} previews in its {f.steps} steps: its interval's top "
+                         f"over the previews; {surface.how('every', every)})")
+        elif every is None:
+            ideas.append(f"no interval of {f.preview.decoder} fits with {MIN_PREVIEWS} previews in {f.steps} steps")
+    name, _, total = f.dominant()
+    if total > 0:
+        ideas += [x for x in levers(f, name, costs, can, surface) if not x.startswith("fewer")]
     return ", or ".join(ideas) if ideas else "fewer previews"
 
 
 def advise(found: Sequence[Finding], budget: float = DEFAULT_BUDGET_PCT, current: str | None = None,
-           noise: Noise | None = None, more: Callable[[int], str] = bench_more,
-           remedies: str | None = None, cheaper: Callable[[str], str | None] = registry_cheaper) -> Advice:
+           noise: Noise | None = None, surface: Surface = BENCH,
+           decoders: Sequence[str] = DECODER_NAMES) -> Advice:
     """The advice for these findings within `budget` percent; current: the configuration in use (the page's
     running or latest run, a watch's settings; None: a sweep, where nothing is in use); noise: the baselines'
-    spread, named first when noisy; more: how this surface gets n more pairs; remedies: its NOISY line's."""
+    spread, named first when noisy; surface: how the surface that shows it words its measures; decoders: those
+    this model can run (a remedy names only these)."""
     measured = [f for f in found if f.overhead is not None]
     cur = next((f for f in found if f.name == current), None)
     drifted = tuple(f.name for f in measured if f.overhead and f.overhead.below_zero)
     if not measured:
         return Advice(budget, current, False, None, "", None, drifted)
-    lines = [f"advice (budget {budget:g} %: the most frequent preview, then the largest decoder and size, whose "
-             f"95 % interval stays under it):"]
-    if noise is not None and noise.noisy:
-        lines.append("  " + (noise.line(remedies) if remedies else noise.line()))
-    lines += [f"  {goes(f, more)}" for f in measured]
-    if not any(f.overhead and f.overhead.sure and not f.overhead.within_noise for f in measured):
+    noisy = noise is not None and noise.noisy
+    costs = decoder_costs(found)
+    lines = [f"advice (budget {budget:g} %: of the configurations whose 95 % interval stays under it, the sparsest "
+             f"interval that still gives useful feedback, then the cheapest decoder):"]
+    if noisy:
+        assert noise is not None
+        lines.append("  " + (noise.line(surface.remedies) if surface.remedies else noise.line()))
+    lines += [f"  {goes(f, costs, decoders, surface)}" for f in measured]
+    if len(costs) > 1:
+        lines.append(f"  decoders by their measured ms a preview here: {cost_order(costs)}")
+    elif costs:
+        (only,) = costs
+        others = [d for d in decoders if d not in ("none", only)]
+        lines.append(f"  decoders: only {only} measured here, so none is known to cost less on this model"
+                     + (f" ({surface.how('decoder', others[0])})" if others else ""))
+    if not any(finding_is_sure(f.overhead) for f in measured):
         lines.append("  no overhead here is a finding at the 95 % level (within noise, one pair, or too few pairs): "
                      "these figures cannot tell the configurations apart")
     if drifted:
         lines.append(f"  below zero beyond noise: {', '.join(drifted)}: previews cannot make a run faster, so the "
                      f"machine drifted between the runs; measure again on a quieter machine")
-    pick = best(measured, budget, current)
-    if cur is not None and under(cur, budget) and (pick is None or pick.name == cur.name or cur.preview.budget > 0):
-        lines.append(f"  keep: {cur.name} ({said(cur.overhead, more)}), its interval's top under {budget:g} %")
-        return Advice(budget, current, True, None, "", None, drifted, tuple(lines))
-    if pick is not None:
+    fit = [f for f in measured if fits(f, budget)]
+    fit_names = tuple(f.name for f in fit)
+    if cur is not None and under(cur, budget):
+        lines.append(f"  keep: {cur.name} ({said(cur.overhead, surface.more)}), its interval's top under {budget:g} %")
+        return Advice(budget, current, True, None, "", None, drifted, tuple(lines), fit_names)
+    if fit and noisy:
+        lines.append(f"  fit {budget:g} % at the 95 % level: {', '.join(fit_names)}; on a NOISY machine no change "
+                     f"is advised: measure again on a quiet one")
+        return Advice(budget, current, False, None, "", None, drifted, tuple(lines), fit_names)
+    if fit:
+        listed = ", ".join(f"{f.name} ({f.previews:g} previews a run, {f.overhead.signed() if f.overhead else ''})"
+                           for f in sorted(fit, key=lambda f: -f.preview.every))
+        lines.append(f"  fit {budget:g} % at the 95 % level, sparsest first: {listed}; what a preview shows is not "
+                     f"measured yet, so choose the sparsest whose previews still tell you what you need")
+        if cur is None:
+            return Advice(budget, current, False, None, "", None, drifted, tuple(lines), fit_names)
+        pick = nearest(fit, cur)
         change = changes(cur, pick)
-        what = f"{change} (now {cur.name}): {pick.name}" if cur is not None else pick.name
-        lines.append(f"  set: {what} ({said(pick.overhead, more)}), under {budget:g} % to the interval's top")
-        return Advice(budget, current, False, pick.name, change, None, drifted, tuple(lines))
-    # nothing fits: the lowest-cost configuration measured, at whatever level, said with its level
-    costs = [f for f in measured if f.preview.budget <= 0 and f.overhead and not f.overhead.below_zero]
-    if not costs:
-        lines.append(f"  nothing measured fits {budget:g} %: no fixed-interval configuration has a figure above "
-                     f"zero (the autopilot picks its own intervals; one below zero is the machine's drift)")
+        lines.append(f"  set: {change} (now {cur.name}): {pick.name} ({said(pick.overhead, surface.more)}), the "
+                     f"nearest to yours under {budget:g} % to the interval's top")
+        return Advice(budget, current, False, pick.name, change, None, drifted, tuple(lines), fit_names)
+    return _nothing_fits(measured, budget, current, cur, noise, costs, decoders, surface, drifted, lines)
+
+
+def _nothing_fits(measured: Sequence[Finding], budget: float, current: str | None, cur: Finding | None,
+                  noise: Noise | None, costs: dict[str, Estimate], decoders: Sequence[str], surface: Surface,
+                  drifted: tuple[str, ...], lines: list[str]) -> Advice:
+    """Nothing fits: the cheapest where its interval separates it, else the configurations that cannot be told
+    apart, and what would fit, derived only from a sure figure."""
+    costs_of = [f for f in measured if f.preview.budget <= 0 and f.overhead and not f.overhead.below_zero and shows(f)]
+    if not costs_of:
+        lines.append(f"  nothing measured fits {budget:g} %: no fixed-interval configuration that previews has a "
+                     f"figure above zero (the autopilot picks its own intervals; one below zero is the machine's drift)")
         return Advice(budget, current, False, None, "", None, drifted, tuple(lines))
-    low = min(costs, key=lambda f: f.overhead.value if f.overhead else math.inf)
-    lines.append(f"  nothing measured fits {budget:g} % at the 95 % level: the cheapest measured, {low.name}, costs "
-                 f"{said(low.overhead, more)}; to stay under {budget:g} %: {_would(low, budget, cur, cheaper)}")
-    return Advice(budget, current, False, None, "", low.name, drifted, tuple(lines))
+    low, apart = separated(costs_of)
+    target = cur if cur is not None and cur in costs_of else low if low is not None else \
+        costs_of[0] if len(costs_of) == 1 else None
+    head = f"  nothing measured fits {budget:g} % at the 95 % level"
+    if low is not None:
+        head += f": the cheapest, its interval below every other's, is {low.name} ({said(low.overhead, surface.more)})"
+    elif apart:
+        need = max((f.overhead.more_for_level for f in costs_of if f.overhead), default=0)
+        head += (f": {', '.join(apart)} cannot be told apart (their intervals overlap, or are short of the 95 % "
+                 f"level), so none is named the cheapest" + (f"; {surface.more(need)}" if need else ""))
+    if target is not None:
+        head += f"; to bring {target.name} under {budget:g} %: {_would(target, budget, noise, costs, decoders, surface)}"
+    lines.append(head)
+    return Advice(budget, current, False, None, "", low.name if low else None, drifted, tuple(lines), (), apart)
 
 
 @dataclass(frozen=True)
 class Analysis:
     """Everything every surface shows of a set of runs: each configuration's finding, the baselines' noise,
-    the steady baselines counted, and the advice."""
+    the steady baselines counted, the decoders' measured costs, and the advice."""
     findings: tuple[Finding, ...]
     noise: Noise | None
     baselines: int
     advice: Advice
-    more: Callable[[int], str] = field(default=bench_more, compare=False)  # how its surface gets more pairs
-    remedies: str | None = field(default=None, compare=False)             # its NOISY line's remedies
+    surface: Surface = field(default=BENCH, compare=False)
+
+    @property
+    def more(self) -> Callable[[int], str]:
+        return self.surface.more
 
     def finding(self, name: str) -> Finding | None:
         return next((f for f in self.findings if f.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
+        r = self.surface.remedies
         return {"findings": [f.to_json(said(f.overhead, self.more)) for f in self.findings],
                 "noise": self.noise.to_json() if self.noise else None,
-                "noise_line": (self.noise.line(self.remedies) if self.remedies else self.noise.line())
-                if self.noise else None,
+                "noise_line": (self.noise.line(r) if r else self.noise.line()) if self.noise else None,
+                "decoder_costs": {d: e.to_json() for d, e in decoder_costs(self.findings).items()},
                 "baselines": self.baselines, "advice": self.advice.to_json()}
 
 
-PAGE_REMEDIES = ("measure more baselines (the measure button), stop other jobs on this machine, or start the "
-                 "server with fewer torch threads than cores")
-
-
 def analyze(runs: Sequence[Measured], budget: float = DEFAULT_BUDGET_PCT, current: str | None = None,
-            noise_limit: float = NOISE_LIMIT_PCT, more: Callable[[int], str] = bench_more,
-            remedies: str | None = None, cheaper: Callable[[str], str | None] = registry_cheaper) -> Analysis:
-    """The one analysis: runs in the order they ran (analysis.py's pairing), judged within `budget`; cheaper:
-    the next decoder down that the model can run (registry_cheaper: the registry's chain)."""
+            noise_limit: float = NOISE_LIMIT_PCT, surface: Surface = BENCH,
+            decoders: Sequence[str] = DECODER_NAMES) -> Analysis:
+    """The one analysis: runs in the order they ran (analysis.py's pairing), judged within `budget`, the
+    baselines' noise against noise_limit; decoders: those the model can run."""
     found = tuple(findings(runs))
     noise = baseline_noise(runs, noise_limit)
     return Analysis(found, noise, steady_baselines(runs),
-                    advise(found, budget, current, noise, more, remedies, cheaper), more, remedies)
+                    advise(found, budget, current, noise, surface, decoders), surface)

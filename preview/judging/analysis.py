@@ -2,10 +2,12 @@
 baselines' noise, and where a preview's time goes. The bench's summary, its report, the server's page and a
 watch's summary all render what this module finds (advice.py then says what to set); none computes its own.
 
-A configuration's overhead is taken pair by pair, as the bench interleaves its runs (A B A B): each steady run
-against the steady no-preview baseline right before it (the bench's direct call, which runs first, against the
-one right after it), 100 * (its wall / the baseline's - 1). Each pair carries its baseline's noise as well as the
-run's, and slow drift on a loaded machine cancels inside a pair. The runs are in the order they ran. No torch here.
+A configuration's overhead is taken pair by pair, as the bench interleaves its runs: each steady run against the
+steady no-preview baseline right before it, or, where that is none, the one right after it (a counterbalanced
+series runs B A, then A B, so the order's own effect cancels over the pairs; the bench's direct call, which runs
+first, is always against the one right after it), 100 * (its wall / the baseline's - 1). A baseline serves one run
+with previews at most, so no two pairs share one. Each pair carries its baseline's noise as well as the run's, and
+slow drift on a loaded machine cancels inside a pair. The runs are in the order they ran. No torch here.
 """
 from __future__ import annotations
 
@@ -103,12 +105,23 @@ M = TypeVar("M", bound=Measured)
 
 def paired(runs: Sequence[M]) -> dict[str, list[tuple[M, M]]]:
     """Per configuration, each steady run with the steady baseline it is paired with (the module's rule)."""
+    taken: set[int] = set()  # a baseline serves one run of a configuration: two pairs never share one
+
+    def base(j: int) -> bool:
+        return 0 <= j < len(runs) and runs[j].role == "baseline" and runs[j].steady and j not in taken
+
     out: dict[str, list[tuple[M, M]]] = {}
     for i, r in enumerate(runs):
         if r.role not in ("config", "direct") or not r.steady:
             continue
-        j = i + 1 if r.role == "direct" else i - 1
-        if 0 <= j < len(runs) and runs[j].role == "baseline" and runs[j].steady:
+        if r.role == "direct":
+            j = i + 1
+            if 0 <= j < len(runs) and runs[j].role == "baseline" and runs[j].steady:
+                out.setdefault(r.name, []).append((r, runs[j]))
+            continue
+        j = i - 1 if base(i - 1) else i + 1
+        if base(j):
+            taken.add(j)
             out.setdefault(r.name, []).append((r, runs[j]))
     return out
 
@@ -137,14 +150,20 @@ def baseline_noise(runs: Sequence[Measured], limit_pct: float = NOISE_LIMIT_PCT)
 @dataclass(frozen=True)
 class Finding:
     """One configuration's figures: its settings (its first run's), its steady runs, its overhead over its
-    pairs, and where a preview's time goes (ms a preview: decode, resize, transfer, encode, slower denoising)."""
+    pairs, where a preview's time goes (ms a preview: decode, resize, transfer, encode, slower denoising), the
+    previews a run made and the steps it ran (medians over its runs), and its ms a preview off the denoising's
+    own time (decode, resize, transfer and encode: the stage times it recorded), each run's figure one sample:
+    what orders decoders by their measured cost."""
     name: str
     preview: PreviewSettings
     device: str               # the runs' device type: overlap has a side stream only on cuda, xpu and mps
     runs: int
-    overhead: Estimate | None  # None: no run of it has a baseline right before it
+    overhead: Estimate | None  # None: no run of it has a steady baseline beside it
     parts: dict[str, float]
     pairs: tuple[tuple[str, str], ...] = ()  # (run id, its baseline's run id)
+    previews: float = 0.0      # previews a run made (median over its runs)
+    steps: int = 0             # steps a run ran (median over its runs)
+    preview_ms: Estimate | None = None  # ms a preview, over its runs that made one; None: none made one
 
     @property
     def verdict(self) -> str:
@@ -159,14 +178,21 @@ class Finding:
         """said: its overhead and verdict in the words of the surface that shows it (advice.said)."""
         p = self.preview
         return {"name": self.name, "said": said, "decoder": p.decoder, "every": p.every, "budget": p.budget, "mode": p.mode,
-                "preview_max": p.preview_max, "device": self.device, "runs": self.runs,
+                "preview_max": p.preview_max, "decode_at": p.decode_at, "device": self.device, "runs": self.runs,
                 "overhead": self.overhead.to_json() if self.overhead else None, "verdict": self.verdict,
                 "more_for_level": self.overhead.more_for_level if self.overhead else None,
-                "parts": self.parts, "pairs": [list(x) for x in self.pairs]}
+                "parts": self.parts, "pairs": [list(x) for x in self.pairs], "previews": self.previews,
+                "steps": self.steps, "preview_ms": self.preview_ms.to_json() if self.preview_ms else None}
 
 
 def _per_step(r: RunRecord) -> float:
     return r.totals.denoise_ms / max(1, r.totals.steps_run or r.meta.steps)
+
+
+def _preview_ms(r: RunRecord) -> float:
+    """A run's ms a preview off the denoising (decode, resize, sync and transfer, encode); its previews > 0."""
+    t = r.totals
+    return (t.decode_ms + t.resize_ms + t.sync_ms + t.transfer_ms + t.encode_ms) / t.previews
 
 
 def findings(runs: Sequence[Measured]) -> list[Finding]:
@@ -184,16 +210,20 @@ def findings(runs: Sequence[Measured]) -> list[Finding]:
         per = (lambda total: total / made) if made else (lambda total: 0.0)
         # the denoising's slowdown counts only as a finding: its pairs' interval must be sure of it
         slower = estimate([_per_step(r.record) - _per_step(b.record) for r, b in ps]) if ps else None
-        steps = sum(x.steps_run or r.record.meta.steps for x, r in zip(t, rs))
-        slow = slower.value * steps / made if slower and slower.sure and slower.lo and slower.lo > 0 and made else 0.0
+        steps = [x.steps_run or r.record.meta.steps for x, r in zip(t, rs)]
+        slow = slower.value * sum(steps) / made if slower and slower.sure and slower.lo and slower.lo > 0 and made \
+            else 0.0
         parts = {"decode": per(sum(x.decode_ms for x in t)), "resize": per(sum(x.resize_ms for x in t)),
                  "transfer": per(sum(x.sync_ms + x.transfer_ms for x in t)), "encode": per(sum(x.encode_ms for x in t)),
                  "slower denoising": slow}
         ov = [overhead_pct(r.record, b.record) for r, b in ps]
+        each = [_preview_ms(r.record) for r in rs if r.record.totals.previews > 0]
         preview = rs[0].record.meta.preview
         assert preview is not None
         out.append(Finding(name, preview, rs[0].record.meta.device, len(rs), estimate(ov) if ov else None, parts,
-                           tuple((r.record.run_id, b.record.run_id) for r, b in ps)))
+                           tuple((r.record.run_id, b.record.run_id) for r, b in ps),
+                           statistics.median(x.previews for x in t), int(statistics.median(steps)),
+                           estimate(each) if each else None))
     return out
 
 

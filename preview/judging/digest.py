@@ -8,16 +8,17 @@ previews' on-path share, which overlap mode hides and a loaded machine inflates.
 """
 from __future__ import annotations
 
-from typing import Callable, Collection, Sequence
+from typing import Collection, Sequence
 
-from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, REMEDY, analyze, rank, registry_cheaper
+from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Surface, analyze
 from previewlab.preview.judging.analysis import cost_key, entry, name_of
 from previewlab.preview.judging.estimates import SAMPLES_FOR_LEVEL
+from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.record.records import PREVIEW_STAGES, StepRow
 from previewlab.preview.record.run import RunRecord
 from previewlab.preview.settings import PreviewSettings
 
-__all__ = ["REMEDY", "digest", "judged", "parts", "rank"]
+__all__ = ["digest", "judged", "parts"]
 
 def parts(rows: Sequence[StepRow]) -> dict[str, float]:
     """A run's preview time by part, ms over all its previews (sync and transfer together: the copy's wait)."""
@@ -66,8 +67,16 @@ def watch_more(n: int) -> str:
     return f"{n} more pairs of calls (previews off, then on) for the 95 % level"
 
 
+def watch_how(setting: str, value: object) -> str:
+    """How a script's user measures a setting."""
+    return f"measure it: watch.controls.set({setting}={value!r}), calls alternating with previews off and on"
+
+
+WATCH = Surface(watch_more, WATCH_REMEDIES, watch_how)
+
+
 def judged(records: Sequence[RunRecord], current: PreviewSettings, budget: float = DEFAULT_BUDGET_PCT,
-           changed: Collection[str] = (), cheaper: Callable[[str], str | None] = registry_cheaper) -> list[str]:
+           changed: Collection[str] = (), decoders: Sequence[str] = DECODER_NAMES) -> list[str]:
     """What a watch's calls of the latest call's settings support (advice.analyze over them, in the order they
     ran, the ids in `changed` being calls whose settings changed live, as the server's figures read them), for
     the settings in use now; how to measure where no call without previews can be paired."""
@@ -75,7 +84,7 @@ def judged(records: Sequence[RunRecord], current: PreviewSettings, budget: float
     like = [entry(r, r.totals.status, changed=r.run_id in changed) for r in records
             if cost_key(r.meta) == cost_key(last.meta)]
     in_use = name_of(current, last.meta.num_frames)
-    a = analyze(like, budget, in_use, more=watch_more, remedies=WATCH_REMEDIES, cheaper=cheaper)
+    a = analyze(like, budget, in_use, surface=WATCH, decoders=decoders)
     if not any(f.overhead is not None for f in a.findings):
         return [f"overhead: unknown: no call of these settings without previews ran right before one with them. "
                 f"Alternate calls with previews off (watch.controls.set(decoder=\"none\")) and on, "
