@@ -76,7 +76,7 @@ def test_the_decode_bound_vae_is_told_half_latents_and_the_decoder_measured_chea
     assert "+30.0 %" in vae and "decode holds 40.0 of its 43.0 ms a preview (93 %)" in vae
     # issue 54: "a smaller preview" saves nothing for the VAE at decode_at preview; half latents does
     assert "decode_at half_latents" in vae and "--decode-at half_latents" in vae
-    assert "decoder taesd (measured 7.0 ms a preview here against 43.0)" in vae
+    assert "decoder taesd (7.0 ms [7.0, 7.0] a preview here, against vae's 43.0 ms [43.0, 43.0])" in vae
     assert "a smaller preview" not in vae
     assert "decoders by their measured ms a preview here: taesd 7.0 ms [7.0, 7.0] < vae 43.0 ms [43.0, 43.0]" in \
         "\n".join(lines)
@@ -116,7 +116,7 @@ def test_the_measured_order_of_decoders_wins_over_the_registrys():
     }, [1.0])
     taesd = next(ln for ln in lines if ln.strip().startswith("taesd/every1/sync"))
     vae = next(ln for ln in lines if ln.strip().startswith("vae/every1/sync"))
-    assert "decoder vae (measured 43.0 ms a preview here against 152.0)" in taesd
+    assert "decoder vae (43.0 ms [43.0, 43.0] a preview here, against taesd's 152.0 ms [152.0, 152.0])" in taesd
     assert "latent2rgb" not in taesd  # a cheaper decoder was measured: none is assumed
     assert "decoder taesd" not in vae and "decode_at half_latents" in vae
     assert any("vae 43.0 ms [43.0, 43.0] < taesd 152.0 ms [152.0, 152.0]" in ln for ln in lines)

@@ -166,7 +166,7 @@ def _cheaper_decoders(f: Finding, costs: dict[str, Estimate], can: Sequence[str]
     """The decoders to try instead of f's: those measured surely cheaper here, with their figure; where none was,
     those this model can run that were not measured, and how to measure them."""
     mine = costs.get(f.preview.decoder)
-    out = [f"decoder {d} (measured {e.value:.1f} ms a preview here against {mine.value:.1f})"
+    out = [f"decoder {d} ({ms(e)} a preview here, against {f.preview.decoder}'s {ms(mine) if mine else ''})"
            for d, e in sorted(costs.items(), key=lambda kv: kv[1].value)
            if d != f.preview.decoder and mine is not None and cheaper_than(e, mine)]
     if out:
@@ -189,9 +189,10 @@ def levers(f: Finding, part: str, costs: dict[str, Estimate], can: Sequence[str]
         if p.decoder == "taesd" and p.decode_at == "full":
             out.append("decode_at preview (TAESD leaves out its last upsampling stages down to the preview's size; "
                        f"{surface.how('decode_at', 'preview')})")
-        elif p.decoder == "taesd" and p.preview_max == 0:  # native size: the TAE runs every upsampling stage
+        elif p.decoder == "taesd" and p.preview_max == 0 and f.image_side >= 128:
+            # native size: the TAE runs every upsampling stage; at half the side it leaves out its last
             out.append("a smaller preview (TAESD stops its upsampling at the preview's size; "
-                       f"{surface.how('preview_max', 256)})")
+                       f"{surface.how('preview_max', f.image_side // 2)})")
         if part == "decode":
             out += _cheaper_decoders(f, costs, can, surface)
     elif part in ("transfer", "encode"):

@@ -164,6 +164,7 @@ class Finding:
     previews: float = 0.0      # previews a run made (median over its runs)
     steps: int = 0             # steps a run ran (median over its runs)
     preview_ms: Estimate | None = None  # ms a preview, over its runs that made one; None: none made one
+    image_side: int = 0        # the image's longer side, px: a smaller preview than it is a lever
 
     @property
     def verdict(self) -> str:
@@ -223,7 +224,8 @@ def findings(runs: Sequence[Measured]) -> list[Finding]:
         out.append(Finding(name, preview, rs[0].record.meta.device, len(rs), estimate(ov) if ov else None, parts,
                            tuple((r.record.run_id, b.record.run_id) for r, b in ps),
                            statistics.median(x.previews for x in t), int(statistics.median(steps)),
-                           estimate(each) if each else None))
+                           estimate(each) if each else None,
+                           max(rs[0].record.meta.width, rs[0].record.meta.height)))
     return out
 
 
