@@ -123,16 +123,23 @@ def nearest(fit: Sequence[Finding], current: Finding) -> Finding:
 
 # -- decoders by their measured cost ---------------------------------------------------------------------------
 
+def costed(p: Any) -> str:
+    """The name a decoder's cost goes by: the decoder, with where it stops when not at the preview's size
+    ('vae at half_latents'): one decoder stopping elsewhere is another cost."""
+    return p.decoder if p.decode_at == "preview" else f"{p.decoder} at {p.decode_at}"
+
+
 def decoder_costs(found: Sequence[Finding]) -> dict[str, Estimate]:
-    """Each decoder's ms a preview as measured here: of its configurations that made previews, the one with the
-    most runs (its interval the tightest), so decoders are compared on their own figures, never the registry's."""
+    """Each decoder's ms a preview as measured here (per where it stops, costed): of its configurations that made
+    previews, the one with the most runs (its interval the tightest), so decoders are compared on their own
+    figures, never the registry's."""
     out: dict[str, Finding] = {}
     for f in found:
         if f.preview_ms is None or f.preview.decoder == "none":
             continue
-        have = out.get(f.preview.decoder)
+        have = out.get(k := costed(f.preview))
         if have is None or (have.preview_ms is not None and f.preview_ms.n > have.preview_ms.n):
-            out[f.preview.decoder] = f
+            out[k] = f
     return {d: f.preview_ms for d, f in out.items() if f.preview_ms is not None}
 
 
@@ -165,13 +172,15 @@ def _cheaper_decoders(f: Finding, costs: dict[str, Estimate], can: Sequence[str]
                       surface: Surface) -> list[str]:
     """The decoders to try instead of f's: those measured surely cheaper here, with their figure; where none was,
     those this model can run that were not measured, and how to measure them."""
-    mine = costs.get(f.preview.decoder)
-    out = [f"decoder {d} ({ms(e)} a preview here, against {f.preview.decoder}'s {ms(mine) if mine else ''})"
+    me = costed(f.preview)
+    mine = costs.get(me)
+    out = [f"decoder {d} ({ms(e)} a preview here, against {me}'s {ms(mine)})"
            for d, e in sorted(costs.items(), key=lambda kv: kv[1].value)
-           if d != f.preview.decoder and mine is not None and cheaper_than(e, mine)]
+           if d.split(" ")[0] != f.preview.decoder and mine is not None and cheaper_than(e, mine)]
     if out:
         return out
-    unmeasured = [d for d in can if d not in costs and d not in ("none", f.preview.decoder)]
+    measured = {d.split(" ")[0] for d in costs}
+    unmeasured = [d for d in can if d not in measured and d not in ("none", f.preview.decoder)]
     if unmeasured:
         return [f"decoder {' or '.join(unmeasured)}, not measured here: which costs less on this model is a "
                 f"measurement ({surface.how('decoder', unmeasured[0])})"]
@@ -324,8 +333,8 @@ def advise(found: Sequence[Finding], budget: float = DEFAULT_BUDGET_PCT, current
     lines += [f"  {goes(f, costs, decoders, surface)}" for f in measured]
     if len(costs) > 1:
         lines.append(f"  decoders by their measured ms a preview here: {cost_order(costs)}")
-    elif costs:
-        (only,) = costs
+    if len({d.split(" ")[0] for d in costs}) == 1:
+        only = next(iter(costs)).split(" ")[0]
         others = [d for d in decoders if d not in ("none", only)]
         lines.append(f"  decoders: only {only} measured here, so none is known to cost less on this model"
                      + (f" ({surface.how('decoder', others[0])})" if others else ""))
