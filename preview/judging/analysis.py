@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Literal, Protocol, Sequence, TypeVar
 
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, Estimate, Noise, estimate, noise_of, verdict
+from previewlab.preview.judging.stages import parts as mean_parts
+from previewlab.preview.judging.stages import stage_sums
 from previewlab.preview.record.run import RunMeta, RunRecord
 from previewlab.preview.settings import PreviewSettings
 
@@ -147,6 +149,11 @@ def baseline_noise(runs: Sequence[Measured], limit_pct: float = NOISE_LIMIT_PCT)
     return noise_of(groups, limit_pct)
 
 
+def slowdown(e: Estimate | None) -> float | None:
+    """A slowdown's median where it counts (its interval holds at the 95 % level and lies above 0), else None."""
+    return e.value if e is not None and e.sure and e.lo is not None and e.lo > 0 else None
+
+
 @dataclass(frozen=True)
 class Finding:
     """One configuration's figures: its settings (its first run's), its steady runs, its overhead over its
@@ -165,6 +172,12 @@ class Finding:
     steps: int = 0             # steps a run ran (median over its runs)
     preview_ms: Estimate | None = None  # ms a preview, over its runs that made one; None: none made one
     image_side: int = 0        # the image's longer side, px: a smaller preview than it is a lever
+    slower: Estimate | None = None  # ms a step the denoising slowed, each pair's run against its baseline
+
+    @property
+    def slower_ms_per_step(self) -> float | None:
+        """The denoising's slowdown, ms a step, where it counts (slowdown): what "slower denoising" is made of."""
+        return slowdown(self.slower)
 
     @property
     def verdict(self) -> str:
@@ -183,7 +196,9 @@ class Finding:
                 "overhead": self.overhead.to_json() if self.overhead else None, "verdict": self.verdict,
                 "more_for_level": self.overhead.more_for_level if self.overhead else None,
                 "parts": self.parts, "pairs": [list(x) for x in self.pairs], "previews": self.previews,
-                "steps": self.steps, "preview_ms": self.preview_ms.to_json() if self.preview_ms else None}
+                "steps": self.steps, "preview_ms": self.preview_ms.to_json() if self.preview_ms else None,
+                "slower": self.slower.to_json() if self.slower else None,
+                "slower_ms_per_step": self.slower_ms_per_step}
 
 
 def _per_step(r: RunRecord) -> float:
@@ -208,15 +223,12 @@ def findings(runs: Sequence[Measured]) -> list[Finding]:
         ps = pairs.get(name, [])
         t = [r.record.totals for r in rs]
         made = sum(x.previews for x in t)
-        per = (lambda total: total / made) if made else (lambda total: 0.0)
         # the denoising's slowdown counts only as a finding: its pairs' interval must be sure of it
         slower = estimate([_per_step(r.record) - _per_step(b.record) for r, b in ps]) if ps else None
         steps = [x.steps_run or r.record.meta.steps for x, r in zip(t, rs)]
-        slow = slower.value * sum(steps) / made if slower and slower.sure and slower.lo and slower.lo > 0 and made \
-            else 0.0
-        parts = {"decode": per(sum(x.decode_ms for x in t)), "resize": per(sum(x.resize_ms for x in t)),
-                 "transfer": per(sum(x.sync_ms + x.transfer_ms for x in t)), "encode": per(sum(x.encode_ms for x in t)),
-                 "slower denoising": slow}
+        counted = slowdown(slower)
+        slow = counted * sum(steps) / made if counted is not None and made else 0.0
+        parts = {**mean_parts(stage_sums(t), made), "slower denoising": slow}
         ov = [overhead_pct(r.record, b.record) for r, b in ps]
         each = [_preview_ms(r.record) for r in rs if r.record.totals.previews > 0]
         preview = rs[0].record.meta.preview
@@ -225,8 +237,27 @@ def findings(runs: Sequence[Measured]) -> list[Finding]:
                            tuple((r.record.run_id, b.record.run_id) for r, b in ps),
                            statistics.median(x.previews for x in t), int(statistics.median(steps)),
                            estimate(each) if each else None,
-                           max(rs[0].record.meta.width, rs[0].record.meta.height)))
+                           max(rs[0].record.meta.width, rs[0].record.meta.height), slower))
     return out
+
+
+def direct_cost(runs: Sequence[Measured]) -> Estimate | None:
+    """The engine's own cost over the bare pipeline: each direct call's baseline (the no-preview run right after
+    it) against it, 100 * (baseline wall / call's wall - 1), over the pairs; None where no direct call ran."""
+    xs = [overhead_pct(b.record, r.record) for r, b in paired(runs).get("direct", [])]
+    return estimate(xs) if xs else None
+
+
+def per_run(runs: Sequence[Measured], of: Callable[[RunRecord], float | None]) -> dict[str, Estimate]:
+    """Per configuration (the baselines' too), a figure of each steady run (of; None: the run has none) as one
+    estimate over its runs: compare's wall, denoise, decode, bytes and memory figures."""
+    xs: dict[str, list[float]] = {}
+    for r in runs:
+        if r.steady:
+            x = of(r.record)
+            if x is not None:
+                xs.setdefault(r.name, []).append(float(x))
+    return {k: estimate(v) for k, v in xs.items()}
 
 
 def steady_baselines(runs: Sequence[Measured]) -> int:
