@@ -1,8 +1,15 @@
 """The page's measure series: the current settings' overhead measured as the bench measures it.
 
-A series runs a no-preview baseline of the user's run settings, then a run with the user's preview settings,
-and again, pair after pair (the bench's A B A B: drift on a loaded machine cancels inside a pair), until that
-configuration's overhead interval holds at the 95 % level, or MAX_PAIRS pairs, or the user stops it. The user's
+A series runs pairs of a no-preview baseline of the user's run settings and a run with the user's preview
+settings, until that configuration's overhead has the pairs it set out to add, or it has started MAX_PAIRS pairs,
+or the user stops it, or no tab watches it any more. The pairs alternate their order, as a benchmarker
+counterbalances: baseline first, then previews first, then baseline first ... (order_of), so whatever the order
+itself does to a run's wall (a warm cache, a cooler core) cancels over the pairs; the analysis pairs a run with
+the baseline right before it or, where that is none, right after it.
+
+What it adds (more_pairs) is said at its start: the pairs the configuration's figure still needs for the 95 %
+level, counted from the pairs it already has; where it has that level, the pairs after which its 95 % interval
+leaves out one more pair at each end (a narrower interval), never a single pair that changes nothing. The user's
 settings are not touched: the series' runs are its own, marked `baseline` and `measured` (RunMeta.purpose).
 States: running -> done | stopped | failed; the next run starts when the one before has ended and its figures
 are written (Relay.on_done), so the decision reads the same analysis the page shows.
@@ -10,41 +17,114 @@ are written (Relay.on_done), so the decision reads the same analysis the page sh
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, Sequence
 
-from previewlab.preview.judging.analysis import name_of
-from previewlab.preview.judging.estimates import SAMPLES_FOR_LEVEL
-from previewlab.preview.record.run import RunEnd
-from previewlab.preview.settings import RunSettings
+from previewlab.preview.judging.analysis import Entry, cost_key, findings, name_of
+from previewlab.preview.judging.estimates import LEVEL_PCT, SAMPLES_FOR_LEVEL, Estimate, coverage_pct
+from previewlab.preview.record.run import RunEnd, RunMeta
+from previewlab.preview.settings import Purpose, RunSettings
 
 from previewlab.server.ws import protocol
 
-MAX_PAIRS = 24  # 6 pairs reach 95 % whatever the noise; 24 started and still short means runs that do not pair
+MAX_PAIRS = 24  # pairs a series starts at most: 6 reach 95 % whatever the noise; 24 started and still short means
+# runs that do not pair (a preview's fallback, a live change), and more would only repeat that
 State = Literal["running", "done", "stopped", "failed"]
+
+
+class Refused(ValueError):
+    """Settings a series cannot measure: its one line says why and what to do instead."""
+
+
+def refusal(settings: RunSettings) -> str:
+    """Why these settings cannot be measured by a series ("" when they can)."""
+    p = settings.preview
+    if p.decoder == "none":
+        return ("measure: decoder none has no overhead to measure; choose the decoder whose cost you want, and the "
+                "series runs the baselines itself")
+    if p.budget > 0:  # every autopilot run moves its interval (and may switch decoder) as it goes: never steady
+        return ("measure: interval auto changes its interval and decoder during the run, so its runs are never "
+                "steady and cannot be paired; measure a fixed interval (Every N steps: the one auto settled on is "
+                "in its run's live changes)")
+    return ""
+
+
+def order_of(pair: int) -> tuple[Purpose, Purpose]:
+    """The runs of a series' pair number `pair` (from 0), in the order they run: baseline first in even pairs,
+    previews first in odd ones."""
+    return ("baseline", "measured") if pair % 2 == 0 else ("measured", "baseline")
+
+
+def _inner(n: int) -> int:
+    """How many samples at each end n samples' 95 % interval of the median leaves out, plus one (estimate()'s k;
+    0 under SAMPLES_FOR_LEVEL, where no interval holds 95 %)."""
+    k = 0
+    while k + 1 <= n // 2 and coverage_pct(n, k + 1) >= LEVEL_PCT:
+        k += 1
+    return k
+
+
+def more_pairs(found: Estimate | None) -> int:
+    """The pairs a series adds to a configuration whose overhead is `found` (None: it has no pair yet): those it
+    needs for the 95 % level; where it has that level, those after which its interval leaves out one more pair at
+    each end (6 pairs: 3 more; 9: 3 more)."""
+    if found is None:
+        return SAMPLES_FOR_LEVEL
+    if not found.sure:
+        return found.more_for_level
+    n = found.n + 1
+    while _inner(n) <= _inner(found.n):
+        n += 1
+    return n - found.n
+
+
+def standing(entries: Sequence[Entry], meta: RunMeta) -> Estimate | None:
+    """The overhead that `meta`'s configuration has now among `entries` (the data folder's ended runs, oldest
+    first): the analysis' figure over the runs of the same settings (cost_key), None without a pair."""
+    key, name = cost_key(meta), name_of(meta.preview, meta.num_frames)
+    group = [e for e in entries if cost_key(e.record.meta) == key]
+    return next((f.overhead for f in findings(group) if f.name == name), None)
 
 
 class Series:
     """One measure series (at most one at a time: the server holds it)."""
 
-    def __init__(self, settings: RunSettings) -> None:
+    def __init__(self, settings: RunSettings, found: Estimate | None = None, most: int = MAX_PAIRS) -> None:
+        """found: the configuration's overhead before the series (standing); most: pairs it starts at most.
+        Raises Refused for settings it cannot measure (refusal)."""
+        why = refusal(settings)
+        if why:
+            raise Refused(why)
         p = settings.preview
         self.measured = replace(settings, purpose="measured")
         self.baseline = replace(settings, purpose="baseline",
                                 preview=replace(p, decoder="none", every=1, budget=0.0))
         self.config = name_of(p, settings.num_frames)
         self.state: State = "running"
-        self.pairs = 0          # pairs of this configuration with the 95 % aim, as the last analysis counted them
-        self.needs = SAMPLES_FOR_LEVEL
-        self.started = 0        # pairs this series started
-        self.runs: set[str] = set()  # the ids of the runs it started: another run's end is none of its business
+        self.had = found.n if found is not None else 0  # the configuration's pairs when the series started
+        self.sure = found is not None and found.sure    # ... and whether they held the 95 % level already
+        self.adds = more_pairs(found)
+        self.needs = self.had + self.adds
+        self.pairs = self.had   # the configuration's pairs, as the last analysis counted them
+        self.most = most
+        self.ran: list[Purpose] = []  # the purpose of each run it started, in order
+        self.runs: set[str] = set()   # the ids of the runs it started: another run's end is none of its business
         self.why = ""
 
-    def first(self) -> RunSettings:
-        self.started = 1
-        return self.baseline
+    @property
+    def started(self) -> int:
+        """The pairs it started."""
+        return (len(self.ran) + 1) // 2
 
-    def after(self, end: RunEnd, judged: dict[str, Any]) -> RunSettings | None:
-        """The run to start now that `end`'s run has ended (None: the series is over; state says how)."""
+    def next_run(self) -> RunSettings:
+        """The settings of its next run, in the counterbalanced order (order_of), noted as started."""
+        i = len(self.ran)
+        purpose = order_of(i // 2)[i % 2]
+        self.ran.append(purpose)
+        return self.baseline if purpose == "baseline" else self.measured
+
+    def after(self, end: RunEnd, judged: Mapping[str, Any]) -> RunSettings | None:
+        """The run to start now that `end`'s run has ended and `judged` (its figures and its settings' analysis)
+        went out (None: the series is over; state says how)."""
         if self.state != "running":
             return None
         if end.status != "done":
@@ -52,34 +132,43 @@ class Series:
             self.why = f"its {end.meta.purpose or 'run'} {end.meta.run_id} ended {end.status}" + \
                 (f": {end.error}" if end.error else "")
             return None
-        if end.meta.purpose == "baseline":
-            return self.measured
         found = next((f for f in (judged.get("analysis") or {}).get("findings", []) if f["name"] == self.config), None)
         if found is not None and found["overhead"] is not None:
             self.pairs = int(found["overhead"]["n"])
-            self.needs = self.pairs + int(found["more_for_level"] or 0)
-            if not found["more_for_level"]:
+            if self.pairs >= self.needs and not found["more_for_level"]:
                 self.state = "done"
                 return None
-        if self.started >= MAX_PAIRS:
+        if len(self.ran) % 2 == 0 and self.started >= self.most:  # a whole pair ran: the bound is checked here
             self.state = "stopped"
-            self.why = (f"{MAX_PAIRS} pairs started, {self.pairs} made a pair: the others' runs were not steady "
-                        f"(a preview failure's fallback, a live change, a stop: their rows' events say which)")
+            self.why = (f"its bound, {self.most} pairs started, reached: the others' runs were not steady (a "
+                        f"preview failure's fallback, a live change, a stop: their rows' events say which)")
             return None
-        self.started += 1
-        return self.baseline
+        return self.next_run()
 
-    def stop(self, why: str) -> None:
-        if self.state == "running":
-            self.state, self.why = "stopped", why
+    def stop(self, why: str) -> bool:
+        """End the series (False: it had ended already)."""
+        if self.state != "running":
+            return False
+        self.state, self.why = "stopped", why
+        return True
+
+    def aim(self) -> str:
+        """What it adds, as its start said it."""
+        if not self.had:
+            return "for the 95 % level"
+        if not self.sure:
+            return f"(adds {self.adds} to its {self.had} for the 95 % level)"
+        return (f"(adds {self.adds} to its {self.had} at the 95 % level: at {self.needs} its interval leaves out "
+                f"one more pair at each end)")
 
     def message(self, now: str = "") -> protocol.Outbound:
-        """Its progress line: the pairs it has of the 95 % aim, what runs now, or how it ended."""
-        has = f"{self.pairs} of {self.needs} pairs" if self.pairs else f"0 of {self.needs} pairs"
+        """Its progress line: the pairs it has of those it aims at, its bound, what runs now, or how it ended."""
+        has = f"{self.pairs} of {self.needs} pairs"
         if self.state == "running":
-            line = f"measuring {self.config}: {has} for the 95 % level" + (f"; now {now}" if now else "")
+            line = (f"measuring {self.config}: {has} {self.aim()}, at most {self.most} pairs" +
+                    (f"; now {now}" if now else ""))
         elif self.state == "done":
             line = f"measured {self.config}: {has}, its interval at the 95 % level"
         else:
             line = f"measuring {self.config} {self.state} at {has}: {self.why}"
-        return protocol.measure(self.state, self.config, self.pairs, self.needs, line)
+        return protocol.measure(self.state, self.config, self.pairs, self.needs, line, adds=self.adds, most=self.most)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from previewlab.preview.decoding.decoders import taesd_refusal
+from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
 from previewlab.preview.pipeline.frames import Frame
 from previewlab.preview.models import Model
 from previewlab.preview.record.records import StepRow
@@ -20,7 +21,7 @@ from previewlab.server.figures import Figures
 from previewlab.server.http.guard import Access
 from previewlab.server.ws.sender import Client, Hub
 from previewlab.server.limits import DEFAULT_KEEP_RUNS
-from previewlab.server.measure import Series
+from previewlab.server.measure import Refused, Series, refusal, standing
 from previewlab.server.metrics import Metrics
 from previewlab.server.options import Offer, RunOptions
 from previewlab.server.ws.relay import Relay
@@ -66,6 +67,7 @@ class Server:
         self.figures = Figures(self.store, has_taesd=model.taesd is not None)  # every figure the page shows
         self.relay = Relay(self.store, self.metrics, self.disk, limits, judge=self.figures.of_run)
         self.relay.on_done = self._measured
+        self.relay.on_gone = self._watcher_left
         self.series: Series | None = None  # the page's measure series, while one runs (measure.py)
         self.source = source
         self.worker: RunOwner | None = None  # `source`, or a Worker on the running loop (attach)
@@ -119,8 +121,9 @@ class Server:
         if self.series is not None and self.series.state == "running":
             live = self.series.measured.preview  # the user's settings, not those of the baseline running now
         said = self.offer.hello(self.model, live, running=self.relay.current, starts=self.source is None)
+        # advice_budget: the budget the advice is judged at until the page's Budget field says another
         return {**said, "measure": self.series.message() if self.series is not None else None,
-                "mode_note": mode_note(self.model.device.type)}
+                "mode_note": mode_note(self.model.device.type), "advice_budget": DEFAULT_BUDGET_PCT}
 
     def _runnable(self, decoder: str | None) -> None:
         """A decoder this model can run, asked the same way by start and set: taesd needs TAE weights (before,
@@ -149,11 +152,7 @@ class Server:
             except (Busy, SettingsError) as e:
                 raise protocol.ProtocolError(str(e)) from None
         elif isinstance(msg, protocol.Stop):
-            ended_series = self._measuring()
-            if ended_series:
-                assert self.series is not None
-                self.series.stop("stopped by a watcher")
-                self.hub.text(self.series.message())
+            ended_series = self._end_series("stopped by a watcher")
             if not self.worker.stop() and not ended_series:  # between a series' runs: the series was what ran
                 raise protocol.ProtocolError("no generation is running")
         elif isinstance(msg, protocol.Ack):
@@ -182,24 +181,56 @@ class Server:
     def _measuring(self) -> bool:
         return self.series is not None and self.series.state == "running"
 
+    def _end_series(self, why: str) -> bool:
+        """End the running series, told to every watcher; its run is stopped by the caller or, if it is still
+        starting, as soon as its start returns (_began). False: none was running."""
+        if self.series is None or not self.series.stop(why):
+            return False
+        self.hub.text(self.series.message())
+        return True
+
+    def _watcher_left(self) -> None:
+        """A watcher left: with none left, the series and its run stop (nobody would see what it measures; a
+        page that reconnects sees how it ended)."""
+        if not self.hub.clients and self._end_series("its page closed and no other tab watched it"):
+            assert self.worker is not None
+            self.worker.stop()  # False while its next run starts: _began stops that one
+
     async def _measure(self, settings: RunSettings) -> None:
-        """Start a series: its first baseline now (refused as a start would be)."""
+        """Start a series: its first run now (refused as a start would be), counting from the pairs its
+        configuration has."""
         assert self.worker is not None
         if self.source is not None:
             raise protocol.ProtocolError("measure: a script owns the runs here (serve(watch)); alternate its calls "
                                          "with previews off and on, and watch.summary() measures them")
         self._runnable(settings.preview.decoder)
-        if settings.preview.decoder == "none":
-            raise protocol.ProtocolError("measure: decoder none has no overhead to measure; choose the decoder "
-                                         "whose cost you want, and the series runs the baselines itself")
-        series = Series(settings)
-        self.series = series  # held while its first run starts: a second measure or start is refused meanwhile
+        if refusal(settings):
+            raise protocol.ProtocolError(refusal(settings))
+        meta = RunMeta.of(self.model, "", settings)
+        found = await self.disk.run(lambda: standing(self.figures.entries(), meta))  # off the loop: it stats files
         try:
-            series.runs.add((await self._start(series.first(), "measure: ")).run_id)
+            series = Series(settings, found)
+        except Refused as e:
+            raise protocol.ProtocolError(str(e)) from None
+        if self.series is not None and self.series.state == "running":  # another tab's, begun while we read
+            raise protocol.ProtocolError(f"a measure series of {self.series.config} is running; stop it first")
+        self.series = series  # held while its first run starts: a second measure or start is refused meanwhile
+        first = series.next_run()
+        try:
+            started = await self._start(first, "measure: ")
         except protocol.ProtocolError:
             self.series = None
             raise
-        self.hub.text(series.message("a baseline"))
+        self._began(series, started)
+        self.hub.text(series.message(_now(first)))
+
+    def _began(self, series: Series, meta: RunMeta) -> None:
+        """A run of `series` started; a series that ended while the run was starting (a Stop between two runs:
+        the worker could not stop a run it had not started yet) stops it at once."""
+        series.runs.add(meta.run_id)
+        if series.state != "running":
+            assert self.worker is not None
+            self.worker.stop()
 
     def _measured(self, end: RunEnd, judged: dict[str, Any]) -> None:
         """A run ended and its figures went out: the series' next run, or its end, told to every watcher."""
@@ -213,14 +244,19 @@ class Server:
         asyncio.get_running_loop().create_task(self._next_of(series, nxt))
 
     async def _next_of(self, series: Series, nxt: RunSettings) -> None:
-        """The series' next run, started off the callback that heard the last one end."""
+        """The series' next run, started off the callback that heard the last one end (none once it ended)."""
+        if series.state != "running":
+            return  # stopped between the run's end and this task
         try:
-            series.runs.add((await self._start(nxt, "")).run_id)
+            started = await self._start(nxt, "")
         except protocol.ProtocolError as e:
-            series.state, series.why = "failed", f"its next run could not start: {e}"
-            self.hub.text(series.message(""))
+            if series.state == "running":
+                series.state, series.why = "failed", f"its next run could not start: {e}"
+                self.hub.text(series.message(""))
             return
-        self.hub.text(series.message("a baseline" if nxt.purpose == "baseline" else "a run with previews"))
+        self._began(series, started)
+        if series.state == "running":
+            self.hub.text(series.message(_now(nxt)))
 
     # -- SIGTERM / Ctrl-C ------------------------------------------------------------------------------------
     async def graceful(self) -> str:
@@ -256,3 +292,8 @@ class Server:
         at = f"at step {last_step}" if last_rid == rid and last_step else "before its first step"
         kept = "its rows and image are" if self.store.final_image(rid) is not None else "its rows are"
         return f"stopped run {rid} {at}; {kept} in {self.store.root / rid}"
+
+
+def _now(settings: RunSettings) -> str:
+    """A series' run, in its progress line."""
+    return "a baseline" if settings.purpose == "baseline" else "a run with previews"

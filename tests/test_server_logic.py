@@ -266,7 +266,8 @@ def test_a_measure_series_pairs_baselines_with_the_settings_and_holds_them_until
         first = recv_until(ws, "run")
         assert (first["decoder"], first["purpose"]) == ("none", "baseline")
         assert going["state"] == "running" and going["config"] == "latent2rgb/every1/sync"
-        assert going["line"] == "measuring latent2rgb/every1/sync: 0 of 6 pairs for the 95 % level; now a baseline"
+        assert going["line"] == ("measuring latent2rgb/every1/sync: 0 of 6 pairs for the 95 % level, at most 24 pairs; "
+                                 "now a baseline")
         # a tab that joins during the series sees the settings it measures, not its baseline's decoder none
         with client.websocket_connect("/ws", headers=SAME_ORIGIN) as other:
             joined = recv_until(other, "hello")

@@ -12,8 +12,10 @@ Browser -> server (text, JSON objects with a "type"):
   stop   {}   (also ends a measure series)
   ack    {seq, client_decode_ms, client_paint_ms}
   link   {adapt}  this client's previews re-encoded cheaper while its link drops them (true, the default) or as made
-  measure  the fields of start: no-preview baselines of those settings, each followed by a run with those
-         preview settings, as the bench pairs them, until that configuration's overhead holds at the 95 % level
+  measure  the fields of start: pairs of a no-preview baseline of those settings and a run with those preview
+         settings, their order alternating (server/measure.py), until that configuration's overhead has the pairs
+         the series set out to add (those for the 95 % level, counted from the pairs it has); every "auto" is
+         refused (its runs change as they go, so none pairs)
 Server -> browser (text, each built by the function of its name below):
   hello     the model, the run defaults and limits (max_prompt: characters), the choices this server offers, the
             run going on (or null), whether a start is taken (starts: false when a script's watch owns the runs),
@@ -27,7 +29,8 @@ Server -> browser (text, each built by the function of its name below):
   done      a run's end (preview.run.RunEnd): its meta, status, live changes, totals or error; its figures and
             its settings' analysis (server/figures.py: the page computes none)
   measure   a measure series' progress: its state (running, done, stopped, failed), its configuration, the
-            pairs it has and needs, and its line in words
+            pairs it has and needs, the pairs it adds (said at its start), the pairs it starts at most, and its
+            line in words
   error     one line: a message refused (to its sender), or a run's preview failure (run_id: to everyone)
 Binary previews: 4-byte big-endian header length N, N bytes of UTF-8 JSON header, then the image bytes: one
   image, or a clip's frames one after another (the header's `sizes` gives each frame's bytes, `frames` their
@@ -319,8 +322,10 @@ def done(end: RunEnd, judged: dict[str, Any] | None = None) -> Outbound:
     return {"type": "done", **end.to_json(), **(judged or {})}
 
 
-def measure(state: str, config: str, pairs: int, needs: int, line: str) -> Outbound:
-    return {"type": "measure", "state": state, "config": config, "pairs": pairs, "needs": needs, "line": line}
+def measure(state: str, config: str, pairs: int, needs: int, line: str, *, adds: int, most: int) -> Outbound:
+    """A series' progress: its configuration's pairs, the pairs it aims at (needs), adds and starts at most."""
+    return {"type": "measure", "state": state, "config": config, "pairs": pairs, "needs": needs, "adds": adds,
+            "most": most, "line": line}
 
 
 def error(message: str, run_id: str | None = None) -> Outbound:

@@ -54,6 +54,7 @@ class Relay:
         after its end is written)."""
         self.store, self.metrics, self.disk, self.judge = store, metrics, disk, judge
         self.on_done: Callable[[RunEnd, dict[str, Any]], None] | None = None  # after each `done` went out
+        self.on_gone: Callable[[], None] | None = None  # after a watcher left (the hub's clients: those left)
         self.ack_wait_s = limits.ack_wait_s
         self.hub = Hub(limits.send_timeout_s, on_sent=self._sent, on_drop=self._dropped, on_gone=self._gone)
         self.writes = OrderedWrites()  # rows, deliveries and a run's end: written off the loop, then announced
@@ -218,6 +219,8 @@ class Relay:
 
     def _gone(self, c: Client) -> None:
         self._settle()
+        if self.on_gone is not None:
+            self.on_gone()
 
     # -- the end ---------------------------------------------------------------------------------------------
     async def flush(self, deadline_s: float | None = None) -> bool:
