@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from previewlab.bench.unit import Facts, Load
     from previewlab.bench.sweep import Plan
     from previewlab.preview.models import Model
-    from previewlab.bench.rows import SweepRow
+    from previewlab.bench.rows import Judging, SweepRow
+    from previewlab.preview.judging.advice import Analysis
     from previewlab.preview.record.run import RunRecord
 
 __all__ = ["checked", "finish", "main", "meta_line", "parser", "plan_of", "progress_bar", "summary_text", "variants"]
@@ -39,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"argument --device: {refusal}")
     try:  # before any model loads: a folder that cannot be made is one line now, not a traceback after the first run
         args.out.mkdir(parents=True, exist_ok=True)
+        judging(args).write(args.out)  # what report and compare judge the folder against
     except OSError as e:
         print(f"previewlab bench: --out {args.out}: {e.strerror or e}", file=sys.stderr)
         return 2
@@ -100,6 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return finish(args, runs, meta, traces)
 
 
+def judging(args: argparse.Namespace) -> Judging:
+    """The sweep's budget (the advice's: --budget, default 5 %) and noise limit (--noise-limit)."""
+    from previewlab.bench.rows import Judging
+    from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
+
+    return Judging(args.budget if args.budget is not None else DEFAULT_BUDGET_PCT, args.noise_limit)
+
+
 @dataclass(frozen=True)
 class Variant:
     """One model variant of a sweep (--dtype x --offload x --compile x --channels-last): how its model loads,
@@ -150,15 +160,21 @@ def _size(facts: Facts, settings: RunSettings) -> str:
 
 def finish(args: argparse.Namespace, runs: Sequence[SweepRow], meta: str, traces: list[dict]) -> int:
     """Reads the sweep's runs back from the CSVs, as report and compare do (one figure, the same everywhere),
-    writes summary.txt and summary.csv, prints the summary; the exit status (3: a noisy machine with --strict)."""
-    from previewlab.bench.noise import baseline_noise
+    analyses them once, fills runs.csv's answer columns from that analysis, writes summary.txt and summary.csv,
+    prints the summary; the exit status (3: a noisy machine with --strict)."""
+    from previewlab.bench.advice import of_sweep
+    from previewlab.bench.rows import answer
     from previewlab.bench.summary import summarize
     from previewlab.bench.sweep import read_back
+    from previewlab.preview.judging.answers import answers
 
     sweep = read_back(args.out, runs)
-    rows = summarize(sweep.runs, sweep.steps)
-    noise = baseline_noise(sweep.runs, args.noise_limit)
-    text = summary_text(args, sweep.runs, rows, meta, noise, traces)
+    j = judging(args)
+    a = of_sweep(sweep.runs, j.budget, j.noise_limit)
+    answer(args.out, answers(sweep.runs, a.findings))
+    rows = summarize(sweep.runs, sweep.steps, a.findings)
+    noise = a.noise
+    text = summary_text(args, sweep.runs, rows, meta, noise, traces, a)
     (args.out / "summary.txt").write_text(text + "\n")
     lines = [r.to_row() for r in rows]
     with open(args.out / "summary.csv", "w", newline="") as f:
@@ -216,10 +232,10 @@ def meta_line(args: argparse.Namespace, facts: Facts, settings: RunSettings, r0:
 
 
 def summary_text(args: argparse.Namespace, runs: Sequence[SweepRow], rows: list[ConfigSummary], meta: str,
-                 noise: Noise | None, traces: list[dict]) -> str:
-    """summary.txt: the table, the overlap/sync ratios, the advice, and each traced run against its median."""
-    from previewlab.bench.advice import DEFAULT_BUDGET_PCT
-    from previewlab.bench.advice import lines as advice_lines
+                 noise: Noise | None, traces: list[dict], analysis: Analysis | None = None) -> str:
+    """summary.txt: the table, the overlap/sync ratios, the advice (analysis: the sweep's, None: made here from
+    runs at the flags' budget and noise limit), and each traced run against its median."""
+    from previewlab.bench.advice import of_sweep
     from previewlab.bench.summary import mode_ratios, table
 
     text = table(rows, meta, noise)
@@ -229,7 +245,8 @@ def summary_text(args: argparse.Namespace, runs: Sequence[SweepRow], rows: list[
     ratios = mode_ratios(rows)
     if ratios:
         text += "\n" + ratios
-    advice = advice_lines(runs, args.budget if args.budget is not None else DEFAULT_BUDGET_PCT, args.noise_limit)
+    j = judging(args)
+    advice = (analysis or of_sweep(runs, j.budget, j.noise_limit)).advice.lines
     if advice:
         text += "\n" + "\n".join(advice)
     for t in traces:

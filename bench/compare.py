@@ -3,8 +3,11 @@
 Like with like: two sweeps compare only when they ran the same model, steps, size, frames and device, and when
 their no-preview baselines agree within their spread (otherwise "not comparable", naming the difference, exit
 2). Each side's noise line comes first, as its own summary says it. Per configuration, each side's median and its interval
-(noise.py). An overhead is compared in percentage points (B - A), a time or a byte count as a ratio B/A. A
-difference that lies inside either side's interval is "within noise", never worse.
+(the one analysis: an overhead is its configuration's finding, judged at the sweep's own noise limit from its
+sweep.json; any other figure is analysis.per_run's estimate over the steady runs). An overhead is compared in
+percentage points (B - A), a time or a byte count as a ratio B/A. B is better or worse only where the two 95 %
+intervals do not overlap (advice.cheaper_than, the rule that names a cheapest configuration); where they
+overlap it is "within noise", where either is short of the 95 % level it says how many more runs it needs.
 """
 from __future__ import annotations
 
@@ -15,9 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from previewlab.bench.noise import Estimate, baseline_noise, estimate, pair_overheads, spread_pct
-from previewlab.bench.rows import NotASweep, SweepRow, read
+from previewlab.bench.advice import of_sweep
+from previewlab.bench.rows import Judging, NotASweep, SweepRow, read
 from previewlab.bench.summary import steady
+from previewlab.preview.judging.advice import bench_more, cheaper_than
+from previewlab.preview.judging.analysis import per_run
+from previewlab.preview.judging.estimates import Estimate, spread_pct
 from previewlab.preview.record.run import RunRecord
 
 
@@ -47,16 +53,13 @@ SAME_WORK: tuple[tuple[Callable[[RunRecord], str], str], ...] = (
     (lambda r: r.meta.dtype, "dtype"), (lambda r: r.totals.scheduler, "scheduler"))
 
 
-def per_config(runs: Sequence[SweepRow], figure: str) -> dict[str, list[float]]:
-    """Per configuration, the figure of each steady run; an overhead pair by pair, as the summary takes it."""
+def per_config(runs: Sequence[SweepRow], figure: str, judging: Judging = Judging()) -> dict[str, Estimate]:
+    """Per configuration, the figure's estimate: an overhead its finding's (over its pairs, as the summary gives
+    it), any other over its steady runs (analysis.per_run)."""
     if figure == "overhead_pct":
-        return pair_overheads(runs)
-    out: dict[str, list[float]] = {}
-    for r in steady(runs):
-        x = FIGURES[figure].of(r.record)
-        if x is not None:
-            out.setdefault(r.config.name, []).append(float(x))
-    return out
+        a = of_sweep(runs, judging.budget, judging.noise_limit)
+        return {f.name: f.overhead for f in a.findings if f.overhead is not None}
+    return per_run(runs, FIGURES[figure].of)
 
 
 def differences(a: Sequence[SweepRow], b: Sequence[SweepRow]) -> list[str]:
@@ -112,31 +115,32 @@ class Row:
     config: str
     a: Estimate
     b: Estimate
-    verdict: str   # within noise | better | worse | WORSE (past the threshold) | n=1: no interval
+    verdict: str   # within noise | better | worse | WORSE (past the threshold) | short of the 95 % level: ...
 
     @property
     def delta(self) -> float:
         return self.b.value - self.a.value
 
 
-def judge(config: str, xa: list[float], xb: list[float], figure: str, threshold: float) -> Row:
-    """Worse is higher, for every figure. WORSE: beyond noise and past the threshold (points for an overhead,
-    percent of A otherwise)."""
-    a, b = estimate(xa), estimate(xb)
-    if a.value == b.value or a.holds(b.value) or b.holds(a.value):
-        verdict = "within noise"
-    elif not a.has_interval and not b.has_interval:
-        verdict = "n=1: no interval"
-    elif b.value < a.value:
+def judge(config: str, a: Estimate, b: Estimate, figure: str, threshold: float) -> Row:
+    """Worse is higher, for every figure. Better or worse only where the 95 % intervals lie apart
+    (advice.cheaper_than); WORSE: past the threshold too (points for an overhead, percent of A otherwise)."""
+    if cheaper_than(b, a):
         verdict = "better"
-    else:
+    elif cheaper_than(a, b):
         past = (b.value - a.value) if figure == "overhead_pct" else \
             (100 * (b.value - a.value) / a.value if a.value > 0 else float("inf"))
         verdict = "WORSE" if past > threshold else "worse"
+    elif a.sure and b.sure:
+        verdict = "within noise"
+    else:
+        short = [f"{side} {bench_more(e.more_for_level).removesuffix(' for the 95 % level')}"
+                 for side, e in (("A", a), ("B", b)) if not e.sure]
+        verdict = f"short of the 95 % level ({', '.join(short)}): cannot be told apart"
     return Row(config, a, b, verdict)
 
 
-def compare(a: dict[str, list[float]], b: dict[str, list[float]], figure: str, threshold: float) -> list[Row]:
+def compare(a: dict[str, Estimate], b: dict[str, Estimate], figure: str, threshold: float) -> list[Row]:
     return [judge(cfg, a[cfg], b[cfg], figure, threshold) for cfg in a if cfg in b]
 
 
@@ -145,7 +149,7 @@ def cell(e: Estimate, fig: Figure) -> str:
     d = fig.digits
     text = f"{e.value:{sign}.{d}f}"
     if e.lo is not None and e.hi is not None:
-        text += f" [{e.lo:{sign}.{d}f}, {e.hi:{sign}.{d}f}]"
+        text += f" [{e.lo:{sign}.{d}f}, {e.hi:{sign}.{d}f}]" + ("" if e.sure else f" ({e.level_pct:.0f} %)")
     return f"{text} n={e.n}"
 
 
@@ -166,19 +170,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="how much worse counts: percentage points for overhead_pct, percent otherwise")
     args = p.parse_args(argv)
     try:
-        ra, rb = read(args.a).by_device().runs, read(args.b).by_device().runs  # never across devices
+        sa, sb = read(args.a).by_device(), read(args.b).by_device()  # never across devices
     except NotASweep as e:
         print(f"previewlab compare: {e}", file=sys.stderr)
         return 2
+    ra, rb = sa.runs, sb.runs
     diff = differences(ra, rb) or baselines_apart(ra, rb)
     if diff:
         print(f"previewlab compare: not comparable: {'; '.join(diff)}", file=sys.stderr)
         return 2
-    for side, runs in (("A", ra), ("B", rb)):  # each side's noise, as its own summary says it
-        noise = baseline_noise(runs)
+    for side, sw in (("A", sa), ("B", sb)):  # each side's noise, as its own summary says it (its own limit)
+        noise = of_sweep(sw.runs, sw.judging.budget, sw.judging.noise_limit).noise
         print(f"{side} {noise.line() if noise is not None else 'noise: unknown (fewer than two no-preview baselines)'}")
     fig = FIGURES[args.figure]
-    rows = compare(per_config(ra, args.figure), per_config(rb, args.figure), args.figure, args.threshold)
+    rows = compare(per_config(ra, args.figure, sa.judging), per_config(rb, args.figure, sb.judging), args.figure,
+                   args.threshold)
     if not rows:
         print("previewlab compare: the two sweeps share no configuration", file=sys.stderr)
         return 2

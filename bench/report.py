@@ -7,21 +7,21 @@ from __future__ import annotations
 import argparse
 import base64
 import html
-import statistics
 import textwrap
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from previewlab.bench.advice import DEFAULT_BUDGET_PCT
-from previewlab.bench.advice import lines as advice_lines
-from previewlab.bench.noise import Estimate, baseline_noise
+from previewlab.bench.advice import of_sweep
 from previewlab.bench.rows import NotASweep, Sweep, SweepRow, read
 from previewlab.bench.summary import steady, summarize
 from previewlab.bench.summary_rows import ConfigSummary
-from previewlab.preview.record.records import PREVIEW_STAGES
+from previewlab.preview.judging.advice import Analysis, bench_more, said
+from previewlab.preview.judging.estimates import Estimate
+from previewlab.preview.judging.stages import spread
 
-PREVIEW_PARTS = PREVIEW_STAGES + ("send_ms", "browser_ms")
+# where a preview's time goes: the analysis's parts (Finding.parts, mean ms a preview), as the advice names them
+PREVIEW_PARTS = ("decode", "resize", "transfer", "encode", "slower denoising")
 
 
 def caption(runs: Sequence[SweepRow]) -> str:
@@ -33,28 +33,31 @@ def caption(runs: Sequence[SweepRow]) -> str:
             f"{r.meta.steps} steps | torch {r.totals.torch} diffusers {r.totals.diffusers}")
 
 
-def figures(sweep: Sweep) -> dict[str, Any]:
-    """The numbers behind every plot, straight from the CSVs (tests check them against the files)."""
-    summary = summarize(sweep.runs, sweep.steps)
+def figures(sweep: Sweep, budget: float | None = None) -> dict[str, Any]:
+    """The numbers behind every plot, from the one analysis of the CSVs' runs (judged at the sweep's own budget
+    and noise limit, sweep.json's; budget: another budget for the advice) and stages.py's spreads (tests check
+    them against the files)."""
+    j = sweep.judging
+    analysis = of_sweep(sweep.runs, j.budget if budget is None else budget, j.noise_limit)
+    summary = summarize(sweep.runs, sweep.steps, analysis.findings)
     steady_ids = {r.run_id for r in steady(sweep.runs)}
     config_of = {r.run_id: r.config for r in sweep.runs}
     configs = {r.config.name: r.config for r in sweep.runs}
     overhead: dict[str, list[tuple[int, Estimate]]] = {}
     intervals: dict[str, Estimate] = {}
-    for row in summary:
-        e = row.overhead
+    for f in analysis.findings:
+        e = f.overhead
         if e is None:
             continue
-        intervals[row.config] = e
-        c = configs[row.config]
+        intervals[f.name] = e
+        c = configs[f.name]
         if c.interval is not None:  # a fixed interval: a point on its decoder and mode's line
             # one line per decoder and mode, and per target, frames, decode_at and run axes where named
             overhead.setdefault(" ".join([c.decoder, c.mode, *c.axes]).strip(), []).append((c.interval, e))
     for line in overhead.values():
         line.sort(key=lambda p: p[0])
-    parts: dict[str, dict[str, list[float]]] = {}  # per configuration and part: each preview's ms
     per_step: dict[str, dict[int, list[float]]] = {}
-    frame_bytes: dict[str, list[int]] = {}
+    frame_bytes: dict[str, list[float]] = {}
     for s in (st.row for st in sweep.steps):
         if s.run_id not in steady_ids:
             continue
@@ -62,20 +65,15 @@ def figures(sweep: Sweep) -> dict[str, Any]:
         per_step.setdefault(cfg, {}).setdefault(s.step, []).append(s.denoise_ms + s.on_path_ms)  # the core's own figure
         if not s.preview:
             continue
-        acc = parts.setdefault(cfg, {k: [] for k in PREVIEW_PARTS})
-        for k in PREVIEW_STAGES:
-            acc[k].append(float(getattr(s, k)))
-        acc["send_ms"].append(s.send_ms or 0.0)
-        acc["browser_ms"].append((s.client_decode_ms or 0.0) + (s.client_paint_ms or 0.0))
         frames = s.frames or 1  # a clip's preview: all its frames in one message
         label = f"{s.decoder} {s.encoder}" + (f" ×{frames} frames" if frames > 1 else "")
         frame_bytes.setdefault(label, []).append(s.bytes)
-    # each part's median, as the summary's table gives them (a mean is pulled up by one slow preview)
-    stacked = {cfg: {k: statistics.median(v[k]) for k in PREVIEW_PARTS} for cfg, v in parts.items()}
-    medians = {cfg: {step: statistics.median(v) for step, v in sorted(d.items())} for cfg, d in per_step.items()}
-    sizes = {k: statistics.median(v) for k, v in sorted(frame_bytes.items())}
-    return {"summary": summary, "overhead": overhead, "intervals": intervals, "noise": baseline_noise(sweep.runs),
-            "stacked": stacked, "per_step": medians, "bytes": sizes}
+    # where a preview's time goes: the analysis's parts, the mean ms a preview the advice quotes
+    stacked = {f.name: {k: f.parts.get(k, 0.0) for k in PREVIEW_PARTS} for f in analysis.findings if f.previews}
+    medians = {cfg: {step: spread(v)[0] for step, v in sorted(d.items())} for cfg, d in per_step.items()}
+    sizes = {k: spread(v)[0] for k, v in sorted(frame_bytes.items())}
+    return {"summary": summary, "overhead": overhead, "intervals": intervals, "noise": analysis.noise,
+            "stacked": stacked, "per_step": medians, "bytes": sizes, "analysis": analysis}
 
 
 def titled(f: Any, title: str) -> Any:
@@ -147,14 +145,15 @@ def draw_memory(ax: Any, fig: dict[str, Any]) -> None:
 
 
 def draw_breakdown(ax: Any, fig: dict[str, Any]) -> None:
-    """Where a preview's time goes: per configuration, each part's median ms per preview, stacked."""
+    """Where a preview's time goes: per configuration, each part's mean ms a preview (the analysis's parts, as
+    the advice names them), stacked."""
     cfgs = sorted(fig["stacked"])
     bottom = [0.0] * len(cfgs)
     for k in PREVIEW_PARTS:
         vals = [fig["stacked"][c][k] for c in cfgs]
-        ax.barh(cfgs, vals, left=bottom, label=k.replace("_ms", ""))
+        ax.barh(cfgs, vals, left=bottom, label=k)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_xlabel("ms per preview (each part's median, as in the table)")
+    ax.set_xlabel("ms a preview (each part's mean over the previews, as the advice quotes it)")
     ax.legend(fontsize=7, ncol=4)
     ax.set_title("Where a preview's time goes")
     ax.tick_params(axis="y", labelsize=7)
@@ -225,7 +224,7 @@ def _fig(x: float | None) -> str:
 def render_html(fig: dict[str, Any], title: str, images: list[Path], advice: Sequence[str] = ()) -> str:
     def overhead(s: ConfigSummary) -> tuple[str, str]:
         e = s.overhead
-        return (e.signed(), s.verdict) if e else ("", "")
+        return (e.signed(), said(e, bench_more).removeprefix(f"{e.signed()}: ")) if e else ("", "")
     summary: list[ConfigSummary] = fig["summary"]
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v if not isinstance(v, float) else round(v, 2)))}</td>"
@@ -234,15 +233,15 @@ def render_html(fig: dict[str, Any], title: str, images: list[Path], advice: Seq
                                    _fig(s.busy_pct), *overhead(s))) + "</tr>"
         for s in summary)
     noise = fig["noise"]
-    said = noise.line() if noise else "noise: fewer than two no-preview baselines, so their spread cannot be judged"
-    warn = (f'<p class="{"noisy" if noise is not None and noise.noisy else "quiet"}">{html.escape(said)}</p>')
+    line = noise.line() if noise else "noise: fewer than two no-preview baselines, so their spread cannot be judged"
+    warn = (f'<p class="{"noisy" if noise is not None and noise.noisy else "quiet"}">{html.escape(line)}</p>')
     imgs = "".join(f'<figure><img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
                    f"<figcaption>{p.stem.replace('_', ' ')}</figcaption></figure>" for p in images)
     return (f"<!doctype html><meta charset=utf-8><title>previewlab report</title>"
             f"<style>body{{font:14px system-ui;margin:24px}}td,th{{padding:2px 8px;border-bottom:1px solid #ddd}}"
             f"img{{max-width:100%}}pre.advice{{white-space:pre-wrap;overflow-wrap:anywhere}}.noisy{{background:#fde3b8;border:1px solid #d08a1e;padding:8px}}</style>"
             f"<h1>previewlab report</h1>{warn}<p>{html.escape(title)}</p>"
-            f"<table><tr><th>config</th><th>runs</th><th>wall s</th><th>decode ms p50</th><th>encode ms p50</th>"
+            f"<table><tr><th>config</th><th>runs</th><th>wall s (median)</th><th>decode ms p50</th><th>encode ms p50</th>"
             f"<th>MiB a preview p50</th><th>peak MiB</th><th>peak over baseline MiB</th><th>device busy %</th>"
             f"<th>overhead % [interval]</th><th>verdict</th></tr>{rows}</table>"
             f"<pre class=advice>{html.escape(chr(10).join(advice))}</pre>{imgs}")
@@ -251,8 +250,9 @@ def render_html(fig: dict[str, Any], title: str, images: list[Path], advice: Seq
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="previewlab report", description=__doc__)
     p.add_argument("dir", type=Path, help="a folder written by previewlab bench --out")
-    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_PCT,
-                   help=f"the preview overhead the advice keeps under, percent (default {DEFAULT_BUDGET_PCT:g})")
+    p.add_argument("--budget", type=float, default=None,
+                   help="the preview overhead the advice keeps under, percent (default: the sweep's own, from its "
+                        "sweep.json; 5 for a folder without one)")
     args = p.parse_args(argv)
     try:
         sweep = read(args.dir).by_device()  # a sweep over several devices: a table per device
@@ -263,11 +263,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"previewlab report: {args.dir}/runs.csv has no runs", file=sys.stderr)
         return 2
     title = caption(sweep.runs)
-    fig = figures(sweep)
+    fig = figures(sweep, args.budget)
     noise = fig["noise"]
     loud = f"NOISY MACHINE (baselines spread {noise.spread_pct:.1f} %) | " if noise is not None and noise.noisy else ""
     images = plot(fig, loud + title, args.dir)  # a plot copied out of the report still says so
-    advice = advice_lines(sweep.runs, args.budget)
-    (args.dir / "report.html").write_text(render_html(fig, title, images, advice))
+    analysis: Analysis = fig["analysis"]
+    (args.dir / "report.html").write_text(render_html(fig, title, images, analysis.advice.lines))
     print(f"wrote {args.dir / 'report.html'} and {len(images)} plots")
     return 0
