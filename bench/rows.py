@@ -6,19 +6,29 @@ sweep's cells become numbers. `read` loads a sweep folder for the summary, the r
 from __future__ import annotations
 
 import csv
+import json
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from previewlab.preview.record.records import STEP_COLUMNS, StepRow, cell_float
+from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
+from previewlab.preview.judging.answers import ANSWER_COLUMNS
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
+from previewlab.preview.record.csv_writer import as_csv_row
+from previewlab.preview.record.records import STEP_COLUMNS, StepRow
 from previewlab.preview.record.run import RUN_COLUMNS, RunRecord
 from previewlab.preview.settings import PreviewSettings
 
 Role = Literal["warmup", "baseline", "config", "direct"]
 SWEEP_COLUMNS = ("config", "role", "repeat")
-# node: the machine a run ran on (its host name; on a Ray cluster, the host and the Ray node's id)
-RUNS_CSV_COLUMNS = SWEEP_COLUMNS + RUN_COLUMNS + ("overhead_pct", "pair_overhead_pct", "node")
+# node: the machine a run ran on (its host name; on a Ray cluster, the host and the Ray node's id). The answer's
+# columns (preview/judging/answers.py: its pair, its configuration's overhead and verdict) are written empty run
+# by run and filled once the sweep has ended (answer). A folder of an older previewlab has overhead_pct (against
+# the baselines' median), which nothing reads: it is read as it is and never appended to.
+RUNS_CSV_COLUMNS = tuple(dict.fromkeys(SWEEP_COLUMNS + RUN_COLUMNS + ANSWER_COLUMNS + ("node",)))
+ANSWERED = tuple(c for c in ANSWER_COLUMNS if c not in SWEEP_COLUMNS)  # the cells answer() fills
 STEPS_CSV_COLUMNS = SWEEP_COLUMNS + STEP_COLUMNS
 
 
@@ -66,15 +76,12 @@ class Config:
 
 @dataclass(frozen=True)
 class SweepRow:
-    """One run of a sweep: its configuration, its role in the interleaving, its repeat and its record; the
-    overheads the sweep wrote beside it (percent against the setup's baselines' median, and against the
-    baseline paired with it), None where it has none."""
+    """One run of a sweep: its configuration, its role in the interleaving, its repeat, its record and the
+    machine it ran on. Its overheads are the analysis's, never the row's own (answer() writes them beside it)."""
     config: Config
     role: Role
     repeat: int
     record: RunRecord
-    overhead_pct: float | None = None
-    pair_overhead_pct: float | None = None
     node: str = ""  # the machine it ran on ("" in a sweep written before nodes were named)
 
     @property
@@ -99,14 +106,13 @@ class SweepRow:
 
     def to_row(self) -> dict[str, Any]:
         return {"config": self.config.name, "role": self.role, "repeat": self.repeat, **self.record.to_row(),
-                "overhead_pct": self.overhead_pct, "pair_overhead_pct": self.pair_overhead_pct, "node": self.node}
+                "node": self.node}
 
     @classmethod
     def from_row(cls, row: Mapping[str, str]) -> SweepRow:
         r = RunRecord.from_row(row)
         return cls(Config.of(row.get("config", ""), r.meta.preview), _role(row.get("role", "")),
-                   int(row.get("repeat") or 0), r, cell_float(row.get("overhead_pct")),
-                   cell_float(row.get("pair_overhead_pct")), row.get("node") or "")
+                   int(row.get("repeat") or 0), r, row.get("node") or "")
 
 
 @dataclass(frozen=True)
@@ -126,11 +132,40 @@ class SweepStep:
                    StepRow.from_row(row))
 
 
+SWEEP_JSON = "sweep.json"
+
+
+@dataclass(frozen=True)
+class Judging:
+    """What a sweep was judged against, kept in its folder (sweep.json) so that report and compare judge it the
+    same: the advice's budget and the noise limit, percent. A folder without one (an older previewlab's): the
+    defaults, as its bench then used."""
+    budget: float = DEFAULT_BUDGET_PCT
+    noise_limit: float = NOISE_LIMIT_PCT
+
+    def write(self, folder: Path) -> None:
+        (folder / SWEEP_JSON).write_text(json.dumps({"budget_pct": self.budget,
+                                                     "noise_limit_pct": self.noise_limit}) + "\n")
+
+    @classmethod
+    def read(cls, folder: Path) -> Judging:
+        """Raises NotASweep naming sweep.json where it holds no such figures."""
+        p = folder / SWEEP_JSON
+        if not p.is_file():
+            return cls()
+        try:
+            d = json.loads(p.read_text())
+            return cls(float(d["budget_pct"]), float(d["noise_limit_pct"]))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise NotASweep(f"{p}: not a sweep's budget and noise limit ({type(e).__name__}: {e})") from None
+
+
 @dataclass(frozen=True)
 class Sweep:
-    """A sweep folder's runs, in the order they ran, and their steps."""
+    """A sweep folder's runs, in the order they ran, their steps, and what it was judged against."""
     runs: tuple[SweepRow, ...]
     steps: tuple[SweepStep, ...]
+    judging: Judging = Judging()
 
     def only(self, ids: Iterable[str]) -> Sweep:
         """The runs (and their steps) whose ids are given, in the order given: one invocation's, in a folder
@@ -138,7 +173,7 @@ class Sweep:
         order = {rid: i for i, rid in enumerate(dict.fromkeys(ids))}
         runs = sorted((r for r in self.runs if r.run_id in order), key=lambda r: order[r.run_id])
         steps = sorted((s for s in self.steps if s.row.run_id in order), key=lambda s: order[s.row.run_id])
-        return Sweep(tuple(runs), tuple(steps))
+        return Sweep(tuple(runs), tuple(steps), self.judging)
 
     def by_device(self) -> Sweep:
         """Where its runs ran on more than one device (a sweep over a mixed cluster), each configuration named
@@ -151,11 +186,11 @@ class Sweep:
         return Sweep(tuple(replace(r, config=replace(r.config, name=f"[{r.device}] {r.config.name}"))
                            for r in self.runs),
                      tuple(replace(s, config=f"[{devices[s.row.run_id]}] {s.config}") if s.row.run_id in devices else s
-                           for s in self.steps))
+                           for s in self.steps), self.judging)
 
 
 def read(folder: Path) -> Sweep:
-    """runs.csv and steps.csv of a sweep folder, as written (readers that group by configuration take
+    """runs.csv, steps.csv and sweep.json of a sweep folder, as written (readers that group by configuration take
     Sweep.by_device of the runs they read). A line cut short (a sweep killed while writing) is left out. Raises
     NotASweep."""
     def lines(name: str) -> list[dict[str, str]]:
@@ -165,7 +200,32 @@ def read(folder: Path) -> Sweep:
         with open(p, newline="") as f:
             return [r for r in csv.DictReader(f) if None not in r.values()]
     return Sweep(tuple(SweepRow.from_row(r) for r in lines("runs.csv")),
-                 tuple(SweepStep.from_row(r) for r in lines("steps.csv")))
+                 tuple(SweepStep.from_row(r) for r in lines("steps.csv")), Judging.read(folder))
+
+
+def answer(folder: Path, cells: Mapping[str, Mapping[str, Any]]) -> None:
+    """Fills runs.csv's answer cells (ANSWERED) of the runs in `cells` (by run id: answers.answers' cells), the
+    other runs' lines as they are; written whole to a new file, then moved over the old, so a killed process
+    leaves one or the other."""
+    path = folder / "runs.csv"
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        columns = list(reader.fieldnames or RUNS_CSV_COLUMNS)
+        lines = list(reader)
+    if any(c not in columns for c in ANSWERED):
+        return  # a folder of an older previewlab: no column to fill
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, columns, extrasaction="ignore")
+        w.writeheader()
+        for line in lines:
+            got = cells.get(line.get("run_id", ""))
+            if got is not None and None not in line.values():
+                line.update(zip(ANSWERED, as_csv_row(dict(got), ANSWERED)))  # as the sweep writes its cells
+            w.writerow(line)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _role(name: str) -> Role:

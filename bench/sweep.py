@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import socket
-import statistics
 import time
 from contextlib import closing
 from dataclasses import dataclass, replace
@@ -135,13 +134,18 @@ class Plan:
                     yield "warmup", 0, p, u
         for r in range(1, self.repeats + 1):
             for u in self.setups():
-                # A B A B: drift on a noisy machine cancels; the direct call comes before the baseline it is paired with
+                # A B A B: drift on a noisy machine cancels; counterbalanced, as a benchmarker orders pairs: odd
+                # repeats run the baseline first, even ones the configuration first, so the order's own effect
+                # (a warm cache, a cooling core) cancels over the pairs (the analysis pairs either order). The
+                # direct call comes right before the baseline it is paired with, last in each repeat.
                 pairs: list[tuple[tuple[Role, PreviewSettings | None], ...]] = [
                     (("baseline", none), ("config", c)) for c in self.configs()]
-                if self.direct and (self.narrow is None or self.narrow.config is None):
-                    pairs.append((("direct", None), ("baseline", none)))
                 if self.alternate and r % 2 == 0:
                     pairs.reverse()
+                if r % 2 == 0:
+                    pairs = [pair[::-1] for pair in pairs]
+                if self.direct and (self.narrow is None or self.narrow.config is None):
+                    pairs.append((("direct", None), ("baseline", none)))
                 for pair in pairs or [(("baseline", none),)]:
                     for role, q in pair:
                         yield role, r, q, u
@@ -226,13 +230,10 @@ Measured = Generator[tuple[SweepRow, list[SweepStep]], None, None]  # a run's ro
 
 def measured(model: Model, plan: Plan, image: Path, label: str = "", log: Callable[[str], Any] | None = None,
              clock: Callable[[], float] = time.perf_counter, node: str = "") -> Measured:
-    """The plan's runs, each as it finishes: its row (the overheads against its setup's baselines) and its step
-    rows. Each run's final image is written to `image`, as a user's run writes its own. The model is left as it
+    """The plan's runs, each as it finishes: its row and its step rows (its overheads are the analysis's, taken
+    once the sweep has ended). Each run's final image is written to `image`, as a user's run writes its own. The model is left as it
     came once the runs end or the iterator is closed."""
     previewer = Previewer(model, plan.compile)  # decoders (and their compiled forms) live for the sweep
-    baselines: dict[Setup, list[float]] = {}  # each setup's own: a preview's overhead is a share of its run
-    last_baseline: float | None = None
-    last: SweepRow | None = None
     schedulers = schedulers_for(model.pipe, plan.schedulers, plan.steps or (plan.settings.steps,))
     back = as_now(model.pipe, bool(plan.schedulers), bool(plan.vaes))
     try:
@@ -248,22 +249,8 @@ def measured(model: Model, plan: Plan, image: Path, label: str = "", log: Callab
             else:
                 run = generate(RunContext(model, settings, run_id, image_path=image, first_run=(n == 0),
                                           inflight=plan.inflight, previewer=previewer, clock=clock))
-            wall = run.record.totals.wall_s
-            overhead = pair = None
-            if role == "baseline":
-                baselines.setdefault(setup, []).append(wall)
-                last_baseline = wall
-            elif role in ("config", "direct") and baselines.get(setup):
-                overhead = 100 * (wall / statistics.median(baselines[setup]) - 1)
-                pair = 100 * (wall / last_baseline - 1) if last_baseline else None
-            r = run.record
-            config = Config.of(label + plan.name(p, model.space.video, setup), r.meta.preview)
-            if role == "direct":  # the engine's own cost: decoder none against the bare call that follows
-                last_baseline = None
-            if role == "baseline" and last is not None and last.role == "direct":
-                # pair the direct call with the none run right after it
-                pair = 100 * (wall / last.record.totals.wall_s - 1)
-            last = SweepRow(config, role, rep, r, overhead, pair, node)
+            config = Config.of(label + plan.name(p, model.space.video, setup), run.record.meta.preview)
+            last = SweepRow(config, role, rep, run.record, node)
             yield last, [SweepStep(config.name, role, rep, s) for s in run.rows]
     finally:
         use(model.pipe, *back)  # the model as it came

@@ -39,9 +39,10 @@ def _kept(row: dict[str, Any]) -> dict[str, Any]:
 def digest() -> dict[str, Any]:
     import csv
 
-    from previewlab.bench.advice import lines
+    from previewlab.bench.advice import of_sweep
     from previewlab.bench.report import figures
-    from previewlab.bench.rows import read
+    from previewlab.bench.rows import answer, read
+    from previewlab.preview.judging.answers import answers
     from previewlab.bench.summary import summarize
     from previewlab.bench.sweep import Plan, run_sweep
     from previewlab.preview.models import load
@@ -54,13 +55,18 @@ def digest() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d)
         run_sweep(model, plan, out, clock=TickClock())
+        analysis = of_sweep(read(out).runs)
+        answer(out, answers(read(out).runs, analysis.findings))  # as the bench's finish fills runs.csv
         with open(out / "runs.csv", newline="") as f:
-            runs = [_kept(r) for r in csv.DictReader(f)]
+            raw = list(csv.DictReader(f))
+        # a baseline's id changes every sweep; its line in runs.csv does not: the pair is kept as that line
+        line = {r["run_id"]: str(i) for i, r in enumerate(raw)}
+        runs = [_kept({**r, "baseline_run_id": line.get(r["baseline_run_id"], "")}) for r in raw]
         with open(out / "steps.csv", newline="") as f:
             steps = [_kept(r) for r in csv.DictReader(f)]
         sweep = read(out)
-        summary = [_kept(r.to_row()) for r in summarize(sweep.runs, sweep.steps)]
-        advice = lines(sweep.runs)
+        summary = [_kept(r.to_row()) for r in summarize(sweep.runs, sweep.steps, analysis.findings)]
+        advice = list(analysis.advice.lines)
         report = figures(sweep)
     overhead = {line: [(every, e.signed()) for every, e in points] for line, points in report["overhead"].items()}
     return {"runs.csv": runs, "steps.csv": steps, "summary": summary, "advice": advice,

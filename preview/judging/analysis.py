@@ -116,10 +116,10 @@ def paired(runs: Sequence[M]) -> dict[str, list[tuple[M, M]]]:
     for i, r in enumerate(runs):
         if r.role not in ("config", "direct") or not r.steady:
             continue
-        if r.role == "direct":
-            j = i + 1
-            if 0 <= j < len(runs) and runs[j].role == "baseline" and runs[j].steady:
-                out.setdefault(r.name, []).append((r, runs[j]))
+        if r.role == "direct":  # against the baseline right after it, which then serves no other run
+            if base(i + 1):
+                taken.add(i + 1)
+                out.setdefault(r.name, []).append((r, runs[i + 1]))
             continue
         j = i - 1 if base(i - 1) else i + 1
         if base(j):
@@ -241,11 +241,16 @@ def findings(runs: Sequence[Measured]) -> list[Finding]:
     return out
 
 
-def direct_cost(runs: Sequence[Measured]) -> Estimate | None:
-    """The engine's own cost over the bare pipeline: each direct call's baseline (the no-preview run right after
-    it) against it, 100 * (baseline wall / call's wall - 1), over the pairs; None where no direct call ran."""
-    xs = [overhead_pct(b.record, r.record) for r, b in paired(runs).get("direct", [])]
-    return estimate(xs) if xs else None
+def direct_cost(runs: Sequence[Measured]) -> dict[str, Estimate]:
+    """The engine's own cost over the bare pipeline, by the baselines' name (each run setup has its own): each
+    direct call's baseline (the no-preview run right after it) against it, 100 * (baseline wall / call's wall
+    - 1), over the pairs."""
+    xs: dict[str, list[float]] = {}
+    for ps in paired(runs).values():
+        for r, b in ps:
+            if r.role == "direct":
+                xs.setdefault(b.name, []).append(overhead_pct(b.record, r.record))
+    return {k: estimate(v) for k, v in xs.items()}
 
 
 def per_run(runs: Sequence[Measured], of: Callable[[RunRecord], float | None]) -> dict[str, Estimate]:
