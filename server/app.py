@@ -21,7 +21,7 @@ from starlette.websockets import WebSocket
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
 
 from previewlab.server.ws import protocol
-from previewlab.server.http.exports import stream
+from previewlab.server.http.exports import answered, stream
 from previewlab.server.http.forwarded import RealClient
 from previewlab.server.http.guard import Guard
 from previewlab.server.http.headers import SecurityHeaders
@@ -170,7 +170,8 @@ def build_app(server: Server) -> ASGIApp:
         if request.method == "HEAD":
             return Response(media_type="text/csv", headers=_attachment("previewlab-runs.csv"))
         ids = await server.disk.run(server.store.ids)
-        return export(request, "previewlab-runs.csv", server.store.list_chunks(ids))
+        # the answer's columns after the run's own, as the bench's runs.csv has them (exports.answered)
+        return export(request, "previewlab-runs.csv", answered(server.store.list_chunks(ids), server.figures.answers))
 
     async def all_steps_csv(request: Request) -> Response:
         """The step rows of every run, oldest first; a damaged run is left out (and logged once)."""

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Analysis, Surface, analyze, said
+from previewlab.preview.judging.answers import answers
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
+from previewlab.preview.judging.stages import on_path_share_pct
 from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.judging.analysis import Entry, cost_key, entry, overhead_pct, paired
 from previewlab.preview.record.run import RunRecord
@@ -61,9 +64,11 @@ class Known:
 class Figures:
     """The data folder's ended runs as the analysis reads them, kept between requests (store: where they are)."""
 
-    def __init__(self, store: Store, has_taesd: bool = True) -> None:
-        """has_taesd: the model has TAE weights, so the advice may name taesd."""
+    def __init__(self, store: Store, has_taesd: bool = True, noise_limit: float = NOISE_LIMIT_PCT) -> None:
+        """has_taesd: the model has TAE weights, so the advice may name taesd; noise_limit: the baselines' spread,
+        percent, past which the machine is NOISY (the bench's --noise-limit)."""
         self.store = store
+        self.noise_limit = noise_limit
         self.decoders = tuple(d for d in DECODER_NAMES if has_taesd or d != "taesd")
         self._known: dict[str, Known] = {}
         self._lock = threading.Lock()  # the disk thread (listings) and the writer (a run's end) both read
@@ -119,8 +124,21 @@ class Figures:
         if me is None:
             return None
         current = me.name if me.role == "config" else None
-        a = analyze(group, budget, current, surface=PAGE, decoders=self.decoders)
+        a = analyze(group, budget, current, self.noise_limit, PAGE, self.decoders)
         return finite({**a.to_json(), "group": group_of(me)})
+
+    def answers(self) -> dict[str, dict[str, Any]]:
+        """Every ended run's cells of the answer's columns (preview/judging/answers.py), by run id: its pair and
+        its configuration's overhead and verdict from the analysis of its settings' runs, as the bench's
+        runs.csv has them."""
+        groups: dict[tuple[Any, ...], list[Entry]] = {}
+        for e in self.entries():
+            groups.setdefault(cost_key(e.record.meta), []).append(e)
+        out: dict[str, dict[str, Any]] = {}
+        for group in groups.values():
+            out.update(answers(group, analyze(group, noise_limit=self.noise_limit, surface=PAGE,
+                                              decoders=self.decoders).findings))
+        return out
 
     def of_runs(self, metas: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The listed runs, each ended one with its `figures` (run_figures)."""
@@ -139,7 +157,7 @@ class Figures:
             key = cost_key(me.record.meta)
             if key not in judged:
                 group = groups[key]
-                judged[key] = (analyze(group, surface=PAGE, decoders=self.decoders),
+                judged[key] = (analyze(group, noise_limit=self.noise_limit, surface=PAGE, decoders=self.decoders),
                                {r.record.run_id: (r, b) for ps in paired(group).values() for r, b in ps})
             a, pairs = judged[key]
             out.append({**m, "figures": finite(run_figures(me, a, pairs.get(me.record.run_id)))})
@@ -150,8 +168,7 @@ class Figures:
         me, group = self.like(rid)
         if me is None:
             return {}
-        a = analyze(group, budget, me.name if me.role == "config" else None, surface=PAGE,
-                    decoders=self.decoders)
+        a = analyze(group, budget, me.name if me.role == "config" else None, self.noise_limit, PAGE, self.decoders)
         pair = next(((r, b) for ps in paired(group).values() for r, b in ps if r.record.run_id == rid), None)
         return finite({"figures": run_figures(me, a, pair), "analysis": {**a.to_json(), "group": group_of(me)}})
 
@@ -171,7 +188,9 @@ def run_figures(e: Entry, a: Analysis, pair: tuple[Entry, Entry] | None) -> dict
         "group": group_of(e), "role": "warm-up" if e.role == "warmup" else "baseline" if e.role == "baseline" else "preview",
         "steady": e.steady, "why": e.why, "config": e.name,
         "wall_s": t.wall_s, "wall_per_step": t.wall_s * 1e3 / steps, "denoise_per_step": t.denoise_ms / steps,
-        "preview_on_path": t.on_path_ms, "on_path_share_pct": 100 * t.on_path_ms / t.denoise_ms if t.denoise_ms else 0.0,
+        # the previews' share of the denoising path (stages.py), and that path's ms (denoising and previews)
+        "preview_on_path": t.on_path_ms, "on_path_share_pct": on_path_share_pct(t.on_path_ms, t.denoise_ms),
+        "denoising_path_ms": t.denoise_ms + t.on_path_ms,
         # a clip's preview sends several frames: KiB a frame is over the frames sent (a record from before
         # frames_sent counts one a preview)
         "previews": t.previews,

@@ -12,20 +12,18 @@ from typing import Collection, Sequence
 
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Surface, analyze
 from previewlab.preview.judging.analysis import cost_key, entry, name_of
-from previewlab.preview.judging.estimates import SAMPLES_FOR_LEVEL
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, SAMPLES_FOR_LEVEL
+from previewlab.preview.judging.stages import on_path_share_pct, row_parts, shares_pct
 from previewlab.preview.names import DECODER_NAMES
-from previewlab.preview.record.records import PREVIEW_STAGES, StepRow
+from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunRecord
 from previewlab.preview.settings import PreviewSettings
 
 __all__ = ["digest", "judged", "parts"]
 
 def parts(rows: Sequence[StepRow]) -> dict[str, float]:
-    """A run's preview time by part, ms over all its previews (sync and transfer together: the copy's wait)."""
-    made = [r for r in rows if r.preview]
-    total = {k: sum(getattr(r, k) for r in made) for k in PREVIEW_STAGES}
-    return {"decode": total["decode_ms"], "resize": total["resize_ms"],
-            "transfer": total["sync_ms"] + total["transfer_ms"], "encode": total["encode_ms"]}
+    """A run's mean ms a preview by part over its previews (stages.row_parts: the analysis's definition)."""
+    return row_parts(rows)
 
 
 def digest(record: RunRecord, rows: Sequence[StepRow]) -> list[str]:
@@ -36,18 +34,16 @@ def digest(record: RunRecord, rows: Sequence[StepRow]) -> list[str]:
     every = f"auto {p.budget:g} %" if p.budget > 0 else f"every {p.every}"
     lines = [f"run {record.run_id}: {steps} steps in {t.wall_s:.2f} s, {t.denoise_ms / steps:.1f} ms a "
              f"step denoising; {made} previews ({p.decoder}, {every}, {p.mode})"]
-    rest = t.wall_s * 1e3 - t.on_path_ms
-    share = 100 * t.on_path_ms / rest if rest > 0 else 0.0
+    share = on_path_share_pct(t.on_path_ms, t.denoise_ms)
     if made:
         by = parts(rows)
         name = max(by, key=lambda k: by[k])
         total = sum(by.values())
-        where = (f"; {name} holds {by[name] / made:.1f} of its {total / made:.1f} ms a preview "
-                 f"({100 * by[name] / total:.0f} %)") if total > 0 else ""
+        where = (f"; {name} holds {by[name]:.1f} of its {total:.1f} ms a preview "
+                 f"({shares_pct(by)[name]:.0f} %)") if total > 0 else ""
         overlap = " (overlap: what runs beside the denoising shows only against a call without previews)" \
             if p.mode == "overlap" else ""
-        lines.append(f"previews: {t.on_path_ms:.0f} ms on the denoising path, {share:.1f} % over the rest of "
-                     f"the run{overlap}{where}")
+        lines.append(f"previews: {t.on_path_ms:.0f} ms on the denoising path, {share:.1f} % of it{overlap}{where}")
         most = max(r.mem_mb for r in rows)
         if t.mem_source:
             lines.append(f"memory: a preview raised it by up to {most:.1f} MiB over its step; the run peaked at "
@@ -76,15 +72,17 @@ WATCH = Surface(watch_more, WATCH_REMEDIES, watch_how)
 
 
 def judged(records: Sequence[RunRecord], current: PreviewSettings, budget: float = DEFAULT_BUDGET_PCT,
-           changed: Collection[str] = (), decoders: Sequence[str] = DECODER_NAMES) -> list[str]:
+           changed: Collection[str] = (), decoders: Sequence[str] = DECODER_NAMES,
+           noise_limit: float = NOISE_LIMIT_PCT) -> list[str]:
     """What a watch's calls of the latest call's settings support (advice.analyze over them, in the order they
     ran, the ids in `changed` being calls whose settings changed live, as the server's figures read them), for
-    the settings in use now; how to measure where no call without previews can be paired."""
+    the settings in use now, the baselines' noise against noise_limit; how to measure where no call without
+    previews can be paired."""
     last = records[-1]
     like = [entry(r, r.totals.status, changed=r.run_id in changed) for r in records
             if cost_key(r.meta) == cost_key(last.meta)]
     in_use = name_of(current, last.meta.num_frames)
-    a = analyze(like, budget, in_use, surface=WATCH, decoders=decoders)
+    a = analyze(like, budget, in_use, noise_limit, surface=WATCH, decoders=decoders)
     if not any(f.overhead is not None for f in a.findings):
         return [f"overhead: unknown: no call of these settings without previews ran right before one with them. "
                 f"Alternate calls with previews off (watch.controls.set(decoder=\"none\")) and on, "

@@ -14,7 +14,12 @@ speed took a running model's denoise from 47-103 ms to 553 ms a step). With no r
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+import csv
+import io
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Mapping
+
+from previewlab.preview.judging.answers import ANSWER_COLUMNS
+from previewlab.preview.record.csv_writer import as_csv_row
 
 MAX_EXPORTS = 4             # exports streaming at once, in all
 MAX_EXPORTS_PER_CLIENT = 1  # and per client address
@@ -67,3 +72,23 @@ async def stream(disk: Any, pieces: Iterator[str], done: Any, live: Callable[[],
             yield piece.encode("utf-8")
     finally:
         done()
+
+
+def answered(pieces: Iterator[str], cells: Callable[[], Mapping[str, Mapping[str, Any]]]) -> Iterator[str]:
+    """The list's CSV (a row per run, whole rows in each piece, its header in the first) with the answer's
+    columns after its own (ANSWER_COLUMNS, the bench's runs.csv's: each run's role, its pair and its
+    configuration's overhead and verdict); cells: the analysis's cells by run id (Figures.answers), asked when
+    the first piece is (on the disk thread). A run the analysis does not know (damaged, running) has them
+    empty."""
+    known: Mapping[str, Mapping[str, Any]] | None = None
+    for piece in pieces:
+        if known is None:
+            known = cells()
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        for row in csv.reader(io.StringIO(piece, newline="")):
+            if row[:1] == ["run_id"]:  # the header
+                w.writerow(row + list(ANSWER_COLUMNS))
+                continue
+            w.writerow(row + as_csv_row(dict(known.get(row[0], {}) if row else {}), ANSWER_COLUMNS))
+        yield buf.getvalue()
