@@ -7,7 +7,7 @@ import { applyHello, checkPrompt, namedField, runMessage, showButtons, showError
 import { hasFinal, onFrame, resetView, showFinal, stepArrived, wireView } from "./canvas.js";
 import { drawn, makeChart } from "./chart.js";
 import { endFigures, frameFigures, showAdvice, showMeasure, startFigures, stepFigures } from "./figures.js";
-import { addRuns, fetchNew, loadOlder, newerFindings, newestEnded } from "./runs.js";
+import { addRuns, fetchNew, loadOlder, newerFindings, newerPairs, newestEnded } from "./runs.js";
 
 function row(step) {
   const rows = state.run.rows;
@@ -54,10 +54,11 @@ function endRun(msg) {
   if (state.run && state.run.meta.run_id === meta.run_id && hasFinal(meta)) showFinal(meta.run_id);
 }
 
-// The Budget % the user set (the advice's budget), or null for the server's default
+// The Budget % the field shows: the advice's budget on every surface of the page (the server's default fills
+// the field at hello); null while it holds no budget (empty, or not a number above 0): the server's default
 function budgetPct() {
   const b = Number($("budget").value);
-  return $("budget").dataset.set && b > 0 ? b : null;
+  return $("budget").value.trim() !== "" && b > 0 ? b : null;
 }
 
 async function fetchAnalysis(rid) {
@@ -66,11 +67,12 @@ async function fetchAnalysis(rid) {
   if (res.ok) showAnalysis(rid, await res.json(), true);
 }
 
-// A done message carries its settings' analysis at the default budget; a budget the user set asks again
+// A done message carries its settings' analysis at the server's default budget; another in the field asks again
 function showAnalysis(rid, data, asked = false) {
   if (!asked && budgetPct() && data.advice.budget !== budgetPct()) { fetchAnalysis(rid); return; }
   state.analysis = { run_id: rid, data };
   newerFindings(data);
+  newerPairs(data);
   showAdvice();
 }
 

@@ -59,11 +59,12 @@ export function runMessage(type) {
   return msg;
 }
 
-// The buttons from the state: Start and Measure while nothing runs, Stop while a run goes
+// The buttons from the state: Start and Measure while nothing runs, Stop while a run or a measure series goes
+// (between two of a series' runs too: Stop then ends the series, and the run it was starting)
 export function showButtons() {
   $("start").disabled = state.running || state.measuring;
   $("measure").disabled = state.running || state.measuring;
-  $("stop").disabled = !state.running;
+  $("stop").disabled = !state.running && !state.measuring;
 }
 
 // A script's page (serve(watch)): no Start and no run settings, which the script decides; the live preview
@@ -72,6 +73,7 @@ function showStarts() {
   $("run-fields").hidden = !state.starts;
   $("start").hidden = $("measure").hidden = !state.starts;
   $("script-note").hidden = state.starts;
+  for (const el of document.querySelectorAll(".server-only")) el.hidden = !state.starts;
 }
 
 // "1,995 / 2,000"
@@ -179,6 +181,8 @@ export function applyHello(msg) {
     $(id).hidden = !text;
   }
   state.offered = { decoders: (msg.choices || {}).decoder || null, taesd: msg.taesd !== false };
+  // the Budget field shows the budget the advice is judged at: the server's, until the user sets another
+  if (msg.advice_budget && !$("budget").dataset.set) $("budget").value = msg.advice_budget;
   showLive(msg.defaults);  // the preview settings now: a running run's live ones, or a script's watch's
 }
 

@@ -8,6 +8,14 @@ function num(x) {
   return `${x >= 0 ? "+" : ""}${x.toFixed(1)}`;
 }
 
+// How this page's user gets pairs: the Measure button, or on a script's page (serve(watch), no button) the
+// script's own calls with previews off and on
+export function pairsHow(more = false) {
+  return state.starts ? `Measure runs ${more ? "more" : "the pairs"}` :
+    "alternate your script's calls with previews off and on (watch.controls.set(decoder=\"none\"), then back), " +
+    "and watch.summary() measures them";
+}
+
 // A run's overhead as the server judged it: its configuration's figure over all its pairs, with its verdict and
 // what is missing, then this run's own pair
 export function overheadText(f) {
@@ -15,7 +23,7 @@ export function overheadText(f) {
   if (f.role === "baseline") return "a no-preview baseline: runs with previews of these settings are measured against it";
   if (!f.steady) return `no figure: ${f.why}`;
   const config = f.finding && f.finding.overhead ? `${f.config}: ${f.finding.said}` :
-    `${f.config}: no baseline ran right before a run of it, so its overhead is unknown; Measure runs the pairs`;
+    `${f.config}: no baseline ran right before a run of it, so its overhead is unknown; ${pairsHow()}`;
   return f.pair ? `${config} (this run ${f.pair.said} vs baseline ${f.pair.baseline})` : config;
 }
 
@@ -103,10 +111,10 @@ export function showAdvice() {
   noisy.hidden = !(d.noise && d.noise.noisy);
   noisy.textContent = noisy.hidden ? "" : d.noise_line;
   $("baselines").textContent = `the settings of run ${a.run_id}: ${d.baselines} steady no-preview baseline` +
-    `${d.baselines === 1 ? "" : "s"}` + (!d.noise ? "; fewer than two, so their noise is unknown: Measure runs more" :
+    `${d.baselines === 1 ? "" : "s"}` + (!d.noise ? `; fewer than two, so their noise is unknown: ${pairsHow(true)}` :
                                          noisy.hidden ? `; ${d.noise_line}` : "");
   $("advice").textContent = d.advice.lines.length ? d.advice.lines.join("\n") :
-    "no advice yet: no run with previews of these settings has a baseline right before it; Measure runs the pairs";
+    `no advice yet: no run with previews of these settings has a baseline beside it; ${pairsHow()}`;
 }
 
 // The measure series' line, from the server's `measure` messages (hello's for a tab that joins during one)

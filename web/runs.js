@@ -3,7 +3,7 @@
 import { $, state } from "./state.js";
 import { hasFinal, showFinal } from "./canvas.js";
 import { setInit } from "./controls.js";
-import { showCompare } from "./figures.js";
+import { pairsHow, showCompare } from "./figures.js";
 
 const PAGE = 50;            // runs per /runs request (the server's default page)
 const rowOf = new Map();    // run id -> its row in the table
@@ -46,7 +46,7 @@ function runRow(m) {
   const role = !f ? "" : f.role + (m.purpose ? ` (${m.purpose === "baseline" ? "measure" : "measured"})` : "");
   const pair = f && f.pair ? f.pair.said : "";
   const config = !f || f.role !== "preview" ? "" : !f.steady ? `no figure: ${f.why}` :
-    f.finding && f.finding.overhead ? f.finding.said : "no baseline right before a run of it: Measure runs the pairs";
+    f.finding && f.finding.overhead ? f.finding.said : `no baseline beside a run of it: ${pairsHow()}`;
   const texts = [m.run_id, m.model, status, role, m.decoder, every, m.mode, m.changes || "", task, steps, size,
                  guidance, f ? f.wall_s.toFixed(2) : "", pair, config, f ? f.previews : "",
                  f && f.peak_mem_mb !== null ? f.peak_mem_mb.toFixed(0) : ""];
@@ -108,6 +108,20 @@ export function newerFindings(a) {
     if (f && f.group === a.group && f.finding && byName.has(f.config) && f.finding !== byName.get(f.config)) {
       f.finding = byName.get(f.config);
       renderRun(m.run_id);
+    }
+  }
+}
+
+// Runs whose pair formed after their end: a run with previews first is paired with the baseline right after it,
+// which ends later. Its row asks the server for its figures again (the runs from it up to that baseline, which
+// the list already holds, are one page: the page never pairs runs itself).
+export async function newerPairs(a) {
+  for (const f of a.findings) {
+    for (const [rid, base] of f.pairs) {
+      const m = state.runs.get(rid);
+      if (!m || !m.figures || (m.figures.pair && m.figures.pair.baseline === base)) continue;
+      const between = [...state.runs.keys()].filter((id) => id >= rid && id < base).length;
+      addRuns(await fetchRuns(`before=${encodeURIComponent(base)}&limit=${Math.min(PAGE * 10, Math.max(1, between))}`));
     }
   }
 }
