@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
-from previewlab.preview.judging.answers import ANSWER_COLUMNS
+from previewlab.preview.judging.answers import ANSWER_COLUMNS, as_text
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
-from previewlab.preview.record.csv_writer import as_csv_row
 from previewlab.preview.record.records import STEP_COLUMNS, StepRow
 from previewlab.preview.record.run import RUN_COLUMNS, RunRecord
 from previewlab.preview.settings import PreviewSettings
@@ -221,7 +220,7 @@ def answer(folder: Path, cells: Mapping[str, Mapping[str, Any]]) -> None:
         for line in lines:
             got = cells.get(line.get("run_id", ""))
             if got is not None and None not in line.values():
-                line.update(zip(ANSWERED, as_csv_row(dict(got), ANSWERED)))  # as the sweep writes its cells
+                line.update((c, x) for c, x in zip(ANSWER_COLUMNS, as_text(got)) if c in ANSWERED)
             w.writerow(line)
         f.flush()
         os.fsync(f.fileno())

@@ -10,11 +10,15 @@
                               pairs, the interval's level (Estimate.to_cells); empty but for a configuration's runs
   verdict                     that overhead's verdict in the words every surface uses (estimates.verdict)
 
+Their numbers are written whole (Python's shortest text that reads back as the same float, as_text): rounded to
+a CSV's usual 3 decimals, a median of 1.7499... would read back as 1.75 and print +1.8 % where every surface
+prints +1.7 %.
+
 No torch here.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from previewlab.preview.judging.analysis import Finding, Measured, overhead_pct, paired
 from previewlab.preview.judging.estimates import Estimate
@@ -40,3 +44,9 @@ def answers(runs: Sequence[Measured], found: Sequence[Finding]) -> dict[str, dic
                     **Estimate.to_cells(f.overhead if f else None, "config_overhead"),
                     "verdict": f.verdict if f else ""}
     return out
+
+
+def as_text(cells: Mapping[str, Any]) -> list[str]:
+    """A run's answer cells as CSV text, in ANSWER_COLUMNS' order: a number whole (repr), None empty."""
+    return ["" if (v := cells.get(c)) is None else repr(v) if isinstance(v, float) else str(v)
+            for c in ANSWER_COLUMNS]

@@ -18,8 +18,7 @@ import csv
 import io
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 
-from previewlab.preview.judging.answers import ANSWER_COLUMNS
-from previewlab.preview.record.csv_writer import as_csv_row
+from previewlab.preview.judging.answers import ANSWER_COLUMNS, as_text
 
 MAX_EXPORTS = 4             # exports streaming at once, in all
 MAX_EXPORTS_PER_CLIENT = 1  # and per client address
@@ -90,5 +89,5 @@ def answered(pieces: Iterator[str], cells: Callable[[], Mapping[str, Mapping[str
             if row[:1] == ["run_id"]:  # the header
                 w.writerow(row + list(ANSWER_COLUMNS))
                 continue
-            w.writerow(row + as_csv_row(dict(known.get(row[0], {}) if row else {}), ANSWER_COLUMNS))
+            w.writerow(row + as_text(known.get(row[0], {}) if row else {}))
         yield buf.getvalue()
