@@ -3,7 +3,8 @@ baselines' noise, and where a preview's time goes. The bench's summary, its repo
 watch's summary all render what this module finds (advice.py then says what to set); none computes its own.
 
 A configuration's overhead is taken pair by pair, as the bench interleaves its runs: each steady run against the
-steady no-preview baseline right before it, or, where that is none, the one right after it (a counterbalanced
+steady no-preview baseline of the same work (same_work) right before it, or, where that is none, the one right
+after it (a counterbalanced
 series runs B A, then A B, so the order's own effect cancels over the pairs; the bench's direct call, which runs
 first, is always against the one right after it), 100 * (its wall / the baseline's - 1). A baseline serves one run
 with previews at most, so no two pairs share one. Each pair carries its baseline's noise as well as the run's, and
@@ -105,24 +106,32 @@ def entry(record: RunRecord, status: str, changed: bool = False, damaged: bool =
 M = TypeVar("M", bound=Measured)
 
 
+def same_work(a: RunRecord, b: RunRecord) -> bool:
+    """Two runs whose denoising does the same work (cost_key, and the same scheduler where both name one): only
+    such runs pair. A sweep's run setups (its schedulers, step counts) sit side by side in its order."""
+    return cost_key(a.meta) == cost_key(b.meta) and (a.totals.scheduler == b.totals.scheduler
+                                                     or "" in (a.totals.scheduler, b.totals.scheduler))
+
+
 def paired(runs: Sequence[M]) -> dict[str, list[tuple[M, M]]]:
     """Per configuration, each steady run with the steady baseline it is paired with (the module's rule)."""
     taken: set[int] = set()  # a baseline serves one run of a configuration: two pairs never share one
 
-    def base(j: int) -> bool:
-        return 0 <= j < len(runs) and runs[j].role == "baseline" and runs[j].steady and j not in taken
+    def base(j: int, i: int) -> bool:  # a free steady baseline of run i's own work (a sweep's setups differ)
+        return 0 <= j < len(runs) and runs[j].role == "baseline" and runs[j].steady and j not in taken and \
+            same_work(runs[j].record, runs[i].record)
 
     out: dict[str, list[tuple[M, M]]] = {}
     for i, r in enumerate(runs):
         if r.role not in ("config", "direct") or not r.steady:
             continue
         if r.role == "direct":  # against the baseline right after it, which then serves no other run
-            if base(i + 1):
+            if base(i + 1, i):
                 taken.add(i + 1)
                 out.setdefault(r.name, []).append((r, runs[i + 1]))
             continue
-        j = i - 1 if base(i - 1) else i + 1
-        if base(j):
+        j = i - 1 if base(i - 1, i) else i + 1
+        if base(j, i):
             taken.add(j)
             out.setdefault(r.name, []).append((r, runs[j]))
     return out
