@@ -35,7 +35,7 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     assert p.returncode == 0, p.stderr
     runs, steps = rows(tmp_path / "runs.csv"), rows(tmp_path / "steps.csv")
     assert set(REQUIRED_STEP) <= set(steps[0]) and tuple(steps[0])[3:] == STEP_COLUMNS
-    for col in ("wall_s", "overhead_pct", "device_name", "dtype", "threads", "torch", "diffusers", "synthetic",
+    for col in ("wall_s", "baseline_run_id", "pair_overhead_pct", "config_overhead_pct", "verdict", "device_name", "dtype", "threads", "torch", "diffusers", "synthetic",
                 "text_encode_ms", "denoise_ms", "final_decode_ms", "final_encode_ms", "write_ms", "first_run",
                 "load_s", "other_ms", "previews", "bytes"):
         assert col in runs[0], col
@@ -45,9 +45,16 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     assert [r["first_run"] for r in runs].count("1") == 1 and runs[0]["role"] == "warmup"
     roles = [r["role"] for r in runs[3:13]]
     assert roles == ["baseline", "config"] * 4 + ["direct", "baseline"]
-    # overhead is relative to the median baseline of the sweep so far
+    # counterbalanced: the second repeat runs each configuration before its baseline
+    assert [r["role"] for r in runs[13:23]] == ["config", "baseline"] * 4 + ["direct", "baseline"]
+    # runs.csv answers alone: each run with previews names its baseline (the one beside it, in either order), its
+    # pair's overhead and its configuration's figure; the column nothing read is gone
     cfg = [r for r in runs if r["role"] == "config"]
-    assert all(r["overhead_pct"] != "" for r in cfg)
+    at = {r["run_id"]: i for i, r in enumerate(runs)}
+    assert all(abs(at[r["baseline_run_id"]] - at[r["run_id"]]) == 1 and r["pair_overhead_pct"] != "" for r in cfg)
+    assert all(r["config_overhead_n"] == "2" and r["verdict"] for r in cfg) and "overhead_pct" not in runs[0]
+    assert all(r["baseline_run_id"] == "" and r["config_overhead_pct"] == "" for r in runs if r["role"] == "baseline")
+    assert json.loads((tmp_path / "sweep.json").read_text()) == {"budget_pct": 5.0, "noise_limit_pct": 10.0}
     vae1 = [r for r in cfg if r["config"] == "vae/every1/sync"]
     assert len(vae1) == 2 and all(int(r["previews"]) == 4 for r in vae1)
     every2 = [r for r in cfg if r["config"].endswith("/every2/sync")]

@@ -123,8 +123,10 @@ def test_alternate_repeats_keep_each_arm_beside_its_baseline_and_a_time_bound_st
     one, two = ([(role, name) for role, rep, name in slots if rep == r] for r in (1, 2))
     assert one == [("baseline", "none"), ("config", "a"), ("baseline", "none"), ("config", "b"), ("direct", "direct"),
                    ("baseline", "none")]
-    assert two == [("direct", "direct"), ("baseline", "none"), ("baseline", "none"), ("config", "b"),
-                   ("baseline", "none"), ("config", "a")]
+    # the even repeat: the arms in reverse order (alternate), each before its baseline (counterbalanced), the direct
+    # call last, right before its own baseline
+    assert two == [("config", "b"), ("baseline", "none"), ("config", "a"), ("baseline", "none"),
+                   ("direct", "direct"), ("baseline", "none")]
     # the summary's rule pairs every arm with its own baseline, in either order: a's and b's walls only
     wall = {"none": 1.0, "a": 1.1, "b": 1.5, "direct": 0.9}
     rows = [SweepRow.from_row({"run_id": str(i), "config": name, "role": role, "first_run": "0",

@@ -31,7 +31,7 @@ from previewlab.preview.record.records import STEP_COLUMNS, StepRow
 from previewlab.preview.record.run import RunEnd, RunRecord
 from tests.conftest import SAME_ORIGIN, make_run
 
-STEPS = 6
+STEPS = 10  # tests/test_advice.py's and test_server_logic.py's runs (record) too
 BUDGET = 8.0        # the sweep's --budget, not the default 5: report and compare take it from the folder
 NOISE_LIMIT = 20.0  # and its --noise-limit
 # name -> (decoder, every, each pair's wall over its baseline's)
@@ -62,15 +62,18 @@ def steps_of(rid: str, decoder: str, every: int, k: int) -> list[StepRow]:
     return out
 
 
-def record(rid: str, decoder: str, every: int, wall: float, rows: list[StepRow], first: bool = False) -> RunRecord:
-    """The run's record, its totals its steps' sums."""
+def record(rid: str, decoder: str, every: int, wall: float, rows: list[StepRow] | None = None,
+           first: bool = False) -> RunRecord:
+    """The run's record, its totals its steps' sums (rows: its steps; None: steps_of's, the run's first
+    variation)."""
+    rows = steps_of(rid, decoder, every, 0) if rows is None else rows
     def total(k: str) -> str:
         return str(sum(getattr(r, k) for r in rows))
     return RunRecord.from_row(dict(
         run_id=rid, started_at="2026-12-07T12:00:00+0000", model="synthetic:tiny", synthetic="1", device="cpu",
         dtype="float32", prompt="(your script)", steps=str(STEPS), width="64", height="64", seed="-1",
         guidance="7.5", task="script", decoder=decoder, every=str(every), mode="sync", status="done",
-        first_run=str(int(first)), wall_s=str(round(wall, 3)), steps_run=str(STEPS), denoise_ms=total("denoise_ms"),
+        first_run=str(int(first)), wall_s=str(wall), steps_run=str(STEPS), denoise_ms=total("denoise_ms"),
         on_path_ms=total("on_path_ms"), previews=total("preview"), decode_ms=total("decode_ms"),
         resize_ms=total("resize_ms"), transfer_ms=total("transfer_ms"), sync_ms="0", encode_ms=total("encode_ms"),
         bytes=total("bytes")))
@@ -87,7 +90,8 @@ def runs() -> list[tuple[str, RunRecord, list[StepRow]]]:
         nonlocal n
         rid = f"20261207-120000-{n:03d}"
         rows = steps_of(rid, decoder, every, n)
-        out.append((role, record(rid, decoder, every, wall, rows, first), rows))
+        # walls of 3 decimals: a CSV's cells hold them exactly
+        out.append((role, record(rid, decoder, every, round(wall, 3), rows, first), rows))
         n += 1
 
     run("warmup", "none", 1, 1.3, first=True)
@@ -220,7 +224,7 @@ def test_every_surface_gives_the_same_figures_to_the_digit(tmp_path, tiny, capsy
     assert sorted(ids.index(b) - ids.index(r) for r, b in vae_pairs) == [-1, -1, -1, -1, 1, 1, 1]
 
     # where a preview's time goes: the same parts, the same dominant part and share on every surface, the mean
-    # ms a preview (vae: each run's decodes 30, 30, 45, 30, 30, 45 ms plus its variation), never the median
+    # ms a preview (vae: each run's decodes 30, 30, 45 ms and so on, plus its variation), never the median
     advice_lines = "\n".join(judged["advice"]["lines"])
     want = holds(advice_lines)
     assert set(want) == set(CONFIGS)  # each names its part (the sure ones with a remedy)
@@ -229,7 +233,8 @@ def test_every_surface_gives_the_same_figures_to_the_digit(tmp_path, tiny, capsy
     vae = found["vae/every1/sync"]
     runs_k = [k for k, (role, rec, _) in enumerate(ordered) if role == "config" and rec.meta.preview
               and rec.meta.preview.decoder == "vae"]
-    assert vae["parts"]["decode"] == pytest.approx(35.0 + 0.125 * sum(k % 4 for k in runs_k) / len(runs_k))
+    mean = (7 * 30.0 + 3 * 45.0) / 10  # steps 3, 6 and 9 of 10 half again as long
+    assert vae["parts"]["decode"] == pytest.approx(mean + 0.125 * sum(k % 4 for k in runs_k) / len(runs_k))
     assert want["vae/every1/sync"][:2] == ("decode", f"{vae['parts']['decode']:.1f}")
     for name, f in found.items():
         assert fig["stacked"][name] == f["parts"], name  # the report's breakdown is the analysis's parts
@@ -254,7 +259,7 @@ def test_every_surface_gives_the_same_figures_to_the_digit(tmp_path, tiny, capsy
     fits = f"fit {BUDGET:g} % at the 95 % level"
     assert judged["advice"]["fit"] == ["latent2rgb/every1/sync"]
     for text in (bench, html, said, advice_lines):
-        assert f"advice (budget {BUDGET:g} %" in text and fits in text and "latent2rgb/every1/sync (6 previews a run" in text
+        assert f"advice (budget {BUDGET:g} %" in text and fits in text and "latent2rgb/every1/sync (10 previews a run" in text
         assert "set: taesd/every1/sync" not in text and "the machine drifted" in text
     assert judged["advice"]["pick"] == "latent2rgb/every1/sync" and judged["advice"]["change"] == "decoder vae -> latent2rgb"
     assert "set: decoder vae -> latent2rgb (now vae/every1/sync): latent2rgb/every1/sync (" in said
