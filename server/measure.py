@@ -3,9 +3,9 @@
 A series runs pairs of a no-preview baseline of the user's run settings and a run with the user's preview
 settings, until that configuration's overhead has the pairs it set out to add, or it has started MAX_PAIRS pairs,
 or the user stops it, or no tab watches it any more. The pairs alternate their order, as a benchmarker
-counterbalances: baseline first, then previews first, then baseline first ... (order_of), so whatever the order
-itself does to a run's wall (a warm cache, a cooler core) cancels over the pairs; the analysis pairs a run with
-the baseline right before it or, where that is none, right after it.
+counterbalances: baseline first, then previews first, then baseline first ... (order_of, going on from the pairs
+the configuration has), so whatever the order itself does to a run's wall (a warm cache, a cooler core) cancels
+over the pairs; the analysis pairs a run with the baseline right before it or, where that is none, right after it.
 
 What it adds (more_pairs) is said at its start: the pairs the configuration's figure still needs for the 95 %
 level, counted from the pairs it already has; where it has that level, the pairs after which its 95 % interval
@@ -116,9 +116,10 @@ class Series:
         return (len(self.ran) + 1) // 2
 
     def next_run(self) -> RunSettings:
-        """The settings of its next run, in the counterbalanced order (order_of), noted as started."""
+        """The settings of its next run, in the counterbalanced order (order_of), noted as started. The order goes
+        on from the pairs the configuration had, so that Measure again keeps the two orders as many."""
         i = len(self.ran)
-        purpose = order_of(i // 2)[i % 2]
+        purpose = order_of(self.had + i // 2)[i % 2]
         self.ran.append(purpose)
         return self.baseline if purpose == "baseline" else self.measured
 

@@ -21,7 +21,7 @@ from previewlab.server.figures import Figures
 from previewlab.server.http.guard import Access
 from previewlab.server.ws.sender import Client, Hub
 from previewlab.server.limits import DEFAULT_KEEP_RUNS
-from previewlab.server.measure import Refused, Series, refusal, standing
+from previewlab.server.measure import Series, refusal, standing
 from previewlab.server.metrics import Metrics
 from previewlab.server.options import Offer, RunOptions
 from previewlab.server.ws.relay import Relay
@@ -178,9 +178,6 @@ class Server:
             raise protocol.ProtocolError(f"{what}could not write the run's folder: {e}") from None
 
     # -- the measure series (measure.py) ---------------------------------------------------------------------
-    def _measuring(self) -> bool:
-        return self.series is not None and self.series.state == "running"
-
     def _end_series(self, why: str) -> bool:
         """End the running series, told to every watcher; its run is stopped by the caller or, if it is still
         starting, as soon as its start returns (_began). False: none was running."""
@@ -208,10 +205,7 @@ class Server:
             raise protocol.ProtocolError(refusal(settings))
         meta = RunMeta.of(self.model, "", settings)
         found = await self.disk.run(lambda: standing(self.figures.entries(), meta))  # off the loop: it stats files
-        try:
-            series = Series(settings, found)
-        except Refused as e:
-            raise protocol.ProtocolError(str(e)) from None
+        series = Series(settings, found)
         if self.series is not None and self.series.state == "running":  # another tab's, begun while we read
             raise protocol.ProtocolError(f"a measure series of {self.series.config} is running; stop it first")
         self.series = series  # held while its first run starts: a second measure or start is refused meanwhile
@@ -226,8 +220,11 @@ class Server:
 
     def _began(self, series: Series, meta: RunMeta) -> None:
         """A run of `series` started; a series that ended while the run was starting (a Stop between two runs:
-        the worker could not stop a run it had not started yet) stops it at once."""
+        the worker could not stop a run it had not started yet), or that no tab watches any more, stops it at
+        once."""
         series.runs.add(meta.run_id)
+        if not self.hub.clients:  # its tab left while the run started
+            self._end_series("its page closed and no other tab watched it")
         if series.state != "running":
             assert self.worker is not None
             self.worker.stop()

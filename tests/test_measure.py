@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 from previewlab.preview.judging.analysis import Role, paired
 from previewlab.preview.judging.estimates import Estimate, estimate
+from previewlab.preview.record.records import Totals
 from previewlab.preview.record.run import RunEnd, RunMeta, RunRecord
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from previewlab.server.measure import MAX_PAIRS, Refused, Series, more_pairs, order_of
@@ -72,8 +73,10 @@ def test_a_series_alternates_the_order_of_its_pairs_and_the_analysis_pairs_each_
         steady: bool
         record: RunRecord
 
+    zeros: dict[str, Any] = {f.name: 0 for f in fields(Totals)}
+    totals = Totals(**{**zeros, "status": "done", "scheduler": "", "wall_s": 1.0})
     ran = [Ran("none" if s.purpose == "baseline" else CONFIG, "baseline" if s.purpose == "baseline" else "config",
-               True, RunRecord(_meta(f"r{i}", s), None)) for i, s in enumerate(started)]  # type: ignore[arg-type]
+               True, RunRecord(_meta(f"r{i}", s), totals)) for i, s in enumerate(started)]
     pairs = [(r.record.run_id, b.record.run_id) for r, b in paired(ran)[CONFIG]]
     assert pairs == [("r1", "r0"), ("r2", "r3"), ("r5", "r4"), ("r6", "r7")]
 
@@ -96,6 +99,10 @@ def test_measure_again_adds_the_pairs_the_figure_needs_counted_from_those_it_has
     started = _drive(again, [6, 7, 7, 8, 8, 9], 20)
     assert again.state == "done" and again.pairs == 9 and len(started) == 6
     assert again.message()["line"] == f"measured {CONFIG}: 9 of 9 pairs, its interval at the 95 % level"
+
+    # the order goes on from the pairs it had: after 9, previews first, so that the two orders stay as many
+    assert [s.purpose for s in _drive(Series(SETTINGS, estimate([float(i) for i in range(9)])), [9], 4)] == \
+        ["measured", "baseline", "baseline", "measured"]
 
     short = Series(SETTINGS, estimate([1.0, 2.0]))
     assert short.message()["line"].startswith(f"measuring {CONFIG}: 2 of 6 pairs (adds 4 to its 2 for the 95 % level)")
