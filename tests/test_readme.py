@@ -82,7 +82,10 @@ def test_the_bench_report_and_compare_commands_run_in_order(tmp_path):
         p = subprocess.run(argv(cmd), cwd=tmp_path, capture_output=True, text=True, timeout=900)
         assert p.returncode == 0, f"{cmd}: {p.stderr[-2000:]}"
     summary = (tmp_path / "runs" / "first" / "summary.txt").read_text()
-    assert "taesd/every2" in summary and "advice (budget 5 %" in summary
+    assert "taesd/every1/sync" in summary and "advice (budget 5 %" in summary
+    # the README's sweep can give a finding: each configuration's pairs reach the 95 % level (whether its overhead
+    # is beyond noise is the machine's to say), so the advice never asks for more of them
+    assert "for the 95 % level" not in summary and " % only" not in summary
     assert (tmp_path / "runs" / "first" / "report.html").is_file()
 
 
