@@ -62,7 +62,7 @@ class ConfigSummary:
     decode_ms_per_frame_p50: float  # median decode ms per frame shown; an image's is its decode_ms p50
     overhead: Estimate | None       # %: wall against the no-preview baseline beside each run; None: no pair
     vs_direct: Estimate | None      # %, a baseline's: its wall against the bare call right before it; None: none ran
-    verdict: str                    # summary.verdict of the overhead; "" without one
+    verdict: str                    # the finding's verdict (estimates.verdict); "" without an overhead
     # its settings, from its first run
     decoder: str
     every: int

@@ -43,10 +43,12 @@ def test_units_run_the_whole_plans_pairs_each_with_its_own_baselines_and_warm_up
                     (s[0] == "direct" or (i > 0 and whole[i - 1][0] == "direct"))]
         else:
             # its baseline: right before it in odd repeats, right after it in even ones (counterbalanced)
+            setup = u.narrow.setup
+
             def partner(i: int, s: tuple) -> bool:
                 j = i + 1 if s[1] % 2 else i - 1
                 return 0 <= j < len(whole) and (whole[j][2], whole[j][3]) == (config.decoder, config.every) and \
-                    whole[j][4] == u.narrow.setup
+                    whole[j][4] == setup
             want = [s for i, s in enumerate(whole) if s[4] == u.narrow.setup and
                     ((s[2], s[3]) == (config.decoder, config.every) or (s[0] == "baseline" and partner(i, s)))]
         assert mine == want and len(mine) == 2 * 2
