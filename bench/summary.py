@@ -109,8 +109,8 @@ def table(rows: list[ConfigSummary], meta: str, noise: Noise | None) -> str:
             + (f"{r.frames_per_preview:>7.1f}{r.decode_ms_per_frame_p50:>9.1f}" if clips else "")
             + f"  {ov:<34}{said}".rstrip())
     lines.append("denoise p50: median ms per step; decode, resize, sync+xfer, encode: median (p50) and 95th "
-                 "percentile (p95) ms over the previews (stages.py: the advice's 'ms a preview' is the mean, the "
-                 "report's breakdown); "
+                 "percentile (p95) ms over the previews (where a preview's time goes, in the advice and the report's "
+                 "breakdown, is the mean ms a preview); "
                  "KB/prev: KiB per preview; MB/prev: median MiB a preview raised memory over its step's; peak MB: "
                  "the runs' median peak memory (+ over the baseline beside each run); busy %: the device busy while "
                  "denoising" + ("; frames: per preview, ms/frame: median decode ms per frame shown"
