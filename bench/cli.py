@@ -38,9 +38,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     refusal = device_refusal(args.device) if args.ray is None else None  # on a cluster, each node judges it
     if refusal is not None:
         p.error(f"argument --device: {refusal}")
+    from previewlab.bench.rows import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS
+    from previewlab.preview.record.csv_writer import CsvSchemaError, appendable
+
     try:  # before any model loads: a folder that cannot be made is one line now, not a traceback after the first run
         args.out.mkdir(parents=True, exist_ok=True)
+        # a folder of an older previewlab is refused before anything is written to it
+        for name, columns in (("runs.csv", RUNS_CSV_COLUMNS), ("steps.csv", STEPS_CSV_COLUMNS)):
+            appendable(args.out / name, columns)
         judging(args).write(args.out)  # what report and compare judge the folder against
+    except CsvSchemaError as e:
+        print(f"previewlab bench: --out {args.out}: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
         print(f"previewlab bench: --out {args.out}: {e.strerror or e}", file=sys.stderr)
         return 2

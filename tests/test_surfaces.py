@@ -329,3 +329,33 @@ def test_the_page_holds_no_statistics_code():
         for word in ("coveragePct", "estimate(", "quantile", "percentile", "median", "RANK", "CHEAPER", "fits(",
                      "Math.ceil", "withinNoise", "LEVEL_PCT", "sort((a, b) => a - b)", "on_path_ms /", "/ t.denoise_ms"):
             assert word not in text, f"web/{name} computes a statistic again: {word}"
+
+
+def test_an_older_folder_is_read_as_it_is_and_never_appended_to(tmp_path, capsys):
+    """Issue 54: runs.csv's overhead_pct (against the baselines' median) went, for the answer's columns. A folder
+    an older previewlab wrote still reads, every figure the analysis's, and the bench refuses to append to it
+    before writing anything (its sweep.json included)."""
+    from previewlab.bench.cli import main as bench_main
+    from previewlab.bench.rows import SWEEP_COLUMNS
+    from previewlab.preview.judging.analysis import findings
+    from previewlab.preview.record.run import RUN_COLUMNS
+
+    old = SWEEP_COLUMNS + RUN_COLUMNS + ("overhead_pct", "pair_overhead_pct", "node")
+    d = tmp_path / "old"
+    d.mkdir()
+    ordered = runs()
+    rows = [SweepRow(Config.of(name_of(rec.meta.preview), rec.meta.preview), role, 1, rec)  # type: ignore[arg-type]
+            for role, rec, _ in ordered]
+    with open(d / "runs.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, old, extrasaction="ignore")
+        w.writeheader()
+        w.writerows({**r.to_row(), "overhead_pct": "99.9", "pair_overhead_pct": "99.9"} for r in rows)
+    (d / "steps.csv").write_text(",".join(STEPS_CSV_COLUMNS) + "\n")
+    text = (d / "runs.csv").read_text()
+    sweep = read(d)
+    assert sweep.judging == Judging() and [r.run_id for r in sweep.runs] == [r.run_id for r in rows]
+    assert findings(sweep.runs) == findings(rows)  # its old cells play no part
+    assert bench_main(["--model", "synthetic:tiny", "--out", str(d)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "runs.csv: its columns differ from this version's" in err[0], err
+    assert (d / "runs.csv").read_text() == text and not (d / "sweep.json").exists()
