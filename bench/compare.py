@@ -12,7 +12,6 @@ overlap it is "within noise", where either is short of the 95 % level it says ho
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from previewlab.bench.rows import Judging, NotASweep, SweepRow, read
 from previewlab.bench.summary import steady
 from previewlab.preview.judging.advice import bench_more, cheaper_than
 from previewlab.preview.judging.analysis import per_run
-from previewlab.preview.judging.estimates import Estimate, spread_pct
+from previewlab.preview.judging.estimates import Estimate, estimate, spread_pct
 from previewlab.preview.record.run import RunRecord
 
 
@@ -101,7 +100,7 @@ def baselines_apart(a: Sequence[SweepRow], b: Sequence[SweepRow]) -> list[str]:
 
 def _apart(wa: list[float], wb: list[float], name: str) -> str:
     """What baselines_apart says of one group of baselines on each side (name: the group's); '' when alike."""
-    ma, mb = statistics.median(wa), statistics.median(wb)
+    ma, mb = estimate(wa).value, estimate(wb).value  # each side's median
     lo, hi = sorted((ma, mb))
     spread = max(spread_pct(wa) if len(wa) > 1 else 0.0, spread_pct(wb) if len(wb) > 1 else 0.0)
     if lo <= 0 or hi / lo < APART or 100 * (hi / lo - 1) <= SPREADS * spread:
