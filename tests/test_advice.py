@@ -50,11 +50,6 @@ def sweep(configs: dict[str, dict], base_walls: list[float], repeats: int = 6,
     return runs, steps
 
 
-def advice(configs: dict[str, dict], base_walls: list[float], budget: float = 5.0) -> list[str]:
-    runs, _ = sweep(configs, base_walls)
-    return advice_lines(runs, budget)
-
-
 def advice(configs: dict[str, dict], base_walls: list[float], budget: float = 5.0, steps: int = 10) -> list[str]:
     runs, _ = sweep(configs, base_walls, n_steps=steps)
     return advice_lines(runs, budget)
