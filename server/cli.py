@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
 
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
 from previewlab.preview.settings import MAX_SIDE, MIN_SIDE
 
 from previewlab.server.limits import DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_STEPS
@@ -99,6 +100,9 @@ def parser() -> Parser:
     p.add_argument("--keep-runs", type=int, default=DEFAULT_KEEP_RUNS,
                    help="run folders kept in --data-dir (0: keep all); past it, runs that took under 1 s go first, "
                         "oldest first, then the oldest; the newest and any with a file named pinned are kept")
+    p.add_argument("--noise-limit", type=ranged("--noise-limit", 0.1, 100, float), default=NOISE_LIMIT_PCT,
+                   help="percent: no-preview baselines whose IQR over median is above it mark the machine NOISY, "
+                        "and no advice is derived from its figures (as the bench's --noise-limit)")
     return p
 
 
@@ -216,7 +220,7 @@ def serve_on(sock: socket.socket, args: argparse.Namespace, access: Access) -> i
                         runs=RunOptions(max_side=args.max_side, max_pixel_steps=args.max_pixel_steps,
                                         inflight=args.inflight, compile_decoder=args.compile == "decoder",
                                         shutdown_grace_s=args.shutdown_grace),
-                        keep_runs=args.keep_runs)
+                        keep_runs=args.keep_runs, noise_limit=args.noise_limit)
     except (OSError, InUse) as e:  # the folder cannot be made or listed, or has an owner; never a damaged run
         print(f"previewlab serve: --data-dir {args.data_dir}: {e}", file=sys.stderr)
         return 2

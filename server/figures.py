@@ -64,11 +64,14 @@ class Known:
 class Figures:
     """The data folder's ended runs as the analysis reads them, kept between requests (store: where they are)."""
 
-    def __init__(self, store: Store, has_taesd: bool = True, noise_limit: float = NOISE_LIMIT_PCT) -> None:
+    def __init__(self, store: Store, has_taesd: bool = True, noise_limit: float = NOISE_LIMIT_PCT,
+                 surface: Surface = PAGE) -> None:
         """has_taesd: the model has TAE weights, so the advice may name taesd; noise_limit: the baselines' spread,
-        percent, past which the machine is NOISY (the bench's --noise-limit)."""
+        percent, past which the machine is NOISY (serve --noise-limit); surface: how the advice words a measure
+        (PAGE; a script's page: digest.WATCH, which has no Measure button)."""
         self.store = store
         self.noise_limit = noise_limit
+        self.surface = surface
         self.decoders = tuple(d for d in DECODER_NAMES if has_taesd or d != "taesd")
         self._known: dict[str, Known] = {}
         self._lock = threading.Lock()  # the disk thread (listings) and the writer (a run's end) both read
@@ -124,7 +127,7 @@ class Figures:
         if me is None:
             return None
         current = me.name if me.role == "config" else None
-        a = analyze(group, budget, current, self.noise_limit, PAGE, self.decoders)
+        a = analyze(group, budget, current, self.noise_limit, self.surface, self.decoders)
         return finite({**a.to_json(), "group": group_of(me)})
 
     def answers(self) -> dict[str, dict[str, Any]]:
@@ -136,7 +139,7 @@ class Figures:
             groups.setdefault(cost_key(e.record.meta), []).append(e)
         out: dict[str, dict[str, Any]] = {}
         for group in groups.values():
-            out.update(answers(group, analyze(group, noise_limit=self.noise_limit, surface=PAGE,
+            out.update(answers(group, analyze(group, noise_limit=self.noise_limit, surface=self.surface,
                                               decoders=self.decoders).findings))
         return out
 
@@ -157,7 +160,7 @@ class Figures:
             key = cost_key(me.record.meta)
             if key not in judged:
                 group = groups[key]
-                judged[key] = (analyze(group, noise_limit=self.noise_limit, surface=PAGE, decoders=self.decoders),
+                judged[key] = (analyze(group, noise_limit=self.noise_limit, surface=self.surface, decoders=self.decoders),
                                {r.record.run_id: (r, b) for ps in paired(group).values() for r, b in ps})
             a, pairs = judged[key]
             out.append({**m, "figures": finite(run_figures(me, a, pairs.get(me.record.run_id)))})
@@ -168,7 +171,7 @@ class Figures:
         me, group = self.like(rid)
         if me is None:
             return {}
-        a = analyze(group, budget, me.name if me.role == "config" else None, self.noise_limit, PAGE, self.decoders)
+        a = analyze(group, budget, me.name if me.role == "config" else None, self.noise_limit, self.surface, self.decoders)
         pair = next(((r, b) for ps in paired(group).values() for r, b in ps if r.record.run_id == rid), None)
         return finite({"figures": run_figures(me, a, pair), "analysis": {**a.to_json(), "group": group_of(me)}})
 

@@ -8,6 +8,8 @@ from typing import Any
 
 from previewlab.preview.decoding.decoders import taesd_refusal
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
+from previewlab.preview.judging.digest import WATCH
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
 from previewlab.preview.pipeline.frames import Frame
 from previewlab.preview.models import Model
 from previewlab.preview.record.records import StepRow
@@ -17,7 +19,7 @@ from previewlab.preview.settings import SIDE_STREAM_DEVICES, RunSettings, Settin
 from previewlab.server.ws import protocol
 from previewlab.server.data.disk import DiskReads
 from previewlab.server.http.exports import Slots
-from previewlab.server.figures import Figures
+from previewlab.server.figures import PAGE, Figures
 from previewlab.server.http.guard import Access
 from previewlab.server.ws.sender import Client, Hub
 from previewlab.server.limits import DEFAULT_KEEP_RUNS
@@ -53,10 +55,12 @@ class Server:
 
     def __init__(self, model: Model, data_dir: Path, *, access: Access = Access(),
                  limits: SessionLimits = SessionLimits(), runs: RunOptions = RunOptions(),
-                 keep_runs: int = DEFAULT_KEEP_RUNS, source: RunOwner | None = None) -> None:
+                 keep_runs: int = DEFAULT_KEEP_RUNS, source: RunOwner | None = None,
+                 noise_limit: float = NOISE_LIMIT_PCT) -> None:
         """access: who may drive it (the guard's); limits: what each watcher is held to; runs: what a start may
         ask and how the worker runs it; keep_runs: the data folder's retention; source: a script's watch, which
-        owns the runs instead of a worker."""
+        owns the runs instead of a worker; noise_limit: the baselines' spread, percent, past which the machine is
+        NOISY (serve --noise-limit)."""
         self.model = model
         self.access, self.limits, self.runs = access, limits, runs
         self.offer = Offer.of(model, runs)
@@ -64,7 +68,9 @@ class Server:
         self.disk = DiskReads()
         self.exports = Slots()  # CSV exports streaming at once (exports.py)
         self.metrics = Metrics(data_dir, model.device, keep=keep_runs)
-        self.figures = Figures(self.store, has_taesd=model.taesd is not None)  # every figure the page shows
+        # every figure the page shows; a script's page words its measures as a script takes them (digest.WATCH)
+        self.figures = Figures(self.store, has_taesd=model.taesd is not None, noise_limit=noise_limit,
+                               surface=WATCH if source is not None else PAGE)
         self.relay = Relay(self.store, self.metrics, self.disk, limits, judge=self.figures.of_run)
         self.relay.on_done = self._measured
         self.relay.on_gone = self._watcher_left

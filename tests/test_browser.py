@@ -349,7 +349,7 @@ def test_overhead_is_wall_time_against_the_baseline_before_it_and_the_page_reflo
         row = page.locator("#compare-table tr[data-figure=denoise_per_step] td").all_text_contents()
         assert row == ["denoise ms per step done", "160.00", "160.00", "×1.000"]
         row = page.locator("#compare-table tr[data-figure=on_path_share_pct] td").all_text_contents()
-        assert row == ["on-path share (%)", "+25.0", "+6.3", "-18.8 points"]  # 400 and 100 of 1600 ms
+        assert row == ["on-path share (%)", "+20.0", "+5.9", "-14.1 points"]  # 400 of 2000 and 100 of 1700 ms
         # the layout fits the window: nothing wider than 800 px but the tables' own scroll boxes
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
         # a refused start: the banner stays until the field it names holds a value its input accepts

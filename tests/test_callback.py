@@ -161,6 +161,21 @@ def test_serve_shows_the_users_run_over_ws(pipe, tmp_path):
     assert (run_dir / "steps.csv").is_file() and (run_dir / "meta.json").is_file()
 
 
+def test_summary_judges_noise_at_the_limit_it_is_given_and_refuses_one_out_of_range(pipe):
+    # issue 54: a watch judged noise against a fixed 10 % whatever the bench's --noise-limit said
+    w = preview_watch(pipe, decoder="latent2rgb", every=1)
+    for decoder in ("none", "latent2rgb", "none", "latent2rgb"):
+        w.controls.set(decoder=decoder)
+        call(pipe, callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs)
+    strict = w.summary(noise_limit=1e-6)  # two real walls never agree to a millionth of a percent
+    w.remove()
+    assert "NOISY MACHINE" in strict and "over the 1e-06 % limit" in strict
+    assert "every about" not in strict
+    for bad in ({"noise_limit": 0}, {"budget": -1}, {"noise_limit": float("nan")}):
+        with pytest.raises(ValueError, match=r"^summary: (noise_limit|budget)=.*: a percent above 0 and at most"):
+            w.summary(**bad)
+
+
 def test_summary_says_what_the_call_cost_where_it_went_and_what_its_calls_support(pipe):
     w = preview_watch(pipe, decoder="vae", every=1, mode="sync")
     assert w.summary() == "no finished call yet"

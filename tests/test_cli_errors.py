@@ -29,6 +29,7 @@ def one_line(p, needle: str) -> None:
     (("--inflight", "0"), "0: --inflight must be from 1 to 64"),
     (("--send-timeout=-1",), "-1: --send-timeout must be from 0.1 to 3600"),
     (("--seed=-3",), "-3: --seed must be from 0 to 4294967295"),
+    (("--noise-limit", "0"), "0: --noise-limit must be from 0.1 to 100"),
 ])
 def test_bad_serve_flags_are_one_line(args, needle, capsys):
     """The parser in this process, as the console command calls it (one real process below says the same)."""

@@ -199,6 +199,15 @@ def test_a_scripts_page_names_what_a_script_can_do_never_the_measure_button_it_l
             for box in ("#script-note", "#runs-box", "#f-overhead", "#baselines"):
                 shown = page.inner_text(box)
                 assert "Measure" not in shown, (box, shown)
+            # a pair (a call without previews, then one with): the advice the server words for a script's page
+            for decoder in ("none", "latent2rgb"):
+                w.controls.set(decoder=decoder)
+                pipe("a cat", num_inference_steps=2, height=64, width=64, callback_on_step_end=w,
+                     callback_on_step_end_tensor_inputs=w.tensor_inputs)
+                w.finish()
+            wait_js(page, "document.getElementById('advice').textContent.includes('more pairs of calls')", 30)
+            advice = page.inner_text("#advice")
+            assert "Measure" not in advice and "measure button" not in advice, advice
             assert errors == []
             browser.close()
     finally:

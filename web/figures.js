@@ -69,7 +69,8 @@ export function stepFigures(msg) {
     denoise += r.denoise_ms;
     preview += r.on_path_ms || 0;
   }
-  $("f-onpath").textContent = denoise ? `${(100 * preview / denoise).toFixed(1)} % (${preview.toFixed(0)} of ${denoise.toFixed(0)} ms)` : "–";
+  // the share itself is the server's figure (stages.on_path_share_pct), given at the run's end
+  $("f-onpath").textContent = denoise ? `${preview.toFixed(0)} ms of previews on the path so far; its share at the run's end` : "–";
   $("f-overhead").textContent = "at the run's end: its wall time against the no-preview run right before it";
   $("f-mem").textContent = previewMemText(run.rows);
 }
@@ -91,7 +92,7 @@ export function endFigures(meta) {
   if (!f || !state.run || state.run.meta.run_id !== meta.run_id) return;
   const t = meta.totals;
   $("f-overhead").textContent = overheadText(f);
-  $("f-onpath").textContent = `${f.on_path_share_pct.toFixed(1)} % (${f.preview_on_path.toFixed(0)} of ${t.denoise_ms.toFixed(0)} ms)`;
+  $("f-onpath").textContent = `${f.on_path_share_pct.toFixed(1)} % (${f.preview_on_path.toFixed(0)} of ${f.denoising_path_ms.toFixed(0)} ms)`;
   $("f-mem").textContent = previewMemText(state.run.rows) +
     (f.peak_mem_mb !== null ? `; run peak ${f.peak_mem_mb.toFixed(0)} MiB (${t.mem_source})` : "");
   $("f-busy").textContent = f.busy_pct === null ? "not read" : `${f.busy_pct.toFixed(1)} % (${t.busy_source})`;

@@ -39,6 +39,7 @@ from previewlab.preview.decoding.rgb_decoder import has_factors
 from previewlab.preview.record.records import STEP_COLUMNS, StepRow
 from previewlab.preview.record.run import RunEnd, RunEvents, RunMeta, RunRecord
 from previewlab.preview.record.run_ids import PROCESS_IDS
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
 from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.settings import default_mode
 from previewlab.preview.call.script_pipe import call_inputs, model_of, script_call
@@ -407,15 +408,20 @@ class Watch(PipelineCallback):
             self.events.ended(end)
         return rec
 
-    def summary(self, budget: float = 5.0) -> str:
+    def summary(self, budget: float = 5.0, noise_limit: float = NOISE_LIMIT_PCT) -> str:
         """The latest call in a few lines: its cost, where a preview's time went, its memory; then what this
         watch's calls of its settings support within `budget` percent, from the analysis the bench and the page
-        render (digest.py). Closes the call if it has finished."""
+        render (digest.py), the calls without previews NOISY past `noise_limit` percent of spread (the bench's
+        --noise-limit). Closes the call if it has finished. Raises ValueError for a budget or limit out of range."""
+        for name, x, hi in (("budget", budget, 1000.0), ("noise_limit", noise_limit, 100.0)):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x <= hi:
+                raise ValueError(f"summary: {name}={x!r}: a percent above 0 and at most {hi:g}")
         rec = self.record
         if rec is None:
             return "no finished call yet"
         can = tuple(d for d in DECODER_NAMES if d != "taesd" or self.model.taesd is not None)  # a TAE it lacks
-        return "\n".join(digest(rec, self.rows) + judged(self.records, self.controls.get(), budget, self.changed, can))
+        return "\n".join(digest(rec, self.rows) + judged(self.records, self.controls.get(), budget, self.changed, can,
+                                                          noise_limit))
 
     @property
     def record(self) -> RunRecord | None:
