@@ -1,15 +1,18 @@
 """End to end in real headless Chromium (Debian's /usr/bin/chromium) driven by Playwright."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import re
 import io
 import json
 import time
 import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Page, sync_playwright
 
 from tests.conftest import live_server
 
@@ -17,6 +20,26 @@ pytestmark = pytest.mark.slow
 
 CHROMIUM = "/usr/bin/chromium"
 
+
+
+@contextlib.contextmanager
+def script_page(w: Any, data_dir: Path) -> Iterator[tuple[Page, list[str]]]:
+    """serve(w)'s page open in Chromium: the page and the errors it raised; the watch removed at the end."""
+    from previewlab.server.embedded import serve
+
+    served = serve(w, port=0, data_dir=data_dir)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(served.url)
+            page.wait_for_selector("#conn.ok")
+            yield page, errors
+            browser.close()
+    finally:
+        w.remove()
 
 def wait_js(page, expression: str, timeout_s: float = 60) -> None:
     """page.wait_for_function evaluates its predicate with eval() inside the page, which the page's
@@ -385,43 +408,32 @@ def test_a_scripts_page_offers_no_start_and_shows_what_the_script_ran(tmp_path):
 
     pipe = synthetic_pipeline("synthetic:tiny")
     w = preview_watch(pipe, decoder="latent2rgb", every=2)
-    served = serve(w, port=0, data_dir=tmp_path / "runs")
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(served.url)
-            page.wait_for_selector("#conn.ok")
-            assert page.is_visible("#script-note")
-            assert page.is_hidden("#start") and page.is_hidden("#prompt") and page.is_hidden("#steps")
-            assert (page.input_value("#decoder"), page.input_value("#every")) == ("latent2rgb", "2")
-            pipe("a cat", num_inference_steps=4, height=64, width=64, guidance_scale=6.5,
-                 generator=torch.Generator().manual_seed(0), callback_on_step_end=w,
-                 callback_on_step_end_tensor_inputs=w.tensor_inputs)
-            w.finish()
-            wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 60)
-            assert page.text_content("#f-settings") == "4 steps · 64x64 · guidance 6.5 · seed 0 · script"
-            wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 1")
-            heads = page.locator("#runs th").all_text_contents()
-            cells = page.locator("#runs tbody tr").first.locator("td").all_text_contents()
-            assert (cells[heads.index("steps")], cells[heads.index("size")], cells[heads.index("guidance")]) == \
-                ("4", "64x64", "6.5")
-            # a call closed with finish() keeps no image here, and no script's run can be an input
-            assert page.locator("#runs a.run-image, #runs button.use-input").count() == 0
-            assert page.is_hidden("#final-box")
-            # issue 43, item 6: once the script saves its image, the run list links it and the view shows it
-            image = pipe("a cat", num_inference_steps=2, height=64, width=64, callback_on_step_end=w,
-                         callback_on_step_end_tensor_inputs=w.tensor_inputs).images[0]
-            w.save(image, tmp_path / "out.png")
-            page.wait_for_selector("#runs a.run-image")
-            page.wait_for_selector("#final-box", state="visible")
-            assert page.locator("#runs a.run-image").count() == 1
-            assert page.locator("#runs button.use-input").count() == 0 and errors == []
-            browser.close()
-    finally:
-        w.remove()
+    with script_page(w, tmp_path / "runs") as (page, errors):
+        assert page.is_visible("#script-note")
+        assert page.is_hidden("#start") and page.is_hidden("#prompt") and page.is_hidden("#steps")
+        assert (page.input_value("#decoder"), page.input_value("#every")) == ("latent2rgb", "2")
+        pipe("a cat", num_inference_steps=4, height=64, width=64, guidance_scale=6.5,
+             generator=torch.Generator().manual_seed(0), callback_on_step_end=w,
+             callback_on_step_end_tensor_inputs=w.tensor_inputs)
+        w.finish()
+        wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 60)
+        assert page.text_content("#f-settings") == "4 steps · 64x64 · guidance 6.5 · seed 0 · script"
+        wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 1")
+        heads = page.locator("#runs th").all_text_contents()
+        cells = page.locator("#runs tbody tr").first.locator("td").all_text_contents()
+        assert (cells[heads.index("steps")], cells[heads.index("size")], cells[heads.index("guidance")]) == \
+            ("4", "64x64", "6.5")
+        # a call closed with finish() keeps no image here, and no script's run can be an input
+        assert page.locator("#runs a.run-image, #runs button.use-input").count() == 0
+        assert page.is_hidden("#final-box")
+        # issue 43, item 6: once the script saves its image, the run list links it and the view shows it
+        image = pipe("a cat", num_inference_steps=2, height=64, width=64, callback_on_step_end=w,
+                     callback_on_step_end_tensor_inputs=w.tensor_inputs).images[0]
+        w.save(image, tmp_path / "out.png")
+        page.wait_for_selector("#runs a.run-image")
+        page.wait_for_selector("#final-box", state="visible")
+        assert page.locator("#runs a.run-image").count() == 1
+        assert page.locator("#runs button.use-input").count() == 0 and errors == []
 
 
 def test_decode_at_is_a_live_control_and_its_runs_record_where_the_decoder_stopped(make_app):

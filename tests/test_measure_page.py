@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 
 from tests.conftest import live_server, make_run, wait_until
-from tests.test_browser import ARGS, CHROMIUM, wait_js
+from tests.test_browser import ARGS, CHROMIUM, script_page, wait_js
 
 pytestmark = pytest.mark.slow  # real uvicorn and Chromium: make test runs them, the quick loop leaves them out
 
@@ -171,44 +171,32 @@ def test_a_scripts_page_names_what_a_script_can_do_never_the_measure_button_it_l
     gets pairs: its calls with previews off and on, which watch.summary() measures."""
     from previewlab import watch as preview_watch
     from previewlab.preview.models import synthetic_pipeline
-    from previewlab.server.embedded import serve
 
     pipe = synthetic_pipeline("synthetic:tiny")
     w = preview_watch(pipe, decoder="latent2rgb", every=1)
-    served = serve(w, port=0, data_dir=tmp_path / "runs")
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(served.url)
-            page.wait_for_selector("#conn.ok")
-            for _ in range(2):  # a warm-up, then a call with previews and no baseline beside it
-                pipe("a cat", num_inference_steps=2, height=64, width=64, callback_on_step_end=w,
-                     callback_on_step_end_tensor_inputs=w.tensor_inputs)
-                w.finish()
-            wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 2", 60)
-            wait_js(page, "document.getElementById('f-overhead').textContent.includes('watch.summary()')", 30)
-            how = ("alternate your script's calls with previews off and on (watch.controls.set(decoder=\"none\"), "
-                   "then back), and watch.summary() measures them")
-            heads = page.locator("#runs th").all_text_contents()
-            cells = page.locator("#runs tbody tr").first.locator("td").all_text_contents()
-            assert cells[heads.index("overhead [interval]: verdict")] == f"no baseline beside a run of it: {how}"
-            assert (page.text_content("#f-overhead") or "").endswith(how)
-            for box in ("#script-note", "#runs-box", "#f-overhead", "#baselines"):
-                shown = page.inner_text(box)
-                assert "Measure" not in shown, (box, shown)
-            # a pair (a call without previews, then one with): the advice the server words for a script's page
-            for decoder in ("none", "latent2rgb"):
-                w.controls.set(decoder=decoder)
-                pipe("a cat", num_inference_steps=2, height=64, width=64, callback_on_step_end=w,
-                     callback_on_step_end_tensor_inputs=w.tensor_inputs)
-                w.finish()
-            wait_js(page, "document.getElementById('advice').textContent.includes('more pairs of calls')", 30)
-            advice = page.inner_text("#advice")
-            assert "Measure" not in advice and "measure button" not in advice, advice
-            assert errors == []
-            browser.close()
-    finally:
-        w.remove()
+    with script_page(w, tmp_path / "runs") as (page, errors):
+        for _ in range(2):  # a warm-up, then a call with previews and no baseline beside it
+            pipe("a cat", num_inference_steps=2, height=64, width=64, callback_on_step_end=w,
+                 callback_on_step_end_tensor_inputs=w.tensor_inputs)
+            w.finish()
+        wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 2", 60)
+        wait_js(page, "document.getElementById('f-overhead').textContent.includes('watch.summary()')", 30)
+        how = ("alternate your script's calls with previews off and on (watch.controls.set(decoder=\"none\"), "
+               "then back), and watch.summary() measures them")
+        heads = page.locator("#runs th").all_text_contents()
+        cells = page.locator("#runs tbody tr").first.locator("td").all_text_contents()
+        assert cells[heads.index("overhead [interval]: verdict")] == f"no baseline beside a run of it: {how}"
+        assert (page.text_content("#f-overhead") or "").endswith(how)
+        for box in ("#script-note", "#runs-box", "#f-overhead", "#baselines"):
+            shown = page.inner_text(box)
+            assert "Measure" not in shown, (box, shown)
+        # a pair (a call without previews, then one with): the advice the server words for a script's page
+        for decoder in ("none", "latent2rgb"):
+            w.controls.set(decoder=decoder)
+            pipe("a cat", num_inference_steps=2, height=64, width=64, callback_on_step_end=w,
+                 callback_on_step_end_tensor_inputs=w.tensor_inputs)
+            w.finish()
+        wait_js(page, "document.getElementById('advice').textContent.includes('more pairs of calls')", 30)
+        advice = page.inner_text("#advice")
+        assert "Measure" not in advice and "measure button" not in advice, advice
+        assert errors == []
