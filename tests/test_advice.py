@@ -346,3 +346,15 @@ def test_a_figure_below_zero_short_of_95_percent_says_the_machine_may_have_drift
            "--repeats 4 more for the 95 % level" in lines[1]
 
 
+
+
+def test_the_analysis_imports_no_torch():
+    # issue 54: advice.py reached torch through the decoder registry; the page's figures and a report need none
+    import subprocess
+    import sys
+    code = ("import sys\nimport previewlab.preview.judging.advice, previewlab.preview.judging.analysis, "
+            "previewlab.preview.judging.digest, previewlab.preview.judging.answers\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))[:3])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
