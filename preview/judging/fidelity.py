@@ -1,0 +1,278 @@
+"""Fidelity: how close a decoder's preview is to what the full VAE would show of the same latents, and how alike the
+final images of two step counts are. The bench's fidelity pass (bench/fidelity.py) measures the samples off the
+measured path; this module turns them into the figures every surface renders. No torch here.
+
+A sample is one seed's one step: decoder D's preview of that step's latents (or x0, per the target) at the
+preview's size, against the full VAE's decode of the same tensor at the image's size brought to the preview's size
+(likeness.fitted), as SSIM and PSNR dB (likeness.ssim, likeness.psnr_db). A figure is per decoder and decode_at:
+each seed's median over its steps, then estimates.estimate across the seeds. The steps of one seed are one
+trajectory, so they are not independent samples: an interval over them all would claim a level it lacks; the
+seeds are. Six seeds reach the 95 % level; fewer give the seeds' whole range and say its level.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from previewlab.preview.judging.estimates import Estimate, estimate
+
+# SSIM against the VAE's preview at or above which a preview is useful. Why 0.6: on the demo model its own TAESD
+# reaches about 0.66 and latent2rgb about 0.54 (issue 55; docs/figures.md's table): 0.6 keeps a tiny autoencoder,
+# which shows shapes and colours where they will be, and leaves out latent2rgb's blurred colour fields, which show
+# where colour goes but not the shapes. A user who judges colour alone lowers it (--min-fidelity).
+DEFAULT_MIN_SSIM = 0.6
+
+FIDELITY_CSV = "fidelity.csv"
+FINALS_CSV = "finals.csv"
+FIDELITY_COLUMNS = ("seed", "steps", "step", "decoder", "decode_at", "target", "width", "height", "ssim", "psnr_db")
+FINALS_COLUMNS = ("seed", "steps", "against_steps", "ssim", "psnr_db")
+
+
+def _num(x: Any) -> float | None:
+    return None if x in (None, "") else float(x)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One line of fidelity.csv: one seed's run of `steps` steps, at `step`, decoder at decode_at, showing target
+    (x0 or latents), its preview width x height px; ssim in [-1, 1] (None: a preview under 3 px a side), psnr_db
+    (inf: the same pixels)."""
+    seed: int
+    steps: int
+    step: int
+    decoder: str
+    decode_at: str
+    target: str
+    width: int
+    height: int
+    ssim: float | None
+    psnr_db: float
+
+    def to_row(self) -> dict[str, Any]:
+        return {"seed": self.seed, "steps": self.steps, "step": self.step, "decoder": self.decoder,
+                "decode_at": self.decode_at, "target": self.target, "width": self.width, "height": self.height,
+                "ssim": self.ssim, "psnr_db": self.psnr_db}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, str]) -> Sample:
+        """Raises ValueError (a cell that is no number), KeyError (a column missing)."""
+        return cls(int(row["seed"]), int(row["steps"]), int(row["step"]), row["decoder"], row["decode_at"],
+                   row["target"], int(row["width"]), int(row["height"]), _num(row["ssim"]), float(row["psnr_db"]))
+
+
+@dataclass(frozen=True)
+class Final:
+    """One line of finals.csv: one seed's final image of `steps` steps against its final image of against_steps
+    (the most the pass ran), at the image's size brought to likeness.SIDE."""
+    seed: int
+    steps: int
+    against_steps: int
+    ssim: float | None
+    psnr_db: float
+
+    def to_row(self) -> dict[str, Any]:
+        return {"seed": self.seed, "steps": self.steps, "against_steps": self.against_steps, "ssim": self.ssim,
+                "psnr_db": self.psnr_db}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, str]) -> Final:
+        return cls(int(row["seed"]), int(row["steps"]), int(row["against_steps"]), _num(row["ssim"]),
+                   float(row["psnr_db"]))
+
+
+def at_name(decoder: str, decode_at: str) -> str:
+    """The name a decoder's fidelity goes by, as advice.costed names its cost: 'taesd', 'vae at half_latents'."""
+    return decoder if decode_at == "preview" else f"{decoder} at {decode_at}"
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """One decoder at one decode_at: SSIM and PSNR dB against the VAE's preview (each seed's median over its steps,
+    then across seeds), the seeds, and whether the model is synthetic (noise pictures: never advised on)."""
+    decoder: str
+    decode_at: str
+    ssim: Estimate
+    psnr_db: Estimate
+    seeds: int
+    synthetic: bool = False
+
+    @property
+    def name(self) -> str:
+        return at_name(self.decoder, self.decode_at)
+
+    def said(self) -> str:
+        """'SSIM 0.66 [0.63, 0.70] (3 seeds, 75 %), 21.3 dB of the VAE's preview'."""
+        e = self.ssim
+        band = "" if e.lo is None or e.hi is None else f" [{e.lo:.2f}, {e.hi:.2f}]"
+        level = "" if e.sure or e.lo is None else f", {e.level_pct:.0f} %"
+        synth = "; SYNTHETIC model: noise pictures, not judged" if self.synthetic else ""
+        return (f"SSIM {e.value:.2f}{band} ({self.seeds} seed{'s' * (self.seeds != 1)}{level}), "
+                f"{_db(self.psnr_db.value)} of the VAE's preview{synth}")
+
+    def reaches(self, min_ssim: float) -> bool | None:
+        """True: its interval lies at or above min_ssim; False: wholly below it; None: it holds min_ssim (within
+        noise of the threshold) or a synthetic model's. One seed has no interval: its value alone decides."""
+        if self.synthetic:
+            return None
+        e = self.ssim
+        lo, hi = (e.value, e.value) if e.lo is None or e.hi is None else (e.lo, e.hi)
+        return True if lo >= min_ssim else False if hi < min_ssim else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"decoder": self.decoder, "decode_at": self.decode_at, "name": self.name,
+                "ssim": self.ssim.to_json(), "psnr_db": _finite(self.psnr_db.value), "seeds": self.seeds,
+                "synthetic": self.synthetic, "said": self.said()}
+
+
+def apart(a: Fidelity, b: Fidelity) -> bool:
+    """a's SSIM interval lies wholly above b's: a difference beyond noise (overlapping intervals are not)."""
+    return a.ssim.lo is not None and b.ssim.hi is not None and a.ssim.lo > b.ssim.hi
+
+
+def _db(x: float) -> str:
+    return "identical pixels (PSNR inf)" if math.isinf(x) else f"{x:.1f} dB"
+
+
+def _finite(x: float) -> float | None:
+    return None if math.isinf(x) or math.isnan(x) else x
+
+
+@dataclass(frozen=True)
+class StepsAlike:
+    """Final images of `steps` steps against those of `against` steps (the same seeds): SSIM across seeds."""
+    steps: int
+    against: int
+    ssim: Estimate
+
+    def said(self) -> str:
+        e = self.ssim
+        band = "" if e.lo is None or e.hi is None else f" [{e.lo:.2f}, {e.hi:.2f}]"
+        return f"{self.steps} steps' final image against {self.against} steps': SSIM {e.value:.2f}{band} ({e.n} seeds)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": self.steps, "against": self.against, "ssim": self.ssim.to_json(), "said": self.said()}
+
+
+@dataclass(frozen=True)
+class Fidelities:
+    """Everything the fidelity pass found: each decoder's figure, the threshold it is judged at, whether the model
+    is synthetic, and the step counts' final images against each other. Empty: no pass ran."""
+    figures: tuple[Fidelity, ...] = ()
+    min_ssim: float = DEFAULT_MIN_SSIM
+    synthetic: bool = False
+    steps_alike: tuple[StepsAlike, ...] = ()
+
+    def of(self, decoder: str, decode_at: str) -> Fidelity | None:
+        return next((f for f in self.figures if (f.decoder, f.decode_at) == (decoder, decode_at)), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"min_ssim": self.min_ssim, "synthetic": self.synthetic,
+                "figures": [f.to_json() for f in self.figures], "steps_alike": [s.to_json() for s in self.steps_alike]}
+
+
+NONE = Fidelities()
+
+
+def _per_seed(xs: Iterable[tuple[int, float]]) -> list[float]:
+    """Each seed's median of its values, in seed order."""
+    by: dict[int, list[float]] = {}
+    for seed, x in xs:
+        by.setdefault(seed, []).append(x)
+    return [statistics.median(v) for _, v in sorted(by.items())]
+
+
+def figures(samples: Sequence[Sample], finals: Sequence[Final] = (), synthetic: bool = False,
+            min_ssim: float = DEFAULT_MIN_SSIM) -> Fidelities:
+    """The figures of a pass's samples: per decoder and decode_at, over the runs of the most steps the pass ran
+    (a shorter schedule's previews are another trajectory); finals per step count against the most."""
+    if not samples:
+        return Fidelities((), min_ssim, synthetic, _alike(finals))
+    most = max(s.steps for s in samples)
+    keys = list(dict.fromkeys((s.decoder, s.decode_at) for s in samples))
+    out = []
+    for d, at in keys:
+        mine = [s for s in samples if (s.decoder, s.decode_at) == (d, at) and s.steps == most]
+        ssims = _per_seed((s.seed, s.ssim) for s in mine if s.ssim is not None)
+        dbs = _per_seed((s.seed, s.psnr_db) for s in mine)
+        if ssims and dbs:
+            out.append(Fidelity(d, at, estimate(ssims), estimate(dbs), len(ssims), synthetic))
+    return Fidelities(tuple(out), min_ssim, synthetic, _alike(finals))
+
+
+def _alike(finals: Sequence[Final]) -> tuple[StepsAlike, ...]:
+    by: dict[tuple[int, int], list[float]] = {}
+    for f in finals:
+        if f.ssim is not None:
+            by.setdefault((f.steps, f.against_steps), []).append(f.ssim)
+    return tuple(StepsAlike(s, a, estimate(v)) for (s, a), v in sorted(by.items()))
+
+
+def write(folder: Path, samples: Sequence[Sample], finals: Sequence[Final]) -> None:
+    """fidelity.csv and finals.csv, whole."""
+    for name, cols, rows in ((FIDELITY_CSV, FIDELITY_COLUMNS, samples), (FINALS_CSV, FINALS_COLUMNS, finals)):
+        with open(folder / name, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(cols))
+            w.writeheader()
+            w.writerows(r.to_row() for r in rows)
+
+
+def read(folder: Path, synthetic: bool = False, min_ssim: float = DEFAULT_MIN_SSIM) -> Fidelities:
+    """A folder's fidelity.csv and finals.csv as figures; NONE-like (no figures) where the pass did not run.
+    Raises ValueError naming the file whose line is no sample."""
+    def lines(name: str) -> list[dict[str, str]]:
+        p = folder / name
+        if not p.is_file():
+            return []
+        with open(p, newline="") as f:
+            return [r for r in csv.DictReader(f) if None not in r.values()]
+    try:
+        samples = [Sample.from_row(r) for r in lines(FIDELITY_CSV)]
+        finals = [Final.from_row(r) for r in lines(FINALS_CSV)]
+    except (ValueError, KeyError) as e:
+        raise ValueError(f"{folder}: fidelity.csv or finals.csv: not the fidelity pass's lines ({e})") from None
+    return figures(samples, finals, synthetic, min_ssim)
+
+
+@dataclass(frozen=True)
+class Settle:
+    """Where the picture settles: from `step` on (of `steps`), no preview changed by more than the progress
+    threshold from the one before (the runs' settle_step), read on runs previewing every `every` steps."""
+    step: int
+    steps: int
+    every: int
+
+    @property
+    def early(self) -> bool:
+        """Well before the last step: at or before three quarters of the run (a quarter of its steps change no
+        preview visibly), and two steps or more before its end (one step is no shorter schedule to measure)."""
+        return self.step <= 0.75 * self.steps and self.steps - self.step >= 2
+
+    def shows(self, every: int) -> bool:
+        """An interval shows each change before the picture settles when it previews at least twice by then
+        (every <= step / 2): a sparser one makes one preview, or none, while the picture still moves."""
+        return every <= self.step / 2
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "steps": self.steps, "every": self.every}
+
+
+def settle_of(runs: Sequence[Any]) -> Settle | None:
+    """The settle step of a set of runs (analysis.Measured), where their records carry one (totals.settle_step, a
+    step number; absent or None: not measured): the median over the steady runs with previews at the densest
+    interval that has one (a sparser interval reads the settle step only to its own interval). None: none has."""
+    got: dict[int, list[tuple[int, int]]] = {}
+    for r in runs:
+        t = r.record.totals
+        step = getattr(t, "settle_step", None)  # the progress figures' (issue 55, part 2); older records lack it
+        p = r.record.meta.preview
+        if r.steady and r.role == "config" and p is not None and p.budget <= 0 and isinstance(step, int) and step > 0:
+            got.setdefault(p.every, []).append((step, t.steps_run or r.record.meta.steps))
+    if not got:
+        return None
+    every = min(got)
+    xs = got[every]
+    return Settle(int(statistics.median_low(s for s, _ in xs)), int(statistics.median_low(n for _, n in xs)), every)
