@@ -2,10 +2,22 @@
 summary and report, compare, the server's page, a watch's summary). Every sentence quotes the figure it comes from.
 
 The rule this product is built on: choose the sparsest interval that still gives useful feedback. Of the
-configurations whose overhead interval stays under the user's budget, the sparsest useful one, then the cheapest
-decoder. What a preview shows is not measured yet, so "useful" cannot be judged here: the advice names every
-configuration that fits and keeps the one in use where it fits, or sets the one nearest to it (fewest settings
-changed, then the nearest interval); it never prefers the most frequent preview. Advice never builds on noise:
+configurations whose overhead interval stays under the user's budget (fit), the advice prefers, where the bench's
+fidelity pass measured what a preview shows (fidelity.py):
+- those whose decoder reaches the fidelity the user set (SSIM against the VAE's preview, --min-fidelity, default
+  fidelity.DEFAULT_MIN_SSIM): its interval at or above it. One wholly below is left out; one whose interval holds
+  the threshold is not told from it, and is left out, said so;
+- and, where the runs measured where the picture settles (fidelity.Settle), whose interval previews at least
+  twice before it settles (every <= settle step / 2): a sparser one misses the changes on the way;
+- then the cheapest: the one whose overhead interval lies below every other's; where intervals overlap, the one
+  whose fidelity interval lies above every other's (never a fidelity difference within noise), else the
+  sparsest interval, then the lowest median. Its line leads: decoder, interval, overhead, fidelity, settle step.
+A synthetic model's fidelity (noise pictures) is shown and never advised on. Without fidelity figures, what a
+preview shows is not measured: the advice names every configuration that fits, sparsest first, and keeps the one
+in use where it fits, or sets the one nearest to it (fewest settings changed, then the nearest interval); it never
+prefers the most frequent preview. Where the picture settles well before the last step, it says so, and how to
+measure a shorter schedule (the bench's --steps axis; a shorter schedule is another run), with the final images'
+SSIM where the pass measured both step counts. Advice never builds on noise:
 - a setting is recommended or derived ("every about N") only from a figure whose interval holds at the 95 % level
   and lies above 0, on a machine whose baselines are not NOISY: never from one pair, a few pairs, or noise;
 - "the cheapest" is claimed only where that configuration's 95 % interval lies below every other's; otherwise
@@ -27,6 +39,7 @@ from typing import Any, Callable, Sequence
 
 from previewlab.preview.judging.analysis import Finding, Measured, baseline_noise, findings, steady_baselines
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, Estimate, Noise, verdict
+from previewlab.preview.judging.fidelity import NONE, Fidelities, Fidelity, Settle, apart, settle_of
 from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.settings import SIDE_STREAM_DEVICES
 
@@ -253,11 +266,13 @@ class Advice:
     lines: tuple[str, ...] = field(default=())
     fit: tuple[str, ...] = ()
     apart: tuple[str, ...] = ()
+    headline: str = ""  # the one line a glance reads (the rule's pick and why); "" where the rule picked none
 
     def to_json(self) -> dict[str, Any]:
         return {"budget": self.budget, "current": self.current, "keep": self.keep, "pick": self.pick,
                 "change": self.change, "cheapest": self.cheapest, "drifted": list(self.drifted),
-                "fit": list(self.fit), "apart": list(self.apart), "lines": list(self.lines)}
+                "fit": list(self.fit), "apart": list(self.apart), "lines": list(self.lines),
+                "headline": self.headline}
 
 
 def separated(costs: Sequence[Finding]) -> tuple[Finding | None, tuple[str, ...]]:
@@ -311,13 +326,114 @@ def _would(f: Finding, budget: float, noise: Noise | None, costs: dict[str, Esti
     return ", or ".join(ideas) if ideas else "fewer previews"
 
 
+# -- what a preview shows: the fidelity pass's figures, the settle step, the rule ----------------------------------
+
+def fidelity_lines(fid: Fidelities) -> list[str]:
+    """Each decoder's fidelity against the VAE's preview, the highest first; nothing where no pass ran."""
+    if not fid.figures:
+        return []
+    head = (f"  fidelity (SSIM and PSNR against the full VAE's decode of the same latents, at the preview's size; "
+            f"useful from SSIM {fid.min_ssim:g})")
+    if fid.synthetic:
+        head += ": a SYNTHETIC model paints noise, so these figures say nothing of a real picture and are never advised on"
+    out = [head + ":"]
+    for f in sorted(fid.figures, key=lambda f: -f.ssim.value):
+        r = f.reaches(fid.min_ssim)
+        tag = "" if fid.synthetic else " (reaches it)" if r else " (below it)" if r is False else \
+            " (its interval holds the threshold: not told from it; more --fidelity-seeds)"
+        out.append(f"    {f.name}: {f.said()}{tag}")
+    return out
+
+
+def steps_lines(settle: Settle | None, fid: Fidelities, surface: Surface) -> list[str]:
+    """Where the picture settles well before the last step: said, with how to measure a shorter schedule (never
+    'use fewer steps': it is another run), and the final images' SSIM where the pass ran both step counts."""
+    out = []
+    if settle is not None and settle.early:
+        fewer = max(settle.step, 1)
+        out.append(f"  steps: the picture settles at step {settle.step} of {settle.steps} (previews every "
+                   f"{settle.every}): its last {settle.steps - settle.step} steps change no preview visibly. A shorter "
+                   f"schedule is another run, not this one stopped early: {surface.how('steps', f'{fewer},{settle.steps}')}"
+                   f" (with --fidelity the bench compares the final images of the two step counts)")
+    for a in fid.steps_alike:
+        out.append(f"  steps measured: {a.said()}")
+    return out
+
+
+def _why(f: Finding, fid: Fidelity | None, settle: Settle | None) -> str:
+    """The one line of a pick: decoder and interval, overhead, fidelity, the settle step, the previews before it."""
+    p, e = f.preview, f.overhead
+    head = f"{p.decoder} every {p.every}" + ("" if p.decode_at == "preview" else f" at {p.decode_at}")
+    out = f"{head}: {e.signed() if e else 'no overhead'}, {fid.said() if fid else 'fidelity not measured'}"
+    if settle is None:
+        return out + "; where the picture settles is not measured"
+    return (out + f"; the picture settles at step {settle.step} of {settle.steps}; every {p.every} previews "
+            f"{settle.step // p.every} times before it settles")
+
+
+def _tie(tied: Sequence[Finding], fid: Fidelities) -> tuple[Finding, str]:
+    """Of configurations whose overheads cannot be told apart: the one whose fidelity lies above every other's
+    (beyond noise), else the sparsest interval, then the lowest median; and why, in words."""
+    def of(f: Finding) -> Fidelity | None:
+        return fid.of(f.preview.decoder, f.preview.decode_at)
+    for f in tied:
+        mine = of(f)
+        others = [o for g in tied if (o := of(g)) is not None and o != mine]
+        if mine is not None and others and all(apart(mine, o) for o in others):
+            return f, f"of {', '.join(g.name for g in tied)} (overheads not told apart), the highest fidelity beyond noise"
+    pick = min(tied, key=lambda f: (-f.preview.every, f.overhead.value if f.overhead else math.inf))
+    same = len({of(g) for g in tied}) > 1
+    return pick, (f"of {', '.join(g.name for g in tied)} (overheads not told apart"
+                  + ("; fidelity within noise, so no decoder is preferred on it" if same else "")
+                  + "), the sparsest interval, then the lowest median")
+
+
+def by_rule(fit: Sequence[Finding], fid: Fidelities, settle: Settle | None, budget: float, current: str | None,
+            cur: Finding | None, drifted: tuple[str, ...], lines: list[str]) -> Advice:
+    """The rule (the module's docstring) over the configurations that fit, with fidelity figures of a real model."""
+    fit_names = tuple(f.name for f in fit)
+    useful, out = [], []
+    for f in fit:
+        mine = fid.of(f.preview.decoder, f.preview.decode_at)
+        r = mine.reaches(fid.min_ssim) if mine else None
+        if mine is None:
+            out.append(f"{f.name} (its decoder's fidelity not measured)")
+        elif r is False:
+            out.append(f"{f.name} (SSIM {mine.ssim.value:.2f} below {fid.min_ssim:g})")
+        elif r is None:
+            out.append(f"{f.name} (SSIM {mine.ssim.value:.2f}: its interval holds {fid.min_ssim:g})")
+        elif settle is not None and not settle.shows(f.preview.every):
+            out.append(f"{f.name} (every {f.preview.every} previews {settle.step // f.preview.every} times before "
+                       f"the picture settles at step {settle.step}: it misses changes)")
+        else:
+            useful.append(f)
+    if out:
+        lines.append(f"  fit {budget:g} % but left out: {', '.join(out)}")
+    if not useful:
+        lines.append(f"  none of the {len(fit)} configurations that fit {budget:g} % shows a useful preview by this "
+                     f"rule: lower --min-fidelity, or measure a denser interval or another decoder")
+        return Advice(budget, current, False, None, "", None, drifted, tuple(lines), fit_names)
+    low, tied = separated(useful)
+    if low is not None or len(useful) == 1:
+        pick, how = low or useful[0], "the cheapest, its interval below every other's" if low else "the one left"
+    else:
+        pick, how = _tie([f for f in useful if f.name in tied], fid)
+    headline = _why(pick, fid.of(pick.preview.decoder, pick.preview.decode_at), settle)
+    change = changes(cur, pick)
+    lines.append(f"  set: {pick.name} ({how}): {headline}")
+    return Advice(budget, current, False, pick.name, change, low.name if low else None, drifted, tuple(lines),
+                  fit_names, tied if low is None else (), headline)
+
+
 def advise(found: Sequence[Finding], budget: float = DEFAULT_BUDGET_PCT, current: str | None = None,
            noise: Noise | None = None, surface: Surface = BENCH,
-           decoders: Sequence[str] = DECODER_NAMES) -> Advice:
+           decoders: Sequence[str] = DECODER_NAMES, fidelity: Fidelities = NONE,
+           settle: Settle | None = None) -> Advice:
     """The advice for these findings within `budget` percent; current: the configuration in use (the page's
     running or latest run, a watch's settings; None: a sweep, where nothing is in use); noise: the baselines'
     spread, named first when noisy; surface: how the surface that shows it words its measures; decoders: those
-    this model can run (a remedy names only these)."""
+    this model can run (a remedy names only these); fidelity: the fidelity pass's figures (NONE: not measured);
+    settle: where the runs' picture settles (None: not measured)."""
     measured = [f for f in found if f.overhead is not None]
     cur = next((f for f in found if f.name == current), None)
     drifted = tuple(f.name for f in measured if f.overhead and f.overhead.below_zero)
@@ -338,6 +454,7 @@ def advise(found: Sequence[Finding], budget: float = DEFAULT_BUDGET_PCT, current
         others = [d for d in decoders if d not in ("none", only)]
         lines.append(f"  decoders: only {only} measured here, so none is known to cost less on this model"
                      + (f" ({surface.how('decoder', others[0])})" if others else ""))
+    lines += fidelity_lines(fidelity) + steps_lines(settle, fidelity, surface)
     if not any(finding_is_sure(f.overhead) for f in measured):
         lines.append("  no overhead here is a finding at the 95 % level (within noise, one pair, or too few pairs): "
                      "these figures cannot tell the configurations apart")
@@ -353,11 +470,15 @@ def advise(found: Sequence[Finding], budget: float = DEFAULT_BUDGET_PCT, current
         lines.append(f"  fit {budget:g} % at the 95 % level: {', '.join(fit_names)}; on a NOISY machine no change "
                      f"is advised: measure again on a quiet one")
         return Advice(budget, current, False, None, "", None, drifted, tuple(lines), fit_names)
+    if fit and fidelity.figures and not fidelity.synthetic:
+        return by_rule(fit, fidelity, settle, budget, current, cur, drifted, lines)
     if fit:
         listed = ", ".join(f"{f.name} ({f.previews:g} previews a run, {f.overhead.signed() if f.overhead else ''})"
                            for f in sorted(fit, key=lambda f: -f.preview.every))
-        lines.append(f"  fit {budget:g} % at the 95 % level, sparsest first: {listed}; what a preview shows is not "
-                     f"measured yet, so choose the sparsest whose previews still tell you what you need")
+        why = ("a synthetic model's previews are noise, so their fidelity is not advised on" if fidelity.synthetic
+               else "what a preview shows is not measured (fidelity: previewlab bench --fidelity)")
+        lines.append(f"  fit {budget:g} % at the 95 % level, sparsest first: {listed}; {why}, so choose the "
+                     f"sparsest whose previews still tell you what you need")
         if cur is None:
             return Advice(budget, current, False, None, "", None, drifted, tuple(lines), fit_names)
         pick = nearest(fit, cur)
@@ -403,6 +524,8 @@ class Analysis:
     baselines: int
     advice: Advice
     surface: Surface = field(default=BENCH, compare=False)
+    fidelity: Fidelities = NONE
+    settle: Settle | None = None
 
     @property
     def more(self) -> Callable[[int], str]:
@@ -413,7 +536,14 @@ class Analysis:
 
     def to_json(self) -> dict[str, Any]:
         r = self.surface.remedies
-        return {"findings": [f.to_json(said(f.overhead, self.more)) for f in self.findings],
+        fid = self.fidelity
+
+        def shown(f: Finding) -> dict[str, Any] | None:  # None: not measured
+            x = fid.of(f.preview.decoder, f.preview.decode_at)
+            return x.to_json() if x else None
+        return {"findings": [{**f.to_json(said(f.overhead, self.more)), "fidelity": shown(f)} for f in self.findings],
+                "fidelity": fid.to_json() if fid.figures or fid.steps_alike else None,
+                "settle": self.settle.to_json() if self.settle else None,
                 "noise": self.noise.to_json() if self.noise else None,
                 "noise_line": (self.noise.line(r) if r else self.noise.line()) if self.noise else None,
                 "decoder_costs": {d: e.to_json() for d, e in decoder_costs(self.findings).items()},
@@ -422,10 +552,13 @@ class Analysis:
 
 def analyze(runs: Sequence[Measured], budget: float = DEFAULT_BUDGET_PCT, current: str | None = None,
             noise_limit: float = NOISE_LIMIT_PCT, surface: Surface = BENCH,
-            decoders: Sequence[str] = DECODER_NAMES) -> Analysis:
+            decoders: Sequence[str] = DECODER_NAMES, fidelity: Fidelities = NONE) -> Analysis:
     """The one analysis: runs in the order they ran (analysis.py's pairing), judged within `budget`, the
-    baselines' noise against noise_limit; decoders: those the model can run."""
+    baselines' noise against noise_limit; decoders: those the model can run; fidelity: the fidelity pass's
+    figures (NONE: not measured); where the picture settles is read from the runs (fidelity.settle_of)."""
     found = tuple(findings(runs))
     noise = baseline_noise(runs, noise_limit)
+    settle = settle_of(runs)
     return Analysis(found, noise, steady_baselines(runs),
-                    advise(found, budget, current, noise, surface, decoders), surface)
+                    advise(found, budget, current, noise, surface, decoders, fidelity, settle), surface,
+                    fidelity, settle)
