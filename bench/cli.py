@@ -11,6 +11,7 @@ import importlib.util
 import itertools
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from previewlab.bench.flags import parser
@@ -38,6 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     refusal = device_refusal(args.device) if args.ray is None else None  # on a cluster, each node judges it
     if refusal is not None:
         p.error(f"argument --device: {refusal}")
+    if args.fidelity and args.ray is not None:
+        p.error("argument --fidelity: the pass runs on this machine, after its own sweep; not with --ray")
     from previewlab.bench.rows import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS
     from previewlab.preview.record.csv_writer import CsvSchemaError, appendable
 
@@ -47,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, columns in (("runs.csv", RUNS_CSV_COLUMNS), ("steps.csv", STEPS_CSV_COLUMNS)):
             appendable(args.out / name, columns)
         judging(args).write(args.out)  # what report and compare judge the folder against
+        stale(args.out)
     except CsvSchemaError as e:
         print(f"previewlab bench: --out {args.out}: {e}", file=sys.stderr)
         return 2
@@ -89,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ModelError, SettingsError, DecoderError, AxisError) as e:
             print(f"previewlab bench: {e}", file=sys.stderr)
             return 2
+        if args.fidelity and facts.video:  # before any timed run: the refusal costs nothing
+            print("previewlab bench: --fidelity: a video model's clips are not measured yet (images only)",
+                  file=sys.stderr)
+            return 2
         plan = plan_of(args, settings, facts.video, v.compile == "decoder", counts, model.device.type)
         total = len(list(plan.schedule()))
         print(f"{v.label}{_loaded(facts, v.load.dtype)}; {total} runs of {','.join(map(str, counts))} steps at "
@@ -108,7 +116,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             if folder is not None:
                 traces.append(traced_run(model, plan, folder, kind, v.label))
         meta = meta_line(args, facts, settings, runs[-1].record, counts)
+    if args.fidelity:  # after every timed run: nothing of it is in runs.csv, steps.csv or any pair
+        fidelity_pass(args, model, plan)
     return finish(args, runs, meta, traces)
+
+
+def stale(out: Path) -> None:
+    """An earlier invocation's fidelity.csv and finals.csv in this folder judge other runs: removed, said."""
+    from previewlab.preview.judging.fidelity import FIDELITY_CSV, FINALS_CSV
+
+    for name in (FIDELITY_CSV, FINALS_CSV):
+        if (out / name).is_file():
+            (out / name).unlink()
+            print(f"previewlab bench: removed {out / name}, an earlier sweep's fidelity pass", file=sys.stderr)
+
+
+def fidelity_pass(args: argparse.Namespace, model: Model, plan: Plan) -> None:
+    """The fidelity pass (bench/fidelity.py) on the last variant's model, into fidelity.csv and finals.csv."""
+    from previewlab.bench.fidelity import run_pass
+    from previewlab.preview.judging import fidelity
+
+    print(f"fidelity pass: {args.fidelity_seeds} seeds, untimed, not in runs.csv -> {args.out}/{fidelity.FIDELITY_CSV}",
+          file=sys.stderr)
+    samples, finals = run_pass(model, plan, args.fidelity_seeds, lambda line: print(line, file=sys.stderr))
+    fidelity.write(args.out, samples, finals)
 
 
 def judging(args: argparse.Namespace) -> Judging:
@@ -116,7 +147,8 @@ def judging(args: argparse.Namespace) -> Judging:
     from previewlab.bench.rows import Judging
     from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
 
-    return Judging(args.budget if args.budget is not None else DEFAULT_BUDGET_PCT, args.noise_limit)
+    return Judging(args.budget if args.budget is not None else DEFAULT_BUDGET_PCT, args.noise_limit,
+                   args.min_fidelity)
 
 
 @dataclass(frozen=True)
@@ -179,9 +211,9 @@ def finish(args: argparse.Namespace, runs: Sequence[SweepRow], meta: str, traces
 
     sweep = read_back(args.out, runs)
     j = judging(args)
-    a = of_sweep(sweep.runs, j.budget, j.noise_limit)
+    a = of_sweep(sweep.runs, j.budget, j.noise_limit, sweep.fidelity)
     answer(args.out, answers(sweep.runs, a.findings))
-    rows = summarize(sweep.runs, sweep.steps, a.findings)
+    rows = summarize(sweep.runs, sweep.steps, a.findings, sweep.fidelity)
     noise = a.noise
     text = summary_text(args, sweep.runs, rows, meta, noise, traces, a)
     (args.out / "summary.txt").write_text(text + "\n")

@@ -10,6 +10,7 @@ from typing import Any, Callable, NoReturn, Sequence, TypeVar
 
 from previewlab.bench.axes import SCHEDULERS, VAE_MODES
 from previewlab.bench.noise import NOISE_LIMIT_PCT
+from previewlab.preview.judging.fidelity import DEFAULT_MIN_SSIM
 from previewlab.preview.models import DEVICES, SYNTHETIC
 from previewlab.preview.names import (DECODE_ATS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, FrameChoice, N, check,
                                      check_frames)
@@ -63,6 +64,17 @@ def percent(what: str, most: float) -> Callable[[str], float]:
 
 
 budget_value = percent("budget", 1000)
+
+
+def ssim_value(text: str) -> float:
+    """--min-fidelity: an SSIM above 0, at most 1."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < x <= 1:
+        raise argparse.ArgumentTypeError(f"{x:g}: min-fidelity is an SSIM above 0, at most 1")
+    return x
 noise_limit_value = percent("noise-limit", 100)
 
 
@@ -241,6 +253,16 @@ def parser() -> Parser:
                    help="run the sweep's units on a Ray cluster: auto (the cluster `ray start` made here), "
                         "ray://HEAD:10001, HOST:PORT, or local (a cluster started in this process); each unit is one "
                         "configuration with its own baselines and warm-up on one node (needs previewlab[ray])")
+    p.add_argument("--fidelity", action="store_true",
+                   help="after the timed runs, a separate pass (never timed, never paired, not in runs.csv): per seed, "
+                        "one run without previews keeps each step's latents, then every decoder and decode_at of the "
+                        "sweep is compared with the full VAE's decode (SSIM, PSNR dB at the preview's size) into "
+                        "fidelity.csv; and, with several --steps, the final images of each step count into finals.csv")
+    p.add_argument("--fidelity-seeds", type=ranged("fidelity-seeds", 1, 100), default=6,
+                   help="seeds of the fidelity pass (default 6: the fewest whose range holds the median at 95 %%)")
+    p.add_argument("--min-fidelity", type=ssim_value, default=DEFAULT_MIN_SSIM,
+                   help="the SSIM against the VAE's preview a useful preview reaches, for the advice (default "
+                        f"{DEFAULT_MIN_SSIM:g}: docs/figures.md says why)")
     p.add_argument("--strict", action="store_true",
                    help="exit 3 when the machine was noisy (the baselines spread past --noise-limit)")
     return p

@@ -16,6 +16,8 @@ from typing import Any, Literal, cast
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
 from previewlab.preview.judging.answers import ANSWER_COLUMNS, as_text
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
+from previewlab.preview.judging import fidelity
+from previewlab.preview.judging.fidelity import DEFAULT_MIN_SSIM, NONE, Fidelities
 from previewlab.preview.record.records import STEP_COLUMNS, StepRow
 from previewlab.preview.record.run import RUN_COLUMNS, RunRecord
 from previewlab.preview.settings import PreviewSettings
@@ -141,10 +143,11 @@ class Judging:
     defaults, as its bench then used."""
     budget: float = DEFAULT_BUDGET_PCT
     noise_limit: float = NOISE_LIMIT_PCT
+    min_fidelity: float = DEFAULT_MIN_SSIM  # the SSIM a useful preview reaches (--min-fidelity)
 
     def write(self, folder: Path) -> None:
-        (folder / SWEEP_JSON).write_text(json.dumps({"budget_pct": self.budget,
-                                                     "noise_limit_pct": self.noise_limit}) + "\n")
+        (folder / SWEEP_JSON).write_text(json.dumps({"budget_pct": self.budget, "noise_limit_pct": self.noise_limit,
+                                                     "min_fidelity_ssim": self.min_fidelity}) + "\n")
 
     @classmethod
     def read(cls, folder: Path) -> Judging:
@@ -154,7 +157,9 @@ class Judging:
             return cls()
         try:
             d = json.loads(p.read_text())
-            return cls(float(d["budget_pct"]), float(d["noise_limit_pct"]))
+            # an older folder has no min_fidelity_ssim: the default, as that bench had none
+            return cls(float(d["budget_pct"]), float(d["noise_limit_pct"]),
+                       float(d.get("min_fidelity_ssim", DEFAULT_MIN_SSIM)))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise NotASweep(f"{p}: not a sweep's budget and noise limit ({type(e).__name__}: {e})") from None
 
@@ -165,6 +170,7 @@ class Sweep:
     runs: tuple[SweepRow, ...]
     steps: tuple[SweepStep, ...]
     judging: Judging = Judging()
+    fidelity: Fidelities = NONE  # the fidelity pass's figures (fidelity.csv); NONE: the sweep had none
 
     def only(self, ids: Iterable[str]) -> Sweep:
         """The runs (and their steps) whose ids are given, in the order given: one invocation's, in a folder
@@ -172,7 +178,7 @@ class Sweep:
         order = {rid: i for i, rid in enumerate(dict.fromkeys(ids))}
         runs = sorted((r for r in self.runs if r.run_id in order), key=lambda r: order[r.run_id])
         steps = sorted((s for s in self.steps if s.row.run_id in order), key=lambda s: order[s.row.run_id])
-        return Sweep(tuple(runs), tuple(steps), self.judging)
+        return Sweep(tuple(runs), tuple(steps), self.judging, self.fidelity)
 
     def by_device(self) -> Sweep:
         """Where its runs ran on more than one device (a sweep over a mixed cluster), each configuration named
@@ -185,7 +191,7 @@ class Sweep:
         return Sweep(tuple(replace(r, config=replace(r.config, name=f"[{r.device}] {r.config.name}"))
                            for r in self.runs),
                      tuple(replace(s, config=f"[{devices[s.row.run_id]}] {s.config}") if s.row.run_id in devices else s
-                           for s in self.steps), self.judging)
+                           for s in self.steps), self.judging, self.fidelity)
 
 
 def read(folder: Path) -> Sweep:
@@ -198,8 +204,13 @@ def read(folder: Path) -> Sweep:
             raise NotASweep(f"{p} not found; give a folder written by previewlab bench --out")
         with open(p, newline="") as f:
             return [r for r in csv.DictReader(f) if None not in r.values()]
-    return Sweep(tuple(SweepRow.from_row(r) for r in lines("runs.csv")),
-                 tuple(SweepStep.from_row(r) for r in lines("steps.csv")), Judging.read(folder))
+    runs = tuple(SweepRow.from_row(r) for r in lines("runs.csv"))
+    judging = Judging.read(folder)
+    try:
+        fid = fidelity.read(folder, any(r.record.meta.synthetic for r in runs), judging.min_fidelity)
+    except ValueError as e:
+        raise NotASweep(str(e)) from None
+    return Sweep(runs, tuple(SweepStep.from_row(r) for r in lines("steps.csv")), judging, fid)
 
 
 def answer(folder: Path, cells: Mapping[str, Mapping[str, Any]]) -> None:

@@ -3,6 +3,7 @@ interval, verdict and slowdown are the findings', its stage spreads stages.py's;
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from typing import Iterable, Sequence
 
 from previewlab.bench.rows import SweepRow, SweepStep
@@ -10,8 +11,10 @@ from previewlab.bench.summary_rows import STAGES, ConfigSummary, Spread, Stages
 from previewlab.preview.judging.advice import bench_more, finding_is_sure, said
 from previewlab.preview.judging.analysis import Finding, direct_cost, findings
 from previewlab.preview.judging.estimates import Estimate, Noise, percentile
+from previewlab.preview.judging.fidelity import NONE, Fidelities
 from previewlab.preview.judging.stages import spread, stage_spreads
 from previewlab.preview.record.records import StepRow
+from previewlab.preview.settings import PreviewSettings
 
 __all__ = ["STAGES", "percentile", "steady", "summarize", "table", "mode_ratios"]
 
@@ -22,11 +25,11 @@ def steady(runs: Iterable[SweepRow]) -> list[SweepRow]:
 
 
 def summarize(runs: Iterable[SweepRow], steps: Iterable[SweepStep],
-              found: Sequence[Finding] | None = None) -> list[ConfigSummary]:
+              found: Sequence[Finding] | None = None, fidelity: Fidelities = NONE) -> list[ConfigSummary]:
     """One row per configuration, in the order each first ran: runs, median wall, each stage's median and p95
     (stages.stage_spreads), and the overhead, its verdict and the denoising's slowdown from the analysis's
     findings (found; None: analysis.findings of these runs, in the order they ran). Warm-up runs and the first
-    run after load are left out."""
+    run after load are left out. fidelity: the fidelity pass's figures, each configuration's decoder's on its row."""
     ordered = list(runs)
     of = {f.name: f for f in (findings(ordered) if found is None else found)}
     direct = direct_cost(ordered)
@@ -40,8 +43,17 @@ def summarize(runs: Iterable[SweepRow], steps: Iterable[SweepStep],
         if s.row.run_id in steady_ids:
             step_rows.setdefault(s.config, []).append(s.row)
     ids = {r.run_id: r for r in ordered}
-    return [_summary(cfg, rs, step_rows.get(cfg, []), of.get(cfg), ids, direct.get(cfg))
+    return [_with_fidelity(_summary(cfg, rs, step_rows.get(cfg, []), of.get(cfg), ids, direct.get(cfg)), fidelity,
+                           rs[0].record.meta.preview)
             for cfg, rs in by_cfg.items()]
+
+
+def _with_fidelity(row: ConfigSummary, fid: Fidelities, p: PreviewSettings | None) -> ConfigSummary:
+    """The row with its decoder's fidelity at its decode_at, where the pass measured it."""
+    x = fid.of(p.decoder, p.decode_at) if p is not None else None
+    if x is None:
+        return row
+    return replace(row, fidelity_ssim=x.ssim, fidelity_psnr_db=x.psnr_db.value, fidelity_synthetic=x.synthetic)
 
 
 def _summary(cfg: str, runs: list[SweepRow], steps: list[StepRow], f: Finding | None,

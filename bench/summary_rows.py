@@ -3,7 +3,10 @@ in summary.csv. to_row writes the line and from_row reads it back; nothing else 
 
 The line's columns, in order: config, runs, wall_s, each stage's _p50 and _p95, previews, bytes_per_preview,
 frames_per_preview, decode_ms_per_frame_p50, the overhead's five cells and vs_direct's (Estimate.to_cells),
-verdict, then the settings and what the runs cost beside their baselines (ConfigSummary's fields from decoder on).
+verdict, then the settings and what the runs cost beside their baselines (ConfigSummary's fields from decoder on),
+then its decoder's fidelity from the bench's --fidelity pass (empty where none ran, and for a baseline):
+fidelity_ssim, fidelity_ssim_lo, fidelity_ssim_hi, fidelity_ssim_level_pct, fidelity_n (seeds), fidelity_psnr_db
+(the seeds' median; inf: identical pixels), fidelity_synthetic (1: a synthetic model's, noise pictures).
 """
 from __future__ import annotations
 
@@ -78,6 +81,10 @@ class ConfigSummary:
     mem_over_mb: float | None         # median rise of a run's peak over the baseline's beside it, MiB
     busy_pct: float | None            # the device busy while denoising, median %
     mem_source: str                   # what the memory figures read: cuda | xpu | mps | rss | "" (none)
+    # its decoder's fidelity (SSIM against the VAE's preview over the pass's seeds); None: not measured
+    fidelity_ssim: Estimate | None = None
+    fidelity_psnr_db: float | None = None
+    fidelity_synthetic: bool = False
 
     def to_row(self) -> dict[str, Any]:
         """summary.csv's line, its columns in order (the module's docstring); None is an empty cell to csv."""
@@ -90,7 +97,14 @@ class ConfigSummary:
                 "preview_max": self.preview_max, "mode": self.mode, "steps": self.steps,
                 "slower_ms_per_step": self.slower_ms_per_step, "mem_mb_p50": self.mem_mb_p50,
                 "mem_mb_max": self.mem_mb_max, "peak_mem_mb": self.peak_mem_mb, "mem_over_mb": self.mem_over_mb,
-                "busy_pct": self.busy_pct, "mem_source": self.mem_source}
+                "busy_pct": self.busy_pct, "mem_source": self.mem_source, **self._fidelity_cells()}
+
+    def _fidelity_cells(self) -> dict[str, Any]:
+        e = self.fidelity_ssim
+        return {"fidelity_ssim": e.value if e else None, "fidelity_ssim_lo": e.lo if e else None,
+                "fidelity_ssim_hi": e.hi if e else None, "fidelity_ssim_level_pct": e.level_pct if e else None,
+                "fidelity_n": e.n if e else 0, "fidelity_psnr_db": self.fidelity_psnr_db,
+                "fidelity_synthetic": int(self.fidelity_synthetic) if e else None}
 
     @classmethod
     def from_row(cls, row: Mapping[str, str]) -> ConfigSummary:
@@ -111,7 +125,12 @@ class ConfigSummary:
                    slower_ms_per_step=maybe("slower_ms_per_step"), mem_mb_p50=maybe("mem_mb_p50"),
                    mem_mb_max=maybe("mem_mb_max"), peak_mem_mb=maybe("peak_mem_mb"),
                    mem_over_mb=maybe("mem_over_mb"), busy_pct=maybe("busy_pct"),
-                   mem_source=row.get("mem_source", ""))
+                   mem_source=row.get("mem_source", ""),
+                   fidelity_ssim=None if maybe("fidelity_ssim") is None else Estimate(
+                       _number(row, "fidelity_ssim"), _whole(row, "fidelity_n"), maybe("fidelity_ssim_lo"),
+                       maybe("fidelity_ssim_hi"), maybe("fidelity_ssim_level_pct") or 0.0),
+                   fidelity_psnr_db=maybe("fidelity_psnr_db"),
+                   fidelity_synthetic=row.get("fidelity_synthetic", "") == "1")
 
 
 def _text(row: Mapping[str, str], name: str) -> str:
