@@ -3,7 +3,9 @@ grid, the downscale, the uint8 conversion). The downscale works from the size it
 stopped at the preview's size (decoders.Cut) is resized only by what is left, or not at all."""
 from __future__ import annotations
 
+import collections
 import math
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -94,3 +96,33 @@ def to_uint8_chw(image: torch.Tensor, preview_max: int = 0) -> torch.Tensor:
     the stream of the conversion, so the host's wait for the conversion covers it before the encoder runs;
     frames (F, 3, H, W) stay (F, 3, h, w)."""
     return _to_uint8(image, preview_max).contiguous()
+
+
+KEEP_BYTES = 64 << 20  # a run's previews kept for its progress: 50 steps of 1024 px JPEGs take about 8 MiB
+
+
+class KeptFrames:
+    """The frames a run sent, kept by reference (no copy, no decode: the frame path already made their bytes) so
+    that its progress can be read once it has ended (preview/judging/progress.py). Bounded: past max_bytes the
+    oldest go (dropped counts them), since the newest say where the picture settles. Called from the step's
+    thread (sync) and the encode thread (overlap)."""
+
+    def __init__(self, max_bytes: int = KEEP_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.dropped = 0
+        self._frames: collections.deque[Frame] = collections.deque()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def keep(self, f: Frame) -> None:
+        with self._lock:
+            self._frames.append(f)
+            self._bytes += len(f.data)
+            while self._bytes > self.max_bytes and self._frames:
+                self._bytes -= len(self._frames.popleft().data)
+                self.dropped += 1
+
+    def frames(self) -> list[Frame]:
+        """The frames kept, in the order they came."""
+        with self._lock:
+            return list(self._frames)

@@ -22,6 +22,12 @@ Times are milliseconds unless a name says otherwise. What each stage includes, o
                the main stream from this callback's start to its end, which no other stage holds.
   encode_ms    host time of the image encoder (every frame of a clip's preview).
   send_ms, ack_rtt_ms, client_decode_ms, client_paint_ms, dropped: filled by the server (empty in the bench).
+  final_ssim   SSIM of this step's preview against the run's final image, both at the final image's size brought
+               to 64 px on its long side (preview/judging/progress.py), read after the run ended, never while it
+               ran. A clip: its first frame against the final clip's first frame. Empty: no preview at this
+               step, or progress not read (docs/figures.md, "Progress").
+  change       1 - SSIM of this step's preview against the run's previous preview, at the same size: how much
+               the picture changed since the last preview. Empty for the first preview and without one.
 
 A run's wall_s runs from the request start to the final image encoded and written; other_ms is wall time
 minus every measured phase and stage on the denoising path, so nothing is dropped silently. In overlap mode
@@ -101,6 +107,8 @@ class StepRow:
     client_decode_ms: float | None = None
     client_paint_ms: float | None = None
     dropped: int | None = None
+    final_ssim: float | None = None  # progress, filled once the run has ended (judging/progress.py)
+    change: float | None = None
 
     @property
     def preview_ms(self) -> float:
@@ -218,6 +226,13 @@ class Totals:
     timing: str = "host"      # how stages are timed: host (CPU clock) | events (device events) | waits (no events)
     scheduler: str = ""       # the scheduler class that ran
     vae: str = ""             # the full-VAE preview's memory mode: "" | tiling | slicing | tiling+slicing
+    # progress, read once the run has ended from its previews and its final image (judging/progress.py): the
+    # previews compared (0: none sent, or not read: an older record, a watch closed without save()), the step
+    # from which no later preview changes by more than progress.SETTLE_CHANGE (None: fewer than two previews,
+    # or the last one still changed more), the last preview's SSIM against the final image
+    compared: int = 0
+    settle_step: int | None = None
+    last_final_ssim: float | None = None
 
     @property
     def preview_ms(self) -> float:
