@@ -16,6 +16,7 @@ from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 import torch
 
 from previewlab.bench.axes import Setup, as_now, schedulers_for, use
+from previewlab.preview.judging.progress import with_progress
 from previewlab.preview.call.engine import (Phases, Previewer, Run, RunContext, clip_args, final_image, generate,
                                       run_record, save_image)
 from previewlab.preview.models import Model
@@ -249,9 +250,11 @@ def measured(model: Model, plan: Plan, image: Path, label: str = "", log: Callab
             else:
                 run = generate(RunContext(model, settings, run_id, image_path=image, first_run=(n == 0),
                                           inflight=plan.inflight, previewer=previewer, clock=clock))
-            config = Config.of(label + plan.name(p, model.space.video, setup), run.record.meta.preview)
-            last = SweepRow(config, role, rep, run.record, node)
-            yield last, [SweepStep(config.name, role, rep, s) for s in run.rows]
+            # the run's progress: its frames against its final image, after its clock stopped, before the next run
+            record, rows = with_progress(run.record, run.rows, run.kept, run.image)
+            config = Config.of(label + plan.name(p, model.space.video, setup), record.meta.preview)
+            last = SweepRow(config, role, rep, record, node)
+            yield last, [SweepStep(config.name, role, rep, s) for s in rows]
     finally:
         use(model.pipe, *back)  # the model as it came
 

@@ -190,9 +190,11 @@ def test_summary_says_what_the_call_cost_where_it_went_and_what_its_calls_suppor
     assert not lines[1].endswith("a smaller decoder or a smaller preview")
     assert lines[2].startswith("memory: a preview raised it by up to") and f"peaked at {t.peak_mem_mb:.0f} MiB (rss)" in lines[2]
     assert lines[3] == f"device busy while denoising: {t.busy_pct:.0f} % (cpu)"
+    # issue 55: a call closed without save() has no final image to read its previews' progress against
+    assert lines[4] == "progress: not read (watch.save(image, path) hands the final image over)"
     # no call without previews: the overhead is unknown, and it says how to measure it, advising nothing
-    assert lines[4].startswith("overhead: unknown") and 'watch.controls.set(decoder="none")' in lines[4]
-    assert len(lines) == 5
+    assert lines[5].startswith("overhead: unknown") and 'watch.controls.set(decoder="none")' in lines[5]
+    assert len(lines) == 6
     # a call without previews, then one with them: one pair, named with its level and never advised on
     w.controls.set(decoder="none")
     call(pipe, callback_on_step_end=w, callback_on_step_end_tensor_inputs=w.tensor_inputs)

@@ -29,6 +29,7 @@ from previewlab.preview.call.controls import Controls
 from previewlab.preview.record.csv_writer import to_csv_text
 from previewlab.preview.decoding.decoders import DecoderError, taesd_refusal
 from previewlab.preview.judging.digest import digest, judged
+from previewlab.preview.judging.progress import with_progress
 from previewlab.preview.call.final import save_image
 from previewlab.preview.call.lifecycle import CallState, MeasuredCall
 from previewlab.preview.call.meter import StepMeter
@@ -343,7 +344,7 @@ class Watch(PipelineCallback):
         Path(path).write_bytes(png)
         t2 = self.sw.clock()
         self.call.request_end((t1 - t0) * 1e3, (t2 - t1) * 1e3, t2)
-        self._close_call(png)
+        self._close_call(png, arr.astype(np.uint8))
         return Path(path)
 
     def _raised(self, e: BaseException) -> None:
@@ -391,17 +392,19 @@ class Watch(PipelineCallback):
         if "_interrupt" in self.pipe.__dict__:
             self.pipe._interrupt = True  # the loop skips its remaining steps, as after a stop
 
-    def _close_call(self, png: bytes | None = None) -> RunRecord | None:
-        """png: the call's final image as save() wrote it, kept where the run is shown before its end is told."""
+    def _close_call(self, png: bytes | None = None, final: np.ndarray | None = None) -> RunRecord | None:
+        """png: the call's final image as save() wrote it, kept where the run is shown before its end is told;
+        final: its pixels, uint8 (H, W, 3), which the call's previews are compared with (its progress)."""
         closed = self.call.close()
         self._thread = None
         if closed is None:
             return None
-        meta, rec = closed.meta, closed.record
+        # after the record's clock stopped (t_end): the progress and keeping the image are not the user's request
+        rec, self._rows = with_progress(closed.record, closed.rows, closed.kept, final)
+        meta = closed.meta
         self.records.append(rec)
-        # after the record's clock stopped (t_end): keeping the image is not the user's request
         kept = png is not None and self._keep_final is not None and self._keep_final(meta.run_id, png)
-        end = RunEnd.of(meta, rec.totals, closed.rows, has_final=kept)
+        end = RunEnd.of(meta, rec.totals, self._rows, has_final=kept)
         if end.changes:
             self.changed.add(meta.run_id)
         if self.events:

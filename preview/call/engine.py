@@ -14,7 +14,7 @@ from previewlab.preview.call.call_args import TaskError, clip_args, img2img_pipe
 from previewlab.preview.call.lifecycle import MeasuredCall
 from previewlab.preview.call.controls import Controls
 from previewlab.preview.call.final import FinalDecode, final_decoder, final_image, final_u8, save_image, write_whole
-from previewlab.preview.pipeline.frames import Frame, preview_size, to_uint8_hwc
+from previewlab.preview.pipeline.frames import Frame, KeptFrames, preview_size, to_uint8_hwc
 from previewlab.preview.call.meter import StepMeter
 from previewlab.preview.models import Model
 from previewlab.preview.decoding.previewer import Previewer
@@ -38,6 +38,7 @@ class Run:
     record: RunRecord
     rows: list[StepRow] = field(default_factory=list)
     image: np.ndarray | None = None  # final image, uint8 (H, W, 3)
+    kept: KeptFrames | None = None   # the frames it sent, by reference: its progress (judging/progress.py)
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
             step_tap.remove()
         closed = call.close(first_run=ctx.first_run, compiled=prev.compile, compile_ms=compile_ms)
     assert closed is not None
-    return Run(closed.record, closed.rows, image)
+    return Run(closed.record, closed.rows, image, closed.kept)
 
 
 def _check(ctx: RunContext) -> bool:

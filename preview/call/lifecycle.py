@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import torch
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from previewlab.preview.call.call_marks import CallMarks
 from previewlab.preview.call.meter import StepMeter
 from previewlab.preview.models import Model
+from previewlab.preview.pipeline.frames import KeptFrames
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunMeta, RunRecord
 from previewlab.preview.record.totals import run_record
@@ -37,6 +38,7 @@ class Closed:
     meta: RunMeta
     record: RunRecord
     rows: list[StepRow]
+    kept: KeptFrames = field(default_factory=KeptFrames)  # its frames, for its progress (judging/progress.py)
 
 
 class MeasuredCall:
@@ -158,7 +160,7 @@ class MeasuredCall:
         record = run_record(self.model, meta, meter.rows, c.phases(sw), status=status, first_run=first_run,
                             inflight_peak=peak, compiled=compiled, compile_ms=compile_ms, cuda=sw.cuda,
                             usage=meter.usage(), timing=sw.timing)
-        return Closed(meta, record, meter.rows)
+        return Closed(meta, record, meter.rows, meter.parts.kept)
 
     def fail(self) -> RunMeta | None:
         """A call that raised, or was left part-way: every completed step still reaches the meter's events (the

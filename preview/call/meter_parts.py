@@ -2,12 +2,13 @@
 (pipeline/preview_maker.py) and its ledger of rows (row_ledger.py): nothing is assigned to them from outside afterwards."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from previewlab.preview.call.controls import Controls
 from previewlab.preview.models import Model
 from previewlab.preview.budget.planner import Planner
 from previewlab.preview.decoding.previewer import Previewer
+from previewlab.preview.pipeline.frames import KeptFrames
 from previewlab.preview.timing.ranges import Ranges
 from previewlab.preview.record.run import RunEvents
 from previewlab.preview.timing.stopwatch import Stopwatch
@@ -32,3 +33,5 @@ class MeterParts:
     events: RunEvents | None    # who hears the rows, frames and errors (None: nobody)
     tap: X0Tap | None = None    # the scheduler's x0 of each step, when a preview asks for it
     inflight: int = 2           # overlap: previews in flight at once at most; a step that finds them full skips
+    kept: KeptFrames = field(default_factory=KeptFrames)  # the frames sent, by reference: the run's progress, read
+                                                          # after it ends (judging/progress.py)

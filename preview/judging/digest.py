@@ -13,6 +13,7 @@ from typing import Collection, Sequence
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Surface, analyze
 from previewlab.preview.judging.analysis import cost_key, entry, name_of
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, SAMPLES_FOR_LEVEL
+from previewlab.preview.judging.progress import settle_line
 from previewlab.preview.judging.stages import on_path_share_pct, row_parts, shares_pct
 from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.record.records import StepRow
@@ -52,6 +53,11 @@ def digest(record: RunRecord, rows: Sequence[StepRow]) -> list[str]:
         lines.append(f"memory: the run peaked at {t.peak_mem_mb:.0f} MiB ({t.mem_source})")
     if t.busy_pct is not None:
         lines.append(f"device busy while denoising: {t.busy_pct:.0f} % ({t.busy_source})")
+    said = settle_line(record.meta, t)
+    if said:
+        lines.append(f"progress: {said}")
+    elif made:
+        lines.append("progress: not read (watch.save(image, path) hands the final image over)")
     return lines
 
 
