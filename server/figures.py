@@ -17,6 +17,7 @@ from typing import Any
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Analysis, Surface, analyze, said
 from previewlab.preview.judging.answers import answers
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
+from previewlab.preview.judging.progress import settle_line
 from previewlab.preview.judging.stages import on_path_share_pct
 from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.judging.analysis import Entry, cost_key, entry, overhead_pct, paired
@@ -199,7 +200,10 @@ def run_figures(e: Entry, a: Analysis, pair: tuple[Entry, Entry] | None) -> dict
         "previews": t.previews,
         "kb_per_frame": t.bytes / (t.frames_sent or t.previews) / 1024 if t.previews else 0.0,
         "decode_ms": t.decode_ms, "encode_ms": t.encode_ms, "peak_mem_mb": peak, "busy_pct": t.busy_pct,
-        "pair": None, "mem_over_mb": None, "finding": None, "noisy": bool(a.noise and a.noise.noisy)}
+        "pair": None, "mem_over_mb": None, "finding": None, "noisy": bool(a.noise and a.noise.noisy),
+        # how much the picture still changed (judging/progress.py), the line under the cost chart
+        "settle_step": t.settle_step, "last_final_ssim": t.last_final_ssim,
+        "settle_line": settle_line(e.record.meta, t)}
     if pair is not None:
         r, b = pair
         x = overhead_pct(r.record, b.record)

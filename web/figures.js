@@ -52,7 +52,8 @@ export function startFigures(meta) {
   $("f-settings").textContent = settingsText(meta);
   $("f-step").textContent = `0 / ${meta.steps || "?"}`;
   for (const [id, text] of [["f-frames", "0"], ["f-dropped", "0"], ["f-bps", "–"], ["f-pps", "–"],
-                            ["f-overhead", "–"], ["f-onpath", "–"], ["f-mem", "–"], ["f-busy", "–"]]) {
+                            ["f-overhead", "–"], ["f-onpath", "–"], ["f-mem", "–"], ["f-busy", "–"],
+                            ["settle", "where the picture settles: at the run's end"]]) {
     $(id).textContent = text;
   }
 }
@@ -96,6 +97,8 @@ export function endFigures(meta) {
   $("f-mem").textContent = previewMemText(state.run.rows) +
     (f.peak_mem_mb !== null ? `; run peak ${f.peak_mem_mb.toFixed(0)} MiB (${t.mem_source})` : "");
   $("f-busy").textContent = f.busy_pct === null ? "not read" : `${f.busy_pct.toFixed(1)} % (${t.busy_source})`;
+  // the server's line (judging/progress.py): where the picture settles, or why nothing does
+  $("settle").textContent = f.settle_line || "the picture's progress was not read";
 }
 
 // The advice, the NOISY line and the baselines of the newest run's settings, as the server's analysis says them

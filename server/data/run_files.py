@@ -99,9 +99,14 @@ def read_meta(folder: Path, rid: str) -> dict[str, Any]:
 
 def write_json(path: Path, meta: dict[str, Any]) -> None:
     """Atomic: a kill or a full disk leaves the old file or the new one, never half of one (nor a .tmp)."""
+    write_text(path, json.dumps(meta, indent=1))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomic, as write_json: the old file or the new one, never half of one (nor a .tmp)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(json.dumps(meta, indent=1))
+        tmp.write_text(text, encoding="utf-8", newline="")
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):

@@ -41,7 +41,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from previewlab.preview.record.csv_writer import CsvAppender
+from previewlab.preview.record.csv_writer import CsvAppender, to_csv_text
 from previewlab.preview.record.records import STEP_COLUMNS, StepRow
 from previewlab.preview.record.run import RunEnd, RunMeta
 from previewlab.preview.record.run_ids import RUN_ID, RunIds, roomy
@@ -50,6 +50,7 @@ from previewlab.server.limits import DEFAULT_KEEP_RUNS
 from previewlab.server.data.owner import FolderLock, InUse
 from previewlab.server.data.retention import WHOLE, Retention
 from previewlab.server.data.run_files import MAX_DELIVERY_ROWS, MAX_LINE_CHARS, MAX_STEP_ROWS, Damaged, OnceLog
+from previewlab.server.data.run_files import write_text
 from previewlab.server.data.run_files import write_json as _write_json  # a name tests replace to fill the disk at one write
 from previewlab.server.data.store_reader import (DELIVERY_COLUMNS, EXPORT_CHUNK, EXPORT_COLUMNS, LIST_COLUMNS, DeliveryRow, RunReader,
                            export_header, inert, status_of)
@@ -187,6 +188,16 @@ class Store(RunReader):
             return False
         self._written[rid, name] += 1
         return True
+
+    def rewrite_steps(self, rid: str, rows: list[StepRow]) -> bool:
+        """The run's steps.csv again, its rows filled in once it has ended (their progress cells): its appender
+        closed first (no row comes after the end), then the file replaced whole, never half of one. Best effort:
+        a disk that refuses leaves the rows as they were written, logged once; False then."""
+        w = self._steps.pop(rid, None)
+        if w is not None:
+            self._best_effort(f"{rid}/steps.csv", w.close)
+        return self._best_effort(f"{rid}/steps.csv", write_text, self.root / rid / "steps.csv",
+                                 to_csv_text(rows, STEP_COLUMNS))
 
     def delivery(self, rid: str, **fields: Any) -> None:
         """A delivery of an open run goes to its appender; one that comes after the run's end (the browser acks

@@ -142,6 +142,10 @@ class RunReader:
             out.append(replace(s, dropped=drops.get(s.step, 0)) if s.preview == 1 else s)
         return out
 
+    def own_rows(self, rid: str) -> list[StepRow]:
+        """The run's steps.csv as the engine's rows were written (no deliveries joined). Raises Damaged."""
+        return _records(self.root / rid / "steps.csv", StepRow, STEP_COLUMNS, self.limits.steps)
+
     def list_chunks(self, rids: Iterable[str]) -> Iterator[str]:
         """The list's CSV, a row per run (LIST_COLUMNS), in pieces of about EXPORT_CHUNK characters: only each
         run's meta.json is read (1 MB at most). A damaged run has its row: status `damaged`, and why."""

@@ -16,9 +16,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from previewlab.preview.pipeline.frames import Frame
+from previewlab.preview.judging import progress
+from previewlab.preview.pipeline.frames import Frame, KeptFrames
 from previewlab.preview.record.records import StepRow
-from previewlab.preview.record.run import RunEnd, RunMeta
+from previewlab.preview.record.run import RunEnd, RunMeta, RunRecord
 
 from previewlab.server.ws import protocol
 from previewlab.server.data.disk import DiskReads
@@ -26,7 +27,7 @@ from previewlab.server.ws.sender import Client, Hub, Packed
 from previewlab.server.limits import MAX_EVENT_CHARS, clip
 from previewlab.server.metrics import Metrics
 from previewlab.server.ws.session import SessionLimits
-from previewlab.server.data.store import Store
+from previewlab.server.data.store import Damaged, Store
 from previewlab.server.data.owner import InUse
 from previewlab.server.data.writes import DRAIN_S, OrderedWrites
 
@@ -63,6 +64,7 @@ class Relay:
         self.closing: Closing | None = None  # a run's start closes the one before it first
         self.announced: str | None = None  # the run whose `run` message has gone out; its frames may follow
         self._held: dict[str, Frame] = {}  # per run: its newest frame from before its `run` message went out
+        self._kept: dict[str, KeptFrames] = {}  # per open run: its frames by reference, for its progress at its end
         self._seq = 0  # the last frame's number, counted across runs
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -91,6 +93,7 @@ class Relay:
     def started(self, meta: RunMeta) -> None:
         self.close_ended()  # the run before this one stops waiting for acks: its `done` goes out before this `run`
         self.current = meta
+        self._kept = {meta.run_id: KeptFrames()}  # a run that never ended (shut down) leaves its frames here
         self.metrics.run_started()
         self.writes.submit(None, then=lambda: self.announce(meta))
 
@@ -110,6 +113,9 @@ class Relay:
         self.writes.submit(functools.partial(self.store.step, row), then=lambda: self.hub.text(message))
 
     def frame(self, f: Frame) -> None:
+        kept = self._kept.get(f.run_id)
+        if kept is not None:
+            kept.keep(f)  # a reference to the bytes made: compared only at the run's end, on the writer
         if f.run_id != self.announced:
             self._held[f.run_id] = f  # only the newest: previews are latest-wins everywhere
             return
@@ -150,12 +156,14 @@ class Relay:
         if closing.timer is not None:
             closing.timer.cancel()
         end, side_logs, rid = closing.end, closing.side_logs, closing.end.meta.run_id
+        kept = self._kept.pop(rid, None)
         recorded = end
         judged: dict[str, Any] = {}
 
         def write() -> None:
             nonlocal recorded, judged
-            recorded = self.store.finish(end)  # `failed` if the disk lost some of its rows
+            # `failed` if the disk lost some of its rows; its progress first, off the loop and after the run
+            recorded = self.store.finish(self._progressed(end, kept))
             self.store.close_run(rid)
             if side_logs is not None:
                 side_logs()
@@ -172,6 +180,24 @@ class Relay:
                 self.on_done(recorded, judged)
 
         self.writes.submit(write, then)
+
+    def _progressed(self, end: RunEnd, kept: KeptFrames | None) -> RunEnd:
+        """On the writer thread: the ended run's progress (judging/progress.py), its frames against its final
+        image, into its steps.csv (rewritten whole) and its totals. A run without totals, frames or a final image
+        ends as it came; a failure here is logged and never holds the end back."""
+        rid = end.meta.run_id
+        if end.totals is None or kept is None or self.store.final_image(rid) is None:
+            return end
+        try:
+            final = progress.pixels(self.store.read_final_image(rid))
+            record, rows = progress.with_progress(RunRecord(end.meta, end.totals), self.store.own_rows(rid), kept,
+                                                  final)
+        except (OSError, ValueError, Damaged) as e:
+            log.warning("run %s: its progress was not read: %s", rid, e)
+            return end
+        if record.totals is end.totals or not self.store.rewrite_steps(rid, rows):
+            return end
+        return replace(end, totals=record.totals)
 
     def _settle(self) -> None:
         """An ack came, a frame was dropped or a watcher left: close the ended run once nothing is waiting."""
