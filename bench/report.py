@@ -9,6 +9,7 @@ import base64
 import html
 import textwrap
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -18,6 +19,7 @@ from previewlab.bench.summary import steady, summarize
 from previewlab.bench.summary_rows import ConfigSummary
 from previewlab.preview.judging.advice import Analysis, bench_more, said
 from previewlab.preview.judging.estimates import Estimate
+from previewlab.preview.judging.fidelity import Fidelity, Settle, settle_of
 from previewlab.preview.judging.stages import spread
 
 # where a preview's time goes: the analysis's parts (Finding.parts, mean ms a preview), as the advice names them
@@ -38,8 +40,8 @@ def figures(sweep: Sweep, budget: float | None = None) -> dict[str, Any]:
     and noise limit, sweep.json's; budget: another budget for the advice) and stages.py's spreads (tests check
     them against the files)."""
     j = sweep.judging
-    analysis = of_sweep(sweep.runs, j.budget if budget is None else budget, j.noise_limit)
-    summary = summarize(sweep.runs, sweep.steps, analysis.findings)
+    analysis = of_sweep(sweep.runs, j.budget if budget is None else budget, j.noise_limit, sweep.fidelity)
+    summary = summarize(sweep.runs, sweep.steps, analysis.findings, sweep.fidelity)
     steady_ids = {r.run_id for r in steady(sweep.runs)}
     config_of = {r.run_id: r.config for r in sweep.runs}
     configs = {r.config.name: r.config for r in sweep.runs}
@@ -73,7 +75,37 @@ def figures(sweep: Sweep, budget: float | None = None) -> dict[str, Any]:
     medians = {cfg: {step: spread(v)[0] for step, v in sorted(d.items())} for cfg, d in per_step.items()}
     sizes = {k: spread(v)[0] for k, v in sorted(frame_bytes.items())}
     return {"summary": summary, "overhead": overhead, "intervals": intervals, "noise": analysis.noise,
-            "stacked": stacked, "per_step": medians, "bytes": sizes, "analysis": analysis}
+            "stacked": stacked, "per_step": medians, "bytes": sizes, "analysis": analysis,
+            "worth": worth(analysis), "by_decoder": by_decoder(sweep, analysis)}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration on the overhead-against-fidelity plot: its overhead and its decoder's fidelity, each
+    with its interval; advised: the advice's pick."""
+    name: str
+    overhead: Estimate
+    fidelity: Fidelity
+    advised: bool
+
+
+def worth(a: Analysis) -> list[Point]:
+    """Each configuration with both an overhead and its decoder's fidelity (the analysis's, the advice's pick
+    marked)."""
+    out = []
+    for f in a.findings:
+        x = a.fidelity.of(f.preview.decoder, f.preview.decode_at)
+        if f.overhead is not None and x is not None:
+            out.append(Point(f.name, f.overhead, x, f.name == a.advice.pick))
+    return out
+
+
+def by_decoder(sweep: Sweep, a: Analysis) -> list[tuple[Fidelity, Settle | None]]:
+    """Each decoder's fidelity (per decode_at) beside where its own runs' picture settles (fidelity.settle_of
+    over the runs of that decoder)."""
+    def runs_of(d: str) -> list[SweepRow]:
+        return [r for r in sweep.runs if r.record.meta.preview is not None and r.record.meta.preview.decoder == d]
+    return [(x, settle_of(runs_of(x.decoder))) for x in a.fidelity.figures]
 
 
 def titled(f: Any, title: str) -> Any:
@@ -172,6 +204,46 @@ def draw_per_step(ax: Any, fig: dict[str, Any]) -> None:
     ax.set_title("Per-step time across the run")
 
 
+def _band(e: Estimate) -> list[list[float]]:
+    return [[e.value - e.lo if e.lo is not None else 0.0], [e.hi - e.value if e.hi is not None else 0.0]]
+
+
+def draw_worth(ax: Any, fig: dict[str, Any]) -> None:
+    """Overhead with its interval against fidelity with its interval, one point per configuration; the advised
+    one ringed; the budget and the fidelity threshold as lines."""
+    a: Analysis = fig["analysis"]
+    for p in fig["worth"]:
+        ax.errorbar([p.fidelity.ssim.value], [p.overhead.value], xerr=_band(p.fidelity.ssim), yerr=_band(p.overhead),
+                    fmt="o", capsize=3, color="#c0392b" if p.advised else "#1f5fa8")
+        ax.annotate(p.name + (" (advised)" if p.advised else ""), (p.fidelity.ssim.value, p.overhead.value),
+                    fontsize=6, xytext=(4, 4), textcoords="offset points")
+        if p.advised:
+            ax.plot([p.fidelity.ssim.value], [p.overhead.value], "o", ms=14, mfc="none", mec="#c0392b", mew=2)
+    ax.axhline(a.advice.budget, color="#888", lw=0.8, ls="--", label=f"budget {a.advice.budget:g} %")
+    ax.axvline(a.fidelity.min_ssim, color="#888", lw=0.8, ls=":", label=f"useful from SSIM {a.fidelity.min_ssim:g}")
+    ax.axhline(0, color="#444", lw=0.6)
+    ax.set_xlabel("fidelity: SSIM against the VAE's preview (median over seeds, interval)")
+    ax.set_ylabel("overhead vs no previews (%)")
+    ax.legend(fontsize=7)
+    synth = " (SYNTHETIC model: noise pictures, not judged)" if a.fidelity.synthetic else ""
+    ax.set_title("Overhead against fidelity, one point per configuration; ringed: the advised one" + synth, fontsize=9)
+
+
+def draw_fidelity(ax: Any, fig: dict[str, Any]) -> None:
+    """Each decoder's fidelity (per decode_at) with its interval, and where its runs' picture settles."""
+    rows = fig["by_decoder"]
+    for i, (x, settle) in enumerate(rows):
+        ax.errorbar([x.ssim.value], [i], xerr=_band(x.ssim), fmt="o", capsize=3, color="#1f5fa8")
+        said = f"settles at step {settle.step} of {settle.steps}" if settle else "settle step not measured"
+        ax.annotate(f"{x.ssim.value:.2f}; {said}", (x.ssim.value, i), fontsize=7, xytext=(6, 4),
+                    textcoords="offset points")
+    ax.set_yticks(range(len(rows)), [x.name for x, _ in rows], fontsize=7)
+    ax.axvline(fig["analysis"].fidelity.min_ssim, color="#888", lw=0.8, ls=":")
+    ax.set_xlim(min([0.0] + [x.ssim.lo or x.ssim.value for x, _ in rows]), 1.05)
+    ax.set_xlabel("SSIM against the VAE's preview (median over seeds, interval)")
+    ax.set_title("Fidelity and settle step by decoder", fontsize=9)
+
+
 def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
     import matplotlib
 
@@ -186,6 +258,15 @@ def plot(fig: dict[str, Any], title: str, out: Path) -> list[Path]:
         f.savefig(p, dpi=110)
         plt.close(f)
         paths.append(p)
+
+    if fig["worth"]:
+        f, ax = plt.subplots(figsize=(7, 4.4))
+        draw_worth(ax, fig)
+        save(f, "overhead_vs_fidelity.png")
+    if fig["by_decoder"]:
+        f, ax = plt.subplots(figsize=(7, 1.4 + 0.4 * len(fig["by_decoder"])))
+        draw_fidelity(ax, fig)
+        save(f, "fidelity_by_decoder.png")
 
     f, ax = plt.subplots(figsize=(7, 4.4))
     draw_overhead(ax, fig)
@@ -221,7 +302,8 @@ def _fig(x: float | None) -> str:
     return "" if x is None else f"{float(x):.1f}"
 
 
-def render_html(fig: dict[str, Any], title: str, images: list[Path], advice: Sequence[str] = ()) -> str:
+def render_html(fig: dict[str, Any], title: str, images: list[Path], advice: Sequence[str] = (),
+                headline: str = "") -> str:
     def overhead(s: ConfigSummary) -> tuple[str, str]:
         e = s.overhead
         return (e.signed(), said(e, bench_more).removeprefix(f"{e.signed()}: ")) if e else ("", "")
@@ -241,6 +323,9 @@ def render_html(fig: dict[str, Any], title: str, images: list[Path], advice: Seq
             f"<style>body{{font:14px system-ui;margin:24px}}td,th{{padding:2px 8px;border-bottom:1px solid #ddd}}"
             f"img{{max-width:100%}}pre.advice{{white-space:pre-wrap;overflow-wrap:anywhere}}.noisy{{background:#fde3b8;border:1px solid #d08a1e;padding:8px}}</style>"
             f"<h1>previewlab report</h1>{warn}<p>{html.escape(title)}</p>"
+            + (f'<p class=headline><b>advised: {html.escape(headline)}</b></p>' if headline else
+               "<p class=headline>" + ("fidelity: not measured (previewlab bench --fidelity)" if not fig["worth"]
+                                       else "no configuration advised by the rule (the advice says why)") + "</p>") +
             f"<table><tr><th>config</th><th>runs</th><th>wall s (median)</th><th>decode ms p50</th><th>encode ms p50</th>"
             f"<th>MiB a preview p50</th><th>peak MiB</th><th>peak over baseline MiB</th><th>device busy %</th>"
             f"<th>overhead % [interval]</th><th>verdict</th></tr>{rows}</table>"
@@ -268,6 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     loud = f"NOISY MACHINE (baselines spread {noise.spread_pct:.1f} %) | " if noise is not None and noise.noisy else ""
     images = plot(fig, loud + title, args.dir)  # a plot copied out of the report still says so
     analysis: Analysis = fig["analysis"]
-    (args.dir / "report.html").write_text(render_html(fig, title, images, analysis.advice.lines))
+    (args.dir / "report.html").write_text(render_html(fig, title, images, analysis.advice.lines,
+                                                      analysis.advice.headline))
     print(f"wrote {args.dir / 'report.html'} and {len(images)} plots")
     return 0

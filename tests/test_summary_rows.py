@@ -20,7 +20,8 @@ COLUMNS = ("config,runs,wall_s,denoise_ms_p50,denoise_ms_p95,decode_ms_p50,decod
            "bytes_per_preview,frames_per_preview,decode_ms_per_frame_p50,overhead_pct,overhead_lo,overhead_hi,"
            "overhead_n,overhead_level_pct,vs_direct_pct,vs_direct_lo,vs_direct_hi,vs_direct_n,vs_direct_level_pct,"
            "verdict,decoder,every,budget,preview_max,mode,steps,slower_ms_per_step,mem_mb_p50,mem_mb_max,"
-           "peak_mem_mb,mem_over_mb,busy_pct,mem_source").split(",")
+           "peak_mem_mb,mem_over_mb,busy_pct,mem_source,fidelity_ssim,fidelity_ssim_lo,fidelity_ssim_hi,"
+           "fidelity_ssim_level_pct,fidelity_n,fidelity_psnr_db,fidelity_synthetic").split(",")
 
 
 def _r(rid: str, config: str, wall: float, role: str = "config", pair: str = "") -> SweepRow:
@@ -55,7 +56,7 @@ def test_a_row_writes_summary_csvs_columns_in_their_order():
     assert list(_bare().to_row()) == COLUMNS
     # no figure: no samples, every other cell of it empty
     assert _csv([_bare()]).splitlines()[1] == ("vae/every2/overlap,1,0.25,0.0,0.0,1.0,2.0,2.0,4.0,3.0,6.0,4.0,8.0,"
-                                               "5.0,10.0,2.5,1024.0,1.0,1.0,,,,0,,,,,0,,,vae,2,0.0,0,overlap,4,,,,,,,")
+                                               "5.0,10.0,2.5,1024.0,1.0,1.0,,,,0,,,,,0,,,vae,2,0.0,0,overlap,4,,,,,,,,,,,,0,,")
 
 
 def test_a_line_read_back_is_the_row_that_wrote_it_and_writes_the_same_text():

@@ -263,13 +263,14 @@ class Settle:
 def settle_of(runs: Sequence[Any]) -> Settle | None:
     """The settle step of a set of runs (analysis.Measured), where their records carry one (totals.settle_step, a
     step number; absent or None: not measured): the median over the steady runs with previews at the densest
-    interval that has one (a sparser interval reads the settle step only to its own interval). None: none has."""
+    interval that has one (a sparser interval reads the settle step only to its own interval). None: none has, or
+    the runs are a synthetic model's (noise pictures settle on nothing a user would see)."""
     got: dict[int, list[tuple[int, int]]] = {}
     for r in runs:
         t = r.record.totals
         step = getattr(t, "settle_step", None)  # the progress figures' (issue 55, part 2); older records lack it
         p = r.record.meta.preview
-        if r.steady and r.role == "config" and p is not None and p.budget <= 0 and isinstance(step, int) and step > 0:
+        if r.steady and r.role == "config" and not r.record.meta.synthetic and p is not None and p.budget <= 0 and isinstance(step, int) and step > 0:
             got.setdefault(p.every, []).append((step, t.steps_run or r.record.meta.steps))
     if not got:
         return None
