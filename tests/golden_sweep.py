@@ -15,10 +15,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-# readings no fake clock decides, names that change every run or machine (node: the host), and a JPEG's size (its
-# pixels come from float math that another CPU may round differently): left out of the comparison
+# readings no fake clock decides, names that change every run or machine (node: the host), and a JPEG's size and
+# its SSIMs (progress.py; its pixels come from float math that another CPU may round differently): left out of the
+# comparison
 VOLATILE = {"run_id", "node", "started_at", "load_s", "device_name", "threads", "torch", "diffusers", "peak_mem_mb", "mem_mb",
-            "mem_mb_p50", "mem_mb_max", "mem_over_mb", "busy_pct", "compile_ms", "bytes", "bytes_per_preview"}
+            "mem_mb_p50", "mem_mb_max", "mem_over_mb", "busy_pct", "compile_ms", "bytes", "bytes_per_preview",
+            "final_ssim", "change", "settle_step", "last_final_ssim"}
 
 
 class TickClock:
