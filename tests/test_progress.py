@@ -50,13 +50,13 @@ def totals(**cells: object) -> Totals:
 def test_the_line_says_where_it_settles_or_why_nothing_does_and_that_a_stopped_run_stopped():
     m = meta(20)
     assert settle_line(m, totals(steps_run=20, previews=20, compared=20, settle_step=14, last_final_ssim=0.66)) == (
-        "the picture settles at step 14 of 20 (no preview after it changes by more than 5 %); the last preview's "
+        "the picture settles at step 14 of 20 (no preview after it changes by more than 6 %); the last preview's "
         "SSIM to the final image 0.66")
     assert settle_line(m, totals(steps_run=20, previews=0)) == "no previews: nothing settles"
     assert settle_line(m, totals(steps_run=20, previews=1, compared=1, last_final_ssim=0.5)).startswith(
         "one preview: no change to read")
     assert settle_line(m, totals(steps_run=20, previews=20, compared=20, last_final_ssim=0.9)).startswith(
-        "the picture still changes at its last preview (by more than 5 %)")
+        "the picture still changes at its last preview (by more than 6 %)")
     stopped = settle_line(m, totals(status="stopped", steps_run=7, previews=7, compared=7, settle_step=5,
                                     last_final_ssim=1.0))
     assert stopped.startswith("stopped at step 7 of 20: its final image is where it stopped; the picture settles "
