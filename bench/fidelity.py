@@ -5,8 +5,10 @@ After the sweep's timed runs, a separate pass: per seed and per step count of th
 preview keeps each step's latents (or x0, as the sweep's target asks: targets.choose, as the previews pick it) on
 the host. Once the call has ended, each kept tensor is decoded by every decoder of the sweep at each decode_at, as
 a preview makes it (Previewer's decoder and cut, then frames.to_uint8_hwc at --preview-max), and by the full VAE
-at the image's size (final.final_image, the run's own final decode); the VAE's picture is brought to the preview's
-size (likeness.fitted) and the two compared (likeness.ssim, likeness.psnr_db). These calls are never timed, never
+at the image's size (final.final_image, the run's own final decode). Both are brought to the preview's size, the
+size the page shows it at (frames.preview_size of the image and --preview-max; likeness.fitted): a decoder that
+makes fewer pixels (latent2rgb at the latents' size, a cut, half latents) is judged as it is seen, enlarged, never
+at its own few pixels, where little is left to differ; then compared (likeness.ssim, likeness.psnr_db). These calls are never timed, never
 paired, and never written to runs.csv or steps.csv: fidelity.csv and finals.csv are their only record.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ from previewlab.preview.decoding.previewer import Previewer
 from previewlab.preview.judging import likeness
 from previewlab.preview.judging.fidelity import Final, Sample
 from previewlab.preview.models import Model
-from previewlab.preview.pipeline.frames import grid, to_uint8_hwc
+from previewlab.preview.pipeline.frames import grid, grid_size, preview_size, to_uint8_hwc
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from previewlab.preview.source.steps import StepTap
 from previewlab.preview.source.targets import X0Tap, choose
@@ -101,11 +103,11 @@ def run_pass(model: Model, plan: Plan, seeds: int, log: Callable[[str], Any] = l
             last[steps] = final_image(model, course.final.to(model.device), h, w)
             for step, z, what in course.steps:
                 ref = final_image(model, z.to(model.device, model.dtype), h, w)  # the VAE at the image's size
+                pw, ph = preview_size(*grid_size(base.batch, w, h), pmax)  # the size the page shows it at
+                vae = likeness.fitted(ref, pw, ph)
                 for d in decoders:
                     for at in ats:
-                        img = preview_of(model, prev, d, at, pmax, z, w, h)
-                        ph, pw = img.shape[:2]
-                        vae = likeness.fitted(ref, pw, ph)
+                        img = likeness.fitted(preview_of(model, prev, d, at, pmax, z, w, h), pw, ph)
                         samples.append(Sample(seed, steps, step, d, at, what, pw, ph, likeness.ssim(img, vae),
                                               likeness.psnr_db(img, vae)))
         most = max(counts)

@@ -23,10 +23,13 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from previewlab.bench.flags import listof, ranged
 from previewlab.preview.decoding import decoders
@@ -148,6 +151,37 @@ def taef2_rows(side: int, repeats: int) -> list[Row]:
             measure("taef2", "latent2rgb", lambda c: rgb(decoders.halve(z) if c.half_latents else z), (), repeats))
 
 
+def u8(image: torch.Tensor) -> "np.ndarray":
+    """(1, 3, H, W) in [0, 1] -> uint8 (H, W, 3), as a preview's pixels."""
+    return (image[0].clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+
+
+def taef2_fidelity(side: int) -> list[tuple[str, str, str, float | None, float]]:
+    """Fidelity on the real photo, as the bench's --fidelity pass judges a preview (likeness, at the size the page
+    shows it: the image's; a smaller decode enlarged to it): each TAEF2 cut and FLUX.2's latent2rgb factors (whole
+    and on half latents) against TAEF2's whole decode of its own encoder's latents (no FLUX.2 VAE here: TAEF2 whole
+    stands for the full decoder), and against the photo itself. Rows: (decoder, at, against, SSIM, PSNR dB)."""
+    from previewlab.preview.judging import likeness
+
+    encoder, _ = load_tae(DATA / "taef2_encoder.pth", "encoder")
+    decoder, _ = load_tae(DATA / "taef2_decoder.pth")
+    rgb = latent2rgb(LATENT_RGB["flux2"], torch.device("cpu"), torch.float32)
+    picture = photo(side)
+    with torch.inference_mode():
+        z = encoder(picture)
+        made = {("taesd", c.label): cut(decoder, c.stages)(decoders.halve(z) if c.half_latents else z)
+                for c in cuts(upsample_factors(decoder))}
+        made.update({("latent2rgb", "whole"): rgb(z), ("latent2rgb", "half latents"): rgb(decoders.halve(z))})
+    refs = {"TAEF2 whole": u8(made[("taesd", "whole")]), "the photo": u8(picture)}
+    out = []
+    for (name, at), image in made.items():
+        for against, ref in refs.items():
+            h, w = ref.shape[:2]
+            seen = likeness.fitted(u8(image), w, h)
+            out.append((name, at, against, likeness.ssim(seen, ref), likeness.psnr_db(seen, ref)))
+    return out
+
+
 def demo_rows(steps: int, repeats: int) -> list[Row]:
     """The demo model's own decoders (decoders.build at each cut) on the latents of one of its pictures."""
     from previewlab.preview.models import load
@@ -205,6 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     if "taef2" in args.models:
         rows += taef2_rows(args.side, args.repeats)
+        print("fidelity on the photo (likeness: SSIM and PSNR at the image's size, a smaller decode enlarged to it):")
+        for name, at, against, ss, db in taef2_fidelity(args.side):
+            print(f"  {name:<11}{at:<13}against {against:<12} SSIM {'' if ss is None else f'{ss:.3f}':<6} "
+                  f"PSNR {db:.1f} dB")
     if "demo" in args.models:
         rows += demo_rows(args.steps, args.repeats)
     print(table(rows))

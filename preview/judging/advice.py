@@ -350,11 +350,13 @@ def steps_lines(settle: Settle | None, fid: Fidelities, surface: Surface) -> lis
     'use fewer steps': it is another run), and the final images' SSIM where the pass ran both step counts."""
     out = []
     if settle is not None and settle.early:
-        fewer = max(settle.step, 1)
+        bench = surface.how is bench_how  # the bench sweeps both step counts at once; the page runs one at a time
+        value = f"{settle.step},{settle.steps}" if bench else settle.step
         out.append(f"  steps: the picture settles at step {settle.step} of {settle.steps} (previews every "
                    f"{settle.every}): its last {settle.steps - settle.step} steps change no preview visibly. A shorter "
-                   f"schedule is another run, not this one stopped early: {surface.how('steps', f'{fewer},{settle.steps}')}"
-                   f" (with --fidelity the bench compares the final images of the two step counts)")
+                   f"schedule is another run, not this one stopped early: {surface.how('steps', value)}"
+                   + (" (with --fidelity the bench compares the final images of the two step counts)" if bench else
+                      ", and compare its final image with this one's"))
     for a in fid.steps_alike:
         out.append(f"  steps measured: {a.said()}")
     return out

@@ -2,9 +2,10 @@
 final images of two step counts are. The bench's fidelity pass (bench/fidelity.py) measures the samples off the
 measured path; this module turns them into the figures every surface renders. No torch here.
 
-A sample is one seed's one step: decoder D's preview of that step's latents (or x0, per the target) at the
-preview's size, against the full VAE's decode of the same tensor at the image's size brought to the preview's size
-(likeness.fitted), as SSIM and PSNR dB (likeness.ssim, likeness.psnr_db). A figure is per decoder and decode_at:
+A sample is one seed's one step: decoder D's preview of that step's latents (or x0, per the target), against the
+full VAE's decode of the same tensor at the image's size, both brought to the preview's size (the size the page
+shows it at: the image's, or --preview-max's; likeness.fitted), as SSIM and PSNR dB (likeness.ssim,
+likeness.psnr_db). A figure is per decoder and decode_at:
 each seed's median over its steps, then estimates.estimate across the seeds. The steps of one seed are one
 trajectory, so they are not independent samples: an interval over them all would claim a level it lacks; the
 seeds are. Six seeds reach the 95 % level; fewer give the seeds' whole range and say its level.
@@ -20,11 +21,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from previewlab.preview.judging.estimates import Estimate, estimate
 
-# SSIM against the VAE's preview at or above which a preview is useful. Why 0.6: on the demo model its own TAESD
-# reaches about 0.66 and latent2rgb about 0.54 (issue 55; docs/figures.md's table): 0.6 keeps a tiny autoencoder,
-# which shows shapes and colours where they will be, and leaves out latent2rgb's blurred colour fields, which show
-# where colour goes but not the shapes. A user who judges colour alone lowers it (--min-fidelity).
-DEFAULT_MIN_SSIM = 0.6
+# SSIM against the VAE's preview at or above which a preview is useful. Why 0.5: it lies between a preview that
+# shows nothing of the picture and one that shows its layout and colours. Measured (docs/figures.md#fidelity): a
+# synthetic model's noise pictures score 0.02 to 0.07; on the demo model, over a run's steps, its TAESD scores 0.54
+# [0.54, 0.56] and latent2rgb 0.61 [0.60, 0.63], both of which show the shapes where they will be. A user who needs
+# the detail of the final picture raises it (--min-fidelity 0.9 leaves only the VAE on the demo model).
+DEFAULT_MIN_SSIM = 0.5
 
 FIDELITY_CSV = "fidelity.csv"
 FINALS_CSV = "finals.csv"
