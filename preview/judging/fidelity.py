@@ -22,10 +22,11 @@ from typing import Any, Iterable, Mapping, Sequence
 from previewlab.preview.judging.estimates import Estimate, estimate
 
 # SSIM against the VAE's preview at or above which a preview is useful. Why 0.5: it lies between a preview that
-# shows nothing of the picture and one that shows its layout and colours. Measured (docs/figures.md#fidelity): a
-# synthetic model's noise pictures score 0.02 to 0.07; on the demo model, over a run's steps, its TAESD scores 0.54
-# [0.54, 0.56] and latent2rgb 0.61 [0.60, 0.63], both of which show the shapes where they will be. A user who needs
-# the detail of the final picture raises it (--min-fidelity 0.9 leaves only the VAE on the demo model).
+# shows the picture's shapes where they will be and one that shows colour fields or nothing. Measured
+# (docs/figures.md#fidelity, each seen at the preview's size): a synthetic model's noise pictures score 0.01 to 0.07;
+# on the demo model, over a run's steps, its TAESD 0.54 [0.54, 0.56] (the shapes, their edges soft) and latent2rgb
+# 0.39 [0.38, 0.40] (16 px of colour, enlarged). A user who judges colour alone lowers it; one who needs the final
+# picture's detail raises it (--min-fidelity 0.9 leaves only the VAE on the demo model).
 DEFAULT_MIN_SSIM = 0.5
 
 FIDELITY_CSV = "fidelity.csv"
