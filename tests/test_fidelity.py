@@ -171,3 +171,18 @@ def test_the_analysis_json_carries_each_findings_fidelity():
     j = a.to_json()
     assert j["findings"][0]["fidelity"]["ssim"]["value"] == 0.8 and j["advice"]["pick"] == "taesd/every2/sync"
     assert j["fidelity"]["min_ssim"] == 0.5 and j["advice"]["headline"].startswith("taesd every 2")
+
+
+@pytest.mark.slow  # the demo model's runs: about 8 s
+def test_on_the_demo_model_the_vae_is_its_own_preview_and_taesd_shows_more_than_latent2rgb(tmp_path):
+    """Real pictures: the demo model's own decoders, one seed, four steps (a few seconds)."""
+    out = tmp_path / "demo"
+    assert bench(["--model", "demo", "--prompt", "a red circle on the left and a blue square on the right",
+                  "--decoders", "none,latent2rgb,taesd,vae", "--every", "1", "--steps", "4", "--repeats", "1",
+                  "--warmup", "0", "--threads", "1", "--fidelity", "--fidelity-seeds", "1", "--out", str(out)]) == 0
+    by = {r["config"]: r for r in rows(out / "summary.csv")}
+    ssim = {d: float(by[f"{d}/every1/sync"]["fidelity_ssim"]) for d in ("vae", "taesd", "latent2rgb")}
+    assert ssim["vae"] == pytest.approx(1.0) and ssim["taesd"] > ssim["latent2rgb"] > 0.1
+    assert by["taesd/every1/sync"]["fidelity_synthetic"] == "0"
+    text = (out / "summary.txt").read_text()
+    assert "SYNTHETIC" not in text and "vae: SSIM 1.00" in text
