@@ -213,14 +213,28 @@ def test_a_stopped_run_reads_as_stopped_its_final_image_where_it_stopped(demo_ws
 
 # -- the bench and a watch ---------------------------------------------------------------------------------------
 
-def test_the_bench_writes_the_columns_into_steps_csv_and_runs_csv(tiny, tmp_path):
+def test_the_bench_writes_the_columns_into_steps_csv_and_runs_csv(tiny, tmp_path, where, monkeypatch):
+    """The bench reads a run's progress on its own thread, between runs: none of it inside a timed run."""
+    from previewlab.bench import sweep
     from previewlab.bench.rows import read
     from previewlab.bench.sweep import Plan, run_sweep
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
+    inside: list[int] = []  # progress work counted while a timed run went on
+
+    def timed(*args: Any, **kw: Any) -> Any:
+        before = len(where)
+        try:
+            return real(*args, **kw)
+        finally:
+            inside.append(len(where) - before)
+
+    real = sweep.generate
+    monkeypatch.setattr(sweep, "generate", timed)
     settings = RunSettings(prompt="a red circle", steps=3, width=64, height=64, seed=7,
                            preview=PreviewSettings(decoder="none", mode="sync"))
     run_sweep(tiny, Plan(settings, ("none", "latent2rgb"), (1,), repeats=1, warmup=0, modes=("sync",)), tmp_path)
+    assert where and inside and not any(inside)  # read, and never while a run was timed
     with open(tmp_path / "steps.csv", newline="") as f:
         steps = list(csv.DictReader(f))
     with open(tmp_path / "runs.csv", newline="") as f:
