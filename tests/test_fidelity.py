@@ -186,3 +186,10 @@ def test_on_the_demo_model_the_vae_is_its_own_preview_and_taesd_shows_more_than_
     assert by["taesd/every1/sync"]["fidelity_synthetic"] == "0"
     text = (out / "summary.txt").read_text()
     assert "SYNTHETIC" not in text and "vae: SSIM 1.00" in text
+
+
+def test_a_fidelity_short_of_the_95_level_is_never_built_on():
+    a = judged(fid("taesd", [0.80, 0.81, 0.82]), fid("latent2rgb", [0.40, 0.41, 0.42]))
+    assert a.pick is None
+    assert any("taesd/every2/sync (SSIM 0.81 from 3 seeds: short of the 95 % level)" in ln for ln in a.lines)
+    assert any("(short of the 95 % level: --fidelity-seeds 6 or more)" in ln for ln in a.lines)

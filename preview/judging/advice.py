@@ -5,8 +5,9 @@ The rule this product is built on: choose the sparsest interval that still gives
 configurations whose overhead interval stays under the user's budget (fit), the advice prefers, where the bench's
 fidelity pass measured what a preview shows (fidelity.py):
 - those whose decoder reaches the fidelity the user set (SSIM against the VAE's preview, --min-fidelity, default
-  fidelity.DEFAULT_MIN_SSIM): its interval at or above it. One wholly below is left out; one whose interval holds
-  the threshold is not told from it, and is left out, said so;
+  fidelity.DEFAULT_MIN_SSIM): its interval, at the 95 % level (6 seeds or more), at or above it. One wholly below
+  is left out; one whose interval holds the threshold, or is short of the level, is not told from it, and is left
+  out, said so;
 - and, where the runs measured where the picture settles (fidelity.Settle), whose interval previews at least
   twice before it settles (every <= settle step / 2): a sparser one misses the changes on the way;
 - then the cheapest: the one whose overhead interval lies below every other's; where intervals overlap, the one
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from previewlab.preview.judging.analysis import Finding, Measured, baseline_noise, findings, steady_baselines
-from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, Estimate, Noise, verdict
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, SAMPLES_FOR_LEVEL, Estimate, Noise, verdict
 from previewlab.preview.judging.fidelity import NONE, Fidelities, Fidelity, Settle, apart, settle_of
 from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.settings import SIDE_STREAM_DEVICES
@@ -340,6 +341,7 @@ def fidelity_lines(fid: Fidelities) -> list[str]:
     for f in sorted(fid.figures, key=lambda f: -f.ssim.value):
         r = f.reaches(fid.min_ssim)
         tag = "" if fid.synthetic else " (reaches it)" if r else " (below it)" if r is False else \
+            f" (short of the 95 % level: --fidelity-seeds {SAMPLES_FOR_LEVEL} or more)" if not f.ssim.sure else \
             " (its interval holds the threshold: not told from it; more --fidelity-seeds)"
         out.append(f"    {f.name}: {f.said()}{tag}")
     return out
@@ -402,6 +404,8 @@ def by_rule(fit: Sequence[Finding], fid: Fidelities, settle: Settle | None, budg
             out.append(f"{f.name} (its decoder's fidelity not measured)")
         elif r is False:
             out.append(f"{f.name} (SSIM {mine.ssim.value:.2f} below {fid.min_ssim:g})")
+        elif r is None and not mine.ssim.sure:
+            out.append(f"{f.name} (SSIM {mine.ssim.value:.2f} from {mine.seeds} seeds: short of the 95 % level)")
         elif r is None:
             out.append(f"{f.name} (SSIM {mine.ssim.value:.2f}: its interval holds {fid.min_ssim:g})")
         elif settle is not None and not settle.shows(f.preview.every):

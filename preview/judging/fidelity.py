@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from previewlab.preview.judging.analysis import Measured
 from previewlab.preview.judging.estimates import Estimate, estimate
 
 # SSIM against the VAE's preview at or above which a preview is useful. Why 0.5: it lies between a preview that
@@ -118,12 +119,12 @@ class Fidelity:
 
     def reaches(self, min_ssim: float) -> bool | None:
         """True: its interval lies at or above min_ssim; False: wholly below it; None: it holds min_ssim (within
-        noise of the threshold) or a synthetic model's. One seed has no interval: its value alone decides."""
-        if self.synthetic:
-            return None
+        noise of the threshold), its interval is short of the 95 % level (under 6 seeds: advice never builds on
+        such a figure), or it is a synthetic model's."""
         e = self.ssim
-        lo, hi = (e.value, e.value) if e.lo is None or e.hi is None else (e.lo, e.hi)
-        return True if lo >= min_ssim else False if hi < min_ssim else None
+        if self.synthetic or not e.sure or e.lo is None or e.hi is None:
+            return None
+        return True if e.lo >= min_ssim else False if e.hi < min_ssim else None
 
     def to_json(self) -> dict[str, Any]:
         return {"decoder": self.decoder, "decode_at": self.decode_at, "name": self.name,
@@ -132,8 +133,9 @@ class Fidelity:
 
 
 def apart(a: Fidelity, b: Fidelity) -> bool:
-    """a's SSIM interval lies wholly above b's: a difference beyond noise (overlapping intervals are not)."""
-    return a.ssim.lo is not None and b.ssim.hi is not None and a.ssim.lo > b.ssim.hi
+    """a's SSIM interval lies wholly above b's, both at the 95 % level: a difference beyond noise (overlapping
+    intervals, or intervals short of the level, are not)."""
+    return a.ssim.sure and b.ssim.sure and a.ssim.lo is not None and b.ssim.hi is not None and a.ssim.lo > b.ssim.hi
 
 
 def _db(x: float) -> str:
@@ -263,15 +265,15 @@ class Settle:
         return {"step": self.step, "steps": self.steps, "every": self.every}
 
 
-def settle_of(runs: Sequence[Any]) -> Settle | None:
-    """The settle step of a set of runs (analysis.Measured), where their records carry one (totals.settle_step, a
-    step number; absent or None: not measured): the median over the steady runs with previews at the densest
+def settle_of(runs: Sequence[Measured]) -> Settle | None:
+    """The settle step of a set of runs, where their records carry one (totals.settle_step, a step number; None:
+    not measured, as in a run without previews or an older record): the median over the steady runs with previews at the densest
     interval that has one (a sparser interval reads the settle step only to its own interval). None: none has, or
     the runs are a synthetic model's (noise pictures settle on nothing a user would see)."""
     got: dict[int, list[tuple[int, int]]] = {}
     for r in runs:
         t = r.record.totals
-        step = getattr(t, "settle_step", None)  # the progress figures' (issue 55, part 2); older records lack it
+        step = t.settle_step  # progress.py's, computed after each run
         p = r.record.meta.preview
         if r.steady and r.role == "config" and not r.record.meta.synthetic and p is not None and p.budget <= 0 and isinstance(step, int) and step > 0:
             got.setdefault(p.every, []).append((step, t.steps_run or r.record.meta.steps))
