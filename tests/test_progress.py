@@ -63,6 +63,10 @@ def test_the_line_says_where_it_settles_or_why_nothing_does_and_that_a_stopped_r
                               "at step 5 of 7")
     assert settle_line(m, totals(status="stopped", steps_run=3, previews=0)).startswith("stopped at step 3 of 20")
     assert settle_line(m, totals(steps_run=20, previews=20)) == ""  # not read (an older record): nothing said
+    clip = RunMeta.from_row({"run_id": "r", "steps": "20", "decoder": "taesd", "every": "1", "num_frames": "9",
+                             "frames": "middle"})
+    assert settle_line(clip, totals(steps_run=20, previews=20)).endswith("a clip previewing its middle frame has "
+                                                                         "no final frame to match")
 
 
 def test_older_records_without_the_columns_still_read():

@@ -133,6 +133,11 @@ def recorded(t: Totals, p: Progress) -> Totals:
     return replace(t, compared=p.compared, settle_step=p.settle_step, last_final_ssim=p.last_final_ssim)
 
 
+def unmatched(meta: RunMeta) -> bool:
+    """A clip previewing its middle frame: the final image (the clip's first frame) has no frame to match it."""
+    return meta.preview is not None and meta.num_frames > 1 and meta.preview.frames == "middle"
+
+
 def settle_line(meta: RunMeta, t: Totals, limit: float = SETTLE_CHANGE) -> str:
     """The run's progress in one line, as the page (under the cost chart) and watch.summary() say it; "" for a
     run whose progress was not read (an older record, a watch closed without save())."""
@@ -140,6 +145,8 @@ def settle_line(meta: RunMeta, t: Totals, limit: float = SETTLE_CHANGE) -> str:
                if t.status == "stopped" else "")
     if t.previews == 0:
         return f"{stopped}no previews: nothing settles"
+    if t.compared == 0 and unmatched(meta):
+        return f"{stopped}progress not read: a clip previewing its middle frame has no final frame to match"
     if t.compared == 0:
         return f"{stopped}progress not read" if stopped else ""
     n = t.steps_run or meta.steps
@@ -158,9 +165,8 @@ def with_progress(record: RunRecord, rows: Sequence[StepRow], kept: KeptFrames |
     """A finished run's record and rows with its progress (read()), from the frames it kept and its final image
     (uint8 RGB (H, W, 3)); as they were where either is missing, or where a clip previewed its middle frame,
     which has no frame of the final image (the clip's first) to match."""
-    p, frames = record.meta.preview, kept.frames() if kept is not None else []
-    middle = p is not None and record.meta.num_frames > 1 and p.frames == "middle"
-    if not frames or final is None or middle:  # (no previews: the totals say so, previews 0)
+    frames = kept.frames() if kept is not None else []
+    if not frames or final is None or unmatched(record.meta):  # (no previews: the totals say so, previews 0)
         return record, list(rows)
     progress = read(frames, final, record.meta.batch, kept.dropped if kept is not None else 0)
     return replace(record, totals=recorded(record.totals, progress)), filled(rows, progress)
