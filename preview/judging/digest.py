@@ -55,7 +55,7 @@ def digest(record: RunRecord, rows: Sequence[StepRow]) -> list[str]:
         lines.append(f"device busy while denoising: {t.busy_pct:.0f} % ({t.busy_source})")
     said = settle_line(record.meta, t)
     if said:
-        lines.append(f"progress: {said}")
+        lines.append(said if said.startswith("progress") else f"progress: {said}")
     elif made:
         lines.append("progress: not read (watch.save(image, path) hands the final image over)")
     return lines
