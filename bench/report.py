@@ -234,7 +234,7 @@ def draw_fidelity(ax: Any, fig: dict[str, Any]) -> None:
     rows = fig["by_decoder"]
     for i, (x, settle) in enumerate(rows):
         ax.errorbar([x.ssim.value], [i], xerr=_band(x.ssim), fmt="o", capsize=3, color="#1f5fa8")
-        said = f"settles at step {settle.step} of {settle.steps}" if settle else "settle step not measured"
+        said = settle.said().removeprefix("the picture ") if settle else "settle step not measured"
         ax.annotate(f"{x.ssim.value:.2f}; {said}", (x.ssim.value, i), fontsize=7, xytext=(6, 4),
                     textcoords="offset points")
     ax.set_yticks(range(len(rows)), [x.name for x, _ in rows], fontsize=7)

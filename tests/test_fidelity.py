@@ -195,7 +195,7 @@ def test_a_fidelity_short_of_the_95_level_is_never_built_on():
     assert any("(short of the 95 % level: --fidelity-seeds 6 or more)" in ln for ln in a.lines)
 
 
-def settled(runs, step: int, every: int | None = None):
+def settled(runs, step: int | None, every: int | None = None):
     """The runs with totals.settle_step set (progress's figure), on the configurations of interval `every` (None:
     every configuration)."""
     from dataclasses import replace
@@ -204,7 +204,8 @@ def settled(runs, step: int, every: int | None = None):
         p = r.record.meta.preview
         if r.role != "config" or p is None or (every is not None and p.every != every):
             return r
-        return replace(r, record=replace(r.record, totals=replace(r.record.totals, settle_step=step)))
+        t = r.record.totals  # progress read over its previews
+        return replace(r, record=replace(r.record, totals=replace(t, settle_step=step, compared=int(t.previews))))
     return [one(r) for r in runs]
 
 
@@ -213,6 +214,16 @@ def test_the_analysis_reads_the_settle_step_from_the_runs_at_the_densest_interva
     runs, _ = sweep({"taesd/every4/sync": sparse, "taesd/every2/sync": TAESD}, [1.0])
     runs = settled(settled(runs, 8, every=4), 6, every=2)  # every 4 reads it only to its own interval
     a = of_sweep(runs, 5.0, fidelity=Fidelities((fid("taesd", [0.80] * SEEDS),), 0.5))
-    assert a.settle == Settle(6, 10, 2) and a.to_json()["settle"] == {"step": 6, "steps": 10, "every": 2}
+    assert a.settle == Settle(6, 10, 2) and a.to_json()["settle"] == {"step": 6, "steps": 10, "every": 2,
+                                                                      "settled": True}
     assert a.advice.pick == "taesd/every2/sync"
     assert "the picture settles at step 6 of 10; every 2 previews 3 times before it settles" in a.advice.headline
+
+
+def test_runs_whose_picture_still_changes_at_their_last_preview_say_so():
+    runs, _ = sweep({"taesd/every2/sync": TAESD}, [1.0])
+    runs = settled(runs, None)  # progress read, no settle step: it never settled
+    a = of_sweep(runs, 5.0, fidelity=Fidelities((fid("taesd", [0.80] * SEEDS),), 0.5))
+    assert a.settle == Settle(10, 10, 2, settled=False) and a.advice.pick == "taesd/every2/sync"
+    assert a.advice.headline.endswith("; the picture still changes at its last preview (read every 2 of 10 steps)")
+    assert not any(ln.strip().startswith("steps:") for ln in a.advice.lines)

@@ -371,8 +371,9 @@ def _why(f: Finding, fid: Fidelity | None, settle: Settle | None) -> str:
     out = f"{head}: {e.signed() if e else 'no overhead'}, {fid.said() if fid else 'fidelity not measured'}"
     if settle is None:
         return out + "; where the picture settles is not measured"
-    return (out + f"; the picture settles at step {settle.step} of {settle.steps}; every {p.every} previews "
-            f"{settle.step // p.every} times before it settles")
+    if not settle.settled:
+        return out + f"; {settle.said()}"
+    return (out + f"; {settle.said()}; every {p.every} previews {settle.step // p.every} times before it settles")
 
 
 def _tie(tied: Sequence[Finding], fid: Fidelities) -> tuple[Finding, str]:
