@@ -246,6 +246,9 @@ def test_a_none_run_after_a_taesd_run_starts_clean_and_each_run_shows_its_final_
         assert page.evaluate("document.getElementById('final').naturalWidth") == 64
         assert first in (page.text_content("#final-caption") or "")
         assert not page.evaluate(BLANK_CANVAS)  # the TAESD preview is on the canvas
+        # issue 55: under the cost chart, the server's line of how much the picture still changed
+        settle = page.text_content("#settle") or ""
+        assert settle.startswith("the picture ") and "the last preview's SSIM to the final image" in settle
         # the chart: whole steps only on the x axis; render is its own line, not stacked on the step's stages
         wait_js(page, "previewlab.chart.data[0].length === 3")
         ticks = page.evaluate("previewlab.chart.axes[0]._splits")
@@ -270,6 +273,7 @@ def test_a_none_run_after_a_taesd_run_starts_clean_and_each_run_shows_its_final_
         assert page.text_content("#caption") == "no previews: decoder none"
         assert page.text_content("#f-frames") == "0" and page.text_content("#f-pps") == "–"
         assert page.text_content("#f-step") == "3 / 3"
+        assert page.text_content("#settle") == "no previews: nothing settles"
         # a no-preview run is a baseline: the runs with previews after it are measured against it
         assert page.text_content("#f-overhead") == \
             "a no-preview baseline: runs with previews of these settings are measured against it"
