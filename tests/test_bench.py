@@ -54,7 +54,8 @@ def test_sweep_writes_csvs_and_summary(tmp_path):
     assert all(abs(at[r["baseline_run_id"]] - at[r["run_id"]]) == 1 and r["pair_overhead_pct"] != "" for r in cfg)
     assert all(r["config_overhead_n"] == "2" and r["verdict"] for r in cfg) and "overhead_pct" not in runs[0]
     assert all(r["baseline_run_id"] == "" and r["config_overhead_pct"] == "" for r in runs if r["role"] == "baseline")
-    assert json.loads((tmp_path / "sweep.json").read_text()) == {"budget_pct": 5.0, "noise_limit_pct": 10.0}
+    assert json.loads((tmp_path / "sweep.json").read_text()) == {"budget_pct": 5.0, "noise_limit_pct": 10.0,
+                                                                 "min_fidelity_ssim": 0.5}
     vae1 = [r for r in cfg if r["config"] == "vae/every1/sync"]
     assert len(vae1) == 2 and all(int(r["previews"]) == 4 for r in vae1)
     every2 = [r for r in cfg if r["config"].endswith("/every2/sync")]

@@ -150,7 +150,8 @@ def test_every_surface_gives_the_same_figures_to_the_digit(tmp_path, tiny, capsy
         rows_csv.append([swept[-1].to_row()])
     rows_csv.close()
     steps_csv.close()
-    args = argparse.Namespace(out=sweep_dir, budget=BUDGET, noise_limit=NOISE_LIMIT, strict=False)
+    args = argparse.Namespace(out=sweep_dir, budget=BUDGET, noise_limit=NOISE_LIMIT, strict=False,
+                              min_fidelity=0.5)
     assert finish(args, swept, "meta", []) == 0
     bench = (sweep_dir / "summary.txt").read_text()
     with open(sweep_dir / "summary.csv", newline="") as f:
