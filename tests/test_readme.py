@@ -97,5 +97,7 @@ def test_the_own_script_runs_and_prints_its_summary(tmp_path):
     lines = p.stdout.splitlines()
     assert lines[0].startswith("run ") and "20 steps" in lines[0] and "10 previews (taesd, every 2" in lines[0]
     assert any(ln.startswith("memory: ") for ln in lines)
+    # issue 55: save() hands the final image over, so the summary says how much the picture still changed
+    assert any(ln.startswith("progress: ") and "SSIM to the final image" in ln for ln in lines), lines
     assert (tmp_path / "out.png").stat().st_size > 0
     assert len((tmp_path / "costs.csv").read_text().splitlines()) == 21  # a header and one row per step
