@@ -124,6 +124,7 @@ def start(ws: Any, **fields: Any) -> dict[str, Any]:
     return recv_until(ws, "run")
 
 
+@pytest.mark.slow  # three runs through the server: about 10 s
 def test_a_server_run_reads_its_progress_on_the_writer_only_into_steps_csv_its_record_and_done(make_app, where):
     """Overlap mode on a CPU encodes on previewlab-encode, sync mode in previewlab-model's step: neither holds any
     decode or SSIM of the progress, which runs on the writer thread once the run has ended."""
@@ -251,6 +252,7 @@ def test_the_bench_writes_the_columns_into_steps_csv_and_runs_csv(tiny, tmp_path
     assert {r.record.totals.compared for r in read(tmp_path).runs} == {0, 3}  # and it reads back
 
 
+@pytest.mark.slow  # a watched call: about 5 s
 def test_a_watch_reads_its_progress_where_its_call_closes_with_save(tmp_path):
     from previewlab import watch as preview_watch
     from previewlab.preview.models.loader import synthetic_pipeline
