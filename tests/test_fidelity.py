@@ -80,6 +80,9 @@ def test_a_bad_min_fidelity_is_one_line_and_status_2(capsys):
         bench(TINY + ["--min-fidelity", "1.5"])
     assert e.value.code == 2
     assert "min-fidelity is an SSIM above 0, at most 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        bench(TINY + ["--fidelity", "--ray", "local"])
+    assert e.value.code == 2 and "--fidelity: the pass runs on this machine" in capsys.readouterr().err
 
 
 # -- the rule on fixed figures ---------------------------------------------------------------------------------
