@@ -1,5 +1,5 @@
 """Fidelity: how close a decoder's preview is to what the full VAE would show of the same latents, and how alike the
-final images of two step counts are. The bench's fidelity pass (bench/fidelity.py) measures the samples off the
+final images of two step counts are. The fidelity pass (preview/call/fidelity_pass.py) measures the samples off the
 measured path; this module turns them into the figures every surface renders. No torch here.
 
 A sample is one seed's one step: decoder D's preview of that step's latents (or x0, per the target), against the
