@@ -17,12 +17,14 @@ from typing import Any
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Analysis, Surface, analyze, said
 from previewlab.preview.judging.answers import answers
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
+from previewlab.preview.judging.fidelity import Fidelities
 from previewlab.preview.judging.progress import settle_line
 from previewlab.preview.judging.stages import on_path_share_pct
 from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.judging.analysis import Entry, cost_key, entry, overhead_pct, paired
 from previewlab.preview.record.run import RunRecord
 
+from previewlab.server.data import fidelity_files
 from previewlab.server.data.store import Store
 
 
@@ -128,8 +130,13 @@ class Figures:
         if me is None:
             return None
         current = me.name if me.role == "config" else None
-        a = analyze(group, budget, current, self.noise_limit, self.surface, self.decoders)
+        a = analyze(group, budget, current, self.noise_limit, self.surface, self.decoders, self.fidelity(me))
         return finite({**a.to_json(), "group": group_of(me)})
+
+    def fidelity(self, me: Entry) -> Fidelities:
+        """The page's fidelity pass over the settings of run `me` (its group, target and preview size), where one
+        ran (server/data/fidelity_files.py)."""
+        return fidelity_files.read(self.store.root, me.record.meta)
 
     def answers(self) -> dict[str, dict[str, Any]]:
         """Every ended run's cells of the answer's columns (preview/judging/answers.py), by run id: its pair and
@@ -172,7 +179,8 @@ class Figures:
         me, group = self.like(rid)
         if me is None:
             return {}
-        a = analyze(group, budget, me.name if me.role == "config" else None, self.noise_limit, self.surface, self.decoders)
+        a = analyze(group, budget, me.name if me.role == "config" else None, self.noise_limit, self.surface,
+                    self.decoders, self.fidelity(me))
         pair = next(((r, b) for ps in paired(group).values() for r, b in ps if r.record.run_id == rid), None)
         return finite({"figures": run_figures(me, a, pair), "analysis": {**a.to_json(), "group": group_of(me)}})
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from previewlab.preview.call import fidelity_pass
 from previewlab.preview.decoding.decoders import taesd_refusal
+from previewlab.preview.judging import fidelity
+from previewlab.preview.judging.fidelity import Final, Sample
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
 from previewlab.preview.judging.digest import WATCH
-from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, SAMPLES_FOR_LEVEL
 from previewlab.preview.pipeline.frames import Frame
 from previewlab.preview.models import Model
 from previewlab.preview.record.records import StepRow
@@ -28,6 +31,7 @@ from previewlab.server.metrics import Metrics
 from previewlab.server.options import Offer, RunOptions
 from previewlab.server.ws.relay import Relay
 from previewlab.server.ws.session import SessionLimits
+from previewlab.server.data import fidelity_files
 from previewlab.server.data.owner import InUse
 from previewlab.server.data.store import Store
 from previewlab.server.data.writes import DRAIN_S, Stalled
@@ -75,6 +79,7 @@ class Server:
         self.relay.on_done = self._measured
         self.relay.on_gone = self._watcher_left
         self.series: Series | None = None  # the page's measure series, while one runs (measure.py)
+        self.judged: protocol.Outbound | None = None  # the fidelity pass's last line (running, done or failed)
         self.source = source
         self.worker: RunOwner | None = None  # `source`, or a Worker on the running loop (attach)
 
@@ -129,6 +134,7 @@ class Server:
         said = self.offer.hello(self.model, live, running=self.relay.current, starts=self.source is None)
         # advice_budget: the budget the advice is judged at until the page's Budget field says another
         return {**said, "measure": self.series.message() if self.series is not None else None,
+                "fidelity": self.judged,
                 "mode_note": mode_note(self.model.device.type), "advice_budget": DEFAULT_BUDGET_PCT}
 
     def _runnable(self, decoder: str | None) -> None:
@@ -143,10 +149,13 @@ class Server:
         answers it with an `error` and counts it as a bad message, so no error reply can be flooded."""
         assert self.worker is not None
         series = self.series
-        if isinstance(msg, (protocol.Set, protocol.Start, protocol.Measure)) and series and series.state == "running":
+        if isinstance(msg, (protocol.Set, protocol.Start, protocol.Measure, protocol.MeasureFidelity)) and series \
+                and series.state == "running":
             raise protocol.ProtocolError(f"a measure series of {series.config} is running: its runs keep the "
                                          "settings it measures; stop it first")
-        if isinstance(msg, protocol.Measure):
+        if isinstance(msg, protocol.MeasureFidelity):
+            await self._fidelity(msg.settings, msg.seeds)
+        elif isinstance(msg, protocol.Measure):
             await self._measure(msg.settings)
         elif isinstance(msg, protocol.Start):
             self._runnable(msg.settings.preview.decoder)
@@ -260,6 +269,54 @@ class Server:
         self._began(series, started)
         if series.state == "running":
             self.hub.text(series.message(_now(nxt)))
+
+    # -- the fidelity pass (preview/call/fidelity_pass.py), untimed, between runs -----------------------------
+    async def _fidelity(self, settings: RunSettings, seeds: int) -> None:
+        """What each decoder this model can run shows of `settings`' runs (their size, steps, target, decode_at
+        and preview size) against the full VAE, over `seeds` seeds: one job on the model's thread, never beside a
+        run (refused in one line while one goes), and no run folder made. Its samples are kept in the data folder
+        (fidelity_files), where the analysis of these settings' runs reads them; its line goes to every watcher."""
+        worker = self.worker
+        if self.source is not None or not isinstance(worker, Worker):
+            raise protocol.ProtocolError("fidelity: a script owns the runs here (serve(watch)); measure it with "
+                                         "previewlab bench --fidelity")
+        if worker.state != "idle":
+            what = "the fidelity pass" if worker.state == "judging" else f"run {worker.run_id}"
+            raise protocol.ProtocolError(f"fidelity: {what} is running; the pass runs between runs, never beside a "
+                                         f"timed one: wait for it to end or stop it")
+        decoders = [d for d in self.figures.decoders if d != "none"]
+        meta = RunMeta.of(self.model, "", settings)
+        p = settings.preview
+        what = (f"{', '.join(decoders)} at {p.decode_at}, {settings.width}x{settings.height}, {settings.steps} steps, "
+                f"{seeds} seed{'s' * (seeds != 1)}")
+        self.judged = protocol.fidelity("running", f"measuring fidelity of {what}: untimed, no run recorded")
+        self.hub.text(self.judged)
+
+        def job(should_stop: Callable[[], bool]) -> tuple[list[Sample], list[Final]]:
+            return fidelity_pass.measure(self.model, settings, decoders, [p.decode_at], [settings.steps], seeds,
+                                         previewer=worker.previewer, should_stop=should_stop)
+        try:
+            samples, finals = await worker.job(job)
+            if len({s.seed for s in samples}) < seeds:
+                raise fidelity_pass.FidelityError(f"fidelity: stopped after {len({s.seed for s in samples})} of "
+                                                  f"{seeds} seeds; nothing kept")
+            await self.disk.run(lambda: fidelity_files.write(self.store.root, meta, samples, finals))
+        except Busy as e:
+            self.judged = None
+            raise protocol.ProtocolError(f"fidelity: {e}") from None
+        except (fidelity_pass.FidelityError, OSError) as e:
+            self.judged = protocol.fidelity("failed", str(e) if isinstance(e, fidelity_pass.FidelityError) else
+                                            f"fidelity: could not keep its samples: {e}")
+        except Exception as e:
+            log.exception("the fidelity pass failed")
+            self.judged = protocol.fidelity("failed", f"fidelity: {type(e).__name__}: {str(e)[:200]}")
+        else:
+            figs = fidelity.figures(samples, finals, synthetic=meta.synthetic)
+            short = "" if all(f.ssim.sure for f in figs.figures) else (
+                f"; short of the 95 % level ({SAMPLES_FOR_LEVEL} seeds reach it): the advice does not build on it")
+            self.judged = protocol.fidelity("done", f"measured fidelity of {what}: " +
+                                            "; ".join(f"{f.name} {f.said()}" for f in figs.figures) + short)
+        self.hub.text(self.judged)
 
     # -- SIGTERM / Ctrl-C ------------------------------------------------------------------------------------
     async def graceful(self) -> str:

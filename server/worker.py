@@ -12,7 +12,7 @@ import logging
 import threading
 from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Literal, Protocol
+from typing import Any, Awaitable, Callable, Literal, Protocol, TypeVar
 
 from previewlab.preview.call.engine import Controls, Previewer, RunContext, TaskError, generate, img2img_pipe
 from previewlab.preview.models import Model
@@ -25,7 +25,9 @@ from previewlab.preview.timing.stopwatch import Clock, host_clock
 from previewlab.server.data.store import Store
 
 log = logging.getLogger("previewlab.server")
-State = Literal["idle", "starting", "running", "stopping"]  # starting: its folder is being made
+State = Literal["idle", "starting", "running", "stopping", "judging"]  # starting: its folder is being made;
+# judging: an untimed job between runs holds the model (the fidelity pass)
+T = TypeVar("T")
 Begin = Callable[[RunMeta], Awaitable[None]]  # makes a run's folder off the loop (Relay.begin)
 
 
@@ -96,6 +98,8 @@ class Worker:
         such past run, or no img2img pipeline for the model), OSError when the run's folder cannot be made or
         the disk does not answer by the deadline (writes.Stalled), InUse when another server took the folder
         (nothing started). The folder is made on the writer thread, never on the loop."""
+        if self.state == "judging":
+            raise Busy("the fidelity pass is running (untimed, between runs); stop it or wait for it to finish")
         if self.state != "idle":
             raise Busy(f"a generation is already running ({self.run_id}); stop it or wait for it to finish")
         if settings.init is not None:
@@ -126,7 +130,24 @@ class Worker:
         """The running run's preview settings with its live changes; None when idle (the page shows defaults)."""
         return self.controls.get() if self.controls is not None else None
 
+    async def job(self, fn: Callable[[Callable[[], bool]], T]) -> T:
+        """Run fn on the model's thread between runs, never beside one: no run starts until it returns (a start
+        meanwhile is Busy). fn is handed should_stop (Stop asks it to end early). Raises Busy while a run goes on
+        or starts, or another job runs; what fn raises."""
+        if self.state != "idle":
+            what = "an untimed job (the fidelity pass)" if self.state == "judging" else f"a generation ({self.run_id})"
+            raise Busy(f"{what} is running; stop it or wait for it to finish")
+        self.state = "judging"
+        self._stop.clear()
+        try:
+            return await asyncio.wrap_future(self._pool.submit(fn, self._stop.is_set))
+        finally:
+            self.state = "idle"
+
     def stop(self) -> bool:
+        if self.state == "judging":
+            self._stop.set()
+            return True
         if self.state != "running":
             return False
         self.state = "stopping"

@@ -95,6 +95,17 @@ class Measure:
 
 
 @dataclass(frozen=True)
+class MeasureFidelity:
+    """Measure what each decoder's preview shows of `settings`' runs against the full VAE's, over `seeds` seeds:
+    the fidelity pass (preview/call/fidelity_pass.py), untimed, between runs."""
+    settings: RunSettings
+    seeds: int = 3
+
+
+FIDELITY_SEEDS = (1, 12)  # seeds a page's pass may ask: 6 reach the 95 % level; past 12 it holds the model long
+
+
+@dataclass(frozen=True)
 class Ack:
     seq: int
     client_decode_ms: float
@@ -108,8 +119,8 @@ class LinkChoice:
     adapt: bool
 
 
-Message = Union[Start, Set, Stop, Ack, Measure, LinkChoice]
-TYPES = ("start", "set", "stop", "ack", "measure", "link")
+Message = Union[Start, Set, Stop, Ack, Measure, MeasureFidelity, LinkChoice]
+TYPES = ("start", "set", "stop", "ack", "measure", "fidelity", "link")
 
 
 def _reject_constant(name: str) -> Any:
@@ -192,7 +203,15 @@ def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int, encoders: tu
         except SettingsError as e:
             raise ProtocolError(clip(str(e))) from None
         return Set(tuple(msg), checked)
-    _no_extra(kind, msg, RUN_FIELDS + PREVIEW_FIELDS)
+    seeds = 3
+    if kind == "fidelity":
+        _no_extra(kind, msg, RUN_FIELDS + PREVIEW_FIELDS + ("seeds",))
+        lo, hi = FIDELITY_SEEDS
+        seeds = msg.pop("seeds", 3)
+        if isinstance(seeds, bool) or not isinstance(seeds, int) or not lo <= seeds <= hi:
+            raise ProtocolError(f"seeds: must be an integer from {lo} to {hi}, got {short(seeds)}")
+    else:
+        _no_extra(kind, msg, RUN_FIELDS + PREVIEW_FIELDS)
     msg = _auto(msg, defaults.preview.budget)
     _runnable(msg, encoders)
     run = {k: v for k, v in msg.items() if k in RUN_FIELDS}
@@ -208,6 +227,8 @@ def _message(msg: Any, defaults: RunSettings, max_pixel_steps: int, encoders: tu
                           settings.num_frames)
     if too_much:
         raise ProtocolError(too_much)
+    if kind == "fidelity":
+        return MeasureFidelity(settings, seeds)
     return Start(settings) if kind == "start" else Measure(settings)
 
 
@@ -326,6 +347,11 @@ def measure(state: str, config: str, pairs: int, needs: int, line: str, *, adds:
     """A series' progress: its configuration's pairs, the pairs it aims at (needs), adds and starts at most."""
     return {"type": "measure", "state": state, "config": config, "pairs": pairs, "needs": needs, "adds": adds,
             "most": most, "line": line}
+
+
+def fidelity(state: str, line: str) -> Outbound:
+    """The fidelity pass's progress: running, done or failed, and its line."""
+    return {"type": "fidelity", "state": state, "line": line}
 
 
 def error(message: str, run_id: str | None = None) -> Outbound:
