@@ -1,12 +1,13 @@
 // previewlab's page: its main module. It holds the state (state.js) and wires the parts: the connection
 // (connection.js), the form (controls.js), the canvas (canvas.js), the chart (chart.js), the figures
-// (figures.js) and the run list (runs.js). The protocol is server/protocol.py's; every cost figure is the server's.
+// (figures.js, glance.js) and the run list (runs.js). The protocol is server/protocol.py's; every cost figure is the server's.
 import { $, state } from "./state.js";
 import { connect, send } from "./connection.js";
-import { applyHello, checkPrompt, namedField, runMessage, showButtons, showError, showLive, wire } from "./controls.js";
+import { applyHello, checkPrompt, fidelityMessage, namedField, runMessage, showButtons, showError, showLive, wire }
+  from "./controls.js";
 import { hasFinal, onFrame, resetView, showFinal, stepArrived, wireView } from "./canvas.js";
 import { drawn, makeChart } from "./chart.js";
-import { endFigures, frameFigures, showAdvice, showMeasure, startFigures, stepFigures } from "./figures.js";
+import { endFigures, frameFigures, showAdvice, showFidelity, showMeasure, startFigures, stepFigures } from "./figures.js";
 import { addRuns, fetchNew, loadOlder, newerFindings, newerPairs, newestEnded } from "./runs.js";
 
 function row(step) {
@@ -83,6 +84,13 @@ function listed(list) {
   if (!state.analysis && newest) fetchAnalysis(newest.run_id);
 }
 
+// The fidelity pass's progress; once it is done, the analysis is asked again: its figures are in it now
+function onFidelity(msg) {
+  showFidelity(msg);
+  showButtons();
+  if (msg.state === "done" && state.analysis) fetchAnalysis(state.analysis.run_id);
+}
+
 function onHello(msg) {
   applyHello(msg);
   if (msg.running) beginRun(msg.running);
@@ -91,6 +99,7 @@ function onHello(msg) {
     state.running = false;
   }
   showMeasure(msg.measure);
+  showFidelity(msg.fidelity);
   showButtons();
   firstPage.then(() => fetchNew()).then(listed);  // after a reconnect: the runs that ended while this tab was away
 }
@@ -100,6 +109,7 @@ function onText(msg) {
     case "hello": onHello(msg); break;
     case "run": beginRun(msg); break;
     case "measure": showMeasure(msg); showButtons(); break;
+    case "fidelity": onFidelity(msg); break;
     case "step": onStep(msg); break;
     case "delivery": onDelivery(msg); break;
     case "done": endRun(msg); break;
@@ -123,6 +133,8 @@ wire({
   // the current settings' baselines, paired with runs of the current preview settings, until the overhead holds
   // at the 95 % level (server/measure.py); the controls keep what the user chose
   measure: () => send(runMessage("measure")),
+  // what each decoder shows against the full VAE, untimed, between runs (preview/call/fidelity_pass.py)
+  fidelity: () => send(fidelityMessage()),
   stop: () => send({ type: "stop" }),
   set: (fields) => send({ type: "set", ...fields }),
   budget: () => { if (state.analysis && budgetPct()) fetchAnalysis(state.analysis.run_id); },

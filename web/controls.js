@@ -51,6 +51,15 @@ export function previewFields(changed) {
   return out;
 }
 
+// The fidelity pass's message: the run settings and the preview's (no img2img input: the pass runs text to
+// image) and the seeds asked
+export function fidelityMessage() {
+  const msg = runMessage("fidelity");
+  delete msg.init;
+  msg.seeds = Number($("fidelity-seeds").value) || 3;
+  return msg;
+}
+
 // A start's or a measure series' message: the run settings, the live ones and the img2img input
 export function runMessage(type) {
   const msg = { type, ...previewFields(LIVE) };
@@ -62,9 +71,11 @@ export function runMessage(type) {
 // The buttons from the state: Start and Measure while nothing runs, Stop while a run or a measure series goes
 // (between two of a series' runs too: Stop then ends the series, and the run it was starting)
 export function showButtons() {
-  $("start").disabled = state.running || state.measuring;
-  $("measure").disabled = state.running || state.measuring;
-  $("stop").disabled = !state.running && !state.measuring;
+  const busy = state.running || state.measuring || state.judging;
+  $("start").disabled = busy;
+  $("measure").disabled = busy;
+  $("fidelity").disabled = busy;  // the pass runs between runs, never beside one (the server refuses it too)
+  $("stop").disabled = !busy;
 }
 
 // A script's page (serve(watch)): no Start and no run settings, which the script decides; the live preview
@@ -72,6 +83,7 @@ export function showButtons() {
 function showStarts() {
   $("run-fields").hidden = !state.starts;
   $("start").hidden = $("measure").hidden = !state.starts;
+  $("fidelity-row").hidden = !state.starts;
   $("script-note").hidden = state.starts;
   for (const el of document.querySelectorAll(".server-only")) el.hidden = !state.starts;
 }
@@ -186,10 +198,12 @@ export function applyHello(msg) {
   showLive(msg.defaults);  // the preview settings now: a running run's live ones, or a script's watch's
 }
 
-// The form's listeners. act: { start(), measure(), stop(), set(fields), budget() } from the page's main module
+// The form's listeners. act: { start(), measure(), fidelity(), stop(), set(fields), budget() } from the page's main
+// module
 export function wire(act) {
   $("start-form").addEventListener("submit", (ev) => { ev.preventDefault(); act.start(); });
   $("measure").addEventListener("click", act.measure);
+  $("fidelity").addEventListener("click", act.fidelity);
   $("stop").addEventListener("click", act.stop);
   $("clear-init").addEventListener("click", () => setInit(null));
   $("prompt").addEventListener("input", checkPrompt);

@@ -2,6 +2,7 @@
 // comparison of two runs. Every cost figure is the server's (server/figures.py, the analysis the bench and
 // watch.summary() use): this module words and places what it is sent, and judges nothing.
 import { $, state } from "./state.js";
+import { showGlance } from "./glance.js";
 
 // Python's f"{x:+.1f}": a difference of two server figures in the comparison
 function num(x) {
@@ -105,7 +106,9 @@ export function endFigures(meta) {
 export function showAdvice() {
   const noisy = $("noisy");
   const a = state.analysis;
+  showGlance(a);
   if (!a) {
+    $("advice-head").textContent = "no advice yet: no run in the list has ended";
     $("advice").textContent = "no advice yet: no run in the list has ended";
     $("baselines").textContent = "";
     noisy.hidden = true;
@@ -119,6 +122,17 @@ export function showAdvice() {
                                          noisy.hidden ? `; ${d.noise_line}` : "");
   $("advice").textContent = d.advice.lines.length ? d.advice.lines.join("\n") :
     `no advice yet: no run with previews of these settings has a baseline beside it; ${pairsHow()}`;
+  // its one line leads: the rule's pick and why (advice.headline), else the advice's last line, its conclusion
+  const lines = d.advice.lines;
+  $("advice-head").textContent = d.advice.headline ||
+    (lines.length ? lines[lines.length - 1].trim() : $("advice").textContent);
+}
+
+// The fidelity pass's line, from the server's `fidelity` messages (hello's for a tab that joins during one)
+export function showFidelity(m) {
+  state.judging = !!m && m.state === "running";
+  $("fidelity-line").hidden = !m;
+  $("fidelity-line").textContent = m ? m.line : "";
 }
 
 // The measure series' line, from the server's `measure` messages (hello's for a tab that joins during one)

@@ -7,6 +7,7 @@ export const state = {
   starts: true,         // false: a script owns the runs (serve(watch)); the page starts none
   running: false,       // a run is going: its `run` came and its `done` not yet
   measuring: false,     // a measure series is going (server/measure.py)
+  judging: false,       // the fidelity pass is going (untimed, between runs: server/server.py)
   errorField: null,     // the field the error banner names ("" for none): editing it to a valid value clears it
   init: null,           // img2img: the past run whose final image is the next start's input (null: text to image)
   run: null,            // the run this tab watches: { meta, rows (step -> row), started, frames, bytes, dropped, lastSeq }
