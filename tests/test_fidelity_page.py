@@ -14,14 +14,14 @@ from starlette.testclient import TestClient
 from previewlab.preview.judging.fidelity import Sample
 from previewlab.preview.record.run import RunMeta
 from previewlab.server.data import fidelity_files
-from tests.conftest import SAME_ORIGIN, live_server, make_run, recv_until
+from tests.conftest import SAME_ORIGIN, acks_not_awaited, live_server, make_run, recv_until
 from tests.test_browser import ARGS, CHROMIUM, wait_js
 
 SETTINGS = {"steps": 2, "width": 64, "height": 64, "decoder": "latent2rgb", "every": 1, "mode": "sync"}
 
 
 def test_the_pass_runs_no_timed_run_and_the_analysis_then_carries_each_decoders_fidelity(make_app):
-    srv, app = make_app()
+    srv, app = make_app(limits=acks_not_awaited())  # a run's end waits for no ack the test client never sends
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
         recv_until(ws, "hello")
         for _ in range(2):  # the first is the warm-up; the second is its configuration's
