@@ -284,6 +284,8 @@ class Server:
             what = "the fidelity pass" if worker.state == "judging" else f"run {worker.run_id}"
             raise protocol.ProtocolError(f"fidelity: {what} is running; the pass runs between runs, never beside a "
                                          f"timed one: wait for it to end or stop it")
+        if self.model.space.video:
+            raise protocol.ProtocolError("fidelity: a video model's clips are not measured yet (images only)")
         decoders = [d for d in self.figures.decoders if d != "none"]
         meta = RunMeta.of(self.model, "", settings)
         p = settings.preview

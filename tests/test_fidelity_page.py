@@ -20,6 +20,7 @@ from tests.test_browser import ARGS, CHROMIUM, wait_js
 SETTINGS = {"steps": 2, "width": 64, "height": 64, "decoder": "latent2rgb", "every": 1, "mode": "sync"}
 
 
+@pytest.mark.slow  # the pass's calls and decodes: seconds on a busy CPU
 def test_the_pass_runs_no_timed_run_and_the_analysis_then_carries_each_decoders_fidelity(make_app):
     srv, app = make_app(limits=acks_not_awaited())  # a run's end waits for no ack the test client never sends
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:

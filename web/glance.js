@@ -59,7 +59,7 @@ export function showGlance(analysis) {
   svg.append(el("text", { x: 12, y: (PAD.top + bottom) / 2, "text-anchor": "middle", class: "label",
                           transform: `rotate(-90 12 ${(PAD.top + bottom) / 2})` }, "overhead %"));
   svg.append(el("rect", { x: PAD.left + 2, y: PAD.top, width: STRIP, height: bottom - PAD.top, class: "strip" }));
-  svg.append(el("text", { x: PAD.left + 2 + STRIP / 2, y: bottom + 13, "text-anchor": "middle", class: "tick" },
+  svg.append(el("text", { x: PAD.left + 2 + STRIP / 2, y: bottom - 4, "text-anchor": "middle", class: "tick" },
                 "not measured"));
   const fid = d.fidelity;
   if (fid) {
