@@ -80,6 +80,7 @@ class Server:
         self.relay.on_gone = self._watcher_left
         self.series: Series | None = None  # the page's measure series, while one runs (measure.py)
         self.judged: protocol.Outbound | None = None  # the fidelity pass's last line (running, done or failed)
+        self._judging: asyncio.Task[None] | None = None  # the task that awaits the pass's end
         self.source = source
         self.worker: RunOwner | None = None  # `source`, or a Worker on the running loop (attach)
 
@@ -291,21 +292,28 @@ class Server:
         p = settings.preview
         what = (f"{', '.join(decoders)} at {p.decode_at}, {settings.width}x{settings.height}, {settings.steps} steps, "
                 f"{seeds} seed{'s' * (seeds != 1)}")
-        self.judged = protocol.fidelity("running", f"measuring fidelity of {what}: untimed, no run recorded")
-        self.hub.text(self.judged)
 
         def job(should_stop: Callable[[], bool]) -> tuple[list[Sample], list[Final]]:
             return fidelity_pass.measure(self.model, settings, decoders, [p.decode_at], [settings.steps], seeds,
                                          previewer=worker.previewer, should_stop=should_stop)
         try:
-            samples, finals = await worker.job(job)
-            if len({s.seed for s in samples}) < seeds:
-                raise fidelity_pass.FidelityError(f"fidelity: stopped after {len({s.seed for s in samples})} of "
-                                                  f"{seeds} seeds; nothing kept")
-            await self.disk.run(lambda: fidelity_files.write(self.store.root, meta, samples, finals))
+            done = worker.job(job)  # the worker is held from here: a start meanwhile is refused
         except Busy as e:
-            self.judged = None
             raise protocol.ProtocolError(f"fidelity: {e}") from None
+        self.judged = protocol.fidelity("running", f"measuring fidelity of {what}: untimed, no run recorded")
+        self.hub.text(self.judged)
+        # its end is awaited apart: this watcher's next messages (a Stop) are handled meanwhile
+        self._judging = asyncio.get_running_loop().create_task(self._judged(done, meta, what, seeds))
+
+    async def _judged(self, done: asyncio.Future[tuple[list[Sample], list[Final]]], meta: RunMeta, what: str,
+                      seeds: int) -> None:
+        """The pass's end: its samples kept (off the loop) and its line told to every watcher."""
+        try:
+            samples, finals = await done
+            got = len({s.seed for s in samples})
+            if got < seeds:
+                raise fidelity_pass.FidelityError(f"fidelity: stopped after {got} of {seeds} seeds; nothing kept")
+            await self.disk.run(lambda: fidelity_files.write(self.store.root, meta, samples, finals))
         except (fidelity_pass.FidelityError, OSError) as e:
             self.judged = protocol.fidelity("failed", str(e) if isinstance(e, fidelity_pass.FidelityError) else
                                             f"fidelity: could not keep its samples: {e}")

@@ -130,18 +130,22 @@ class Worker:
         """The running run's preview settings with its live changes; None when idle (the page shows defaults)."""
         return self.controls.get() if self.controls is not None else None
 
-    async def job(self, fn: Callable[[Callable[[], bool]], T]) -> T:
-        """Run fn on the model's thread between runs, never beside one: no run starts until it returns (a start
-        meanwhile is Busy). fn is handed should_stop (Stop asks it to end early). Raises Busy while a run goes on
-        or starts, or another job runs; what fn raises."""
+    def job(self, fn: Callable[[Callable[[], bool]], T]) -> asyncio.Future[T]:
+        """Run fn on the model's thread between runs, never beside one: the worker is held from this call until
+        fn returns (a start meanwhile is Busy). fn is handed should_stop (Stop asks it to end early). Raises Busy,
+        at once, while a run goes on or starts, or another job runs; the future holds what fn returns or raises.
+        Call it on the loop."""
         if self.state != "idle":
             what = "an untimed job (the fidelity pass)" if self.state == "judging" else f"a generation ({self.run_id})"
             raise Busy(f"{what} is running; stop it or wait for it to finish")
         self.state = "judging"
         self._stop.clear()
-        try:
-            return await asyncio.wrap_future(self._pool.submit(fn, self._stop.is_set))
-        finally:
+        done = asyncio.wrap_future(self._pool.submit(fn, self._stop.is_set), loop=self.loop)
+        done.add_done_callback(self._job_ended)  # before any awaiting task resumes: idle when it does
+        return done
+
+    def _job_ended(self, _done: asyncio.Future[Any]) -> None:
+        if self.state == "judging":
             self.state = "idle"
 
     def stop(self) -> bool:

@@ -69,6 +69,24 @@ def test_the_pass_is_refused_in_one_line_while_a_run_goes(make_app):
         assert not (srv.store.root / "fidelity").exists()
 
 
+
+@pytest.mark.slow  # one seed's pass before the stop is heard
+def test_stop_ends_the_pass_between_its_seeds_keeping_nothing_and_a_start_runs_after_it(make_app):
+    srv, app = make_app(limits=acks_not_awaited())
+    with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
+        recv_until(ws, "hello")
+        ws.send_text(json.dumps({"type": "fidelity", **SETTINGS, "seeds": 12}))
+        assert recv_until(ws, "fidelity")["state"] == "running"
+        ws.send_text(json.dumps({"type": "start", **SETTINGS}))  # the pass holds the model: no run beside it
+        assert recv_until(ws, "error")["message"].startswith("the fidelity pass is running (untimed, between runs)")
+        ws.send_text(json.dumps({"type": "stop"}))
+        ended = recv_until(ws, "fidelity")
+        assert ended["state"] == "failed" and ended["line"].startswith("fidelity: stopped after ") and \
+            ended["line"].endswith("of 12 seeds; nothing kept"), ended
+        assert not (srv.store.root / "fidelity").exists() and srv.store.ids() == []
+        ws.send_text(json.dumps({"type": "start", **SETTINGS}))
+        assert recv_until(ws, "done")["status"] == "done"
+
 def _meta(rid: str, model: str, decoder: str, wall_s: float, every: int = 1, first_run: int = 0) -> dict[str, Any]:
     """A finished run's meta.json (64x64, 2 steps), as the store writes it (test_measure_page's _run, with its
     model named: a prepared run of a real model is judged as one)."""
