@@ -174,3 +174,18 @@ def test_the_picture_of_configurations_marks_the_advised_one_and_measure_fidelit
             assert not page.is_disabled("#fidelity")
             browser.close()
         assert errors == [] and errors2 == []
+
+
+def test_a_pages_pass_judges_only_the_target_and_preview_size_it_ran_at():
+    """The page's pass runs at the settings in use; a configuration of the same runs that shows another target or
+    size is not measured by it (a bench sweep's figures, shown None, judge every configuration of the sweep)."""
+    from previewlab.preview.judging.estimates import estimate
+    from previewlab.preview.judging.fidelity import Fidelities, Fidelity
+    from previewlab.preview.settings import PreviewSettings
+
+    taesd = Fidelity("taesd", "preview", estimate([0.6] * 6), estimate([20.0] * 6), 6)
+    page = Fidelities((taesd,), shown=("auto", 512))
+    assert page.judging(PreviewSettings(decoder="taesd", preview_max=512)) is taesd
+    assert page.judging(PreviewSettings(decoder="taesd", preview_max=256)) is None
+    assert page.judging(PreviewSettings(decoder="taesd", target="latents", preview_max=512)) is None
+    assert Fidelities((taesd,)).judging(PreviewSettings(decoder="taesd", preview_max=256)) is taesd

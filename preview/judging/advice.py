@@ -380,7 +380,7 @@ def _tie(tied: Sequence[Finding], fid: Fidelities) -> tuple[Finding, str]:
     """Of configurations whose overheads cannot be told apart: the one whose fidelity lies above every other's
     (beyond noise), else the sparsest interval, then the lowest median; and why, in words."""
     def of(f: Finding) -> Fidelity | None:
-        return fid.of(f.preview.decoder, f.preview.decode_at)
+        return fid.judging(f.preview)
     for f in tied:
         mine = of(f)
         others = [o for g in tied if (o := of(g)) is not None and o != mine]
@@ -399,7 +399,7 @@ def by_rule(fit: Sequence[Finding], fid: Fidelities, settle: Settle | None, budg
     fit_names = tuple(f.name for f in fit)
     useful, out = [], []
     for f in fit:
-        mine = fid.of(f.preview.decoder, f.preview.decode_at)
+        mine = fid.judging(f.preview)
         r = mine.reaches(fid.min_ssim) if mine else None
         if mine is None:
             out.append(f"{f.name} (its decoder's fidelity not measured)")
@@ -425,7 +425,7 @@ def by_rule(fit: Sequence[Finding], fid: Fidelities, settle: Settle | None, budg
         pick, how = low or useful[0], "the cheapest, its interval below every other's" if low else "the one left"
     else:
         pick, how = _tie([f for f in useful if f.name in tied], fid)
-    headline = _why(pick, fid.of(pick.preview.decoder, pick.preview.decode_at), settle)
+    headline = _why(pick, fid.judging(pick.preview), settle)
     change = changes(cur, pick)
     lines.append(f"  set: {pick.name} ({how}): {headline}")
     return Advice(budget, current, False, pick.name, change, low.name if low else None, drifted, tuple(lines),
@@ -546,7 +546,7 @@ class Analysis:
         fid = self.fidelity
 
         def shown(f: Finding) -> dict[str, Any] | None:  # None: not measured
-            x = fid.of(f.preview.decoder, f.preview.decode_at)
+            x = fid.judging(f.preview)
             return x.to_json() if x else None
         return {"findings": [{**f.to_json(said(f.overhead, self.more)), "fidelity": shown(f)} for f in self.findings],
                 "fidelity": fid.to_json() if fid.figures or fid.steps_alike else None,

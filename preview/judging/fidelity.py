@@ -17,10 +17,13 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from previewlab.preview.judging.analysis import Measured
 from previewlab.preview.judging.estimates import Estimate, estimate
+
+if TYPE_CHECKING:
+    from previewlab.preview.settings import PreviewSettings
 
 # SSIM against the VAE's preview at or above which a preview is useful. Why 0.5: it lies between a preview that
 # shows the picture's shapes where they will be and one that shows colour fields or nothing. Measured
@@ -170,9 +173,18 @@ class Fidelities:
     min_ssim: float = DEFAULT_MIN_SSIM
     synthetic: bool = False
     steps_alike: tuple[StepsAlike, ...] = ()
+    shown: tuple[str, int] | None = None  # the target and preview_max the pass judged (None: those of every
+    # configuration judged, as in a bench sweep; the page's pass judges its own, and another's are not measured)
 
     def of(self, decoder: str, decode_at: str) -> Fidelity | None:
         return next((f for f in self.figures if (f.decoder, f.decode_at) == (decoder, decode_at)), None)
+
+    def judging(self, p: PreviewSettings) -> Fidelity | None:
+        """The figure of a configuration's preview settings: its decoder at its decode_at, where the pass judged
+        what it shows (its target) at its size (preview_max); None: not measured."""
+        if self.shown is not None and (p.target, p.preview_max) != self.shown:
+            return None
+        return self.of(p.decoder, p.decode_at)
 
     def to_json(self) -> dict[str, Any]:
         return {"min_ssim": self.min_ssim, "synthetic": self.synthetic,

@@ -8,6 +8,7 @@ of those, so a pass of other settings never judges these runs. A new pass of the
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -41,7 +42,10 @@ def write(root: Path, meta: RunMeta, samples: Sequence[Sample], finals: Sequence
 
 def read(root: Path, meta: RunMeta) -> Fidelities:
     """The figures of the pass over meta's settings (no figures: none ran, or its files are not a pass's)."""
+    p = meta.preview
     try:
-        return fidelity.read(folder_of(root, meta), synthetic=meta.synthetic)
+        got = fidelity.read(folder_of(root, meta), synthetic=meta.synthetic)
     except (ValueError, OSError):
         return fidelity.NONE
+    # judged at this run's target and preview size: a configuration of the same runs with others is not measured
+    return replace(got, shown=(p.target, p.preview_max)) if p is not None else got
