@@ -22,6 +22,17 @@ CHROMIUM = "/usr/bin/chromium"
 
 
 
+def open_page(pw: Any, addr: str) -> tuple[Any, Page, list[str]]:
+    """The page at addr in a new Chromium, once connected: (the browser, the page, the errors it raises)."""
+    browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"http://{addr}/")
+    page.wait_for_selector("#conn.ok")
+    return browser, page, errors
+
+
 @contextlib.contextmanager
 def script_page(w: Any, data_dir: Path) -> Iterator[tuple[Page, list[str]]]:
     """serve(w)'s page open in Chromium: the page and the errors it raised; the watch removed at the end."""

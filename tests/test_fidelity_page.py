@@ -15,7 +15,7 @@ from previewlab.preview.judging.fidelity import Sample
 from previewlab.preview.record.run import RunMeta
 from previewlab.server.data import fidelity_files
 from tests.conftest import SAME_ORIGIN, acks_not_awaited, live_server, make_run, recv_until
-from tests.test_browser import ARGS, CHROMIUM, wait_js
+from tests.test_browser import open_page, wait_js
 
 SETTINGS = {"steps": 2, "width": 64, "height": 64, "decoder": "latent2rgb", "every": 1, "mode": "sync"}
 
@@ -112,16 +112,6 @@ def _prepare(data: Path, model: str, walls: dict[str, float], pairs: int) -> lis
     return metas
 
 
-def _open(pw: Any, addr: str) -> tuple[Any, Page, list[str]]:
-    browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-    page = browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"http://{addr}/")
-    page.wait_for_selector("#conn.ok")
-    return browser, page, errors
-
-
 def _point(page: Page, name: str) -> str:
     """The classes of configuration `name`'s point in the picture ("" where it has none)."""
     return page.evaluate(f"(document.querySelector('#glance g[data-name=\"{name}\"]') || {{}}).className"
@@ -142,7 +132,7 @@ def test_the_picture_of_configurations_marks_the_advised_one_and_measure_fidelit
     with sync_playwright() as pw:
         srv, app = make_app(demo)
         with live_server(app) as addr:
-            browser, page, errors = _open(pw, addr)
+            browser, page, errors = open_page(pw, addr)
             wait_js(page, "!!document.querySelector('#glance g.point')", 30)
             assert _point(page, "taesd/every1/sync") == "point fid advised"
             assert _point(page, "vae/every1/sync") == "point no-fid in-use"  # its decoder's fidelity not measured
@@ -155,7 +145,7 @@ def test_the_picture_of_configurations_marks_the_advised_one_and_measure_fidelit
         # a synthetic model's server, its runs' fidelity not measured: Measure fidelity fills the picture
         srv, app = make_app(tiny_data)
         with live_server(app) as addr:
-            browser, page, errors2 = _open(pw, addr)
+            browser, page, errors2 = open_page(pw, addr)
             wait_js(page, "!!document.querySelector('#glance g.point')", 30)
             assert _point(page, "latent2rgb/every1/sync") == "point no-fid in-use"
             for k, v in (("steps", "2"), ("width", "64"), ("height", "64"), ("fidelity-seeds", "1")):

@@ -13,21 +13,11 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 
 from tests.conftest import live_server, make_run, wait_until
-from tests.test_browser import ARGS, CHROMIUM, script_page, wait_js
+from tests.test_browser import open_page, script_page, wait_js
 
 pytestmark = pytest.mark.slow  # real uvicorn and Chromium: make test runs them, the quick loop leaves them out
 
 LINE = "document.getElementById('measure-line').textContent"
-
-
-def _open(pw: Any, addr: str) -> tuple[Any, Page, list[str]]:
-    browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-    page = browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"http://{addr}/")
-    page.wait_for_selector("#conn.ok")
-    return browser, page, errors
 
 
 def _settings(page: Page, steps: int = 2, every: str = "1") -> None:
@@ -47,7 +37,7 @@ def test_every_auto_is_refused_on_the_page_in_one_line_and_no_run_starts(make_ap
     """Before, Measure with every auto said "0 of 6 pairs" after 62 s and went on: no autopilot run pairs."""
     srv, app = make_app()
     with live_server(app) as addr, sync_playwright() as pw:
-        browser, page, errors = _open(pw, addr)
+        browser, page, errors = open_page(pw, addr)
         _settings(page, every="auto")
         page.click("#measure")
         page.wait_for_selector("#error:not([hidden])")
@@ -66,7 +56,7 @@ def test_measure_again_adds_the_pairs_it_names_counted_from_those_the_figure_has
     each end), and its bound; it ends at the 9 it named."""
     srv, app = make_app()
     with live_server(app) as addr, sync_playwright() as pw:
-        browser, page, errors = _open(pw, addr)
+        browser, page, errors = open_page(pw, addr)
         _settings(page)
         page.click("#measure")
         wait_js(page, f"{LINE}.startsWith('measuring')", 30)
@@ -98,7 +88,7 @@ def test_a_series_stops_with_its_run_once_the_last_tab_watching_it_has_closed(ma
     follows, and a tab that opens later reads how it ended."""
     srv, app = make_app()
     with live_server(app) as addr, sync_playwright() as pw:
-        browser, page, errors = _open(pw, addr)
+        browser, page, errors = open_page(pw, addr)
         other = browser.new_page()
         other.goto(f"http://{addr}/")
         other.wait_for_selector("#conn.ok")
@@ -147,7 +137,7 @@ def test_the_budget_field_shows_the_budget_the_advice_is_judged_at(make_app, tmp
         make_run(data, m["run_id"], meta=m)
     srv, app = make_app(data)
     with live_server(app) as addr, sync_playwright() as pw:
-        browser, page, errors = _open(pw, addr)
+        browser, page, errors = open_page(pw, addr)
         wait_js(page, "document.getElementById('advice').textContent.startsWith('advice')", 30)
 
         def budgets() -> tuple[float, float, list[str]]:

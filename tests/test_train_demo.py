@@ -93,7 +93,9 @@ def test_taesd_starts_as_latent2rgb():
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo")
-    p = previewlab_here("train-demo", "--quick", "--out", str(out), "--seed", "0")
+    # one torch thread: the test runs beside another worker on two cores, where two threads spin-wait for each
+    # other (train.py's docstring: 9 s a VAE step instead of 1.2 s); CI took 59 s to 113 s with two
+    p = previewlab_here("train-demo", "--quick", "--out", str(out), "--seed", "0", "--threads", "1")
     assert p.returncode == 0, p.stderr[-3000:]
     assert "unet: loss" in p.stdout
     return out
@@ -169,7 +171,7 @@ def test_training_is_seeded_and_reproducible(tmp_path):
 
     micro = demo_parts.Plan(size=64, scenes=64, vae_steps=4, vae_batch=2, unet_steps=4, unet_batch=4, taesd_steps=2,
                             taesd_batch=2, warmup=1)
-    a, b, c = (train(micro, tmp_path / name, seed=seed) for name, seed in (("a", 0), ("b", 0), ("c", 1)))
+    a, b, c = (train(micro, tmp_path / name, seed=seed, threads=1) for name, seed in (("a", 0), ("b", 0), ("c", 1)))
     assert a.losses == b.losses and a.losses != c.losses
     for part in ("unet/diffusion_pytorch_model.safetensors", "vae/diffusion_pytorch_model.safetensors",
                  "taesd_decoder.safetensors"):

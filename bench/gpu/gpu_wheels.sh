@@ -10,6 +10,8 @@
 #   PyTurboJPEG 1.8.3           sdist only on PyPI: built here into a pure-Python wheel (2.x needs libjpeg-turbo 3)
 #   libturbojpeg.so.0           Debian 12's libturbojpeg0 (needs only libc6 >= 2.14), into .whl/lib/; without it
 #                               the turbojpeg encoder falls back to Pillow and the GPU figures say so
+# Not carried: scikit-image and the scipy it needs (over 45 MB, past the 64 MiB a working tree carries): the GPU check
+# compares no pictures (a run's progress is left unread there: preview/judging/likeness.available).
 # bench/gpu/gpu_check.sh installs the wheels into .whl-site/ and puts .whl/lib on LD_LIBRARY_PATH, where PyTurboJPEG
 # 1.8 looks for libturbojpeg.so.0 when ctypes' find_library has nothing.
 set -euo pipefail

@@ -7,13 +7,19 @@ preview and a larger image compare at the preview's scale, where a watcher judge
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import numpy as np
 from PIL import Image
-from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 SIDE = 64  # px, the long side progress compares at: about a millisecond a pair, the scale a glance judges
+
+
+def available() -> bool:
+    """scikit-image is installed: a dependency of previewlab, absent only where an environment was put together
+    by hand (the GPU machine's bare one, bench/gpu/gpu_wheels.sh), where no picture is compared."""
+    return importlib.util.find_spec("skimage") is not None
 
 
 def fitted(rgb: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -38,6 +44,7 @@ def ssim(a: np.ndarray, b: np.ndarray) -> float | None:
     win = min(7, side if side % 2 else side - 1)
     if win < 3:
         return None
+    from skimage.metrics import structural_similarity  # here: scipy's import is half a second, paid once used
     return float(structural_similarity(a, b, channel_axis=2, data_range=255, win_size=win))
 
 
@@ -45,6 +52,7 @@ def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
     """PSNR in dB of two uint8 RGB pictures of one size; math.inf where they are equal."""
     if np.array_equal(a, b):
         return math.inf
+    from skimage.metrics import peak_signal_noise_ratio
     return float(peak_signal_noise_ratio(a, b, data_range=255))
 
 

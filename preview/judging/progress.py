@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
-from previewlab.preview.judging.likeness import SIDE, fitted, small_size, ssim
+from previewlab.preview.judging.likeness import SIDE, available, fitted, small_size, ssim
 from previewlab.preview.record.records import StepRow, Totals
 from previewlab.preview.record.run import RunMeta, RunRecord
 
@@ -163,10 +163,11 @@ def settle_line(meta: RunMeta, t: Totals, limit: float = SETTLE_CHANGE) -> str:
 def with_progress(record: RunRecord, rows: Sequence[StepRow], kept: KeptFrames | None,
                   final: np.ndarray | None) -> tuple[RunRecord, list[StepRow]]:
     """A finished run's record and rows with its progress (read()), from the frames it kept and its final image
-    (uint8 RGB (H, W, 3)); as they were where either is missing, or where a clip previewed its middle frame,
-    which has no frame of the final image (the clip's first) to match."""
+    (uint8 RGB (H, W, 3)); as they were where either is missing, where a clip previewed its middle frame,
+    which has no frame of the final image (the clip's first) to match, or where scikit-image is not installed
+    (the GPU machine's bare environment: likeness.available)."""
     frames = kept.frames() if kept is not None else []
-    if not frames or final is None or unmatched(record.meta):  # (no previews: the totals say so, previews 0)
+    if not frames or final is None or unmatched(record.meta) or not available():  # (no previews: the totals say so, previews 0)
         return record, list(rows)
     progress = read(frames, final, record.meta.batch, kept.dropped if kept is not None else 0)
     return replace(record, totals=recorded(record.totals, progress)), filled(rows, progress)
