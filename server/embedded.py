@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import threading
 import time
@@ -78,6 +79,7 @@ class Embedded:
                  url: str, watch: Any) -> None:
         self.server, self.uv, self.thread, self.loop, self.url, self.watch = server, uv, thread, loop, url, watch
         self.closed = False
+        self.pid = os.getpid()  # the process the page belongs to (at_exit: never a forked child's)
         self._closing = threading.Lock()
 
     def new_id(self) -> str:
@@ -164,8 +166,8 @@ class Embedded:
         script left open ends, failed if it never finished its loop (an exception or a Ctrl-C: named), and the
         page closes, so a finished call is on disk, whole, however the script ends."""
         w = self.watch
-        if self.closed or w.events is not self:
-            return
+        if self.closed or w.events is not self or os.getpid() != self.pid:
+            return  # a forked child (a Pool's worker) runs this hook too at its end: the page is its parent's
         caller = next((t for t in threading.enumerate() if t.ident == w.call_thread), None)
         if caller is not None and caller is not threading.current_thread() and not caller.daemon:
             caller.join()  # Python joins it after this hook anyway: its call ends first, then the page closes

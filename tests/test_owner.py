@@ -114,3 +114,51 @@ def test_the_server_reads_as_windows_has_it():
                           "--cache-dir", os.devnull, "--follow-imports", "skip", "--disable-error-code", "has-type",
                           "--explicit-package-bases", *files], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _nothing() -> None:
+    """A forked worker that does nothing and exits (as a DataLoader's or a Pool's may)."""
+
+
+def test_a_forked_child_that_exits_leaves_its_parents_folder_locked(tmp_path):
+    # issue 56, item 1: the child's exit released its copy of the lock, which unlocked the open file the parent
+    # shares, and a second server then took the folder while the first still served
+    import multiprocessing
+
+    held = FolderLock(tmp_path)
+    fork = multiprocessing.get_context("fork")
+    child = fork.Process(target=held.release)  # the child's own release: only its copy of the descriptor closes
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    with pytest.raises(InUse, match=f"in use by previewlab pid {os.getpid()}"):
+        FolderLock(tmp_path)
+    assert held.holds()
+    held.release()
+    FolderLock(tmp_path).release()  # given up by its own process, the folder is free
+
+
+@pytest.mark.slow
+def test_serve_watch_keeps_its_folder_after_a_forked_worker_exits(tmp_path):
+    # the probe's case: serve(watch), one call, then a fork child that does nothing runs the page's exit hook
+    import multiprocessing
+
+    from previewlab import watch as preview_watch
+    from previewlab.preview.models import synthetic_pipeline
+    from previewlab.server.embedded import serve
+
+    pipe = synthetic_pipeline("synthetic:tiny")
+    w = preview_watch(pipe, decoder="latent2rgb", every=1)
+    served = serve(w, port=0, data_dir=tmp_path / "runs")
+    try:
+        pipe("a cat", num_inference_steps=2, height=64, width=64, callback_on_step_end=w,
+             callback_on_step_end_tensor_inputs=w.tensor_inputs)
+        w.finish()
+        child = multiprocessing.get_context("fork").Process(target=_nothing)
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0
+        assert in_use(tmp_path / "runs").startswith(f"{tmp_path / 'runs'}/ is in use by previewlab pid {os.getpid()}")
+        assert not served.closed
+    finally:
+        w.remove()

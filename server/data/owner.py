@@ -40,6 +40,7 @@ class FolderLock:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.fd: int | None = None
+        self.pid = os.getpid()  # a forked child shares the lock's open file: only this process may give it up
         try:  # never through a link someone put there (ELOOP, raised)
             fd = open_no_follow(self.root / LOCK, os.O_RDWR | os.O_CREAT)
         except OSError as e:
@@ -68,10 +69,13 @@ class FolderLock:
         return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
 
     def release(self) -> None:
+        """Give the lock up; in a forked child (a DataLoader's or a Pool's worker), only close the child's copy of
+        the descriptor: an unlock there would drop the lock of the open file the parent still holds it through."""
         if self.fd is not None:
             fd, self.fd = self.fd, None
             try:
-                unlock(fd)
+                if os.getpid() == self.pid:
+                    unlock(fd)
             finally:
                 os.close(fd)
 
