@@ -73,7 +73,7 @@ def test_the_decode_bound_vae_is_told_half_latents_and_the_decoder_measured_chea
     assert "decode_at half_latents" in vae and "--decode-at half_latents" in vae
     assert "decoder taesd (7.0 ms [7.0, 7.0] a preview here, against vae's 43.0 ms [43.0, 43.0])" in vae
     assert "a smaller preview" not in vae
-    assert "decoders by their measured ms a preview here: taesd 7.0 ms [7.0, 7.0] < vae 43.0 ms [43.0, 43.0]" in \
+    assert "decoders by their measured ms a preview here: taesd max512 7.0 ms [7.0, 7.0] < vae max512 43.0 ms [43.0, 43.0]" in \
         "\n".join(lines)
 
 
@@ -114,7 +114,7 @@ def test_the_measured_order_of_decoders_wins_over_the_registrys():
     assert "decoder vae (43.0 ms [43.0, 43.0] a preview here, against taesd's 152.0 ms [152.0, 152.0])" in taesd
     assert "latent2rgb" not in taesd  # a cheaper decoder was measured: none is assumed
     assert "decoder taesd" not in vae and "decode_at half_latents" in vae
-    assert any("vae 43.0 ms [43.0, 43.0] < taesd 152.0 ms [152.0, 152.0]" in ln for ln in lines)
+    assert any("vae max512 43.0 ms [43.0, 43.0] < taesd max512 152.0 ms [152.0, 152.0]" in ln for ln in lines)
 
 
 def test_with_one_decoder_measured_the_advice_says_no_order_is_known():
@@ -358,3 +358,14 @@ def test_the_analysis_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_decoders_are_compared_only_at_one_preview_size():
+    # a TAESD preview at 64 px is no evidence that TAESD costs less than the VAE at the image's own size
+    runs, _ = sweep({"vae/every1/sync": VAE_SLOW,
+                     "taesd/every1/sync/max64": dict(TAESD_FAST, preview_max=64,
+                                                      walls=[1.40, 1.41, 1.39, 1.40, 1.42, 1.38])}, [1.0])
+    lines = of_sweep(runs).advice.lines
+    vae = next(ln for ln in lines if ln.strip().startswith("vae/every1/sync"))
+    assert "decoder taesd (" not in vae
+    assert any("taesd max64 7.0 ms [7.0, 7.0]" in ln for ln in lines)

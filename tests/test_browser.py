@@ -183,12 +183,7 @@ def test_a_clip_preview_plays_its_frames_on_the_canvas(make_app, tmp_path):
     wan = models.load("synthetic:tiny-wan21", device="cpu")
     srv, app = make_app(model=wan)
     with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"http://{addr}/")
-        page.wait_for_selector("#conn.ok")
+        browser, page, errors = open_page(pw, addr)
         page.wait_for_selector("#frames-label:not([hidden])")  # a video model: the clip's controls show
         assert page.input_value("#num_frames") == "5" and page.input_value("#fps") == "16"
         # issue 35, item 4: a synthetic clip model starts with latent2rgb, and the page says why

@@ -139,8 +139,20 @@ def nearest(fit: Sequence[Finding], current: Finding) -> Finding:
 
 def costed(p: Any) -> str:
     """The name a decoder's cost goes by: the decoder, with where it stops when not at the preview's size
-    ('vae at half_latents'): one decoder stopping elsewhere is another cost."""
-    return p.decoder if p.decode_at == "preview" else f"{p.decoder} at {p.decode_at}"
+    ('vae at half_latents') and the preview's size where one is set ('taesd max64'): one decoder stopping
+    elsewhere, or making a smaller preview, is another cost."""
+    name = p.decoder if p.decode_at == "preview" else f"{p.decoder} at {p.decode_at}"
+    return name + (f" max{p.preview_max}" if p.preview_max > 0 else "")
+
+
+def _bare(key: str) -> str:
+    """A costed name without its preview size: what a remedy names, the size being the run's own."""
+    return " ".join(w for w in key.split(" ") if not w.startswith("max"))
+
+
+def _size(key: str) -> str:
+    """The preview size a costed name carries ('max64'), or '' for the image's own."""
+    return next((w for w in key.split(" ")[1:] if w.startswith("max")), "")
 
 
 def decoder_costs(found: Sequence[Finding]) -> dict[str, Estimate]:
@@ -188,9 +200,10 @@ def _cheaper_decoders(f: Finding, costs: dict[str, Estimate], can: Sequence[str]
     those this model can run that were not measured, and how to measure them."""
     me = costed(f.preview)
     mine = costs.get(me)
-    out = [f"decoder {d} ({ms(e)} a preview here, against {me}'s {ms(mine)})"
+    out = [f"decoder {_bare(d)} ({ms(e)} a preview here, against {_bare(me)}'s {ms(mine)})"
            for d, e in sorted(costs.items(), key=lambda kv: kv[1].value)
-           if d.split(" ")[0] != f.preview.decoder and mine is not None and cheaper_than(e, mine)]
+           if d.split(" ")[0] != f.preview.decoder and _size(d) == _size(me)  # compared at one preview size
+           and mine is not None and cheaper_than(e, mine)]
     if out:
         return out
     measured = {d.split(" ")[0] for d in costs}
