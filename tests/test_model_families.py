@@ -102,9 +102,13 @@ def test_server_streams_every_family_with_every_decoder_and_target(family_model,
                     steps.append(msg)
                 elif msg["type"] == "done":
                     done = msg
-            assert done["status"] == "done" and frames == 2, (decoder, target)
+            rows = srv.store.rows(done["run_id"])
+            # each preview reached this client, or a newer one replaced it unsent (the slot keeps the newest: a
+            # loaded machine's test thread may read late), and the run's rows say so
+            dropped = sum(r.dropped for r in rows if r.preview)
+            assert done["status"] == "done" and frames >= 1 and frames + dropped == 2, (decoder, target, dropped)
             assert [(r["decoder"], r["target"], r["event"]) for r in steps] == [(decoder, target, "")] * 2
-            assert {r.target for r in srv.store.rows(done["run_id"])} == {target}
+            assert {r.target for r in rows} == {target}
 
 
 def tae_file(m: Model, folder: Path) -> str:
