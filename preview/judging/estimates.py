@@ -10,9 +10,9 @@ No torch here: the bench, the server, the page's figures and a watch's summary a
 """
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
 NOISE_LIMIT_PCT = 10.0  # baselines whose IQR is over 10 % of their median: the machine was too busy to trust
@@ -32,7 +32,22 @@ def percentile(xs: Sequence[float], q: float) -> float:
 def coverage_pct(n: int, k: int) -> float:
     """The probability, in percent, that [x(k), x(n+1-k)] of n samples holds their distribution's median:
     1 - 2 P(Binomial(n, 1/2) < k)."""
-    return 100 * (1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n)
+    below, c = 0, 1  # sum of C(n, i) for i < k, and C(n, k): one product and one division each, not a sum each
+    for i in range(k):
+        below, c = below + c, c * (n - i) // (i + 1)
+    return 100 - 200 * below / 2**n
+
+
+def widest_k(n: int, level_pct: float = LEVEL_PCT) -> tuple[int, float]:
+    """The largest k (1 <= k <= n // 2) whose [x(k), x(n+1-k)] holds the median at level_pct, else 1, and that
+    interval's level (coverage_pct): in one pass over k, exact in integers (3,000 samples in about 5 ms, where a
+    sum for each k took seconds: issue 56)."""
+    spare = Fraction(100) - Fraction(level_pct)  # k + 1 holds the level while 200 * below(k + 1) <= spare * 2**n
+    room = spare.numerator * 2**n
+    below, c, k = 1, n, 1  # below: the sum of C(n, i) for i < k; c = C(n, k)
+    while k + 1 <= n // 2 and 200 * (below + c) * spare.denominator <= room:
+        below, c, k = below + c, c * (n - k) // (k + 1), k + 1
+    return k, 100 - 200 * below / 2**n
 
 
 def samples_for_level(level_pct: float = LEVEL_PCT) -> int:
@@ -132,10 +147,8 @@ def estimate(xs: Sequence[float]) -> Estimate:
     s, n = sorted(xs), len(xs)
     if n < 2:
         return Estimate(s[0], 1)
-    k = 1
-    while k + 1 <= n // 2 and coverage_pct(n, k + 1) >= LEVEL_PCT:
-        k += 1
-    return Estimate(statistics.median(s), n, s[k - 1], s[n - k], coverage_pct(n, k))
+    k, level = widest_k(n)
+    return Estimate(statistics.median(s), n, s[k - 1], s[n - k], level)
 
 
 def verdict(e: Estimate) -> str:
