@@ -9,7 +9,9 @@
 
 The callback returns the pipeline's kwargs untouched. It never moves, copies or re-wraps the user's models;
 the phases of the call (text encoding, denoising, final decode) come from forward hooks on the pipeline's own
-text encoders and VAE decoder, and one forward pre-hook on the UNet that removes itself at the first step.
+text encoders and VAE decoder, and one forward pre-hook on the UNet that removes itself at the first step. A
+call that leaves the pipeline by an exception no hook sees (the user's own step callback raising) ends where it
+leaves the pipeline's progress bar, or when another thread's call finds its thread gone from it (call_exit.py).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import numpy as np
 from diffusers.callbacks import PipelineCallback
 
 from previewlab.preview.source import modular
+from previewlab.preview.call.call_exit import ExitWatch, in_call, left_call
 from previewlab.preview.call.controls import Controls
 from previewlab.preview.record.csv_writer import to_csv_text
 from previewlab.preview.decoding.decoders import DecoderError, taesd_refusal
@@ -154,6 +157,7 @@ class Watch(PipelineCallback):
         self.call = MeasuredCall(self.model, self.sw)  # the call in progress: its state, marks and meter
         self._stop = threading.Event()
         self._thread: int | None = None        # the thread whose call is in progress (one call at a time)
+        self._framed = False                   # that call began inside the pipeline's __call__ (call_exit.py)
         self._cut = False                      # the call was ended early (its page closed from inside it)
         # the pipeline's own __call__ and those of the pipelines it runs inside it, told from another pipeline's
         self._call_code = call_codes(pipe).union(*(call_codes(inner) for inner in self._inner))
@@ -163,6 +167,8 @@ class Watch(PipelineCallback):
         self._close_events: Callable[[], None] | None = None
         self._keep_final: KeepFinal | None = None
         self._hook()
+        # a call left by an exception through the pipeline's progress bar (the user's step callback raising)
+        self._exit = ExitWatch([pipe, *self._inner], self._raised)
 
     def attach(self, events: RunEvents | None, close: Callable[[], None] | None = None,
                keep_final: KeepFinal | None = None) -> None:
@@ -207,13 +213,18 @@ class Watch(PipelineCallback):
         time. A call left part-way by the same thread (an exception or a Ctrl-C the hooks did not see) ends here
         as failed, and this call starts clean. Another thread's call is refused in one line (its pipeline call
         raises) while this one runs or its final decode does: the two would share one set of marks and one
-        scheduler. One that has decoded its image is closed first (that thread's save() then closes nothing)."""
+        scheduler; one whose thread has left the pipeline call part-way runs nothing, and ends here as failed.
+        One that has decoded its image is closed first (that thread's save() then closes nothing)."""
         me = threading.get_ident()
         other = self._thread is not None and me != self._thread
         decoding = self.state == "denoised" and self.call.marks.decode0 is not None and self.call.marks.decode1 is None
         if other and (self.state in ("started", "denoising") or decoding):
-            raise WatchError("watch: a call is already running on another thread; one watch measures one call at "
-                             "a time: make a pipeline and a watch per thread")
+            assert self._thread is not None
+            if not (self._framed and left_call(self._thread, self._call_code)):
+                raise WatchError("watch: a call is already running on another thread; one watch measures one call "
+                                 "at a time: make a pipeline and a watch per thread")
+            self._fail("the call's thread left the pipeline call part-way, by an error the watch could not see "
+                       "(a BaseException such as SystemExit from a step callback): another thread's call began")
         self._cut = False
         if self.state == "denoising":
             self._fail("the call ended before its last step, without an error the watch could see (a Ctrl-C, "
@@ -222,7 +233,7 @@ class Watch(PipelineCallback):
             self._close_call()
         if self.state == "started":  # a call that never reached a step: its marks go, it has no record
             self._fail("")
-        self._thread = me
+        self._thread, self._framed = me, in_call(self._call_code)
         if self.pipe.__dict__.get("_interrupt") is False:
             self.pipe._interrupt = SAME_CALL  # the pipeline's next call sets False again (_started_here)
 
@@ -348,8 +359,9 @@ class Watch(PipelineCallback):
         return Path(path)
 
     def _raised(self, e: BaseException) -> None:
-        """The pipeline's text encoder, denoiser or final decode raised: the call ends now, failed with that
-        error (another thread's call, refused by _enter, or another pipeline's, leaves this one alone)."""
+        """The pipeline's text encoder, denoiser or final decode raised, or an error left its progress bar (the
+        user's own step callback): the call ends now, failed with that error (another thread's call, refused by
+        _enter, or another pipeline's, leaves this one alone)."""
         if (self.state != "idle" and threading.get_ident() == self._thread and not isinstance(e, WatchError)
                 and self._ours()):
             self._fail(e)
@@ -447,6 +459,7 @@ class Watch(PipelineCallback):
         if self._close_events is not None:
             self._close_events()
         self.hooks.remove()
+        self._exit.remove()
         self.step_tap.remove()
         if self._block is not None:
             modular.detach(self.pipe, self._block)
