@@ -115,12 +115,19 @@ def build_app(server: Server) -> ASGIApp:
                                      status_code=404)
         return AsciiJSON(found)
 
-    def export(request: Request, name: str, pieces: Iterator[str]) -> Response:
-        """A CSV streamed a piece at a time, if the client may start one now (exports.Slots)."""
+    def slot(request: Request) -> tuple[str, Response | None]:
+        """The client's address, and the answer that refuses it when it may not start an export now
+        (exports.Slots); None: its slot is taken, and the export's end gives it back."""
         client = request.client.host if request.client else "?"
         why = server.exports.take(client)
-        if why:
-            return PlainTextResponse(why, status_code=429, headers={"Retry-After": "5"})
+        return client, PlainTextResponse(why, status_code=429, headers={"Retry-After": "5"}) if why else None
+
+    def export(request: Request, name: str, pieces: Iterator[str]) -> Response:
+        """A CSV streamed a piece at a time, if the client may start one now."""
+        client, refused = slot(request)
+        return refused or streamed(client, name, pieces)
+
+    def streamed(client: str, name: str, pieces: Iterator[str]) -> Response:
         return StreamingResponse(stream(server.disk, pieces, lambda: server.exports.give(client),
                                         live=lambda: bool(server.store.open_runs())),
                                  media_type="text/csv", headers=_attachment(name))
@@ -131,13 +138,20 @@ def build_app(server: Server) -> ASGIApp:
             return PlainTextResponse(f"unknown run id {protocol.short(rid)}", status_code=404)
         if request.method == "HEAD":  # what a GET would send, without the work
             return Response(media_type="text/csv", headers=_attachment(f"previewlab-{rid}.csv"))
+        client, refused = slot(request)  # before the run is read: a client at its limit costs no parse
+        if refused:
+            return refused
+        text = None
         try:  # one run is bounded (store.MAX_STEP_ROWS): read it first, so damage is a 500, not a torn stream
             text = await server.disk.run(server.store.run_rows_csv, rid)
         except Damaged as e:
             return PlainTextResponse(f"run {rid} is damaged: {e}; the other runs export normally\n",
                                      status_code=500)
-        return export(request, f"previewlab-{rid}.csv",
-                      iter([export_header()] + [text[i:i + EXPORT_CHUNK] for i in range(0, len(text), EXPORT_CHUNK)]))
+        finally:
+            if text is None:  # damaged, or the client left while it was read: its slot is free again
+                server.exports.give(client)
+        return streamed(client, f"previewlab-{rid}.csv",
+                        iter([export_header()] + [text[i:i + EXPORT_CHUNK] for i in range(0, len(text), EXPORT_CHUNK)]))
 
     async def run_image(request: Request) -> Response:
         """A run's final image (a batch's grid, a clip's first frame), by id: the CSV route's checks."""

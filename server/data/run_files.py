@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from previewlab.server.data import meta_numbers
 from previewlab.server.data.no_follow import open_no_follow
 
 log = logging.getLogger("previewlab.server")
@@ -71,7 +72,8 @@ def lines(f: Any, path: Path) -> Iterator[str]:
 
 
 def read_meta(folder: Path, rid: str) -> dict[str, Any]:
-    """Run rid's meta.json in its data folder, checked to be that run's. Raises Damaged."""
+    """Run rid's meta.json in its data folder, checked to be that run's, its numbers as previewlab writes them
+    (meta_numbers.py). Raises Damaged."""
     f = folder / rid / "meta.json"
     try:
         with open_own(f, "rb") as fh:
@@ -85,9 +87,11 @@ def read_meta(folder: Path, rid: str) -> dict[str, Any]:
     if len(raw) > MAX_META_BYTES:
         raise Damaged(f, f"over {MAX_META_BYTES} bytes")
     try:
-        meta = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        meta = meta_numbers.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise Damaged(f, "not UTF-8") from None
+    except meta_numbers.OutOfRange as e:  # a 400-digit integer, 1e999: no listing converts it
+        raise Damaged(f, str(e)) from None
     except (ValueError, RecursionError):
         raise Damaged(f, "not valid JSON") from None
     if not isinstance(meta, dict):
@@ -137,10 +141,6 @@ def stamp(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return st.st_mtime_ns, st.st_ctime_ns, st.st_size
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")  # NaN in a listing would make the whole /runs answer invalid
 
 
 def read_csv(path: Path, columns: tuple[str, ...], limit: int) -> list[dict[str, Any]]:
