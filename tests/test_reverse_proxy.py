@@ -298,6 +298,10 @@ def test_the_client_is_the_first_untrusted_address_from_the_end():
 
 @pytest.mark.parametrize("given, said", [
     (["--forwarded-allow-ips", "*"], "--forwarded-allow-ips '*': it would let every client name its own address"),
+    # issue 56: every other spelling of all addresses, as '*' (they were taken, and trusted every client)
+    *[(["--forwarded-allow-ips", every], f"--forwarded-allow-ips {every!r} (every address, as '*'): it would let "
+                                         "every client name its own address")
+      for every in ("0.0.0.0/0", "::/0", "0.0.0.0/0.0.0.0", "::0/0", "127.0.0.1,0.0.0.0/1,128.0.0.0/1")],
     (["--forwarded-allow-ips", "127.0.0.1,proxy.lan"], "--forwarded-allow-ips 'proxy.lan': not an IP address or "
                                                        "network"),
     ([], "FORWARDED_ALLOW_IPS '10.0.0.0/33': not an IP address or network"),
@@ -306,10 +310,33 @@ def test_a_proxy_that_cannot_be_trusted_is_one_line(given, said, monkeypatch, tm
     from tests.conftest import previewlab_here
 
     monkeypatch.setenv("FORWARDED_ALLOW_IPS", "10.0.0.0/33")
-    r = previewlab_here("serve", "--model", "synthetic:tiny", "--data-dir", str(tmp_path), "--port", "0", *given)
+    with socket.socket() as held:  # a port in use: a spelling taken by mistake ends at the socket, not serving on
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        r = previewlab_here("serve", "--model", "synthetic:tiny", "--data-dir", str(tmp_path), "--port", port, *given)
     assert r.returncode == 2
     assert r.stderr.startswith(f"previewlab serve: {said}") and r.stderr.count("\n") == 1, r.stderr
     assert "comma-separated (127.0.0.1,10.0.0.0/8)" in r.stderr
+
+
+def test_serve_refuses_every_address_as_a_proxy(tmp_path):
+    """Issue 56: serve(watch, forwarded_allow_ips="::/0") trusted every client to name its own address; it is
+    refused as '*' is, in one line, and half the addresses (a real, if wide, network) is still taken."""
+    from previewlab import serve, watch
+    from previewlab.preview.models import synthetic_pipeline
+    from previewlab.server.http.exposure import ExposureError
+
+    w = watch(synthetic_pipeline("synthetic:tiny"), decoder="none")
+    try:
+        with pytest.raises(ExposureError) as refused:
+            serve(w, port=0, data_dir=tmp_path, forwarded_allow_ips=["127.0.0.1", "::/0"])
+    finally:
+        w.remove()
+    assert str(refused.value) == ("forwarded_allow_ips= '::/0' (every address, as '*'): it would let every client "
+                                  "name its own address; give the addresses or networks of the proxies, "
+                                  "comma-separated (127.0.0.1,10.0.0.0/8)")
+    assert access_for("127.0.0.1", forwarded_allow_ips="0.0.0.0/1", cli=False).proxies.describe() == "0.0.0.0/1"
 
 
 def test_trusting_a_proxy_needs_a_token(monkeypatch):

@@ -14,7 +14,7 @@ import ipaddress
 import logging
 import os
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Sequence, TypeVar, Union
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -22,6 +22,7 @@ log = logging.getLogger("previewlab.server")
 ENV = "FORWARDED_ALLOW_IPS"
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+OneVersion = TypeVar("OneVersion", ipaddress.IPv4Network, ipaddress.IPv6Network)
 SCHEMES = {"http": ("http", "ws"), "https": ("https", "wss"), "ws": ("http", "ws"), "wss": ("https", "wss")}
 
 
@@ -86,20 +87,39 @@ NOBODY = TrustedProxies()
 
 def parse(text: str, named_by: str) -> TrustedProxies:
     """'127.0.0.1,10.0.0.0/8,::1' (uvicorn's forwarded-allow-ips form) as TrustedProxies; '' trusts nobody.
-    Raises ProxyError naming the entry and what is allowed."""
+    Raises ProxyError naming the entry and what is allowed: '*' and every other spelling of all addresses
+    (0.0.0.0/0, ::/0, networks that together hold them all) are refused alike."""
     networks: list[Network] = []
     for entry in (e.strip() for e in text.split(",")):
         if not entry:
             continue
         if entry == "*":
-            raise ProxyError(f"{named_by} '*': it would let every client name its own address; give the addresses "
-                             "or networks of the proxies, comma-separated (127.0.0.1,10.0.0.0/8)")
+            raise _everyone(named_by, entry)
         try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
+            net = ipaddress.ip_network(entry, strict=False)
         except ValueError:
             raise ProxyError(f"{named_by} {entry[:60]!r}: not an IP address or network; give the addresses or "
                              "networks of the proxies, comma-separated (127.0.0.1,10.0.0.0/8)") from None
+        if net.prefixlen == 0:  # 0.0.0.0/0, ::/0, 0.0.0.0/0.0.0.0, ::0/0: every address, as '*'
+            raise _everyone(named_by, entry)
+        networks.append(net)
+    v4 = [n for n in networks if isinstance(n, ipaddress.IPv4Network)]
+    v6 = [n for n in networks if isinstance(n, ipaddress.IPv6Network)]
+    if _whole(v4) or _whole(v6):  # networks that together hold every address (0.0.0.0/1,128.0.0.0/1): '*' too
+        raise _everyone(named_by, text.strip())
     return TrustedProxies(tuple(networks), named_by if networks else "")
+
+
+def _whole(networks: Sequence[OneVersion]) -> bool:
+    """Networks of one IP version that, merged, hold every address of it."""
+    return any(n.prefixlen == 0 for n in ipaddress.collapse_addresses(networks))
+
+
+def _everyone(named_by: str, entry: str) -> ProxyError:
+    """'*', or any network (or set of them) that holds every address: every client could name its own address."""
+    shown = "'*'" if entry == "*" else f"{entry[:60]!r} (every address, as '*')"
+    return ProxyError(f"{named_by} {shown}: it would let every client name its own address; give the addresses "
+                      "or networks of the proxies, comma-separated (127.0.0.1,10.0.0.0/8)")
 
 
 def trusted_proxies(given: str | Sequence[str] | None, named_by: str) -> TrustedProxies:
