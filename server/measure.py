@@ -13,9 +13,16 @@ leaves out one more pair at each end (a narrower interval), never a single pair 
 settings are not touched: the series' runs are its own, marked `baseline` and `measured` (RunMeta.purpose).
 States: running -> done | stopped | failed; the next run starts when the one before has ended and its figures
 are written (Relay.on_done), so the decision reads the same analysis the page shows.
+
+A series is held by the server from its Measure on, while it counts the pairs its configuration has (count), so a
+Stop at any moment ends it (issue 56: a Stop then was answered "no generation is running" and the series ran
+whole). Its runs, and those its configuration's figure stood on, are held from retention while it runs (key,
+held): a folder that keeps fewer runs than its figure needs is refused at its start (room), and a run that is
+gone from the folder all the same (removed by hand) stops it, saying so (after's `gone`).
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from typing import Any, Literal, Mapping, Sequence
 
@@ -29,6 +36,7 @@ from previewlab.server.ws import protocol
 MAX_PAIRS = 24  # pairs a series starts at most: 6 reach 95 % whatever the noise; 24 started and still short means
 # runs that do not pair (a preview's fallback, a live change), and more would only repeat that
 State = Literal["running", "done", "stopped", "failed"]
+_KEYS = itertools.count(1)  # each series' key, as it holds its runs from retention
 
 
 class Refused(ValueError):
@@ -77,20 +85,26 @@ def more_pairs(found: Estimate | None) -> int:
     return n - found.n
 
 
-def standing(entries: Sequence[Entry], meta: RunMeta) -> Estimate | None:
+def standing(entries: Sequence[Entry], meta: RunMeta) -> tuple[Estimate | None, frozenset[str]]:
     """The overhead that `meta`'s configuration has now among `entries` (the data folder's ended runs, oldest
-    first): the analysis' figure over the runs of the same settings (cost_key), None without a pair."""
+    first): the analysis' figure over the runs of the same settings (cost_key), None without a pair; and the ids
+    of the runs it stands on (its pairs' runs and baselines)."""
     key, name = cost_key(meta), name_of(meta.preview, meta.num_frames)
     group = [e for e in entries if cost_key(e.record.meta) == key]
-    return next((f.overhead for f in findings(group) if f.name == name), None)
+    found = next((f for f in findings(group) if f.name == name), None)
+    if found is None:
+        return None, frozenset()
+    return found.overhead, frozenset(rid for pair in found.pairs for rid in pair)
 
 
 class Series:
     """One measure series (at most one at a time: the server holds it)."""
 
-    def __init__(self, settings: RunSettings, found: Estimate | None = None, most: int = MAX_PAIRS) -> None:
-        """found: the configuration's overhead before the series (standing); most: pairs it starts at most.
-        Raises Refused for settings it cannot measure (refusal)."""
+    def __init__(self, settings: RunSettings, found: Estimate | None = None, most: int = MAX_PAIRS,
+                 counted: bool = True) -> None:
+        """found: the configuration's overhead before the series (standing); most: pairs it starts at most;
+        counted False: its pairs are still being read, and count() sets them. Raises Refused for settings it
+        cannot measure (refusal)."""
         why = refusal(settings)
         if why:
             raise Refused(why)
@@ -100,15 +114,38 @@ class Series:
                                 preview=replace(p, decoder="none", every=1, budget=0.0))
         self.config = name_of(p, settings.num_frames)
         self.state: State = "running"
+        self.key = f"measure series {next(_KEYS)}"  # what holds its runs from retention
+        self.most = most
+        self.ran: list[Purpose] = []  # the purpose of each run it started, in order
+        self.runs: set[str] = set()   # the ids of the runs it started: another run's end is none of its business
+        self.stood_on: frozenset[str] = frozenset()  # the runs its configuration's figure stood on at its start
+        self.why = ""
+        self.count(found)
+        self.counted = counted
+
+    def count(self, found: Estimate | None, stood_on: frozenset[str] = frozenset()) -> None:
+        """The pairs the configuration has at the series' start (standing), and the runs they stand on."""
         self.had = found.n if found is not None else 0  # the configuration's pairs when the series started
         self.sure = found is not None and found.sure    # ... and whether they held the 95 % level already
         self.adds = more_pairs(found)
         self.needs = self.had + self.adds
         self.pairs = self.had   # the configuration's pairs, as the last analysis counted them
-        self.most = most
-        self.ran: list[Purpose] = []  # the purpose of each run it started, in order
-        self.runs: set[str] = set()   # the ids of the runs it started: another run's end is none of its business
-        self.why = ""
+        self.stood_on, self.counted = stood_on, True
+
+    def room(self, keep_runs: int) -> str:
+        """Why a data folder that keeps keep_runs runs (serve --keep-runs; 0: all) cannot keep the figure this
+        series aims at ("" when it can): its pairs would be removed once it ends."""
+        runs = 2 * self.needs
+        if keep_runs <= 0 or runs <= keep_runs:
+            return ""
+        return (f"measure: {self.config}'s figure at {self.needs} pairs stands on {runs} runs (a baseline and a run "
+                f"with previews each), and --keep-runs {keep_runs} keeps {keep_runs}: retention would remove its "
+                f"pairs once the series ends; serve with --keep-runs {runs} or more (0 keeps every run)")
+
+    @property
+    def held(self) -> frozenset[str]:
+        """The runs it holds from retention while it runs: those it started and those its figure stood on."""
+        return self.stood_on | self.runs
 
     @property
     def started(self) -> int:
@@ -123,9 +160,9 @@ class Series:
         self.ran.append(purpose)
         return self.baseline if purpose == "baseline" else self.measured
 
-    def after(self, end: RunEnd, judged: Mapping[str, Any]) -> RunSettings | None:
+    def after(self, end: RunEnd, judged: Mapping[str, Any], gone: Sequence[str] = ()) -> RunSettings | None:
         """The run to start now that `end`'s run has ended and `judged` (its figures and its settings' analysis)
-        went out (None: the series is over; state says how)."""
+        went out (None: the series is over; state says how). gone: its held runs no longer in the data folder."""
         if self.state != "running":
             return None
         if end.status != "done":
@@ -139,6 +176,14 @@ class Series:
             if self.pairs >= self.needs and not found["more_for_level"]:
                 self.state = "done"
                 return None
+        if gone:  # its pairs went with them: going on would only run to its bound, short of what it counted
+            many = len(gone) > 1
+            named = ", ".join(sorted(gone)[:3]) + ", ..." * (len(gone) > 3)
+            self.state = "stopped"
+            self.why = (f"{len(gone)} of its runs ({named}) {'are' if many else 'is'} gone from the data folder, "
+                        f"removed while it ran (not by retention, which keeps a running series' runs): the pairs "
+                        f"{'they' if many else 'it'} made no longer count")
+            return None
         if len(self.ran) % 2 == 0 and self.started >= self.most:  # a whole pair ran: the bound is checked here
             self.state = "stopped"
             self.why = (f"its bound, {self.most} pairs started, reached: the others' runs were not steady (a "
@@ -165,7 +210,10 @@ class Series:
     def message(self, now: str = "") -> protocol.Outbound:
         """Its progress line: the pairs it has of those it aims at, its bound, what runs now, or how it ended."""
         has = f"{self.pairs} of {self.needs} pairs"
-        if self.state == "running":
+        if not self.counted:
+            line = (f"measuring {self.config}: counting the pairs it has" if self.state == "running" else
+                    f"measuring {self.config} {self.state} before its first run: {self.why}")
+        elif self.state == "running":
             line = (f"measuring {self.config}: {has} {self.aim()}, at most {self.most} pairs" +
                     (f"; now {now}" if now else ""))
         elif self.state == "done":

@@ -195,23 +195,31 @@ class Server:
 
     # -- the measure series (measure.py) ---------------------------------------------------------------------
     def _end_series(self, why: str) -> bool:
-        """End the running series, told to every watcher; its run is stopped by the caller or, if it is still
-        starting, as soon as its start returns (_began). False: none was running."""
+        """End the running series, told to every watcher; its run is stopped by the caller (a run still starting
+        starts stopped). False: none was running."""
         if self.series is None or not self.series.stop(why):
             return False
         self.hub.text(self.series.message())
+        self._release(self.series)
         return True
+
+    def _release(self, series: Series) -> None:
+        """The series ended: its runs are retention's again, after the prunes already queued (the last run's)."""
+        def release(open_runs: set[str]) -> None:
+            self.store.retention.release(series.key)
+            self.store.prune(open_runs)
+        self.disk.submit(release, self.store.open_runs())
 
     def _watcher_left(self) -> None:
         """A watcher left: with none left, the series and its run stop (nobody would see what it measures; a
         page that reconnects sees how it ended)."""
         if not self.hub.clients and self._end_series("its page closed and no other tab watched it"):
             assert self.worker is not None
-            self.worker.stop()  # False while its next run starts: _began stops that one
+            self.worker.stop()
 
     async def _measure(self, settings: RunSettings) -> None:
-        """Start a series: its first run now (refused as a start would be), counting from the pairs its
-        configuration has."""
+        """Start a series: held from here (a Stop while it counts the pairs its configuration has ends it), its
+        first run then started (refused as a start would be). Refused where --keep-runs cannot keep its figure."""
         assert self.worker is not None
         if self.source is not None:
             raise protocol.ProtocolError("measure: a script owns the runs here (serve(watch)); alternate its calls "
@@ -219,53 +227,69 @@ class Server:
         self._runnable(settings.preview.decoder)
         if refusal(settings):
             raise protocol.ProtocolError(refusal(settings))
+        self.series = series = Series(settings, counted=False)  # a second measure or start is refused from here
         meta = RunMeta.of(self.model, "", settings)
-        found = await self.disk.run(lambda: standing(self.figures.entries(), meta))  # off the loop: it stats files
-        series = Series(settings, found)
-        if self.series is not None and self.series.state == "running":  # another tab's, begun while we read
-            raise protocol.ProtocolError(f"a measure series of {self.series.config} is running; stop it first")
-        self.series = series  # held while its first run starts: a second measure or start is refused meanwhile
+        try:  # off the loop: it stats files
+            found, stood_on = await self.disk.run(lambda: standing(self.figures.entries(), meta))
+        except BaseException:
+            self.series = None
+            raise
+        if series.state != "running":
+            return  # stopped while it counted: every watcher was told
+        series.count(found, stood_on)
+        too_few = series.room(self.store.retention.keep_runs)
+        if too_few:
+            self.series = None
+            raise protocol.ProtocolError(too_few)
+        self.store.retention.hold(series.key, stood_on)
         first = series.next_run()
         try:
             started = await self._start(first, "measure: ")
         except protocol.ProtocolError:
             self.series = None
+            self._release(series)
             raise
         self._began(series, started)
         self.hub.text(series.message(_now(first)))
 
     def _began(self, series: Series, meta: RunMeta) -> None:
-        """A run of `series` started; a series that ended while the run was starting (a Stop between two runs:
-        the worker could not stop a run it had not started yet), or that no tab watches any more, stops it at
-        once."""
+        """A run of `series` started, held from retention; a series that ended while the run was starting (its
+        run started stopped), or that no tab watches any more, stops it at once."""
         series.runs.add(meta.run_id)
         if not self.hub.clients:  # its tab left while the run started
             self._end_series("its page closed and no other tab watched it")
-        if series.state != "running":
+        if series.state == "running":
+            self.store.retention.hold(series.key, [meta.run_id])
+        else:
             assert self.worker is not None
             self.worker.stop()
 
     def _measured(self, end: RunEnd, judged: dict[str, Any]) -> None:
-        """A run ended and its figures went out: the series' next run, or its end, told to every watcher."""
+        """A run ended and its figures went out: the series goes on, or ends (_next_of)."""
         series = self.series
         if series is None or series.state != "running" or self.worker is None or end.meta.run_id not in series.runs:
             return  # a run from before the series (its end waited for acks), or none of the series'
-        nxt = series.after(end, judged)
+        asyncio.get_running_loop().create_task(self._next_of(series, end, judged))
+
+    async def _next_of(self, series: Series, end: RunEnd, judged: dict[str, Any]) -> None:
+        """The series' next run, or its end, told to every watcher; decided once its held runs were looked for
+        in the folder (off the loop), started off the callback that heard the last one end."""
+        held = series.held
+        gone = await self.disk.run(lambda: [rid for rid in held if not self.store.known(rid)])
+        if series.state != "running":
+            return  # stopped meanwhile
+        nxt = series.after(end, judged, gone)
         if nxt is None:
             self.hub.text(series.message(""))
+            self._release(series)
             return
-        asyncio.get_running_loop().create_task(self._next_of(series, nxt))
-
-    async def _next_of(self, series: Series, nxt: RunSettings) -> None:
-        """The series' next run, started off the callback that heard the last one end (none once it ended)."""
-        if series.state != "running":
-            return  # stopped between the run's end and this task
         try:
             started = await self._start(nxt, "")
         except protocol.ProtocolError as e:
             if series.state == "running":
                 series.state, series.why = "failed", f"its next run could not start: {e}"
                 self.hub.text(series.message(""))
+                self._release(series)
             return
         self._began(series, started)
         if series.state == "running":

@@ -1,6 +1,7 @@
 """The one worker that owns the model: one generation at a time on its own thread.
 
-States: idle -> running -> (stopping ->) idle; a second start while running is refused. The worker tells its
+States: idle -> starting -> running -> (stopping ->) idle, or starting -> stopping when a Stop lands while the
+run's folder is made; a second start while one runs or starts is refused. The worker tells its
 RunEvents (the server) of each run on the event loop: `started` from start(), the rest from the model's thread,
 handed over with call_soon_threadsafe; that thread never waits for the loop.
 """
@@ -109,14 +110,14 @@ class Worker:
             img2img_pipe(self.model)  # made once, sharing the loaded components; refuses a model without one
         meta = RunMeta.of(self.model, self.store.new_id(), settings)
         self.state, self.run_id = "starting", meta.run_id
+        self._stop.clear()  # from here a Stop is this run's: one while its folder is made stops it at its first step
         try:
             await self.begin(meta)
         except BaseException:
             self.state, self.run_id = "idle", None
             raise
-        self.state = "running"
+        self.state = "stopping" if self._stop.is_set() else "running"
         self.controls = Controls(settings.preview)
-        self._stop.clear()
         self.events.started(meta)
         self.future = self._pool.submit(self._run, settings, meta)
         return meta
@@ -149,7 +150,9 @@ class Worker:
             self.state = "idle"
 
     def stop(self) -> bool:
-        if self.state == "judging":
+        """Stop the run at its next step (False: none runs or starts). A run still starting (its folder being
+        made) starts stopped: it ends at its first step (issue 56: this returned False, and the run ran whole)."""
+        if self.state in ("judging", "starting"):
             self._stop.set()
             return True
         if self.state != "running":
@@ -202,6 +205,13 @@ class Worker:
 
     async def ended(self, timeout_s: float) -> bool:
         """Wait for the run in progress to end and its `ended` to have been told, up to timeout_s seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.state == "starting":  # its folder is being made: the run it then submits is the one to wait for
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        timeout_s = max(0.0, deadline - loop.time())
         if self.future is None:
             return True
         try:  # the run's last act queues _ended on the loop, before its future completes: that runs first

@@ -5,12 +5,18 @@ a user cared about. A run's wall time is what it cost to make, and what it would
 under CHEAP_S go first, oldest first, and a run that took longer is removed only when no quick run is left to
 remove. A user keeps a run for good by pinning it: a file named `pinned` in its folder (touch runs/<id>/pinned)
 and retention never removes it, nor counts it.
+
+A measure series holds its runs, and the runs its configuration's figure already stood on, while it runs (hold):
+with --keep-runs 4 a series' new runs pushed its own pairs out, and it ran 48 runs to its bound "not steady"
+(issue 56). A held run counts but is never removed, so the folder's other runs go first; once the series ends
+(release), retention applies to them again.
 """
 from __future__ import annotations
 
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -40,6 +46,23 @@ class Retention:
         self._log = log_once
         self._status: dict[str, Stored] = {}  # finished run -> its status, read once
         self._cheap: dict[str, bool] = {}     # finished whole run -> quicker than cheap_s, read once
+        self._holds: dict[str, frozenset[str]] = {}  # holder (a measure series' key) -> the runs it holds
+        self._hold_lock = threading.Lock()    # held on the loop, released and read on the disk thread
+
+    def hold(self, holder: str, rids: Iterable[str]) -> None:
+        """Keep these runs until `holder` releases them: they count towards keep_runs, and are never removed."""
+        with self._hold_lock:
+            self._holds[holder] = self._holds.get(holder, frozenset()) | frozenset(rids)
+
+    def release(self, holder: str) -> None:
+        """The runs `holder` held are retention's again (from the next prune)."""
+        with self._hold_lock:
+            self._holds.pop(holder, None)
+
+    def held(self) -> frozenset[str]:
+        """Every run some holder holds now."""
+        with self._hold_lock:
+            return frozenset(rid for rids in self._holds.values() for rid in rids)
 
     def ended(self, rid: str, status: Stored | None) -> None:
         """A run's end, written: its status is known without reading it again."""
@@ -50,10 +73,11 @@ class Retention:
     def prune(self, reader: RunReader, keep: Iterable[str] = ()) -> list[str]:
         """Remove the runs past what is kept. Runs in `keep`, open runs and pinned runs are never removed and
         never counted, so a folder that failed can never push a good run out, and the newest runs are never
-        removed to make room."""
+        removed to make room. Held runs (hold) count, and are never removed: the others go first."""
         if self.keep_runs <= 0:
             return []
         protect = set(keep) | set(self._writing)
+        held = self.held()
         whole: list[str] = []
         other: list[str] = []
         for rid in reader.ids():
@@ -61,11 +85,13 @@ class Retention:
             if rid not in protect and status != "running" and not os.path.lexists(reader.root / rid / PIN):
                 (whole if status in WHOLE else other).append(rid)  # running: being made, or ended unwritten
         surplus = max(0, len(whole) - self.keep_runs)
-        candidates = whole[:-1]  # never the newest whole run: it carries the ids' order across restarts
+        # never the newest whole run: it carries the ids' order across restarts
+        candidates = [rid for rid in whole[:-1] if rid not in held]
         cheap = [rid for rid in candidates if self._is_cheap(reader, rid)]
         dear = [rid for rid in candidates if not self._is_cheap(reader, rid)]
+        others = [rid for rid in other[:-self.keep_runs] if rid not in held]
         removed = []
-        for rid in (cheap + dear)[:surplus] + other[:-self.keep_runs]:  # oldest first, in each kind
+        for rid in (cheap + dear)[:surplus] + others:  # oldest first, in each kind
             try:
                 shutil.rmtree(reader.root / rid)
             except OSError as e:
