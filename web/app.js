@@ -21,6 +21,7 @@ function beginRun(meta) {
   state.running = true;
   resetView(meta);
   startFigures(meta);
+  $("adapted").textContent = "";  // a new run starts from the preview as made: the server re-adapts it if its link asks
   showError("");
   showButtons();
   // a measure series' runs are its own (a baseline runs decoder none): the controls keep the user's choices

@@ -333,8 +333,10 @@ class Delivery:
         return f"this tab: {rate}{count}{age}"
 
 
-def delivery(d: Delivery) -> Outbound:
-    adapted = f"adapted to this link: {d.adapted}" if d.adapted else ""
+def delivery(d: Delivery, slow_page: str = "") -> Outbound:
+    """slow_page: the server's line on a page that holds its own previews back (adapt.Link.slow_page), said in the
+    place of the adapted line."""
+    adapted = slow_page or (f"adapted to this link: {d.adapted}" if d.adapted else "")
     return {"type": "delivery", **asdict(d), "link_line": d.line(), "adapted_line": adapted}
 
 

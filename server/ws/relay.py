@@ -217,10 +217,11 @@ class Relay:
         rtt = (now - sent.t0) * 1e3
         if sent.run_id == c.run:
             c.delivered += 1
+        page_s = (msg.client_decode_ms + msg.client_paint_ms) / 1e3  # the page's own time: not the link's
         if self.hub.adapt and c.adapt:
-            c.link.acked(sent.t0, now, sent.nbytes, sent.level)
+            c.link.acked(sent.t0, now, sent.nbytes, sent.level, page_s)
         else:
-            c.link.trips.append((sent.t0, now, sent.nbytes))  # its rate is measured all the same
+            c.link.trip(sent.t0, now, sent.nbytes, page_s)  # its rate is measured all the same
         rate = c.link.rate_bps()
         d = protocol.Delivery(sent.run_id, sent.step, msg.seq, send_ms=round(sent.send_ms, 3),
                               ack_rtt_ms=round(rtt, 3), client_decode_ms=msg.client_decode_ms,
@@ -231,7 +232,7 @@ class Relay:
                               delivered=c.delivered if sent.run_id == c.run else None, adapted=sent.adapted)
         self.writes.submit(functools.partial(self.store.delivery, d.run_id, step=d.step, seq=d.seq,
                                              client=c.cid, kind="ack", **d.timings()))
-        self.hub.text(protocol.delivery(d), only=c)  # wakes its sender too: the next preview may go
+        self.hub.text(protocol.delivery(d, c.link.slow_page(sent.adapted)), only=c)  # wakes its sender: the next may go
         self._settle()
 
     def _sent(self, c: Client, p: Packed) -> None:

@@ -139,10 +139,11 @@ class Hub:
     def frame(self, f: Packed) -> None:
         for c in list(self.clients.values()):
             old, c.slot = c.slot, f
-            if c.run != f.run_id:
+            if c.run != f.run_id:  # a new run starts from the preview as made
                 c.run, c.made, c.delivered = f.run_id, 0, 0
+                c.link.new_run()
             c.made += 1
-            c.link.made(f.made)
+            c.link.made(f.made, len(f.blob), max(f.width, f.height))
             if old is not None:
                 c.frames_dropped += 1
                 if self.adapt and c.adapt:
@@ -150,15 +151,27 @@ class Hub:
                 self._on_drop(c, old)
             c.wake.set()
 
-    async def _blob(self, c: Client, f: Packed, level: int) -> bytes:
-        """The frame as this client is sent it: as made, or re-encoded at its link's level off the loop (a frame
-        the re-encoder cannot read goes as made)."""
-        if level == 0 or self._reencoder is None:
-            return f.blob
+    async def _blob(self, c: Client, f: Packed) -> tuple[bytes, int]:
+        """The frame as this client is sent it, and its level: as made (0), or re-encoded at its link's level off
+        the loop. A re-encode that saves too few bytes against the level it stepped from is not sent: the link
+        goes back to that level (adapt.Link.seen) and the frame is sent at it. A frame the re-encoder cannot read,
+        or leaves as it is (not JPEG), goes as made."""
+        level, reencoder = c.link.level, self._reencoder
+        while level > 0 and reencoder is not None:
+            blob = await self._reencode(reencoder, c, f, level)
+            if blob is f.blob:
+                break
+            back = c.link.seen(level, len(blob), len(f.blob))
+            if back == level:
+                return blob, level
+            level = back
+        return f.blob, 0
+
+    async def _reencode(self, reencoder: Reencoder, c: Client, f: Packed, level: int) -> bytes:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="previewlab-adapt")
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, self._reencoder.frame, f.blob,
+            return await asyncio.get_running_loop().run_in_executor(self._pool, reencoder.frame, f.blob,
                                                                     LEVELS[level])
         except Exception as e:  # a damaged or unexpected image: this client gets it as made
             log.info("client %d: could not re-encode a preview for its link (%s); sent as made", c.cid,
@@ -179,8 +192,7 @@ class Hub:
                 f, c.slot = c.slot, None
                 if f is not None and not c.closed:
                     c.sending = f
-                    level = c.link.level
-                    blob = await self._blob(c, f, level)
+                    blob, level = await self._blob(c, f)
                     t0 = self.clock()
                     c.link.sent(t0, len(blob))
                     await asyncio.wait_for(c.ws.send_bytes(blob), self.send_timeout_s)
