@@ -41,7 +41,7 @@ class Measured(Protocol):
     def record(self) -> RunRecord: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """A run of the server's data folder or of a watch, as the analysis reads it (Measured)."""
     name: str

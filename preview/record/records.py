@@ -183,7 +183,7 @@ def on_path_ms(mode: str, stages: StepRow | StepCells, cuda: bool) -> float:
 STEP_COLUMNS = tuple(f.name for f in fields(StepRow))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Totals:
     """What a run measured, and what it ran on beyond what its meta says (run.RunMeta): its record's second half
     (run.RunRecord). Stage totals are the rows' sums; the rest are the run's phases, counts and readings."""

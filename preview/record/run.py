@@ -49,7 +49,7 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunMeta:
     """A run's identity and what it was asked: its `run` message, its meta.json and the first half of its
     runs.csv line (RunRecord). None is left out of to_json (a script's guidance scale: unknown)."""
@@ -124,7 +124,7 @@ META_COLUMNS = tuple(f.name for f in fields(RunMeta) if f.name != "preview") + t
     f.name for f in fields(PreviewSettings))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunRecord:
     """A finished run: what it was (its meta) and what it cost (its totals); runs.csv holds one a line, the
     meta's columns then the totals'."""
