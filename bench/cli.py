@@ -205,7 +205,7 @@ def finish(args: argparse.Namespace, runs: Sequence[SweepRow], meta: str, traces
     prints the summary; the exit status (3: a noisy machine with --strict)."""
     from previewlab.bench.advice import of_sweep
     from previewlab.bench.rows import answer
-    from previewlab.bench.summary import summarize
+    from previewlab.bench.summary import noisy_exit, summarize
     from previewlab.bench.sweep import read_back
     from previewlab.preview.judging.answers import answers
 
@@ -223,8 +223,8 @@ def finish(args: argparse.Namespace, runs: Sequence[SweepRow], meta: str, traces
         w.writeheader()
         w.writerows(lines)
     print(text)
-    if noise is not None and noise.noisy:  # the exit line: the last thing a user sees says it too
-        print(f"previewlab bench: {noise.line()}", file=sys.stderr)
+    if noise is not None and noise.noisy:  # the exit line points at the summary's first line, which says it once
+        print(f"previewlab bench: {noisy_exit(noise, args.strict)}", file=sys.stderr)
         return 3 if args.strict else 0
     return 0
 
@@ -277,7 +277,7 @@ def summary_text(args: argparse.Namespace, runs: Sequence[SweepRow], rows: list[
     """summary.txt: the table, the overlap/sync ratios, the advice (analysis: the sweep's, None: made here from
     runs at the flags' budget and noise limit), and each traced run against its median."""
     from previewlab.bench.advice import of_sweep
-    from previewlab.bench.summary import mode_ratios, table
+    from previewlab.bench.summary import mode_ratios, said_once, table
 
     text = table(rows, meta, noise)
     if not rows:  # every run was a warm-up or the first after the load: kept, but out of the statistics
@@ -287,7 +287,7 @@ def summary_text(args: argparse.Namespace, runs: Sequence[SweepRow], rows: list[
     if ratios:
         text += "\n" + ratios
     j = judging(args)
-    advice = (analysis or of_sweep(runs, j.budget, j.noise_limit)).advice.lines
+    advice = said_once((analysis or of_sweep(runs, j.budget, j.noise_limit)).advice.lines, noise)
     if advice:
         text += "\n" + "\n".join(advice)
     for t in traces:

@@ -96,6 +96,20 @@ def _steps(r: SweepRow) -> int:
     return r.record.totals.steps_run or r.record.meta.steps
 
 
+def said_once(advice: Sequence[str], noise: Noise | None) -> list[str]:
+    """The advice's lines under the table, less its NOISY line: the table's first line says it (once, first)."""
+    if noise is None or not noise.noisy:
+        return list(advice)
+    return [ln for ln in advice if ln.strip() != noise.line()]
+
+
+def noisy_exit(noise: Noise, strict: bool) -> str:
+    """The bench's last line on a noisy machine: where the NOISY line is, not the line again."""
+    return (f"a noisy machine (the baselines spread {noise.spread_pct:.1f} %, past --noise-limit "
+            f"{noise.limit_pct:g} %): the summary's first line says what that means and what to do"
+            + ("; exit 3 (--strict)" if strict else ""))
+
+
 def table(rows: list[ConfigSummary], meta: str, noise: Noise | None) -> str:
     """A fixed-width table: the baselines' noise first, then per configuration stage medians/p95 (ms per
     preview) and the overhead with its interval and verdict."""
