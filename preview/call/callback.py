@@ -407,7 +407,7 @@ class Watch(PipelineCallback):
     def _close_call(self, png: bytes | None = None, final: np.ndarray | None = None) -> RunRecord | None:
         """png: the call's final image as save() wrote it, kept where the run is shown before its end is told;
         final: its pixels, uint8 (H, W, 3), which the call's previews are compared with (its progress)."""
-        closed = self.call.close()
+        closed = self.call.close(first_run=not self.records)  # a watch's first call pays the one-off costs: a warm-up
         self._thread = None
         if closed is None:
             return None
