@@ -25,6 +25,7 @@ from previewlab.preview.source.sources import is_modular, source_of
 from previewlab.preview.source.steps import StepTap, cpu_schedule, step_callback
 from previewlab.preview.timing.stopwatch import Clock, Stopwatch
 from previewlab.preview.source.targets import X0Tap
+from previewlab.preview.call.png_text import png_text
 from previewlab.preview.call.text_encode import encode_prompt
 from previewlab.preview.record.totals import Phases, run_record
 
@@ -115,7 +116,7 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
             t_dec1 = call.marks.t_decoded
             assert t_dec1 is not None
             ranges.begin("final_encode")
-            png = save_image(image)
+            png = save_image(image, png_text(meta, type(pipe.scheduler).__name__))  # its settings, as A1111 reads them
             ranges.end("final_encode")
             t_enc1 = clock()
             if ctx.image_path is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 import torch
@@ -66,12 +66,17 @@ def write_whole(path: Path, data: bytes) -> None:
         raise
 
 
-def save_image(image: np.ndarray) -> bytes:
-    """The final image as PNG, the way users keep it."""
+def save_image(image: np.ndarray, text: Mapping[str, str] | None = None) -> bytes:
+    """The final image as PNG, the way users keep it; text: its text chunks (png_text.py: the run's settings as
+    A1111's and ComfyUI's PNG-info readers read them). Pillow writes a chunk tEXt, or iTXt where its text is not
+    Latin-1 (a prompt in another script)."""
     import io
 
-    from PIL import Image
+    from PIL import Image, PngImagePlugin
 
+    info = PngImagePlugin.PngInfo()
+    for key, value in (text or {}).items():
+        info.add_text(key, value)
     buf = io.BytesIO()
-    Image.fromarray(image, "RGB").save(buf, "PNG")
+    Image.fromarray(image, "RGB").save(buf, "PNG", pnginfo=info)
     return buf.getvalue()
