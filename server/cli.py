@@ -153,6 +153,20 @@ def ctrl_c_kept() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+BENCH_FILES = ("runs.csv", "steps.csv")  # a bench's --out: every run in these two, where a data folder has a folder a run
+
+
+def bench_folder(data_dir: Path) -> str:
+    """Why `data_dir` cannot be served ("" when it can): a bench's --out keeps its runs in one runs.csv and one
+    steps.csv, with their roles and pairs, where the server keeps a folder per run. The page would list none of
+    them, and the server's lock and run folders would be written into the bench's. `previewlab report` reads it."""
+    if not (data_dir / BENCH_FILES[0]).is_file():
+        return ""
+    return (f"--data-dir {data_dir}: a bench folder (its runs are in {data_dir / BENCH_FILES[0]}, not a folder per "
+            f"run as the server keeps them); see its runs and analysis with previewlab report {data_dir}, and give "
+            f"serve a data folder of its own")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return serve(parser().parse_args(argv))
@@ -164,6 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(args: argparse.Namespace) -> int:
     if args.max_pixel_steps < 0 or args.keep_runs < 0:
         print("previewlab serve: --max-pixel-steps and --keep-runs take 0 (no limit) or a positive number", file=sys.stderr)
+        return 2
+    bench = bench_folder(args.data_dir)
+    if bench:  # before the socket and the model: nothing is written into the bench's folder
+        print(f"previewlab serve: {bench}", file=sys.stderr)
         return 2
     from previewlab.server.http.exposure import ExposureError, access_for
 
