@@ -12,6 +12,7 @@ from previewlab.preview.decoding.decoders import default_for
 from previewlab.preview.pipeline.encoders import ENCODERS
 from previewlab.preview.models import Model
 from previewlab.preview.record.run import RunMeta
+from previewlab.preview.timing.busy import usable_cores
 from previewlab.preview.timing.stopwatch import Clock, host_clock
 from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings, default_mode
 
@@ -87,4 +88,4 @@ class Offer:
         defaults = self.defaults if live is None else replace(self.defaults, preview=live)
         return protocol.hello(model, defaults, max_pixel_steps=self.max_pixel_steps, encoders=self.encoders,
                               running=running, starts=starts, decoder_note=self.decoder_note,
-                              vocabulary=self.vocabulary)
+                              vocabulary=self.vocabulary, cores=usable_cores())

@@ -3,11 +3,12 @@
 // (figures.js, glance.js) and the run list (runs.js). The protocol is server/protocol.py's; every cost figure is the server's.
 import { $, state } from "./state.js";
 import { connect, send } from "./connection.js";
-import { applyHello, checkPrompt, fidelityMessage, namedField, runMessage, showButtons, showError, showLive, wire }
-  from "./controls.js";
+import { applyHello, checkPrompt, fidelityMessage, namedField, runMessage, showButtons, showError, showLive,
+  showRunSettings, wire } from "./controls.js";
 import { hasFinal, onFrame, resetView, showFinal, stepArrived, wireView } from "./canvas.js";
 import { drawn, makeChart } from "./chart.js";
 import { endFigures, frameFigures, showAdvice, showFidelity, showMeasure, startFigures, stepFigures } from "./figures.js";
+import { fetchRows, restoredRun } from "./restore.js";
 import { addRuns, fetchNew, loadOlder, newerFindings, newerPairs, newestEnded } from "./runs.js";
 
 function row(step) {
@@ -78,11 +79,28 @@ function showAnalysis(rid, data, asked = false) {
   showAdvice();
 }
 
-// Runs from a /runs page: before any run ends in this tab, the advice is that of the newest ended run's settings
+// The newest ended run shown as This run, once a page load found no run going (restore.js): its figures, chart and
+// final image beside the advice of its settings
+let restoring = false;
+
+async function restore(meta) {
+  restoring = true;
+  const run = restoredRun(meta, await fetchRows(meta.run_id));
+  if (!run) return;  // a run began while its rows came: that one is shown
+  resetView(meta);
+  startFigures(meta);
+  endFigures(meta);
+  state.view.chartDirty = true;
+  if (hasFinal(meta)) showFinal(meta.run_id);
+}
+
+// Runs from a /runs page: before any run ends in this tab, the advice is that of the newest ended run's settings,
+// and This run, the chart and the view show that run (a reload shows what the tab showed, not half of it)
 function listed(list) {
   addRuns(list);
   const newest = newestEnded();
   if (!state.analysis && newest) fetchAnalysis(newest.run_id);
+  if (!state.run && !restoring && newest) restore(newest);
 }
 
 // The fidelity pass's progress; once it is done, the analysis is asked again: its figures are in it now
@@ -94,7 +112,10 @@ function onFidelity(msg) {
 
 function onHello(msg) {
   applyHello(msg);
-  if (msg.running) beginRun(msg.running);
+  if (msg.running) {
+    beginRun(msg.running);
+    if (state.starts) showRunSettings(msg.running);  // a tab opened mid-run: the run's own settings, not defaults
+  }
   else if (state.running) {  // the run this tab watched ended while it was away (a server restart)
     $("f-status").textContent = `${state.run ? state.run.meta.run_id + " " : ""}ended while disconnected`;
     state.running = false;

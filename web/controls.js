@@ -60,10 +60,19 @@ export function fidelityMessage() {
   return msg;
 }
 
-// A start's or a measure series' message: the run settings, the live ones and the img2img input
+export const RANDOM_SEED = -1;  // the Seed field's "a new random seed for each run"
+const SEED_SPAN = 2 ** 32;      // random seeds are drawn from 0 to 2**32 - 1, as other tools draw them
+
+export function randomSeed() {
+  return crypto.getRandomValues(new Uint32Array(1))[0] % SEED_SPAN;
+}
+
+// A start's or a measure series' message: the run settings, the live ones and the img2img input. Seed -1 goes as
+// a seed drawn here: the run records the seed it used, and This run shows it
 export function runMessage(type) {
   const msg = { type, ...previewFields(LIVE) };
   for (const k of RUN_FIELDS) msg[k] = value(k);
+  if (msg.seed === RANDOM_SEED) msg.seed = randomSeed();
   msg.init = state.init;
   return msg;
 }
@@ -152,6 +161,14 @@ export function showLive(settings) {
   }
 }
 
+// The run settings of a run this tab did not start (a tab opened mid-run or mid-series): the form shows what is
+// running, not the server's defaults; a field the user has edited keeps what they typed
+export function showRunSettings(meta) {
+  for (const k of RUN_FIELDS) {
+    if (meta[k] !== undefined && meta[k] !== null && !$(k).dataset.touched) $(k).value = meta[k];
+  }
+}
+
 // img2img: a past run's final image is the input; the server reads it by id (no upload, no path from here)
 export function setInit(id) {
   state.init = id;
@@ -193,6 +210,7 @@ export function applyHello(msg) {
     $(id).hidden = !text;
   }
   state.offered = { decoders: (msg.choices || {}).decoder || null, taesd: msg.taesd !== false };
+  state.cores = msg.cores || null;
   // the Budget field shows the budget the advice is judged at: the server's, until the user sets another
   if (msg.advice_budget && !$("budget").dataset.set) $("budget").value = msg.advice_budget;
   showLive(msg.defaults);  // the preview settings now: a running run's live ones, or a script's watch's
@@ -202,6 +220,17 @@ export function applyHello(msg) {
 // module
 export function wire(act) {
   $("start-form").addEventListener("submit", (ev) => { ev.preventDefault(); act.start(); });
+  // Ctrl+Enter (Cmd+Enter on a Mac) starts a run from anywhere on the page, the prompt included, as Start does
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Enter" || !(ev.ctrlKey || ev.metaKey) || ev.repeat) return;
+    ev.preventDefault();  // no newline in the prompt, and no second start from the form's own Enter
+    if (state.starts && !$("start").disabled) act.start();
+  });
+  $("dice").addEventListener("click", () => {
+    $("seed").value = randomSeed();
+    $("seed").dataset.touched = "1";
+    inputEdited("seed");
+  });
   $("measure").addEventListener("click", act.measure);
   $("fidelity").addEventListener("click", act.fidelity);
   $("stop").addEventListener("click", act.stop);

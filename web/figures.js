@@ -59,11 +59,32 @@ export function startFigures(meta) {
   }
 }
 
+const RATE_STEPS = 8;  // the steps it/s and the ETA are read over: the newest ones, so a change of preview shows soon
+
+// "1 min 5 s", "12 s"
+function duration(s) {
+  const r = Math.round(s);
+  return r >= 60 ? `${Math.floor(r / 60)} min ${r % 60} s` : `${r} s`;
+}
+
+// The step, it/s and the ETA, from the rows the step messages brought: each row's denoising and the preview time
+// on its path (its own figures, so a late or bunched message changes nothing); the ETA is the steps left at that
+// rate, the denoising's (the final decode follows)
+export function stepLine(run, step, ended = false) {
+  const of = `${step} / ${run.meta.steps || "?"}`;
+  const rows = [...run.rows.values()].filter((r) => r.denoise_ms !== undefined).sort((a, b) => a.step - b.step)
+    .slice(-RATE_STEPS);
+  const ms = rows.reduce((sum, r) => sum + Number(r.denoise_ms) + (Number(r.on_path_ms) || 0), 0) / rows.length;
+  if (!rows.length || !(ms > 0)) return of;
+  const left = ended ? 0 : Math.max(0, (run.meta.steps || 0) - step);
+  return `${of} · ${(1000 / ms).toFixed(ms < 100 ? 1 : 2)} it/s` + (left ? ` · ETA ${duration(left * ms / 1000)}` : "");
+}
+
 // This run, after each step: its step, its event, the preview time on the path so far (the rows' on_path_ms,
 // the core's own figure), its memory; the overhead is the whole run's, at its end
 export function stepFigures(msg) {
   const run = state.run;
-  $("f-step").textContent = `${msg.step} / ${run.meta.steps || "?"}`;
+  $("f-step").textContent = stepLine(run, msg.step);
   if (msg.event) $("f-status").textContent = `running ${run.meta.run_id} · step ${msg.step}: ${msg.event}`;
   let denoise = 0, preview = 0;
   for (const r of run.rows.values()) {
@@ -87,9 +108,22 @@ export function frameFigures() {
   $("f-pps").textContent = (run.frames / secs).toFixed(2);
 }
 
+// The device's busy share, of what: a CPU's reading is the process's CPU time over the cores it may use (the
+// server's hello says how many), NVML's the share of time a kernel ran on the GPU
+export function busyText(pct, source) {
+  if (pct === null || pct === undefined) return "not read";
+  const of = source === "cpu" && state.cores ? ` of ${state.cores} core${state.cores === 1 ? "" : "s"}` :
+    source === "nvml" ? " of the GPU's time" : "";
+  return `${pct.toFixed(1)} %${of} (${source})`;
+}
+
 // This run, at its end: the server's figures
 export function endFigures(meta) {
   $("f-status").textContent = `${meta.status} ${meta.run_id}` + (meta.error ? ` (${meta.error})` : "");
+  const run = state.run;
+  if (run && run.meta.run_id === meta.run_id && run.rows.size) {  // its last step and rate; no ETA once it ended
+    $("f-step").textContent = stepLine(run, Math.max(...run.rows.keys()), true);
+  }
   const f = meta.figures;
   if (!f || !state.run || state.run.meta.run_id !== meta.run_id) return;
   const t = meta.totals;
@@ -97,7 +131,7 @@ export function endFigures(meta) {
   $("f-onpath").textContent = `${f.on_path_share_pct.toFixed(1)} % (${f.preview_on_path.toFixed(0)} of ${f.denoising_path_ms.toFixed(0)} ms)`;
   $("f-mem").textContent = previewMemText(state.run.rows) +
     (f.peak_mem_mb !== null ? `; run peak ${f.peak_mem_mb.toFixed(0)} MiB (${t.mem_source})` : "");
-  $("f-busy").textContent = f.busy_pct === null ? "not read" : `${f.busy_pct.toFixed(1)} % (${t.busy_source})`;
+  $("f-busy").textContent = busyText(f.busy_pct, t.busy_source);
   // the server's line (judging/progress.py): where the picture settles, or why nothing does
   $("settle").textContent = f.settle_line || "the picture's progress was not read";
 }
@@ -120,10 +154,11 @@ export function showAdvice() {
   $("baselines").textContent = `the settings of run ${a.run_id}: ${d.baselines} steady no-preview baseline` +
     `${d.baselines === 1 ? "" : "s"}` + (!d.noise ? `; fewer than two, so their noise is unknown: ${pairsHow(true)}` :
                                          noisy.hidden ? `; ${d.noise_line}` : "");
-  $("advice").textContent = d.advice.lines.length ? d.advice.lines.join("\n") :
+  // the NOISY line is shown once, above: the advice's own copy of it is left out here
+  const lines = d.advice.lines.filter((ln) => noisy.hidden || ln.trim() !== d.noise_line);
+  $("advice").textContent = lines.length ? lines.join("\n") :
     `no advice yet: no run with previews of these settings has a baseline beside it; ${pairsHow()}`;
   // its one line leads: the rule's pick and why (advice.headline), else the advice's last line, its conclusion
-  const lines = d.advice.lines;
   $("advice-head").textContent = d.advice.headline ||
     (lines.length ? lines[lines.length - 1].trim() : $("advice").textContent);
 }

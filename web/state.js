@@ -12,6 +12,7 @@ export const state = {
   init: null,           // img2img: the past run whose final image is the next start's input (null: text to image)
   run: null,            // the run this tab watches: { meta, rows (step -> row), started, frames, bytes, dropped, lastSeq }
   offered: null,        // the server's hello: the decoders it offers and whether it has TAESD weights
+  cores: null,          // the cores the server's process may use (its hello): what a CPU's busy share is of
   maxPrompt: 2000,      // the server's limit on a prompt, characters (its hello's max_prompt)
   examples: [],         // prompts the model knows (the demo model's vocabulary), for the example button
   words: null,          // the words the model learnt (a Set; the demo model's), to name a prompt's others; null: any

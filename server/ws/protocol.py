@@ -19,8 +19,9 @@ Browser -> server (text, JSON objects with a "type"):
 Server -> browser (text, each built by the function of its name below):
   hello     the model, the run defaults and limits (max_prompt: characters), the choices this server offers, the
             run going on (or null), whether a start is taken (starts: false when a script's watch owns the runs),
-            why the default decoder is the one it is (decoder_note, "" when that needs no word) and the words
-            the model knows (vocabulary: the demo model's, else null)
+            why the default decoder is the one it is (decoder_note, "" when that needs no word), the words
+            the model knows (vocabulary: the demo model's, else null) and the cores the process may use (cores:
+            what a CPU's busy share is of)
   run       a run's meta (preview.run.RunMeta): it started
   step      one step's row (preview.records.StepRow), once it is on disk
   delivery  one preview's trip to this client: send time, ack round trip, the browser's decode and paint (ms);
@@ -271,15 +272,17 @@ def _no_extra(kind: str, msg: dict[str, Any], allowed: tuple[str, ...]) -> None:
 # -- server -> browser ---------------------------------------------------------------------------------------
 def hello(model: Model, defaults: RunSettings, *, max_pixel_steps: int, encoders: tuple[str, ...],
           running: RunMeta | None, starts: bool = True, decoder_note: str = "",
-          vocabulary: dict[str, list[str]] | None = None) -> Outbound:
+          vocabulary: dict[str, list[str]] | None = None, cores: int = 0) -> Outbound:
     """encoders: the ones this server can run (the registry's, less nvjpeg without CUDA); starts: False when a
     script owns the runs (serve(watch)): the page offers no start and no run settings, only the live ones.
     decoder_note: why the default decoder is the one it is, when that needs saying ("" otherwise); vocabulary:
-    the words the model knows (the demo model's: bench/demo/scenes.vocabulary), None for every other model."""
+    the words the model knows (the demo model's: bench/demo/scenes.vocabulary), None for every other model;
+    cores: the cores the process may use (timing/busy.usable_cores; 0: not said), what a CPU's busy share is of."""
     return {"type": "hello", "model": model.name, "synthetic": model.synthetic, "note": model.note, "starts": starts,
             "max_prompt": MAX_PROMPT, "decoder_note": decoder_note, "vocabulary": vocabulary,
             "family": model.space.name, "space": model.space.describe(), "device": model.device.type,
             "dtype": dtype_name(model.dtype), "max_batch": MAX_BATCH, "video": model.space.video,
+            "cores": cores,  # a CPU's busy share (the process's CPU time) is of these, not of one core
             "max_frames": defaults.max_frames,
             "defaults": {**{k: getattr(defaults, k) for k in RUN_FIELDS}, **asdict(defaults.preview)},
             "max_side": defaults.max_side, "max_pixel_steps": max_pixel_steps, "taesd": model.taesd is not None,
