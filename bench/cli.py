@@ -41,22 +41,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"argument --device: {refusal}")
     if args.fidelity and args.ray is not None:
         p.error("argument --fidelity: the pass runs on this machine, after its own sweep; not with --ray")
-    from previewlab.bench.rows import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS
-    from previewlab.preview.record.csv_writer import CsvSchemaError, appendable
+    from previewlab.bench.out_folder import OutError, prepare
 
-    try:  # before any model loads: a folder that cannot be made is one line now, not a traceback after the first run
-        args.out.mkdir(parents=True, exist_ok=True)
-        # a folder of an older previewlab is refused before anything is written to it
-        for name, columns in (("runs.csv", RUNS_CSV_COLUMNS), ("steps.csv", STEPS_CSV_COLUMNS)):
-            appendable(args.out / name, columns)
-        judging(args).write(args.out)  # what report and compare judge the folder against
-        stale(args.out)
-    except CsvSchemaError as e:
-        print(f"previewlab bench: --out {args.out}: {e}", file=sys.stderr)
+    try:  # before any model loads: a folder that cannot be made, or is another bench's, is one line now
+        lock, held = prepare(args, judging(args))
+    except OutError as e:
+        print(f"previewlab bench: {e}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"previewlab bench: --out {args.out}: {e.strerror or e}", file=sys.stderr)
         return 2
+    try:
+        return _run(args, counts, held)
+    finally:
+        lock.release()  # one bench per folder, until its summary is written
+
+
+def _run(args: argparse.Namespace, counts: tuple[int, ...], held: tuple[SweepRow, ...]) -> int:
+    """The sweep into the locked --out, on this machine or a cluster; held: the folder's runs (--resume)."""
     if args.ray is not None:  # the units run on the cluster's nodes, which judge --device and --model themselves
         if importlib.util.find_spec("ray") is None:
             print("previewlab bench: --ray needs Ray, which is not installed: pip install 'previewlab[ray]'",
@@ -71,10 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         adopt(args.ray)  # before Ray is imported: it reads its token mode then
         from previewlab.bench.cluster import sweep_on_ray
 
-        return sweep_on_ray(args, counts)
+        return sweep_on_ray(args, counts, held)
     import torch
 
     from previewlab.bench.axes import AxisError
+    from previewlab.bench.resume import held as by_key, to_run
     from previewlab.bench.sweep import run_sweep, traced_run
     from previewlab.preview.record.csv_writer import CsvSchemaError
     from previewlab.preview.decoding.decoders import DecoderError
@@ -83,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    runs: list[SweepRow] = []
+    runs: list[SweepRow] = list(held)  # the folder's runs, summarized with this invocation's
+    done = by_key(held) if args.resume else None
     traces: list[dict] = []
     meta = ""
     for v in variants(args):
@@ -97,18 +101,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("previewlab bench: --fidelity: a video model's clips are not measured yet (images only)",
                   file=sys.stderr)
             return 2
+        other = next((r.record.meta.model for r in held if r.record.meta.model != model.name), None)
+        if other is not None:  # its pairs would never match: a second sweep, judged with the first
+            print(f"previewlab bench: --resume: {args.out} holds a sweep of {other}, not {model.name}; resume it with "
+                  "its own flags, or give another --out", file=sys.stderr)
+            return 2
         plan = plan_of(args, settings, facts.video, v.compile == "decoder", counts, model.device.type)
-        total = len(list(plan.schedule()))
+        total = len(list(plan.schedule() if done is None else to_run(plan, done, model.name, facts.video, v.label)))
         print(f"{v.label}{_loaded(facts, v.load.dtype)}; {total} runs of {','.join(map(str, counts))} steps at "
-              f"{_size(facts, settings)} -> {args.out}", file=sys.stderr)
+              f"{_size(facts, settings)} -> {args.out}" + (f" (resumed: its {len(held)} runs kept)" if held else ""),
+              file=sys.stderr)
         bar = progress_bar(total)
         try:
-            runs += run_sweep(model, plan, args.out, progress=bar, label=v.label)
+            runs += run_sweep(model, plan, args.out, progress=bar, label=v.label, held=done)
         except CsvSchemaError as e:
             print(f"previewlab bench: --out {args.out}: {e}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
-            print(f"\nbench: interrupted; finished runs are in {args.out}/runs.csv", file=sys.stderr)
+            print(f"\nbench: interrupted; finished runs are in {args.out}/runs.csv (--resume finishes the sweep)",
+                  file=sys.stderr)
             return 130
         finally:
             bar(0, close=True)
@@ -119,16 +130,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.fidelity:  # after every timed run: nothing of it is in runs.csv, steps.csv or any pair
         fidelity_pass(args, model, plan)
     return finish(args, runs, meta, traces)
-
-
-def stale(out: Path) -> None:
-    """An earlier invocation's fidelity.csv and finals.csv in this folder judge other runs: removed, said."""
-    from previewlab.preview.judging.fidelity import FIDELITY_CSV, FINALS_CSV
-
-    for name in (FIDELITY_CSV, FINALS_CSV):
-        if (out / name).is_file():
-            (out / name).unlink()
-            print(f"previewlab bench: removed {out / name}, an earlier sweep's fidelity pass", file=sys.stderr)
 
 
 def fidelity_pass(args: argparse.Namespace, model: Model, plan: Plan) -> None:

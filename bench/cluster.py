@@ -28,7 +28,8 @@ from previewlab.bench.board import Board
 from previewlab.bench.cli import finish, meta_line, plan_of, variants
 from previewlab.bench.ray_auth import token_here
 from previewlab.bench.nodes import ClusterError, Node, first_line, on, probe, usable
-from previewlab.bench.rows import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, SweepRow
+from previewlab.bench.resume import held as by_key, unit_held
+from previewlab.bench.rows import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, SweepRow, last_run_id
 from previewlab.bench.unit import UnitJob, UnitResult, prepare, run_unit
 from previewlab.preview.record.csv_writer import CsvAppender, CsvSchemaError, appendable
 from previewlab.preview.record.run_ids import RunIds
@@ -38,9 +39,10 @@ POLL_S = 1.0       # how often the driver wakes while units run (Ctrl-C is heard
 CONNECT_S = 10.0   # a head that does not take a TCP connection in this long is not there
 
 
-def sweep_on_ray(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
+def sweep_on_ray(args: argparse.Namespace, counts: tuple[int, ...], held: tuple[SweepRow, ...] = ()) -> int:
     """previewlab bench --ray ADDRESS: the whole sweep on the cluster, the summary here. The exit status is the
-    local bench's (2: refused, 130: interrupted, 3: noisy with --strict), or 1 where a unit failed."""
+    local bench's (2: refused, 130: interrupted, 3: noisy with --strict), or 1 where a unit failed. held: the
+    folder's runs (--resume): the units it holds whole are not run again."""
     if args.trace is not None or args.cprofile is not None:
         _say("previewlab bench: --trace and --cprofile trace one run on this machine; leave them out with --ray")
         return 2
@@ -53,7 +55,7 @@ def sweep_on_ray(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
     try:
         _connect(args.ray)
         try:
-            return _sweep(args, counts)
+            return _sweep(args, counts, held)
         finally:
             ray.shutdown()
     except ClusterError as e:
@@ -114,13 +116,14 @@ def _held_interrupt() -> Iterator[None]:
 
 class Writer:
     """The sweep folder's runs.csv and steps.csv, a finished unit's rows at a time, under this driver's run ids
-    (units on several machines each number their own runs): ids sort in the order units were written."""
+    (units on several machines each number their own runs), after the folder's newest: ids sort in the order
+    units were written."""
 
     def __init__(self, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
         self.runs_csv = CsvAppender(out / "runs.csv", RUNS_CSV_COLUMNS)  # raises CsvSchemaError
         self.steps_csv = CsvAppender(out / "steps.csv", STEPS_CSV_COLUMNS)
-        self.ids = RunIds()
+        self.ids = RunIds(last_run_id(out))
         self.units: dict[int, list[SweepRow]] = {}
 
     def write(self, unit: UnitResult) -> None:
@@ -154,7 +157,7 @@ class Writer:
         self.steps_csv.close()
 
 
-def _sweep(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
+def _sweep(args: argparse.Namespace, counts: tuple[int, ...], held: tuple[SweepRow, ...]) -> int:
     cpus = args.threads or 1  # a unit's torch threads, each a CPU Ray counts
     places, gpu = usable(args.device, probe(args.model, args.taesd), cpus)
     asks: dict[str, float] = {"num_cpus": cpus, "num_gpus": 1} if gpu else {"num_cpus": cpus}
@@ -173,6 +176,8 @@ def _sweep(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
     jobs = [UnitJob(0, v.load, unit, v.label, args.threads, facts.video)
             for v in vs for unit in plan_of(args, settings, facts.video, v.compile == "decoder", counts,
                                           device).units()]
+    left = by_key(held)  # --resume: a unit whose runs the folder holds is not run again
+    jobs = [j for j in jobs if not unit_held(j.plan, left, facts.name, facts.video, j.label)]
     jobs = [replace(j, index=i) for i, j in enumerate(jobs)]
     try:
         out = Writer(args.out)
@@ -194,10 +199,10 @@ def _sweep(args: argparse.Namespace, counts: tuple[int, ...]) -> int:
         return 130
     finally:
         out.close()
-    if not out.runs:
+    runs = list(held) + out.runs
+    if not runs:
         _say("previewlab bench: no unit finished, so there is nothing to summarize")
         return 1
-    runs = out.runs
     where = "; ".join(f"{d} on {', '.join(sorted(ns))}" for d, ns in out.where().items())
     status = finish(args, runs, meta_line(args, facts, settings, runs[0].record, counts, where), [])
     if failed:

@@ -244,7 +244,11 @@ def parser() -> Parser:
                         "then resized), half_latents (latents halved first); default: preview, not an axis")
     p.add_argument("--direct", action="store_true",
                    help="also time the bare diffusers call, paired with decoder none (the engine's own cost)")
-    p.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder for runs.csv and steps.csv")
+    p.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder for runs.csv and steps.csv "
+                   "(one bench at a time; a folder that holds a sweep is refused without --resume)")
+    p.add_argument("--resume", action="store_true",
+                   help="--out holds a stopped sweep: run the pairs it lacks (give the same flags), keeping its runs; "
+                        "the summary covers them all")
     p.add_argument("--threads", type=ranged("threads", 1, 1024), default=None,
                    help="torch's CPU threads (default: torch's own choice); fewer threads than cores steady a busy machine")
     p.add_argument("--noise-limit", type=noise_limit_value, default=NOISE_LIMIT_PCT,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from previewlab.preview.judging import fidelity
 from previewlab.preview.judging.fidelity import DEFAULT_MIN_SSIM, NONE, Fidelities
 from previewlab.preview.record.records import STEP_COLUMNS, StepRow
 from previewlab.preview.record.run import RUN_COLUMNS, RunRecord
+from previewlab.preview.record.run_ids import valid
 from previewlab.preview.settings import PreviewSettings
 
 Role = Literal["warmup", "baseline", "config", "direct"]
@@ -197,7 +199,7 @@ class Sweep:
 def read(folder: Path) -> Sweep:
     """runs.csv, steps.csv and sweep.json of a sweep folder, as written (readers that group by configuration take
     Sweep.by_device of the runs they read). A line cut short (a sweep killed while writing) is left out. Raises
-    NotASweep."""
+    NotASweep, also for a run id used twice (no pair or step row could be told apart)."""
     def lines(name: str) -> list[dict[str, str]]:
         p = folder / name
         if not p.is_file():
@@ -205,12 +207,26 @@ def read(folder: Path) -> Sweep:
         with open(p, newline="") as f:
             return [r for r in csv.DictReader(f) if None not in r.values()]
     runs = tuple(SweepRow.from_row(r) for r in lines("runs.csv"))
+    twice = [rid for rid, n in Counter(r.run_id for r in runs).items() if n > 1]
+    if twice:
+        raise NotASweep(f"{folder / 'runs.csv'}: {len(twice)} run id{'s' * (len(twice) > 1)} used more than once "
+                        f"({twice[0]}{', ...' * (len(twice) > 1)}): two benches wrote into this --out at once, so "
+                        "its pairs and step rows cannot be told apart; run the sweep again into a new --out")
     judging = Judging.read(folder)
     try:
         fid = fidelity.read(folder, any(r.record.meta.synthetic for r in runs), judging.min_fidelity)
     except ValueError as e:
         raise NotASweep(str(e)) from None
     return Sweep(runs, tuple(SweepStep.from_row(r) for r in lines("steps.csv")), judging, fid)
+
+
+def last_run_id(folder: Path) -> str:
+    """The newest run id in folder/runs.csv ("" where it has none): a writer's ids continue after it."""
+    p = folder / "runs.csv"
+    if not p.is_file():
+        return ""
+    with open(p, newline="") as f:
+        return max((rid for r in csv.DictReader(f) if valid(rid := r.get("run_id") or "")), default="")
 
 
 def answer(folder: Path, cells: Mapping[str, Mapping[str, Any]]) -> None:

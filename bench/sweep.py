@@ -21,10 +21,11 @@ from previewlab.preview.call.engine import (Phases, Previewer, Run, RunContext, 
                                       run_record, save_image)
 from previewlab.preview.models import Model
 from previewlab.preview.record.csv_writer import CsvAppender
+from previewlab.bench.resume import Held, to_run
 from previewlab.bench.rows import (RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, Config, Role, Sweep, SweepRow, SweepStep,
-                                  read)
+                                  last_run_id, read)
 from previewlab.preview.judging.analysis import config_name
-from previewlab.preview.record.run_ids import PROCESS_IDS
+from previewlab.preview.record.run_ids import PROCESS_IDS, RunIds
 from previewlab.preview.decoding.decoders import DecoderName
 from previewlab.preview.names import DecodeAt, FrameChoice
 from previewlab.preview.record.run import RunMeta
@@ -114,6 +115,12 @@ class Plan:
     def schedule(self) -> Iterator[Slot]:
         """(role, repeat, preview settings or None for a direct call, run setup), in the order they run: each
         setup's configurations beside its own baselines, every setup in every repeat."""
+        for group in self.groups():
+            yield from group
+
+    def groups(self) -> Iterator[tuple[Slot, ...]]:
+        """The schedule in the pieces that run together: each warm-up run alone, then each pair of each repeat (a
+        configuration or the direct call, with its baseline), or a lone baseline where a setup has neither."""
         none = replace(self.settings.preview, decoder="none", every=1, budget=0.0, mode=self.modes[0])
         # a clip's decoders warm up on the most frames the sweep asks, so no measured run pays first allocations
         most = ("all" if "all" in self.frames else self.frames[-1]) if self.frames else none.frames
@@ -132,7 +139,7 @@ class Plan:
         for _ in range(self.warmup):
             for u in warmed:
                 for p in warm:
-                    yield "warmup", 0, p, u
+                    yield (("warmup", 0, p, u),)
         for r in range(1, self.repeats + 1):
             for u in self.setups():
                 # A B A B: drift on a noisy machine cancels; counterbalanced, as a benchmarker orders pairs: odd
@@ -148,8 +155,7 @@ class Plan:
                 if self.direct and (self.narrow is None or self.narrow.config is None):
                     pairs.append((("direct", None), ("baseline", none)))
                 for pair in pairs or [(("baseline", none),)]:
-                    for role, q in pair:
-                        yield role, r, q, u
+                    yield tuple((role, r, q, u) for role, q in pair)
 
 
 def direct_call(model: Model, settings: RunSettings, run_id: str, image_path: Path | None,
@@ -204,16 +210,19 @@ def capped(slots: Iterable[Slot], plan: Plan, log: Callable[[str], Any] | None =
 
 def run_sweep(model: Model, plan: Plan, out: Path, progress: Callable[[int], Any] | None = None,
               label: str = "", log: Callable[[str], Any] | None = None,
-              clock: Callable[[], float] = time.perf_counter, node: str = "") -> list[SweepRow]:
-    """Runs the plan, appending each finished run to out/runs.csv and out/steps.csv. Returns the run rows.
-    label prefixes the configuration names (a model variant: dtype, offload, compile, channels-last; a GPU check
-    row's model). log hears the repeats as they end (capped). clock: the runs' host clock (tests: a fake one,
-    so a sweep's figures are the same from run to run). node: the machine's name in runs.csv (this host's)."""
+              clock: Callable[[], float] = time.perf_counter, node: str = "", held: Held | None = None) -> list[SweepRow]:
+    """Runs the plan, appending each finished run to out/runs.csv and out/steps.csv, under run ids after the
+    folder's newest. Returns the run rows. label prefixes the configuration names (a model variant: dtype,
+    offload, compile, channels-last; a GPU check row's model). log hears the repeats as they end (capped).
+    clock: the runs' host clock (tests: a fake one, so a sweep's figures are the same from run to run). node:
+    the machine's name in runs.csv (this host's). held: the folder's runs, whose pairs are skipped (--resume)."""
     out.mkdir(parents=True, exist_ok=True)
+    ids = RunIds(last_run_id(out))  # a folder's ids sort in the order its runs ran, whatever wrote them
     runs_csv, steps_csv = CsvAppender(out / "runs.csv", RUNS_CSV_COLUMNS), CsvAppender(out / "steps.csv", STEPS_CSV_COLUMNS)
     results: list[SweepRow] = []
     try:
-        with closing(measured(model, plan, out / "final.png", label, log, clock, node or socket.gethostname())) as runs:
+        with closing(measured(model, plan, out / "final.png", label, log, clock, node or socket.gethostname(),
+                              held, ids)) as runs:
             for row, steps in runs:
                 steps_csv.append(s.to_row() for s in steps)  # rows first: a run in runs.csv has all its rows
                 runs_csv.append([row.to_row()])
@@ -230,16 +239,19 @@ Measured = Generator[tuple[SweepRow, list[SweepStep]], None, None]  # a run's ro
 
 
 def measured(model: Model, plan: Plan, image: Path, label: str = "", log: Callable[[str], Any] | None = None,
-             clock: Callable[[], float] = time.perf_counter, node: str = "") -> Measured:
+             clock: Callable[[], float] = time.perf_counter, node: str = "", held: Held | None = None,
+             ids: RunIds = PROCESS_IDS) -> Measured:
     """The plan's runs, each as it finishes: its row and its step rows (its overheads are the analysis's, taken
-    once the sweep has ended). Each run's final image is written to `image`, as a user's run writes its own. The model is left as it
-    came once the runs end or the iterator is closed."""
+    once the sweep has ended). Each run's final image is written to `image`, as a user's run writes its own. The
+    model is left as it came once the runs end or the iterator is closed. held: runs whose pairs are skipped
+    (resume.py); ids: where run ids come from (the one scheme: they sort in start order)."""
     previewer = Previewer(model, plan.compile)  # decoders (and their compiled forms) live for the sweep
     schedulers = schedulers_for(model.pipe, plan.schedulers, plan.steps or (plan.settings.steps,))
     back = as_now(model.pipe, bool(plan.schedulers), bool(plan.vaes))
     try:
-        for n, (role, rep, p, setup) in enumerate(capped(plan.schedule(), plan, log)):
-            run_id = PROCESS_IDS.new()  # the one scheme: ids sort in start order, across sweeps of one process
+        slots = plan.schedule() if held is None else to_run(plan, held, model.name, model.space.video, label)
+        for n, (role, rep, p, setup) in enumerate(capped(slots, plan, log)):
+            run_id = ids.new()
             use(model.pipe, setup, schedulers)
             settings = replace(plan.settings, steps=setup.steps or plan.settings.steps)
             settings = settings if p is None else replace(settings, preview=p)
