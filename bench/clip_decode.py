@@ -20,8 +20,8 @@ import torch
 from previewlab.preview.decoding import clips
 
 from previewlab.preview.decoding import decoders
-from previewlab.preview.pipeline.encoders import Encoder, get as encoder
-from previewlab.preview.pipeline.frames import tile, to_uint8_hwc
+from previewlab.preview.decoding.encoders import Encoder, get as encoder
+from previewlab.preview.frames import tile, to_uint8_hwc
 from previewlab.preview.models import ModelError, load
 from previewlab.bench.flags import frames_value, listof, names
 from previewlab.preview.names import DECODER_NAMES

@@ -21,7 +21,7 @@ import torch
 from previewlab.bench.flags import Parser
 from previewlab.preview.decoding import clips
 from previewlab.preview.decoding import decoders
-from previewlab.preview.pipeline.frames import tile, to_uint8_hwc
+from previewlab.preview.frames import tile, to_uint8_hwc
 from previewlab.preview.decoding.decoders import DecoderName
 from previewlab.preview.timing.memory import Memory, reading_for
 from previewlab.preview.names import DecodeAt

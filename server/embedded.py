@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from previewlab.preview.call.final import write_whole
-from previewlab.preview.pipeline.frames import Frame
+from previewlab.preview.frames import Frame
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunEnd, RunMeta
 

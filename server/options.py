@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from previewlab.preview.decoding.decoders import default_for
-from previewlab.preview.pipeline.encoders import ENCODERS
+from previewlab.preview.decoding.encoders import ENCODERS
 from previewlab.preview.models import Model
 from previewlab.preview.record.run import RunMeta
 from previewlab.preview.timing.busy import usable_cores

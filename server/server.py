@@ -13,7 +13,7 @@ from previewlab.preview.judging.fidelity import Final, Sample
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
 from previewlab.preview.judging.digest import WATCH
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, SAMPLES_FOR_LEVEL
-from previewlab.preview.pipeline.frames import Frame
+from previewlab.preview.frames import Frame
 from previewlab.preview.models import Model
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunEnd, RunMeta

@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Literal, Protocol, TypeVar
 
 from previewlab.preview.call.engine import Controls, Previewer, RunContext, TaskError, generate, img2img_pipe
 from previewlab.preview.models import Model
-from previewlab.preview.pipeline.frames import Frame
+from previewlab.preview.frames import Frame
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunEnd, RunEvents, RunMeta
 from previewlab.preview.settings import PreviewSettings, RunSettings

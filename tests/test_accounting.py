@@ -188,7 +188,7 @@ def test_waits_report_only_what_events_do_not_time(path):
 
 
 def test_nvjpeg_is_refused_off_cuda_with_a_clear_error():
-    from previewlab.preview.pipeline.encoders import EncoderError, get
+    from previewlab.preview.decoding.encoders import EncoderError, get
 
     with pytest.raises(EncoderError, match="nvjpeg runs on a CUDA device .* use turbojpeg"):
         get("nvjpeg", torch.device("cpu"))
@@ -199,7 +199,7 @@ def test_on_device_encoder_sends_only_the_bytes(tiny, mode):
     """The frame path of an encoder that runs on the device (nvjpeg on a GPU): the pixels stay on the device,
     the encoded bytes are copied. nvjpeg needs CUDA, so a device-side stand-in encodes with turbojpeg here
     and returns its bytes as a tensor, as torchvision.io.encode_jpeg does."""
-    from previewlab.preview.pipeline.encoders import Encoder, get
+    from previewlab.preview.decoding.encoders import Encoder, get
     from previewlab.preview.call.engine import Previewer
 
     jpeg = get("turbojpeg")
@@ -245,7 +245,7 @@ def nvjpeg_frames(tiny: Any, dev: FakeDevice, clock: FakeClock, jpeg: FakeJpeg, 
     import sys
     import types
 
-    from previewlab.preview.pipeline import encoders
+    from previewlab.preview.decoding import encoders
     from previewlab.preview.call.engine import Previewer
 
     tv, io = types.ModuleType("torchvision"), types.ModuleType("torchvision.io")

@@ -17,7 +17,7 @@ from previewlab.preview.decoding import previewer as previewer_module
 from previewlab.preview import models
 from previewlab.preview.decoding import decoders
 from previewlab.preview.decoding.clips import pick
-from previewlab.preview.call.controls import Controls
+from previewlab.preview.controls import Controls
 from previewlab.preview.decoding.decoders import WHOLE, Cut, cut_for
 from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.record.kept_events import Gathered

@@ -10,7 +10,7 @@ import torch
 from fake_device import FakeClock
 from previewlab.preview import models
 from previewlab.preview.models import sd_presets
-from previewlab.preview.pipeline.encoders import Encoder, get
+from previewlab.preview.decoding.encoders import Encoder, get
 from previewlab.preview.call.engine import Controls, Previewer, RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
 from previewlab.preview.record.records import StepRow

@@ -16,7 +16,7 @@ import torch
 
 from previewlab import watch as preview_watch
 from previewlab.preview.decoding import decoders
-from previewlab.preview.pipeline.frames import Frame
+from previewlab.preview.frames import Frame
 from previewlab.preview.models import fit
 from previewlab.preview.models.reading import latent_space
 from tests.tiny_pipes import Tiny, build
@@ -372,7 +372,7 @@ def test_the_video_tae_previews_wan_latents_from_a_published_layout(tinies, tmp_
 
 
 def test_a_grid_puts_each_image_in_its_own_cell_and_leaves_the_rest_black():
-    from previewlab.preview.pipeline.frames import grid
+    from previewlab.preview.frames import grid
 
     images = torch.rand(3, 3, 4, 6, generator=torch.Generator().manual_seed(1))
     g = grid(images)

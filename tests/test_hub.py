@@ -75,7 +75,7 @@ def test_a_blocked_client_keeps_only_the_newest_frame_and_counts_the_rest():
 
 def test_a_frame_waits_for_its_runs_announcement_and_no_other_run_loses_its_own(make_app):
     """Frames go straight out, but never before their run's `run` message; one held per run, the newest."""
-    from previewlab.preview.pipeline.frames import Frame
+    from previewlab.preview.frames import Frame
     from previewlab.preview.record.run import RunMeta
     from previewlab.preview.settings import RunSettings
 

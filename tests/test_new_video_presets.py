@@ -16,7 +16,7 @@ from PIL import Image
 
 from previewlab import watch
 from previewlab.preview.call.call_args import takes
-from previewlab.preview.call.controls import Controls
+from previewlab.preview.controls import Controls
 from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.models import Model, load, tae_channels
 from previewlab.preview.models.families import CHANNELS, Family

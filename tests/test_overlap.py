@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from previewlab.preview.pipeline import encoders
+from previewlab.preview.decoding import encoders
 from previewlab.preview.decoding.decoders import DecoderName
 from previewlab.preview.call.engine import Frame, Run, RunContext, generate
 from previewlab.preview.record.kept_events import Gathered

@@ -11,7 +11,7 @@ from PIL import Image
 
 from previewlab.preview.decoding import decoders
 
-from previewlab.preview.pipeline import encoders
+from previewlab.preview.decoding import encoders
 from previewlab.preview.models.latent_formats import LATENT_RGB
 from previewlab.preview.call.engine import preview_size, to_uint8_hwc
 from previewlab.preview.settings import PreviewSettings, RunSettings, SettingsError, should_preview
@@ -89,7 +89,7 @@ def test_registries_are_the_names_the_types_allow():
     from typing import get_args
 
     from previewlab.preview.decoding.decoders import DECODERS, DecoderName, cheaper
-    from previewlab.preview.pipeline.encoders import ENCODERS, EncoderName
+    from previewlab.preview.decoding.encoders import ENCODERS, EncoderName
 
     assert list(DECODERS) == list(get_args(DecoderName)) and list(ENCODERS) == list(get_args(EncoderName))
     assert cheaper("vae", has_taesd=True) == "taesd" and cheaper("vae", has_taesd=False) == "latent2rgb"

@@ -12,7 +12,7 @@ import torch
 from starlette.testclient import TestClient
 
 from previewlab import watch as preview_watch
-from previewlab.preview.pipeline.frames import Frame
+from previewlab.preview.frames import Frame
 from previewlab.preview.models import synthetic_pipeline
 from previewlab.preview.record.csv_writer import to_csv_text
 from previewlab.preview.record.records import TOTALS_COLUMNS, StepRow, Totals

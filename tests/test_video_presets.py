@@ -178,7 +178,7 @@ def test_a_synthetic_video_preset_starts_with_latent2rgb_because_its_tae_paints_
 
     from PIL import Image
 
-    from previewlab.preview.call.controls import Controls
+    from previewlab.preview.controls import Controls
     from previewlab.preview.decoding.decoders import SYNTHETIC_CLIP_NOTE
     from previewlab.preview.call.engine import RunContext, generate
     from previewlab.preview.record.kept_events import Gathered

@@ -13,7 +13,7 @@ from previewlab.preview import models
 from previewlab.preview.call.callback import Watch
 from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
-from previewlab.preview.pipeline.frames import Frame
+from previewlab.preview.frames import Frame
 from previewlab.preview.models.presets import TINY_VIDEO
 from previewlab.preview.models.taehv import FAMILY_FILES
 from previewlab.preview.names import DecoderName, FrameChoice
@@ -134,7 +134,7 @@ def test_generate_previews_each_frames_choice(video, mode):
     for decoder in decoders_of(video):
         run_settings = RunSettings(**{**settings.__dict__, "preview": PreviewSettings(decoder=decoder, mode=mode)})
 
-        from previewlab.preview.call.controls import Controls
+        from previewlab.preview.controls import Controls
 
         controls = Controls(run_settings.preview)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from previewlab.preview.pipeline import encoders
-from previewlab.preview.pipeline.encoders import ENCODERS
+from previewlab.preview.decoding import encoders
+from previewlab.preview.decoding.encoders import ENCODERS
 from previewlab.preview.models import Model
 from previewlab.preview.settings import PreviewSettings, RunSettings
 

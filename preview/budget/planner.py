@@ -5,7 +5,7 @@ from (Previewer.cost_ms). It reads settings and costs, never a tensor or a clock
 from __future__ import annotations
 
 from previewlab.preview.budget.autopilot import Autopilot
-from previewlab.preview.call.controls import Change, Controls
+from previewlab.preview.controls import Change, Controls
 from previewlab.preview.decoding.decoders import DECODER_NAMES
 from previewlab.preview.names import DecoderName
 from previewlab.preview.models import Model

@@ -28,7 +28,7 @@ from diffusers.callbacks import PipelineCallback
 
 from previewlab.preview.source import modular
 from previewlab.preview.call.call_exit import ExitWatch, in_call, left_call
-from previewlab.preview.call.controls import Controls
+from previewlab.preview.controls import Controls
 from previewlab.preview.record.csv_writer import to_csv_text
 from previewlab.preview.decoding.decoders import DecoderError, taesd_refusal
 from previewlab.preview.judging.digest import digest, judged

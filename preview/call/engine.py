@@ -12,9 +12,9 @@ import torch
 from previewlab.preview.call import modular_run
 from previewlab.preview.call.call_args import TaskError, clip_args, img2img_pipe, takes
 from previewlab.preview.call.lifecycle import MeasuredCall
-from previewlab.preview.call.controls import Controls
+from previewlab.preview.controls import Controls
 from previewlab.preview.call.final import FinalDecode, final_decoder, final_image, final_u8, save_image, write_whole
-from previewlab.preview.pipeline.frames import Frame, KeptFrames, preview_size, to_uint8_hwc
+from previewlab.preview.frames import Frame, KeptFrames, preview_size, to_uint8_hwc
 from previewlab.preview.call.meter import StepMeter
 from previewlab.preview.models import Model
 from previewlab.preview.decoding.previewer import Previewer

@@ -23,7 +23,7 @@ from previewlab.preview.decoding.previewer import Previewer
 from previewlab.preview.judging import likeness
 from previewlab.preview.judging.fidelity import Final, Sample
 from previewlab.preview.models import Model
-from previewlab.preview.pipeline.frames import grid, grid_size, preview_size, to_uint8_hwc
+from previewlab.preview.frames import grid, grid_size, preview_size, to_uint8_hwc
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from previewlab.preview.source.steps import StepTap
 from previewlab.preview.source.targets import X0Tap, choose

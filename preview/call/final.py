@@ -12,7 +12,7 @@ import torch
 from previewlab.preview.decoding import clips
 
 from previewlab.preview.decoding import decoders
-from previewlab.preview.pipeline.frames import grid, tile, to_uint8_hwc
+from previewlab.preview.frames import grid, tile, to_uint8_hwc
 from previewlab.preview.models import Model
 
 

@@ -17,7 +17,7 @@ from typing import Literal
 from previewlab.preview.call.call_marks import CallMarks
 from previewlab.preview.call.meter import StepMeter
 from previewlab.preview.models import Model
-from previewlab.preview.pipeline.frames import KeptFrames
+from previewlab.preview.frames import KeptFrames
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunMeta, RunRecord
 from previewlab.preview.record.totals import run_record

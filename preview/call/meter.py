@@ -11,10 +11,10 @@ from typing import Any, Callable
 
 import torch
 
-from previewlab.preview.call.controls import Controls
-from previewlab.preview.call.row_ledger import Ledger, Marks
+from previewlab.preview.controls import Controls
+from previewlab.preview.pipeline.row_ledger import Ledger, Marks
 from previewlab.preview.pipeline.preview_maker import PreviewMaker
-from previewlab.preview.call.meter_parts import MeterParts
+from previewlab.preview.pipeline.meter_parts import MeterParts
 from previewlab.preview.models import Model
 from previewlab.preview.budget.planner import Planner
 from previewlab.preview.decoding.previewer import Previewer

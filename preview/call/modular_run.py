@@ -16,7 +16,7 @@ import torch
 
 from previewlab.preview.source import modular
 from previewlab.preview.call.lifecycle import MeasuredCall
-from previewlab.preview.pipeline.frames import grid, to_uint8_hwc
+from previewlab.preview.frames import grid, to_uint8_hwc
 from previewlab.preview.call.meter import StepMeter
 from previewlab.preview.models import Model
 from previewlab.preview.call.phase_hooks import PhaseHooks

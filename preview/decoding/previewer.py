@@ -7,9 +7,9 @@ import torch
 
 from previewlab.preview.decoding import decoders
 
-from previewlab.preview.pipeline import encoders
+from previewlab.preview.decoding import encoders
 from previewlab.preview.decoding.decoders import WHOLE, Cut
-from previewlab.preview.pipeline.frames import grid_size
+from previewlab.preview.frames import grid_size
 from previewlab.preview.models import Model
 from previewlab.preview.settings import PreviewSettings
 

@@ -25,7 +25,7 @@ from previewlab.preview.record.records import StepRow, Totals
 from previewlab.preview.record.run import RunMeta, RunRecord
 
 if TYPE_CHECKING:  # frames.py holds torch: the server's figures read the settle line without it
-    from previewlab.preview.pipeline.frames import Frame, KeptFrames
+    from previewlab.preview.frames import Frame, KeptFrames
 
 # 1 - SSIM between consecutive previews at 64 px. Measured on the demo model (docs/figures.md, "Progress"): two
 # JPEG previews (quality 80, the default) of a picture that has all but stopped changing still differ by 0.02 to
@@ -72,7 +72,7 @@ def first_cell(final: np.ndarray, batch: int, preview: np.ndarray) -> np.ndarray
     image, told apart by which of the two shapes the preview's is closer to."""
     if batch <= 1:
         return final
-    from previewlab.preview.pipeline.frames import grid_shape  # torch's module: only a batch's run loads it here
+    from previewlab.preview.frames import grid_shape  # torch's module: only a batch's run loads it here
 
     rows, cols = grid_shape(batch)
     h, w = final.shape[0] // rows, final.shape[1] // cols

@@ -12,12 +12,12 @@ import numpy as np
 import torch
 
 from previewlab.preview.budget.planner import also as _also
-from previewlab.preview.call.meter_parts import MeterParts
-from previewlab.preview.call.row_ledger import Marks
+from previewlab.preview.pipeline.meter_parts import MeterParts
+from previewlab.preview.pipeline.row_ledger import Marks
 from previewlab.preview.decoding import clips
 from previewlab.preview.decoding import decoders
-from previewlab.preview.pipeline import encoders
-from previewlab.preview.pipeline.frames import Frame, grid, tile, to_uint8_chw, to_uint8_hwc
+from previewlab.preview.decoding import encoders
+from previewlab.preview.frames import Frame, grid, tile, to_uint8_chw, to_uint8_hwc
 from previewlab.preview.pipeline.overlap import Overlap
 from previewlab.preview.pipeline.streams import jpeg_stream
 from previewlab.preview.pipeline.sync import Sync

@@ -9,7 +9,7 @@ from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunEnd, RunMeta
 
 if TYPE_CHECKING:
-    from previewlab.preview.pipeline.frames import Frame
+    from previewlab.preview.frames import Frame
 
 
 class Gathered:

@@ -16,7 +16,7 @@ from previewlab.preview.record.records import TOTALS_COLUMNS, StepRow, Totals, f
 from previewlab.preview.settings import PreviewSettings, Purpose, RunSettings
 
 if TYPE_CHECKING:
-    from previewlab.preview.pipeline.frames import Frame
+    from previewlab.preview.frames import Frame
     from previewlab.preview.models import Model
 
 Status = Literal["done", "stopped", "failed", "interrupted"]  # interrupted: the server ended before the run did

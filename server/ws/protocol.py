@@ -55,7 +55,7 @@ from previewlab.preview.settings import (MAX_BATCH, MAX_EVERY, MAX_PROMPT, PREVI
 from previewlab.server.limits import clip, short, work_error
 
 if TYPE_CHECKING:
-    from previewlab.preview.pipeline.frames import Frame
+    from previewlab.preview.frames import Frame
     from previewlab.preview.models import Model
 
 MAX_MESSAGE_BYTES = 64 * 1024

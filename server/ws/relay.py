@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from previewlab.preview.judging import progress
-from previewlab.preview.pipeline.frames import Frame, KeptFrames
+from previewlab.preview.frames import Frame, KeptFrames
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunEnd, RunMeta, RunRecord
 

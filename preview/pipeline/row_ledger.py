@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from previewlab.preview.call.meter_parts import MeterParts
+from previewlab.preview.pipeline.meter_parts import MeterParts
 from previewlab.preview.record.records import StepCells, StepRow, on_path_ms
 
 

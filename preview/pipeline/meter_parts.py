@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from previewlab.preview.call.controls import Controls
+from previewlab.preview.controls import Controls
 from previewlab.preview.models import Model
 from previewlab.preview.budget.planner import Planner
 from previewlab.preview.decoding.previewer import Previewer
-from previewlab.preview.pipeline.frames import KeptFrames
+from previewlab.preview.frames import KeptFrames
 from previewlab.preview.timing.ranges import Ranges
 from previewlab.preview.record.run import RunEvents
 from previewlab.preview.timing.stopwatch import Stopwatch
