@@ -7,22 +7,15 @@ The public API for your own scripts is this module's:
     serve(w, port=8000)                   # optional: the live page for it
     pipe(prompt, callback_on_step_end=w)
 
-The import package holds the repository's top-level folders: `previewlab.preview` (the measuring core),
-`previewlab.server` (the page and its WebSocket), `previewlab.bench` (sweeps, reports, the GPU check, the demo
-model's training) and the page's files in `previewlab/web`. Importing this module loads neither torch nor the
+The package holds the measuring core (`previewlab.preview`), the page and its WebSocket (`previewlab.server`),
+the bench (`previewlab.bench`: sweeps, reports, the GPU check, the demo model's training) and the page's files
+(`previewlab/web`). Importing this module loads neither torch nor the
 server: `watch` and `serve` import what they need when they are called.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
-
-# A checkout made without symbolic links (Git for Windows' default) has a small text file where each link to a
-# top-level folder stands: the folders are then found beside this package, in the checkout's root. An
-# installed wheel and a checkout with links find them here and never look there.
-_HERE = Path(__file__).resolve().parent
-if not (_HERE / "preview").is_dir() and (_HERE.parent / "preview" / "__init__.py").is_file():
-    __path__.append(str(_HERE.parent))  # noqa: F821  (a package's own __path__)
 
 if TYPE_CHECKING:
     from previewlab.preview.call.callback import Watch

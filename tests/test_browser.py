@@ -321,7 +321,7 @@ def test_overhead_is_wall_time_against_the_baseline_before_it_and_the_page_reflo
     the walls: 2.4 / 2.0 = +20.0 %, 2.2 / 2.0 = +10.0 %; a lone pair says what is missing. The page shows them
     and computes none; its advice is the server's. The page fits 800 px without scrolling sideways, and a
     refused start's banner goes once the input is put right."""
-    from previewlab.server.options import RunOptions
+    from previewlab.server.ws.options import RunOptions
     from tests.conftest import make_run
 
     data = tmp_path / "runs"
@@ -587,7 +587,7 @@ def test_on_a_noisy_machine_the_page_says_so_measures_its_baselines_and_advises_
     settings' baselines interleaved with runs of the preview settings until the interval holds at 95 %, leaving
     the user's choices as they were; with walls made noisy by a fake clock the page shows the NOISY MACHINE line,
     recommends nothing, and every figure it shows is the server's, to the digit. Stop ends a series."""
-    from previewlab.server.options import RunOptions
+    from previewlab.server.ws.options import RunOptions
 
     srv, app = make_app(runs=RunOptions(clock=NoisyClocks()))
     with live_server(app) as addr, sync_playwright() as pw:
@@ -789,7 +789,7 @@ def test_the_demo_models_page_hints_its_words_and_fills_a_prompt_it_knows(make_a
     """Issue 35, item 5: "in the middle" is no word of the demo model's ("in the center" is). Its page lists
     the colors, shapes, places and backgrounds it knows under the prompt, and the example button fills
     captions made of them."""
-    from previewlab.bench.demo import scenes
+    from previewlab.preview.models import demo_scenes as scenes
     from previewlab.preview.models import load
 
     srv, app = make_app(model=load("demo", device="cpu"))
@@ -822,7 +822,7 @@ def test_the_demo_models_page_names_the_words_of_a_prompt_it_ignores(make_app):
     """Issue 45, item 19: an emoji in a prompt for the demo model silently ran off-prompt (the tokenizer reads it
     as four end-of-text tokens). The page knows the words the model learnt and names each piece of the prompt
     that is not one, as the tokenizer cuts it, while the prompt is typed; a prompt of its words names none."""
-    from previewlab.bench.demo.scenes import words
+    from previewlab.preview.models.demo_scenes import words
     from previewlab.preview.models import load
     from tests.test_demo_model import demo_pieces
 

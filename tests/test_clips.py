@@ -75,7 +75,7 @@ def test_an_image_model_takes_one_frame_and_a_video_model_its_range():
 
 
 def test_a_video_server_defaults_to_a_clip_its_work_limit_allows():
-    from previewlab.server.options import fitting_frames
+    from previewlab.server.ws.options import fitting_frames
 
     # Wan's own 81 frames at 512 px and 20 steps are 424 M pixel-steps, over the default 64 M: 9 frames fit
     assert fitting_frames(81, 4, 20 * 512 * 512, 64 * 1024 * 1024) == 9

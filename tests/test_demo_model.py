@@ -16,7 +16,8 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 
 from previewlab import watch as preview_watch
-from previewlab.bench.demo import checker, scenes
+from previewlab.bench.demo import checker
+from previewlab.preview.models import demo_scenes as scenes
 from previewlab.bench.demo.check import generate as check_images
 from previewlab.preview.record.csv_writer import to_csv_text
 from previewlab.preview.decoding.decoders import DECODERS, WHOLE, DecoderError, check_name
@@ -252,7 +253,7 @@ def test_the_pages_words_are_the_ones_the_demo_tokenizer_learnt():
         (piece,) = demo_pieces(other)
         assert piece not in learnt
     assert tok.unk_token_id in tok("🙂", add_special_tokens=False).input_ids
-    page = (Path(__file__).resolve().parents[1] / "web" / "controls.js").read_text()
+    page = (Path(__file__).resolve().parents[1] / "previewlab" / "web" / "controls.js").read_text()
     found = re.search(r"^const PIECES = /(.+)/gu;$", page, re.M)
     spec = json.loads((DEMO_DIR / "tokenizer" / "tokenizer.json").read_text())
     assert found and spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] == (

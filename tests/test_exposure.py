@@ -111,7 +111,7 @@ def test_one_address_cannot_hold_every_connection(make_app):
     import socket
 
     from previewlab.server.http.http11 import connection_limits
-    from previewlab.server.limits import MAX_CONNECTIONS_PER_ADDRESS
+    from previewlab.server.core.limits import MAX_CONNECTIONS_PER_ADDRESS
     from tests.conftest import live_server
 
     srv, app = make_app(access=Access(hosts=("127.0.0.1",)))

@@ -7,7 +7,7 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from previewlab.server.limits import RateLimit
+from previewlab.server.core.limits import RateLimit
 from previewlab.server.http.guard import Access, split_host
 from previewlab.server.ws.session import SessionLimits
 from tests.conftest import SAME_ORIGIN

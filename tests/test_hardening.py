@@ -17,8 +17,8 @@ from starlette.websockets import WebSocketDisconnect
 
 from previewlab.preview.settings import RunSettings, SettingsError
 from previewlab.server.data import store as store_module
-from previewlab.server.limits import work_error
-from previewlab.server.options import RunOptions
+from previewlab.server.core.limits import work_error
+from previewlab.server.ws.options import RunOptions
 from previewlab.server.ws.session import SessionLimits
 from tests.conftest import GOOD, SAME_ORIGIN, live_server, make_run, recv_until
 
@@ -406,7 +406,7 @@ def test_side_logs_are_bounded_by_the_runs_kept(tmp_path):
     from previewlab.preview.record.records import Totals
     from previewlab.preview.record.run import RunEnd, RunMeta
     from previewlab.preview.settings import PreviewSettings
-    from previewlab.server.metrics import Metrics
+    from previewlab.server.core.metrics import Metrics
 
     (tmp_path / "generations.jsonl").write_text("".join(f'{{"old": {i}}}\n' for i in range(50)))
     m = Metrics(tmp_path, torch.device("cpu"), keep=5)

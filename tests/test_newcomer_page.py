@@ -108,7 +108,7 @@ def noisy(tiny: Any, tmp_path_factory: Any) -> Iterator[tuple[str, dict[str, Any
     no-preview baselines 1x and 3x as long as they took, then a run with full-VAE previews every 3 steps, paired
     with the baseline right before it. Yields its address and that last run's `done`."""
     from previewlab.server.app import Server, build_app
-    from previewlab.server.options import RunOptions
+    from previewlab.server.ws.options import RunOptions
     from previewlab.server.ws.session import SessionLimits
 
     srv = Server(tiny, tmp_path_factory.mktemp("noisy") / "runs", limits=SessionLimits(ack_wait_s=0.0),

@@ -109,7 +109,7 @@ def test_the_server_reads_as_windows_has_it():
     """Everything the server runs uses only what Windows has: mypy with --platform win32 reads the lock's
     msvcrt side and the rest of server/ as Windows' typeshed has them (no fcntl, os.pread, O_NOFOLLOW there). The
     other packages are skipped (read as Any), so this checks platform calls, not the whole program."""
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "server").glob("*.py"))
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "previewlab" / "server").glob("*.py"))
     out = subprocess.run([sys.executable, "-m", "mypy", "--platform", "win32", "--no-incremental",
                           "--cache-dir", os.devnull, "--follow-imports", "skip", "--disable-error-code", "has-type",
                           "--explicit-package-bases", *files], cwd=ROOT, capture_output=True, text=True, timeout=120)

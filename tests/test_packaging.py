@@ -35,9 +35,7 @@ def test_the_wheel_serves_the_page_from_any_folder(tmp_path):
     for name in tracked.decode().split("\0")[:-1]:
         origin, copy = ROOT / name, src / name
         copy.parent.mkdir(parents=True, exist_ok=True)
-        if origin.is_symlink():  # previewlab/preview -> ../preview: the links stay links
-            copy.symlink_to(origin.readlink())
-        elif origin.is_file():  # a file deleted in the working tree but not yet in the index is left out
+        if origin.is_file():  # a file deleted in the working tree but not yet in the index is left out
             shutil.copyfile(origin, copy)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", ".", "--no-deps", "--no-build-isolation",
                     "-w", str(tmp_path)], cwd=src, check=True, capture_output=True)
@@ -49,9 +47,10 @@ def test_the_wheel_serves_the_page_from_any_folder(tmp_path):
         assert f"previewlab/{shipped}" in names, shipped
     # issue 45, item 15: the wheel left out web/favicon.svg (package-data listed html, js and css) and the
     # installed server answered /favicon.ico with a 500. Every file of the page travels, whatever its kind
-    page = subprocess.run(["git", "ls-files", "web"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    missing = [f for f in page.split() if f"previewlab/{f}" not in names]
-    assert "web/favicon.svg" in page.split() and missing == [], missing
+    page = subprocess.run(["git", "ls-files", "previewlab/web"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
+    missing = [f for f in page.split() if f not in names]
+    assert "previewlab/web/favicon.svg" in page.split() and missing == [], missing
     # issue 20, item 3: one import name; nothing claims server, bench or preview in site-packages
     assert {n.split("/")[0] for n in names if not n.startswith("previewlab-")} == {"previewlab"}
     site = tmp_path / "site"
@@ -217,27 +216,27 @@ def test_the_python_the_package_claims_is_the_one_its_code_needs():
                       "could be lowered, once an interpreter that old has run the tests")
 
 
-def test_a_checkout_without_symbolic_links_imports_and_serves_the_page(tmp_path):
-    """Issue 44, item 6: Git for Windows checks a link out as a small text file holding its target, so
-    previewlab/preview is a file there. The package then finds its folders beside itself: the core, the server,
-    the bench and the page's files, each from the checkout's own top-level folder."""
-    listed = subprocess.run(["git", "ls-files", "previewlab", "preview", "server", "bench", "web"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split()
-    for name in listed:
-        src, dst = ROOT / name, tmp_path / name
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():  # as core.symlinks=false writes it: the link's target as the file's text
-            dst.write_text(str(src.readlink()))
-        else:
-            shutil.copyfile(src, dst)
-    assert (tmp_path / "previewlab" / "preview").is_file()  # the link is a file here, as on Windows
+def test_a_checkout_without_symbolic_links_installs(tmp_path):
+    """Issue 57, item 1: Git for Windows checks a link out as a small text file, and `pip install .` then failed
+    (previewlab/preview "is not a directory"). The repository holds no link now, so such a clone is the
+    checkout itself: it installs, and the installed package serves its page from where it was installed."""
+    modes = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert not [line for line in modes.splitlines() if line.startswith("120000")]  # no symbolic link tracked
+    clone, site = tmp_path / "clone", tmp_path / "site"
+    subprocess.run(["git", "-c", "core.symlinks=false", "clone", "-q", str(ROOT), str(clone)], check=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--disable-pip-version-check", "--target", str(site), str(clone)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
     code = ("import previewlab.preview.call.engine as e, previewlab.server.app as a, previewlab.bench.cli as b; "
             "print(e.__file__); print(a.__file__); print(b.__file__); print(a.WEB)")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)})
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site)})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == [str(tmp_path / "preview" / "call" / "engine.py"), str(tmp_path / "server" / "app.py"),
-                                  str(tmp_path / "bench" / "cli.py"), str(tmp_path / "web")]
+    pkg = site / "previewlab"
+    assert out.stdout.split() == [str(pkg / "preview" / "call" / "engine.py"), str(pkg / "server" / "app.py"),
+                                  str(pkg / "bench" / "cli.py"), str(pkg / "web")]
+    assert (pkg / "web" / "index.html").is_file() and not (site / "tests").exists()
 
 
 def test_the_readme_states_the_torch_range_that_is_tested():
@@ -258,11 +257,11 @@ def test_the_readme_states_the_torch_range_that_is_tested():
     assert re.search(r"pip install torch==\S+ --index-url https://download\.pytorch\.org/whl/cu\d+", readme)
     # what runs: the installed torch, the pins of the Makefile, CI's wheel check, the GPU dry run and the
     # README's install commands, and the GPU machine's torch that the GPU check is made for
-    pinned = {f"{path}: {v}": Version(v) for path in ("Makefile", ".ci/wheel_check", "bench/gpu/gpu_dryrun_bare.sh",
+    pinned = {f"{path}: {v}": Version(v) for path in ("Makefile", ".ci/wheel_check", "previewlab/bench/gpu/gpu_dryrun_bare.sh",
                                                      "README.md")
               for v in re.findall(r"torch==([\d.]+)", (ROOT / path).read_text())}
-    gpu = re.search(r"pinned to torch ([\d.]+) like the GPU machine's", (ROOT / "bench/gpu/gpu_wheels.sh").read_text())
-    assert gpu and {k.split(":")[0] for k in pinned} == {"Makefile", ".ci/wheel_check", "bench/gpu/gpu_dryrun_bare.sh",
+    gpu = re.search(r"pinned to torch ([\d.]+) like the GPU machine's", (ROOT / "previewlab/bench/gpu/gpu_wheels.sh").read_text())
+    assert gpu and {k.split(":")[0] for k in pinned} == {"Makefile", ".ci/wheel_check", "previewlab/bench/gpu/gpu_dryrun_bare.sh",
                                                           "README.md"}
     runs = {**pinned, "the GPU machine": Version(gpu[1]), "installed": Version(torch.__version__.split("+")[0])}
     outside = [k for k, v in runs.items() if v not in declared.specifier]

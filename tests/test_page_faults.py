@@ -35,7 +35,7 @@ def wait_js(page: Any, expression: str, timeout_s: float = 30) -> None:
 
 def page_numeric_fields() -> list[str]:
     """The page's numeric fields, as web/controls.js lists them (NUMERIC): each one's text goes through value()."""
-    found = re.search(r"const NUMERIC = new Set\(\[(.*?)\]\)", (ROOT / "web" / "controls.js").read_text(), re.S)
+    found = re.search(r"const NUMERIC = new Set\(\[(.*?)\]\)", (ROOT / "previewlab" / "web" / "controls.js").read_text(), re.S)
     assert found, "web/controls.js no longer lists its numeric fields in NUMERIC"
     return re.findall(r'"([a-z_]+)"', found.group(1))
 

@@ -256,7 +256,7 @@ def test_connections_from_a_trusted_proxy_count_per_client(make_app):
     (before a head, none is counted) and the clients behind it one share each. An untrusted peer's header is
     ignored here too. The test client at 127.0.0.1 plays the proxy."""
     from previewlab.server.http.http11 import uvicorn_config
-    from previewlab.server.limits import MAX_CONNECTIONS_PER_ADDRESS as MOST
+    from previewlab.server.core.limits import MAX_CONNECTIONS_PER_ADDRESS as MOST
     from tests.conftest import live_server
 
     srv, app = make_app(access=Access(hosts=("127.0.0.1",), proxies=parse(PROXY, "test")))

@@ -9,7 +9,7 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
-from previewlab.server.options import RunOptions
+from previewlab.server.ws.options import RunOptions
 from tests.conftest import SAME_ORIGIN, recv_until
 
 

@@ -323,7 +323,7 @@ def test_the_page_holds_no_statistics_code():
     """Issue 43: web/ renders the server's figures. The statistics the page once ported from the bench (an
     interval's coverage, a median's estimate, a decoder's rank, a budget's fit, the advice's rules, the on-path
     share) must not come back in any of its scripts."""
-    web = Path(__file__).resolve().parents[1] / "web"
+    web = Path(__file__).resolve().parents[1] / "previewlab" / "web"
     scripts = {p.name: p.read_text() for p in web.glob("*.js")}
     assert "app.js" in scripts
     for name, text in scripts.items():

@@ -10,7 +10,8 @@ import pytest
 import torch
 from PIL import Image, ImageFilter
 
-from previewlab.bench.demo import checker, parts as demo_parts, scenes
+from previewlab.bench.demo import checker, parts as demo_parts
+from previewlab.preview.models import demo_scenes as scenes
 from tests.conftest import previewlab_here
 
 

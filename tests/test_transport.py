@@ -1,6 +1,6 @@
 """What one peer can make the transport hold or do, against a real uvicorn and raw sockets: unread pongs, floods
 of control frames and empty fragments, pipelined requests never read, whole heads over 16 KiB, and a SIGTERM
-with stuck peers (server/http/http11.py, server/ws/ws_limits.py)."""
+with stuck peers (server/http/http11.py, server/http/ws_limits.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -23,9 +23,9 @@ import pytest
 import websockets
 
 from previewlab.server.http.http11 import BoundedH11, connection_limits
-from previewlab.server.limits import FRAME_BURST, MAX_FRAGMENTS, MAX_REQUESTS_PER_CONNECTION
+from previewlab.server.core.limits import FRAME_BURST, MAX_FRAGMENTS, MAX_REQUESTS_PER_CONNECTION
 from previewlab.server.ws.protocol import unpack_frame
-from previewlab.server.ws.ws_limits import BoundedWebSocket
+from previewlab.server.http.ws_limits import BoundedWebSocket
 from previewlab.server.http.guard import Access
 from tests.conftest import live_server, raw_ws, wait_until
 
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KiB, MiB = 1024, 1024 * 1024
 PING, PONG, TEXT, CONT, CLOSE = 0x9, 0xA, 0x1, 0x0, 0x8
 SCRIPT = "/static/vendor/uPlot.iife.min.js"  # 50 KB: a few of them fill any buffer a test gives
-SCRIPT_BYTES = (ROOT / "web/vendor/uPlot.iife.min.js").stat().st_size
+SCRIPT_BYTES = (ROOT / "previewlab/web/vendor/uPlot.iife.min.js").stat().st_size
 
 
 def frame(opcode: int, payload: bytes = b"", fin: bool = True) -> bytes:

@@ -29,9 +29,9 @@ from previewlab.server.http.http11 import UVICORN_INTERNALS, BoundedH11, uvicorn
 
 ROOT = Path(__file__).resolve().parents[1]
 # previewlab's subclasses of uvicorn's classes: where each is written, and its uvicorn base
-SUBCLASSES = (("server/http/http11.py", "BoundedH11", H11Protocol),
-              ("server/ws/ws_limits.py", "BoundedWebSocket", WebSocketsSansIOProtocol),
-              ("server/cli.py", "Graceful", uvicorn.Server))
+SUBCLASSES = (("previewlab/server/http/http11.py", "BoundedH11", H11Protocol),
+              ("previewlab/server/http/ws_limits.py", "BoundedWebSocket", WebSocketsSansIOProtocol),
+              ("previewlab/server/cli.py", "Graceful", uvicorn.Server))
 SPEC = re.compile(r"(?P<coroutine>async )?(?P<name>[\w.]+)(?:\((?P<params>[\w, ]*)\))?")
 
 
