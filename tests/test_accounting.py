@@ -200,7 +200,7 @@ def test_on_device_encoder_sends_only_the_bytes(tiny, mode):
     the encoded bytes are copied. nvjpeg needs CUDA, so a device-side stand-in encodes with turbojpeg here
     and returns its bytes as a tensor, as torchvision.io.encode_jpeg does."""
     from previewlab.preview.decoding.encoders import Encoder, get
-    from previewlab.preview.call.engine import Previewer
+    from previewlab.preview.decoding.previewer import Previewer
 
     jpeg = get("turbojpeg")
     seen: list[torch.Tensor] = []
@@ -246,7 +246,7 @@ def nvjpeg_frames(tiny: Any, dev: FakeDevice, clock: FakeClock, jpeg: FakeJpeg, 
     import types
 
     from previewlab.preview.decoding import encoders
-    from previewlab.preview.call.engine import Previewer
+    from previewlab.preview.decoding.previewer import Previewer
 
     tv, io = types.ModuleType("torchvision"), types.ModuleType("torchvision.io")
     io.encode_jpeg = jpeg  # type: ignore[attr-defined]

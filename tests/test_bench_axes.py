@@ -16,7 +16,8 @@ from diffusers import (AutoencoderKL, EulerDiscreteScheduler, FlowMatchEulerDisc
 from previewlab.bench import cli
 from previewlab.bench.axes import AxisError, schedulers_for
 from previewlab.bench.compare import baselines_apart
-from previewlab.bench.noise import Estimate, baseline_noise
+from previewlab.preview.judging.analysis import baseline_noise
+from previewlab.preview.judging.estimates import Estimate
 from previewlab.bench.summary import mode_ratios
 from previewlab.bench.summary_rows import STAGES, ConfigSummary, Spread, Stages
 from previewlab.bench.rows import SweepRow

@@ -716,8 +716,10 @@ def test_the_run_list_says_what_ran_and_a_runs_end_shows_its_final_image_in_plac
         page.fill("#steps", "3")
         page.select_option("#decoder", "taesd")
         page.select_option("#mode", "sync")
+        shown = page.evaluate("document.getElementById('f-status').textContent")  # the newest ended run, restored
         page.click("#start")
-        wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 120)
+        wait_js(page, "document.getElementById('f-status').textContent.startsWith('done') && "
+                      f"document.getElementById('f-status').textContent !== {json.dumps(shown)}", 120)
         rid = page.evaluate("document.getElementById('f-status').textContent").split()[1]
         page.wait_for_selector("#final-box:not([hidden])")
         assert not page.evaluate(SHOWN, "preview") and page.is_hidden("#caption")

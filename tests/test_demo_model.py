@@ -21,7 +21,8 @@ from previewlab.preview.models import demo_scenes as scenes
 from previewlab.bench.demo.check import generate as check_images
 from previewlab.preview.record.csv_writer import to_csv_text
 from previewlab.preview.decoding.decoders import DECODERS, WHOLE, DecoderError, check_name
-from previewlab.preview.call.engine import Frame, RunContext, generate
+from previewlab.preview.frames import Frame
+from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
 from previewlab.preview.models import DEMO_DIR, DEMO_NOTE, Model, ModelError, load
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb

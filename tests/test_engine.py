@@ -11,7 +11,9 @@ from fake_device import FakeClock
 from previewlab.preview import models
 from previewlab.preview.models import sd_presets
 from previewlab.preview.decoding.encoders import Encoder, get
-from previewlab.preview.call.engine import Controls, Previewer, RunContext, generate
+from previewlab.preview.controls import Controls
+from previewlab.preview.decoding.previewer import Previewer
+from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.settings import PreviewSettings, RunSettings

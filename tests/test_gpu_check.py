@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from previewlab.bench.noise import paired
+from previewlab.preview.judging.analysis import paired
 from previewlab.bench.rows import SweepRow, read
 from previewlab.bench.sweep import Plan, capped
 from previewlab.preview.settings import PreviewSettings, RunSettings

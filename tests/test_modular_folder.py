@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from previewlab.preview.call.engine import RunContext, TaskError, generate
+from previewlab.preview.call.engine import RunContext, generate
+from previewlab.preview.call.call_args import TaskError
 from previewlab.preview.models import ModelError, load
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from previewlab.preview.source.sources import is_modular

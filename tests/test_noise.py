@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from previewlab.bench.noise import NOISE_LIMIT_PCT, baseline_noise, estimate, pair_overheads
+from previewlab.preview.judging.analysis import baseline_noise, pair_overheads
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, estimate
 from previewlab.bench.rows import SweepRow
 from previewlab.bench.summary import summarize, table
 from previewlab.bench.summary_rows import ConfigSummary

@@ -8,7 +8,8 @@ import pytest
 
 from previewlab.preview.decoding import encoders
 from previewlab.preview.decoding.decoders import DecoderName
-from previewlab.preview.call.engine import Frame, Run, RunContext, generate
+from previewlab.preview.frames import Frame
+from previewlab.preview.call.engine import Run, RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
 from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
 

@@ -13,7 +13,7 @@ from previewlab.preview.decoding import decoders
 
 from previewlab.preview.decoding import encoders
 from previewlab.preview.models.latent_formats import LATENT_RGB
-from previewlab.preview.call.engine import preview_size, to_uint8_hwc
+from previewlab.preview.frames import preview_size, to_uint8_hwc
 from previewlab.preview.settings import PreviewSettings, RunSettings, SettingsError, should_preview
 
 
@@ -125,7 +125,7 @@ def test_run_settings_reject_bad_values(kw, field):
 
 
 def test_a_flood_of_sets_within_one_step_is_one_short_event():
-    from previewlab.preview.call.engine import Controls
+    from previewlab.preview.controls import Controls
     from previewlab.preview.settings import PreviewSettings
 
     c = Controls(PreviewSettings(decoder="latent2rgb", every=1))

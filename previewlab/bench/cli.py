@@ -20,7 +20,7 @@ from previewlab.preview.names import FrameChoice
 from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings, SettingsError, default_mode
 
 if TYPE_CHECKING:
-    from previewlab.bench.noise import Noise
+    from previewlab.preview.judging.estimates import Noise
     from previewlab.bench.summary_rows import ConfigSummary
     from previewlab.bench.unit import Facts, Load
     from previewlab.bench.sweep import Plan

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence, TypeVar
 
 from previewlab.bench.axes import SCHEDULERS, VAE_MODES
-from previewlab.bench.noise import NOISE_LIMIT_PCT
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
 from previewlab.preview.judging.fidelity import DEFAULT_MIN_SSIM
 from previewlab.preview.models import DEVICES, SYNTHETIC
 from previewlab.preview.names import (DECODE_ATS, DECODER_NAMES, ENCODER_NAMES, MODES, TARGETS, FrameChoice, N, check,

@@ -17,8 +17,11 @@ import torch
 
 from previewlab.bench.axes import Setup, as_now, schedulers_for, use
 from previewlab.preview.judging.progress import with_progress
-from previewlab.preview.call.engine import (Phases, Previewer, Run, RunContext, clip_args, final_image, generate,
-                                      run_record, save_image)
+from previewlab.preview.record.totals import Phases, run_record
+from previewlab.preview.decoding.previewer import Previewer
+from previewlab.preview.call.engine import Run, RunContext, generate
+from previewlab.preview.call.call_args import clip_args
+from previewlab.preview.call.final import final_image, save_image
 from previewlab.preview.models import Model
 from previewlab.preview.record.csv_writer import CsvAppender
 from previewlab.bench.resume import Held, to_run

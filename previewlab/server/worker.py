@@ -15,7 +15,10 @@ from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Literal, Protocol, TypeVar
 
-from previewlab.preview.call.engine import Controls, Previewer, RunContext, TaskError, generate, img2img_pipe
+from previewlab.preview.controls import Controls
+from previewlab.preview.decoding.previewer import Previewer
+from previewlab.preview.call.engine import RunContext, generate
+from previewlab.preview.call.call_args import TaskError, img2img_pipe
 from previewlab.preview.models import Model
 from previewlab.preview.frames import Frame
 from previewlab.preview.record.records import StepRow

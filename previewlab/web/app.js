@@ -1,6 +1,6 @@
 // previewlab's page: its main module. It holds the state (state.js) and wires the parts: the connection
 // (connection.js), the form (controls.js), the canvas (canvas.js), the chart (chart.js), the figures
-// (figures.js, glance.js) and the run list (runs.js). The protocol is server/protocol.py's; every cost figure is the server's.
+// (figures.js, glance.js) and the run list (runs.js). The protocol is server/ws/protocol.py's; every cost figure is the server's.
 import { $, state } from "./state.js";
 import { connect, send } from "./connection.js";
 import { applyHello, checkPrompt, fidelityMessage, namedField, runMessage, showButtons, showError, showLive,

@@ -1,6 +1,7 @@
 // The figures beside the preview: This run, the advice with its NOISY line, the measure series' line, and the
 // comparison of two runs. Every cost figure is the server's (server/figures.py, the analysis the bench and
-// watch.summary() use): this module words and places what it is sent, and judges nothing.
+// watch.summary() use): this module words and places what it is sent and judges nothing; the rate and ETA while
+// a run goes are the step rows' own arithmetic (steps over their seconds), no statistic.
 import { $, state } from "./state.js";
 import { showGlance } from "./glance.js";
 

@@ -47,19 +47,21 @@ function runRow(m) {
   const pair = f && f.pair ? f.pair.said : "";
   const config = !f || f.role !== "preview" ? "" : !f.steady ? `no figure: ${f.why}` :
     f.finding && f.finding.overhead ? f.finding.said : `no baseline beside a run of it: ${pairsHow()}`;
-  const texts = [m.run_id, m.model, status, role, m.decoder, every, m.mode, m.changes || "", task, steps, size,
-                 guidance, f ? f.wall_s.toFixed(2) : "", pair, config, f ? f.previews : "",
-                 f && f.peak_mem_mb !== null ? f.peak_mem_mb.toFixed(0) : ""];
+  const cells = [["run", m.run_id], ["model", m.model], ["status", status], ["role", role], ["decoder", m.decoder],
+                 ["every", every], ["mode", m.mode], ["changes", m.changes || ""], ["task", task], ["steps", steps],
+                 ["size", size], ["guidance", guidance], ["wall", f ? f.wall_s.toFixed(2) : ""], ["pair", pair],
+                 ["config", config], ["previews", f ? f.previews : ""],
+                 ["peak", f && f.peak_mem_mb !== null ? f.peak_mem_mb.toFixed(0) : ""]];
   // what the list leaves out is in the cells' hover text and in the comparison (tick two runs)
-  const titles = { 1: m.model_note || "", 13: f && f.pair ? `against baseline ${f.pair.baseline}` : "",
-                   14: f && f.finding ? `${f.finding.runs} steady runs; pairs (run vs its baseline): ` +
+  const titles = { model: m.model_note || "", pair: f && f.pair ? `against baseline ${f.pair.baseline}` : "",
+                   config: f && f.finding ? `${f.finding.runs} steady runs; pairs (run vs its baseline): ` +
                      f.finding.pairs.map((p) => p.join(" vs ")).join(", ") : "",
-                   16: m.totals ? `${m.totals.mem_source}` + (f && f.mem_over_mb !== null ?
+                   peak: m.totals ? `${m.totals.mem_source}` + (f && f.mem_over_mb !== null ?
                      `; ${f.mem_over_mb >= 0 ? "+" : ""}${f.mem_over_mb.toFixed(0)} MiB over its baseline` : "") : "" };
-  texts.forEach((c, i) => {
+  cells.forEach(([name, c]) => {
     const td = tr.appendChild(element("td", { textContent: c === undefined || c === null ? "" : c }));
-    if (i === 14) td.className = "said";
-    if (titles[i]) td.title = titles[i];
+    if (name === "config") td.className = "said";
+    if (titles[name]) td.title = titles[name];
   });
   if (m.damaged) { tr.title = m.damaged; tr.className = "damaged"; }
   const csv = tr.appendChild(element("td"));

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from previewlab.bench.gpu.arms import Setup
-from previewlab.bench.noise import Estimate
+from previewlab.preview.judging.estimates import Estimate
 from previewlab.bench.rows import SweepRow
 from previewlab.bench.summary import steady, summarize
 from previewlab.bench.summary_rows import ConfigSummary

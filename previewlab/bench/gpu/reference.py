@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from previewlab.preview.call.engine import Previewer, Run, RunContext, generate
+from previewlab.preview.decoding.previewer import Previewer
+from previewlab.preview.call.engine import Run, RunContext, generate
 from previewlab.preview.models import Model
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.settings import RunSettings

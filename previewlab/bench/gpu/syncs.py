@@ -18,7 +18,9 @@ from typing import Any, Iterator
 
 import torch
 
-from previewlab.preview.call.engine import Controls, Previewer, Run, RunContext, generate
+from previewlab.preview.controls import Controls
+from previewlab.preview.decoding.previewer import Previewer
+from previewlab.preview.call.engine import Run, RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
 from previewlab.preview.models.families import constant
 from previewlab.preview.models import Model

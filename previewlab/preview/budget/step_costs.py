@@ -24,6 +24,21 @@ from typing import Iterable
 _OPEN_MAX = 256  # rows kept unfixed at most (a safety valve; clean steps fix them long before)
 
 
+class _Excess:
+    """The excess over the base of one kind of row (touched, or a settle row after one): its sum, count and sum
+    of squares, for its mean and standard error."""
+    __slots__ = ("total", "n", "squares")
+
+    def __init__(self) -> None:
+        self.total, self.n, self.squares = 0.0, 0, 0.0
+
+    def add(self, x: float) -> None:
+        self.total, self.n, self.squares = self.total + x, self.n + 1, self.squares + x * x
+
+    def mean(self) -> float:
+        return self.total / self.n if self.n else 0.0
+
+
 class _Preview:
     __slots__ = ("step", "gen", "done", "own", "rows", "expect")
 
@@ -71,7 +86,7 @@ class Books:
         self._open: list[_Row] = []  # rows since the last clean step, their excess not fixed yet
         self._fixed_excess = 0.0     # fixed rows: sum of (step_ms - base), ms
         self._fixed_nop = 0.0        # fixed rows: what they would have cost without previews, ms
-        self._kind = {True: [0.0, 0, 0.0], False: [0.0, 0, 0.0]}  # touched / settle rows' excess: sum, n, sum sq.
+        self._excess = {True: _Excess(), False: _Excess()}  # by row.touched: touched rows', settle rows'
         self._settled = False        # settle rows were seen to be no slower: they are clean steps now
         self._last_touched = -10**9
         self._suspect: float | None = None       # a clean step far off the base, waiting for the next one
@@ -202,10 +217,11 @@ class Books:
         """The steps after touched ones were seen to cost no more than the base (within twice their standard
         error, after at least 6): no longer kept out of the base. Decided once."""
         if not self._settled:
-            total, n, sq = self._kind[False]
+            settle = self._excess[False]
+            n = settle.n
             if n >= 6:
-                mean = total / n
-                se = math.sqrt(max(sq / n - mean * mean, 0.0) / (n - 1))
+                mean = settle.mean()
+                se = math.sqrt(max(settle.squares / n - mean * mean, 0.0) / (n - 1))
                 self._settled = abs(mean) <= 2 * se
         return self._settled
 
@@ -217,10 +233,7 @@ class Books:
             x = row.s - b
             self._fixed_excess += x
             self._fixed_nop += b
-            kind = self._kind[row.touched]
-            kind[0] += x
-            kind[1] += 1
-            kind[2] += x * x
+            self._excess[row.touched].add(x)
             if row.owner is not None and row.owner.gen == self._gen:
                 self._cost_fixed += x
 
@@ -252,7 +265,7 @@ class Books:
         """The base moved from old to new within the open rows: fix each part against its own base, cut where the
         rows (less the usual excess of touched and settle rows) fit the two bases best."""
         rows = self._open
-        usual = {k: (v[0] / v[1] if v[1] else 0.0) for k, v in self._kind.items()}
+        usual = {k: v.mean() for k, v in self._excess.items()}
         vals = [row.s - (usual[row.touched] if row.affected else 0.0) for row in rows]
         best, cut, err = math.inf, 0, sum((v - new) ** 2 for v in vals)
         for j in range(len(rows) + 1):  # rows[:j] on the old base, rows[j:] on the new one

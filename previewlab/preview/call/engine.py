@@ -29,9 +29,6 @@ from previewlab.preview.call.png_text import png_text
 from previewlab.preview.call.text_encode import encode_prompt
 from previewlab.preview.record.totals import Phases, run_record
 
-__all__ = ["Controls", "Frame", "Phases", "Previewer", "Run", "RunContext", "StepMeter", "TaskError", "final_image",
-           "final_u8", "clip_args", "generate", "img2img_pipe", "on_path_ms", "preview_size", "run_record",
-           "save_image", "to_uint8_hwc"]
 
 
 @dataclass

@@ -22,12 +22,12 @@ Server -> browser (text, each built by the function of its name below):
             why the default decoder is the one it is (decoder_note, "" when that needs no word), the words
             the model knows (vocabulary: the demo model's, else null) and the cores the process may use (cores:
             what a CPU's busy share is of)
-  run       a run's meta (preview.run.RunMeta): it started
-  step      one step's row (preview.records.StepRow), once it is on disk
+  run       a run's meta (preview/record/run.py's RunMeta): it started
+  step      one step's row (preview/record/records.py's StepRow), once it is on disk
   delivery  one preview's trip to this client: send time, ack round trip, the browser's decode and paint (ms);
             its link's figures (bytes, age when painted, the rate delivered, this run's previews painted of those
             made, its re-encode) and the page's two lines on them (link_line, adapted_line)
-  done      a run's end (preview.run.RunEnd): its meta, status, live changes, totals or error; its figures and
+  done      a run's end (preview/record/run.py's RunEnd): its meta, status, live changes, totals or error; its figures and
             its settings' analysis (server/figures.py: the page computes none)
   measure   a measure series' progress: its state (running, done, stopped, failed), its configuration, the
             pairs it has and needs, the pairs it adds (said at its start), the pairs it starts at most, and its
