@@ -143,10 +143,6 @@ def stamp(path: Path) -> tuple[int, int, int] | None:
     return st.st_mtime_ns, st.st_ctime_ns, st.st_size
 
 
-def read_csv(path: Path, columns: tuple[str, ...], limit: int) -> list[dict[str, Any]]:
-    """Complete rows of one of a run's CSVs (csv_rows), as a list."""
-    return list(csv_rows(path, columns, limit))
-
 
 def csv_rows(path: Path, columns: tuple[str, ...], limit: int) -> Iterator[dict[str, Any]]:
     """Complete rows of one of a run's CSVs, one at a time. Raises Damaged for a file that is not UTF-8, a header
