@@ -324,7 +324,8 @@ def test_a_stopped_run_or_a_wall_no_clock_measured_is_left_out_of_every_figure()
 
 
 def test_the_autopilot_in_use_is_kept_under_its_budget_and_a_change_from_it_names_the_interval():
-    from previewlab.preview.judging.advice import analyze, changes
+    from previewlab.preview.judging.advice import analyze
+    from previewlab.preview.judging.fit import changes
 
     pairs = []
     for i in range(6):

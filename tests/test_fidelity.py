@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from previewlab.bench import report
+from previewlab.bench.report_figures import figures
 from previewlab.bench.cli import main as bench
 from previewlab.bench.advice import of_sweep
 from previewlab.preview.judging.advice import advise
 from previewlab.preview.judging.analysis import findings
 from previewlab.preview.judging.estimates import Estimate, estimate
-from previewlab.preview.judging.fidelity import Fidelities, Fidelity, Settle, StepsAlike
+from previewlab.preview.judging.fidelity import Fidelities, Fidelity, StepsAlike
+from previewlab.preview.judging.settle import Settle
 from tests.test_advice import sweep
 
 TINY = ["--model", "synthetic:tiny", "--decoders", "none,latent2rgb", "--every", "1", "--steps", "2",
@@ -68,8 +70,8 @@ def test_the_report_plots_overhead_against_fidelity_and_fidelity_by_decoder(both
     assert report.main([str(fid)]) == 0
     page = (fid / "report.html").read_text()
     assert 'alt="overhead_vs_fidelity"' in page and 'alt="fidelity_by_decoder"' in page
-    fig = report.figures(report.read(fid))
-    assert [p.name for p in fig["worth"]] == ["latent2rgb/every1/sync"] and not fig["worth"][0].advised
+    fig = figures(report.read(fid))
+    assert [p.name for p in fig.worth] == ["latent2rgb/every1/sync"] and not fig.worth[0].advised
     assert report.main([str(plain)]) == 0
     page = (plain / "report.html").read_text()
     assert "overhead_vs_fidelity" not in page and "fidelity: not measured (previewlab bench --fidelity)" in page

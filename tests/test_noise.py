@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from previewlab.preview.judging.analysis import baseline_noise, pair_overheads
+from previewlab.preview.judging.analysis import baseline_noise, overhead_pct, paired
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, estimate
 from previewlab.bench.rows import SweepRow
 from previewlab.bench.summary import summarize, table
@@ -52,7 +52,7 @@ def test_each_run_pairs_with_the_baseline_beside_it():
             _r("c0", "none", 4.0, "baseline"), _r("c", "vae", 5.0),              # +25 %: drift cancels in the pair
             _r("e", "vae", 3.3), _r("e0", "none", 3.0, "baseline"),              # the configuration first: +10 %
             _r("d", "direct", 3.0, "direct"), _r("d0", "none", 2.4, "baseline")]  # after its direct call: +25 %
-    got = pair_overheads(runs)
+    got = {cfg: [overhead_pct(r.record, b.record) for r, b in ps] for cfg, ps in paired(runs).items()}
     assert {k: [round(x, 9) for x in xs] for k, xs in got.items()} == {"vae": [50.0, 25.0, 10.0], "direct": [25.0]}
 
 

@@ -6,7 +6,7 @@ their no-preview baselines agree within their spread (otherwise "not comparable"
 (the one analysis: an overhead is its configuration's finding, judged at the sweep's own noise limit from its
 sweep.json; any other figure is analysis.per_run's estimate over the steady runs). An overhead is compared in
 percentage points (B - A), a time or a byte count as a ratio B/A. B is better or worse only where the two 95 %
-intervals do not overlap (advice.cheaper_than, the rule that names a cheapest configuration); where they
+intervals do not overlap (costs.cheaper_than, the rule that names a cheapest configuration); where they
 overlap it is "within noise", where either is short of the 95 % level it says how many more runs it needs.
 """
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Callable, Sequence
 from previewlab.bench.advice import of_sweep
 from previewlab.bench.rows import Judging, NotASweep, SweepRow, read
 from previewlab.bench.summary import steady
-from previewlab.preview.judging.advice import bench_more, cheaper_than
 from previewlab.preview.judging.analysis import per_run
+from previewlab.preview.judging.costs import cheaper_than
 from previewlab.preview.judging.estimates import Estimate, estimate, spread_pct
+from previewlab.preview.judging.surface import bench_more
 from previewlab.preview.record.run import RunRecord
 
 
@@ -123,7 +124,7 @@ class Row:
 
 def judge(config: str, a: Estimate, b: Estimate, figure: str, threshold: float) -> Row:
     """Worse is higher, for every figure. Better or worse only where the 95 % intervals lie apart
-    (advice.cheaper_than); WORSE: past the threshold too (points for an overhead, percent of A otherwise)."""
+    (costs.cheaper_than); WORSE: past the threshold too (points for an overhead, percent of A otherwise)."""
     if cheaper_than(b, a):
         verdict = "better"
     elif cheaper_than(a, b):

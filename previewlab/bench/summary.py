@@ -8,11 +8,12 @@ from typing import Iterable, Sequence
 
 from previewlab.bench.rows import SweepRow, SweepStep
 from previewlab.bench.summary_rows import STAGES, ConfigSummary, Spread, Stages
-from previewlab.preview.judging.advice import bench_more, finding_is_sure, said
 from previewlab.preview.judging.analysis import Finding, direct_cost, findings
 from previewlab.preview.judging.estimates import Estimate, Noise, percentile
 from previewlab.preview.judging.fidelity import NONE, Fidelities
+from previewlab.preview.judging.fit import finding_is_sure
 from previewlab.preview.judging.stages import spread, stage_spreads
+from previewlab.preview.judging.surface import bench_more, said
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.settings import PreviewSettings
 
@@ -148,7 +149,7 @@ def table(rows: list[ConfigSummary], meta: str, noise: Noise | None) -> str:
 
 
 def _verdict(e: Estimate) -> str:
-    """An overhead's verdict and how the bench gets to the 95 % level, in the advice's words (advice.said)."""
+    """An overhead's verdict and how the bench gets to the 95 % level, in the advice's words (surface.said)."""
     return said(e, bench_more).removeprefix(f"{e.signed()}: ")
 
 
@@ -176,7 +177,7 @@ def mode_ratios(rows: list[ConfigSummary]) -> str:
         se, oe = r.overhead, (o.overhead if o else None)
         if se is None or oe is None:
             continue
-        # a ratio of two overheads means something only when both are findings (advice.finding_is_sure)
+        # a ratio of two overheads means something only when both are findings (fit.finding_is_sure)
         if not finding_is_sure(se) or not finding_is_sure(oe):
             ratio = "n/a (an overhead short of a finding: within noise, below the 95 % level, or n=1)"
         else:

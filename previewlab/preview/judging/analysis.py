@@ -142,11 +142,6 @@ def overhead_pct(run: RunRecord, base: RunRecord) -> float:
     return 100 * (run.totals.wall_s / base.totals.wall_s - 1)
 
 
-def pair_overheads(runs: Sequence[Measured]) -> dict[str, list[float]]:
-    """Per configuration, each pair's overhead in percent (paired's pairs, in the order they ran)."""
-    return {cfg: [overhead_pct(r.record, b.record) for r, b in ps] for cfg, ps in paired(runs).items()}
-
-
 def baseline_noise(runs: Sequence[Measured], limit_pct: float = NOISE_LIMIT_PCT) -> Noise | None:
     """The spread of the steady baselines, per variant and run setup (each has its own `none`, as
     '[float16 ...] none' or 'none/euler/8steps'), the noisiest group named; None with fewer than two baselines
@@ -198,7 +193,7 @@ class Finding:
         return name, self.parts[name], sum(self.parts.values())
 
     def to_json(self, said: str = "") -> dict[str, Any]:
-        """said: its overhead and verdict in the words of the surface that shows it (advice.said)."""
+        """said: its overhead and verdict in the words of the surface that shows it (surface.said)."""
         p = self.preview
         return {"name": self.name, "said": said, "decoder": p.decoder, "every": p.every, "budget": p.budget, "mode": p.mode,
                 "preview_max": p.preview_max, "decode_at": p.decode_at, "device": self.device, "runs": self.runs,
@@ -240,13 +235,14 @@ def findings(runs: Sequence[Measured]) -> list[Finding]:
         parts = {**mean_parts(stage_sums(t), made), "slower denoising": slow}
         ov = [overhead_pct(r.record, b.record) for r, b in ps]
         each = [_preview_ms(r.record) for r in rs if r.record.totals.previews > 0]
-        preview = rs[0].record.meta.preview
+        meta = rs[0].record.meta
+        preview = meta.preview
         assert preview is not None
-        out.append(Finding(name, preview, rs[0].record.meta.device, len(rs), estimate(ov) if ov else None, parts,
-                           tuple((r.record.run_id, b.record.run_id) for r, b in ps),
-                           statistics.median(x.previews for x in t), int(statistics.median(steps)),
-                           estimate(each) if each else None,
-                           max(rs[0].record.meta.width, rs[0].record.meta.height), slower))
+        out.append(Finding(name, preview, meta.device, len(rs), estimate(ov) if ov else None, parts,
+                           pairs=tuple((r.record.run_id, b.record.run_id) for r, b in ps),
+                           previews=statistics.median(x.previews for x in t), steps=int(statistics.median(steps)),
+                           preview_ms=estimate(each) if each else None, image_side=max(meta.width, meta.height),
+                           slower=slower))
     return out
 
 
@@ -276,8 +272,3 @@ def per_run(runs: Sequence[Measured], of: Callable[[RunRecord], float | None]) -
 
 def steady_baselines(runs: Sequence[Measured]) -> int:
     return sum(1 for r in runs if r.role == "baseline" and r.steady)
-
-
-def median_wall(runs: Sequence[Measured]) -> float | None:
-    walls = [r.record.totals.wall_s for r in runs if r.role == "baseline" and r.steady]
-    return statistics.median(walls) if walls else None

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Collection, Sequence
 
-from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Surface, analyze
+from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, analyze
 from previewlab.preview.judging.analysis import cost_key, entry, name_of
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, SAMPLES_FOR_LEVEL
 from previewlab.preview.judging.progress import settle_line
 from previewlab.preview.judging.stages import on_path_share_pct, row_parts, shares_pct
+from previewlab.preview.judging.surface import Surface
 from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunRecord

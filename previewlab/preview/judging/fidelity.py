@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from previewlab.preview.judging.analysis import Measured
 from previewlab.preview.judging.estimates import Estimate, estimate
 
 if TYPE_CHECKING:
@@ -67,8 +66,9 @@ class Sample:
     @classmethod
     def from_row(cls, row: Mapping[str, str]) -> Sample:
         """Raises ValueError (a cell that is no number), KeyError (a column missing)."""
-        return cls(int(row["seed"]), int(row["steps"]), int(row["step"]), row["decoder"], row["decode_at"],
-                   row["target"], int(row["width"]), int(row["height"]), _num(row["ssim"]), float(row["psnr_db"]))
+        return cls(seed=int(row["seed"]), steps=int(row["steps"]), step=int(row["step"]), decoder=row["decoder"],
+                   decode_at=row["decode_at"], target=row["target"], width=int(row["width"]),
+                   height=int(row["height"]), ssim=_num(row["ssim"]), psnr_db=float(row["psnr_db"]))
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class Final:
 
 
 def at_name(decoder: str, decode_at: str) -> str:
-    """The name a decoder's fidelity goes by, as advice.costed names its cost: 'taesd', 'vae at half_latents'."""
+    """The name a decoder's fidelity goes by, as costs.costed names its cost: 'taesd', 'vae at half_latents'."""
     return decoder if decode_at == "preview" else f"{decoder} at {decode_at}"
 
 
@@ -253,53 +253,3 @@ def read(folder: Path, synthetic: bool = False, min_ssim: float = DEFAULT_MIN_SS
         raise ValueError(f"{folder}: fidelity.csv or finals.csv: not the fidelity pass's lines ({e})") from None
     return figures(samples, finals, synthetic, min_ssim)
 
-
-@dataclass(frozen=True)
-class Settle:
-    """Where the picture settles: from `step` on (of `steps`), no preview changed by more than the progress
-    threshold from the one before (the runs' settle_step), read on runs previewing every `every` steps. settled
-    False: their pictures still changed at their last preview (step is then the last step)."""
-    step: int
-    steps: int
-    every: int
-    settled: bool = True
-
-    @property
-    def early(self) -> bool:
-        """Well before the last step: at or before three quarters of the run (a quarter of its steps change no
-        preview visibly), and two steps or more before its end (one step is no shorter schedule to measure)."""
-        return self.settled and self.step <= 0.75 * self.steps and self.steps - self.step >= 2
-
-    def shows(self, every: int) -> bool:
-        """An interval shows each change before the picture settles when it previews at least twice by then
-        (every <= step / 2): a sparser one makes one preview, or none, while the picture still moves."""
-        return every <= self.step / 2
-
-    def said(self) -> str:
-        if not self.settled:
-            return f"the picture still changes at its last preview (read every {self.every} of {self.steps} steps)"
-        return f"the picture settles at step {self.step} of {self.steps}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "steps": self.steps, "every": self.every, "settled": self.settled}
-
-
-def settle_of(runs: Sequence[Measured]) -> Settle | None:
-    """Where a set of runs' picture settles, from the steady runs with previews at the densest interval whose
-    progress was read (totals.compared 2 or more; a sparser interval reads it only to its own interval): the
-    median of their settle steps (totals.settle_step), a run that never settled counting as past its last step.
-    None: no run's progress was read (older records, no previews), or the runs are a synthetic model's (noise
-    pictures settle on nothing a user would see)."""
-    got: dict[int, list[tuple[int, int]]] = {}
-    for r in runs:
-        t, p = r.record.totals, r.record.meta.preview
-        if not (r.steady and r.role == "config" and p is not None and p.budget <= 0 and t.compared >= 2
-                and not r.record.meta.synthetic):
-            continue
-        n = t.steps_run or r.record.meta.steps
-        got.setdefault(p.every, []).append((t.settle_step if t.settle_step is not None else n + 1, n))
-    if not got:
-        return None
-    every = min(got)
-    step, n = int(statistics.median_low(s for s, _ in got[every])), int(statistics.median_low(n for _, n in got[every]))
-    return Settle(step, n, every) if step <= n else Settle(n, n, every, settled=False)
