@@ -13,12 +13,12 @@ from previewlab.preview.call import modular_run
 from previewlab.preview.call.call_args import TaskError, clip_args, img2img_pipe, takes
 from previewlab.preview.call.lifecycle import MeasuredCall
 from previewlab.preview.controls import Controls
-from previewlab.preview.call.final import FinalDecode, final_decoder, final_image, final_u8, save_image, write_whole
-from previewlab.preview.frames import Frame, KeptFrames, preview_size, to_uint8_hwc
+from previewlab.preview.call.final import FinalDecode, final_decoder, final_u8, save_image, write_whole
+from previewlab.preview.frames import KeptFrames
 from previewlab.preview.call.meter import StepMeter
 from previewlab.preview.models import Model
 from previewlab.preview.decoding.previewer import Previewer
-from previewlab.preview.record.records import StepRow, on_path_ms
+from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunEvents, RunMeta, RunRecord
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from previewlab.preview.source.sources import is_modular, source_of
@@ -27,8 +27,6 @@ from previewlab.preview.timing.stopwatch import Clock, Stopwatch
 from previewlab.preview.source.targets import X0Tap
 from previewlab.preview.call.png_text import png_text
 from previewlab.preview.call.text_encode import encode_prompt
-from previewlab.preview.record.totals import Phases, run_record
-
 
 
 @dataclass
@@ -97,7 +95,6 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
     by_scheduler = not modular and source_of(pipe) == "scheduler"
     call = MeasuredCall(model, meter.sw)
     step_tap = StepTap(pipe.scheduler, x0=tap, on_step=call.step if by_scheduler else None, pipe=pipe)
-    ranges, clock = meter.ranges, meter.sw.clock
     meta = RunMeta.of(model, ctx.run_id, replace(settings, preview=start))  # the record's: its start's settings
 
     with torch.inference_mode():
@@ -109,17 +106,9 @@ def generate(context: RunContext, events: RunEvents | None = None) -> Run:
                 step_tap.install()
                 image = modular_run.call(model, settings, gen, call, meta, meter)
             else:
-                image = _classic(ctx, pipe, gen, call, meta, meter, step_tap, by_scheduler, final_decode)
-            t_dec1 = call.marks.t_decoded
-            assert t_dec1 is not None
-            ranges.begin("final_encode")
-            png = save_image(image, png_text(meta, type(pipe.scheduler).__name__))  # its settings, as A1111 reads them
-            ranges.end("final_encode")
-            t_enc1 = clock()
-            if ctx.image_path is not None:
-                write_whole(ctx.image_path, png)
-            t_end = clock()
-            call.request_end((t_enc1 - t_dec1) * 1e3, (t_end - t_enc1) * 1e3, t_end)
+                image = _classic(ctx, pipe, gen, call, meta, meter, step_tap=step_tap, by_scheduler=by_scheduler,
+                                 final_decode=final_decode)
+            _request_end(ctx, call, meter, image, meta, sampler=type(pipe.scheduler).__name__)
         except BaseException:
             call.fail()  # every completed step still reaches events.row; the caller records the failure
             raise
@@ -156,8 +145,27 @@ def _warm(prev: Previewer, start: PreviewSettings, settings: RunSettings) -> flo
     return compile_ms
 
 
+def _request_end(ctx: RunContext, call: MeasuredCall, meter: StepMeter, image: np.ndarray, meta: RunMeta, *,
+                 sampler: str) -> None:
+    """The final image encoded as PNG, with the run's settings and `sampler` (the scheduler's class) in its text
+    as A1111 reads them, and written whole where ctx asks: the request ends there. Its encode is timed from where
+    the final decode ended."""
+    ranges, clock = meter.ranges, meter.sw.clock
+    t_dec1 = call.marks.t_decoded
+    assert t_dec1 is not None
+    ranges.begin("final_encode")
+    png = save_image(image, png_text(meta, sampler))
+    ranges.end("final_encode")
+    t_enc1 = clock()
+    if ctx.image_path is not None:
+        write_whole(ctx.image_path, png)
+    t_end = clock()
+    call.request_end((t_enc1 - t_dec1) * 1e3, (t_end - t_enc1) * 1e3, t_end)
+
+
 def _classic(ctx: RunContext, pipe: Any, gen: torch.Generator, call: MeasuredCall, meta: RunMeta,
-             meter: StepMeter, step_tap: StepTap, by_scheduler: bool, final_decode: FinalDecode | None) -> np.ndarray:
+             meter: StepMeter, *, step_tap: StepTap, by_scheduler: bool, final_decode: FinalDecode | None
+             ) -> np.ndarray:
     """A pipeline with encode_prompt and latent output: the prompt encoded ahead, the call denoising only, the
     final decode ours (previews in flight finish before it uses the VAE). The final image as uint8 (H, W, 3) on
     the host; the call's marks say where its phases passed (the caller marks the start, the encode and the
@@ -192,12 +200,9 @@ def _classic(ctx: RunContext, pipe: Any, gen: torch.Generator, call: MeasuredCal
     call.drain_for_decode()  # previews in flight finish before the final decode uses the VAE
     ranges.begin("final_decode")
     u8 = final_u8(model, latents, settings.height, settings.width, final_decode)
-    marks = call.marks
-    marks.decode1 = sw.mark()
-    sw.wait(marks.decode1)  # the wait the copy below makes anyway, split off so the copy alone is timed
+    call.decode_queued()  # waits for the device there, so the copy below is timed alone
     t_copy = sw.clock()
     image = u8.cpu().numpy()
     ranges.end("final_decode")
-    marks.t_decoded = sw.clock()
-    marks.copy_ms = (marks.t_decoded - t_copy) * 1e3
+    call.copied(t_copy)
     return image

@@ -110,8 +110,9 @@ def measure(model: Model, base: RunSettings, decoders: Sequence[str], decode_ats
                 for d in decoders:
                     for at in decode_ats:
                         img = likeness.fitted(preview_of(model, prev, d, at, pmax, z, w, h), pw, ph)
-                        samples.append(Sample(seed, steps, step, d, at, what, pw, ph, likeness.ssim(img, vae),
-                                              likeness.psnr_db(img, vae)))
+                        samples.append(Sample(seed=seed, steps=steps, step=step, decoder=d, decode_at=at,
+                                              target=what, width=pw, height=ph, ssim=likeness.ssim(img, vae),
+                                              psnr_db=likeness.psnr_db(img, vae)))
         most = max(counts)
         for steps in counts[:-1]:
             a, b = last[steps], last[most]

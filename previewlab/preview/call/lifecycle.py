@@ -126,6 +126,16 @@ class MeasuredCall:
         self._to("denoised")
 
     # -- its end -----------------------------------------------------------------------------------------------
+    @property
+    def denoiser_started(self) -> bool:
+        """Step 1 has begun (a text encoder that runs now is the next call's)."""
+        return self.marks.denoise0 is not None
+
+    @property
+    def final_decoding(self) -> bool:
+        """The pipeline's own final decode has begun and not ended."""
+        return self.state == "denoised" and self.marks.decode0 is not None and self.marks.decode1 is None
+
     def decode_start(self) -> None:
         """The pipeline's own final decode begins (a watch: hooks on the user's VAE). A VAE that decodes in
         slices or frame by frame calls its decoder several times: the final decode runs from the first start."""
@@ -138,6 +148,30 @@ class MeasuredCall:
         """A final decode's forward has been queued to its end: the final decode runs to the last one."""
         if self.state == "denoised":
             self.marks.decode1, self.marks.t_decoded = self.sw.mark(), self.sw.clock()
+
+    def decode_queued(self) -> None:
+        """The engine's own final decode is queued to its end: waits until the device has passed it, the wait the
+        host copy makes anyway, split off so that copied() times the copy alone."""
+        c = self.marks
+        c.decode1 = self.sw.mark()
+        self.sw.wait(c.decode1)
+
+    def copied(self, t_copy: float) -> None:
+        """The final image's host copy, begun at t_copy (host seconds), has ended."""
+        c = self.marks
+        c.t_decoded = self.sw.clock()
+        c.copy_ms = (c.t_decoded - t_copy) * 1e3
+
+    def returned(self) -> None:
+        """A pipeline called whole has returned its image (the engine's Modular run): its text encoding (and
+        whatever prepared its latents) ran to its denoiser's first forward; its postprocess and host copy ran
+        from where the device passed its final decode (or the host queued its end, if later) to now."""
+        c, sw = self.marks, self.sw
+        c.te1 = c.denoise0
+        sw.wait(c.decode1)  # passed already: the pipeline's own postprocess copied the image
+        device_end = sw.host_time(c.decode1)
+        t_start = c.t0 if c.t0 is not None else sw.clock()
+        self.copied(max(c.t_decoded or t_start, device_end if device_end is not None else t_start))
 
     def request_end(self, final_encode_ms: float, write_ms: float, t_end: float) -> None:
         """The request ends at t_end: its image encoded and written (timed by the caller)."""

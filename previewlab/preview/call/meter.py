@@ -51,8 +51,9 @@ class StepMeter:
         prev = previewer or Previewer(model)
         self.plan = Planner(model, controls, prev, self.width, self.height, self.steps)
         self.sw, self.ranges, self.readings = sw, Ranges(ranges), RunUsage(model.device)
-        self.parts = MeterParts(model, run_id, self.width, self.height, asked.fps, controls, prev, self.plan, sw,
-                                self.ranges, self.readings, events, tap, inflight)
+        self.parts = MeterParts(model=model, run_id=run_id, width=self.width, height=self.height, fps=asked.fps,
+                                controls=controls, previewer=prev, plan=self.plan, sw=sw, ranges=self.ranges,
+                                readings=self.readings, events=events, tap=tap, inflight=inflight)
         self.ledger = Ledger(self.parts)
         self.maker = PreviewMaker(self.parts)
         self.last: Any = None  # the mark where the current step's denoising began

@@ -31,7 +31,7 @@ def call(model: Model, settings: RunSettings, gen: torch.Generator, measured: Me
     Where its phases passed goes to `measured`, which the caller started (its clock runs from the call's start,
     the text encoding is everything before the denoiser's first forward). The loop block and the hooks are
     removed whatever happens."""
-    pipe, sw, marks = model.pipe, meter.sw, measured.marks
+    pipe = model.pipe
 
     def on_step(step: Step) -> bool:
         with hooks.step():
@@ -65,13 +65,7 @@ def call(model: Model, settings: RunSettings, gen: torch.Generator, measured: Me
             modular.detach(pipe, block)
         hooks.remove()
     image = _u8(out)
-    marks.te1 = marks.denoise0
-    sw.wait(marks.decode1)  # passed already: the pipeline's own postprocess copied the image
-    device_end = sw.host_time(marks.decode1)
-    t_start = marks.t0 if marks.t0 is not None else sw.clock()
-    t_copy = max(marks.t_decoded or t_start, device_end if device_end is not None else t_start)
-    marks.t_decoded = sw.clock()  # the pipeline's postprocess and copy, after the decode
-    marks.copy_ms = (marks.t_decoded - t_copy) * 1e3
+    measured.returned()  # its text encoding ran to the first forward; its postprocess and copy after the decode
     return image
 
 
