@@ -24,7 +24,7 @@ from previewlab.bench.rows import SweepRow
 from previewlab.bench.sweep import Plan, run_sweep
 from previewlab.preview.decoding import decoders
 from previewlab.preview.settings import PreviewSettings, RunSettings
-from previewlab.preview.decoding.vae_memory import Fp32Decoder, as_vae_would
+from previewlab.preview.decoding.vae_memory import Fp32Decoder, as_vae_would, set_vae_memory, vae_memory
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -151,8 +151,8 @@ def test_the_float32_decoder_copy_tiles_and_slices_as_the_vae_would(tiny):
     copy = Fp32Decoder(vae)
     z = torch.randn(2, 4, 40, 40, generator=torch.Generator().manual_seed(0))
     try:
-        decoders.set_vae_memory(tiny.pipe, "tiling+slicing")
-        assert decoders.vae_memory(tiny.pipe) == "tiling+slicing"
+        set_vae_memory(tiny.pipe, "tiling+slicing")
+        assert vae_memory(tiny.pipe) == "tiling+slicing"
         with torch.inference_mode():
             want = vae.decode(z).sample
             got = as_vae_would(vae, copy, z)
@@ -160,8 +160,8 @@ def test_the_float32_decoder_copy_tiles_and_slices_as_the_vae_would(tiny):
         assert got.shape == want.shape == whole.shape
         assert torch.allclose(got, want, atol=1e-5) and not torch.allclose(got, whole, atol=1e-5)
     finally:
-        decoders.set_vae_memory(tiny.pipe, "none")
-    assert decoders.vae_memory(tiny.pipe) == ""
+        set_vae_memory(tiny.pipe, "none")
+    assert vae_memory(tiny.pipe) == ""
 
 
 def _run(cfg: str, wall: float, role: str) -> SweepRow:

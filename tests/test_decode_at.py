@@ -15,10 +15,10 @@ from fake_device import FakeClock
 from previewlab.bench import quality
 from previewlab.preview.decoding import previewer as previewer_module
 from previewlab.preview import models
-from previewlab.preview.decoding import decoders
+from previewlab.preview.decoding import decoders, stops
 from previewlab.preview.decoding.clips import pick
 from previewlab.preview.controls import Controls
-from previewlab.preview.decoding.decoders import WHOLE, Cut, cut_for
+from previewlab.preview.decoding.stops import WHOLE, Cut, cut_for
 from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
 from previewlab.preview.timing.stopwatch import Stopwatch
@@ -108,7 +108,7 @@ def test_a_diffusers_autoencoder_tiny_cut_equals_madebyollins_layout_with_the_sa
     mine.load_state_dict(_from_combined(ae.state_dict(), "decoder"))
     as_diffusers = models.Model(**{**tiny.__dict__, "taesd": ae, "taesd_kind": "diffusers"})
     as_madebyollin = models.Model(**{**tiny.__dict__, "taesd": mine.eval(), "taesd_kind": "madebyollin"})
-    assert decoders.upsample_factors("taesd", as_diffusers) == decoders.upsample_factors("taesd", as_madebyollin)
+    assert stops.upsample_factors("taesd", as_diffusers) == stops.upsample_factors("taesd", as_madebyollin)
     z = torch.randn(1, 4, 4, 6) * 2
     with torch.inference_mode():
         for c in CUTS + [Cut(half_latents=True)]:

@@ -16,6 +16,7 @@ import torch
 
 from previewlab import watch as preview_watch
 from previewlab.preview.decoding import decoders
+from previewlab.preview.decoding.vae_decoder import vae_decoder
 from previewlab.preview.frames import Frame
 from previewlab.preview.models import fit
 from previewlab.preview.models.reading import latent_space
@@ -133,7 +134,7 @@ def test_the_vae_decoder_feeds_the_vae_what_the_pipelines_own_decode_does(tinies
     w = preview_watch(t.pipe, decoder="vae", size=(t.height, t.width))
     try:
         with torch.inference_mode():
-            raw = decoders.vae_decoder(w.model)(latents, t.height, t.width)  # [-1, 1], as vae.decode returns
+            raw = vae_decoder(w.model)(latents, t.height, t.width)  # [-1, 1], as vae.decode returns
         ours = t.pipe.image_processor.postprocess(raw, output_type="np")
     finally:
         w.remove()
@@ -391,7 +392,7 @@ def test_wan_style_unscaling_matches_the_pipeline_in_bfloat16():
     w = preview_watch(t.pipe, decoder="vae", size=(t.height, t.width))
     try:
         with torch.inference_mode():
-            raw = decoders.vae_decoder(w.model)(latents, t.height, t.width)
+            raw = vae_decoder(w.model)(latents, t.height, t.width)
         ours = t.pipe.image_processor.postprocess(raw, output_type="np")
     finally:
         w.remove()
@@ -490,7 +491,7 @@ def test_stable_cascades_vqgan_decodes_what_the_decoder_pipeline_decodes(tinies)
     w = preview_watch(t.pipe, decoder="vae")
     try:
         with torch.inference_mode():
-            raw = decoders.vae_decoder(w.model)(latents, 48, 48)  # [-1, 1], as a VAE's
+            raw = vae_decoder(w.model)(latents, 48, 48)  # [-1, 1], as a VAE's
     finally:
         w.remove()
     ours = ((raw + 1) / 2).clamp(0, 1).permute(0, 2, 3, 1).float().numpy()

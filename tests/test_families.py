@@ -103,6 +103,7 @@ def test_ltxv_reads_its_tokens_and_statistics_as_its_pipeline_does():
     from diffusers import LTXPipeline
 
     from previewlab.preview.decoding import decoders
+    from previewlab.preview.decoding.rgb_decoder import has_factors
     from previewlab.preview.models import load
 
     model = load("synthetic:tiny-ltxv", device="cpu")
@@ -128,7 +129,7 @@ def test_ltxv_reads_its_tokens_and_statistics_as_its_pipeline_does():
     assert factors[0] == (1.1202e-02, -6.3815e-04, -1.0021e-02)
     assert factors[-1] == (-1.4605e-02, -6.7032e-03, 3.9675e-03)
     assert bias == (-0.0571, -0.1657, -0.2512)
-    assert decoders.has_factors(model)
+    assert has_factors(model)
     rgb = decoders.build("latent2rgb", model)
     assert rgb is not None
     f, b = torch.tensor(factors), torch.tensor(bias).view(1, 3, 1, 1)

@@ -12,7 +12,7 @@ from PIL import Image
 from previewlab.preview.decoding import decoders
 
 from previewlab.preview.decoding import encoders
-from previewlab.preview.models.latent_formats import LATENT_RGB
+from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
 from previewlab.preview.frames import preview_size, to_uint8_hwc
 from previewlab.preview.settings import PreviewSettings, RunSettings, SettingsError, should_preview
 
@@ -29,7 +29,7 @@ def test_latent2rgb_matches_hand_computed_pixel():
     lat = torch.zeros(1, 4, 1, 2)
     lat[0, 0, 0, 0] = 1.0
     lat[0, 3, 0, 1] = 1.0
-    out = decoders.latent2rgb(LATENT_RGB["sd15"], torch.device("cpu"), torch.float32)(lat)
+    out = latent2rgb(LATENT_RGB["sd15"], torch.device("cpu"), torch.float32)(lat)
     want0 = [(0.3512 + 1) / 2, (0.2297 + 1) / 2, (0.3227 + 1) / 2]
     want1 = [(-0.2120 + 1) / 2, (-0.2616 + 1) / 2, (-0.7177 + 1) / 2]
     assert out.shape == (1, 3, 1, 2)
@@ -39,9 +39,9 @@ def test_latent2rgb_matches_hand_computed_pixel():
 
 def test_latent2rgb_sdxl_bias_and_clamp():
     lat = torch.zeros(1, 4, 1, 1)
-    out = decoders.latent2rgb(LATENT_RGB["sdxl"], torch.device("cpu"), torch.float32)(lat)
+    out = latent2rgb(LATENT_RGB["sdxl"], torch.device("cpu"), torch.float32)(lat)
     assert torch.allclose(out[0, :, 0, 0], torch.tensor([(0.1084 + 1) / 2, (-0.0175 + 1) / 2, (-0.0011 + 1) / 2]))
-    big = decoders.latent2rgb(LATENT_RGB["sd15"], torch.device("cpu"), torch.float32)(torch.full((1, 4, 1, 1), 100.0))
+    big = latent2rgb(LATENT_RGB["sd15"], torch.device("cpu"), torch.float32)(torch.full((1, 4, 1, 1), 100.0))
     assert big.min() >= 0 and big.max() <= 1
 
 

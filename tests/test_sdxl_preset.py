@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from previewlab.preview.decoding.decoders import Cut, cut_for
+from previewlab.preview.decoding.stops import Cut, cut_for
 from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.models import Model, load, sd_presets
 from previewlab.preview.models.reading import latent_space

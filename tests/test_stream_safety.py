@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from previewlab.preview.decoding import decoders
+from previewlab.preview.decoding.vae_decoder import vae_decoder
+from previewlab.preview.decoding.vae_memory import fp32_decoder
 from previewlab.preview.call.callback import Watch
 from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.models import load
@@ -41,12 +43,12 @@ def test_engine_previews_leave_the_float16_vae_alone(xl16, mode):
     assert run.record.totals.previews == 3
     assert vae.dtype == torch.float16
     assert_unchanged(before, vae)
-    copy = decoders.fp32_decoder(xl16.pipe)
+    copy = fp32_decoder(xl16.pipe)
     assert copy.decoder.conv_in.weight.dtype == torch.float32
     assert run.record.totals.vae_copy_mb == pytest.approx(copy.bytes / 2**20) and run.record.totals.vae_copy_mb > 0
     # the copy decodes what the float16 VAE would, in float32
     lat = torch.randn(1, 4, 8, 8, dtype=torch.float16)
-    ours = decoders.vae_decoder(xl16)(lat, 16, 16)
+    ours = vae_decoder(xl16)(lat, 16, 16)
     with torch.no_grad():
         theirs = vae.to(torch.float32).decode(lat.float() / vae.config.scaling_factor).sample
         vae.to(torch.float16)

@@ -12,7 +12,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from previewlab.preview.decoding.decoders import VAE_MEMORY, VaeMemory, set_vae_memory, vae_memory
+from previewlab.preview.decoding.vae_memory import VAE_MEMORY, VaeMemory, set_vae_memory, vae_memory
 from previewlab.preview.models.families import vae_of
 
 # short name -> (diffusers class, what it integrates): noise (epsilon / v / sample prediction), flow (flow

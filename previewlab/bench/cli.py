@@ -176,7 +176,8 @@ def checked(args: argparse.Namespace, model: Model, counts: tuple[int, ...]) -> 
     SettingsError, DecoderError or AxisError (their str() the one line)."""
     from previewlab.bench.axes import check_vae_modes, schedulers_for
     from previewlab.bench.unit import Facts
-    from previewlab.preview.decoding.decoders import DecoderError, taesd_refusal
+    from previewlab.preview.decoding.contract import DecoderError
+    from previewlab.preview.decoding.tae_decoder import taesd_refusal
 
     facts = Facts(model.name, model.label, model.space.describe(), model.synthetic, model.space.video,
                   model.default_size, model.num_frames, model.fps, model.space.temporal, str(model.device),

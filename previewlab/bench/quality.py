@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from previewlab.bench.flags import listof, ranged
-from previewlab.preview.decoding import decoders
+from previewlab.preview.decoding import decoders, stops
 from previewlab.preview.decoding.decoders import WHOLE, Cut
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
 from previewlab.preview.models.taesd import cut, load_tae, upsample_factors
@@ -145,10 +145,10 @@ def taef2_rows(side: int, repeats: int) -> list[Row]:
     rgb = latent2rgb(LATENT_RGB["flux2"], torch.device("cpu"), torch.float32)
 
     def tae(c: Cut) -> torch.Tensor:
-        return cut(decoder, c.stages)(decoders.halve(z) if c.half_latents else z).clamp(0, 1)
+        return cut(decoder, c.stages)(stops.halve(z) if c.half_latents else z).clamp(0, 1)
 
     return (measure("taef2", "taesd", tae, upsample_factors(decoder), repeats) +
-            measure("taef2", "latent2rgb", lambda c: rgb(decoders.halve(z) if c.half_latents else z), (), repeats))
+            measure("taef2", "latent2rgb", lambda c: rgb(stops.halve(z) if c.half_latents else z), (), repeats))
 
 
 def u8(image: torch.Tensor) -> "np.ndarray":
@@ -169,9 +169,9 @@ def taef2_fidelity(side: int) -> list[tuple[str, str, str, float | None, float]]
     picture = photo(side)
     with torch.inference_mode():
         z = encoder(picture)
-        made = {("taesd", c.label): cut(decoder, c.stages)(decoders.halve(z) if c.half_latents else z)
+        made = {("taesd", c.label): cut(decoder, c.stages)(stops.halve(z) if c.half_latents else z)
                 for c in cuts(upsample_factors(decoder))}
-        made.update({("latent2rgb", "whole"): rgb(z), ("latent2rgb", "half latents"): rgb(decoders.halve(z))})
+        made.update({("latent2rgb", "whole"): rgb(z), ("latent2rgb", "half latents"): rgb(stops.halve(z))})
     refs = {"TAEF2 whole": u8(made[("taesd", "whole")]), "the photo": u8(picture)}
     out = []
     for (name, at), image in made.items():
@@ -202,7 +202,7 @@ def demo_rows(steps: int, repeats: int) -> list[Row]:
                 built[c] = fn
             return built[c](z, size, size)
 
-        rows += measure("demo", name, image, decoders.upsample_factors(name, model), repeats)
+        rows += measure("demo", name, image, stops.upsample_factors(name, model), repeats)
     return rows
 
 

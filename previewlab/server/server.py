@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from previewlab.preview.call import fidelity_pass
-from previewlab.preview.decoding.decoders import taesd_refusal
+from previewlab.preview.decoding.tae_decoder import taesd_refusal
 from previewlab.preview.judging import fidelity
 from previewlab.preview.judging.fidelity import Final, Sample
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT

@@ -30,7 +30,8 @@ from previewlab.preview.source import modular
 from previewlab.preview.call.call_exit import ExitWatch, in_call, left_call
 from previewlab.preview.controls import Controls
 from previewlab.preview.record.csv_writer import to_csv_text
-from previewlab.preview.decoding.decoders import DecoderError, taesd_refusal
+from previewlab.preview.decoding.contract import DecoderError
+from previewlab.preview.decoding.tae_decoder import taesd_refusal
 from previewlab.preview.judging.digest import digest, judged
 from previewlab.preview.judging.progress import with_progress
 from previewlab.preview.call.final import save_image

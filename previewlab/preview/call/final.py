@@ -12,6 +12,7 @@ import torch
 from previewlab.preview.decoding import clips
 
 from previewlab.preview.decoding import decoders
+from previewlab.preview.decoding.vae_decoder import vae_decoder
 from previewlab.preview.frames import grid, tile, to_uint8_hwc
 from previewlab.preview.models import Model
 
@@ -36,7 +37,7 @@ def final_decoder(model: Model) -> FinalDecode:
         return decode_clip
     if model.space.pixel:  # the latents are the image in [-1, 1]
         return lambda latents, height, width: to_uint8_hwc(((grid(latents).float() + 1) / 2).clamp(0, 1))
-    vae = decoders.vae_decoder(model)
+    vae = vae_decoder(model)
     return lambda latents, height, width: to_uint8_hwc(((grid(vae(latents, height, width)).float() + 1) / 2)
                                                        .clamp(0, 1))
 

@@ -28,14 +28,6 @@ from previewlab.preview.decoding.rgb_decoder import build_latent2rgb
 from previewlab.preview.decoding.tae_decoder import build_taesd
 from previewlab.preview.decoding.vae_decoder import build_vae, decode_args
 
-# the decoders' parts, where their importers have always found them
-from previewlab.preview.decoding.stops import cut_for, halve, upsample_factors
-from previewlab.preview.models.latent_formats import latent2rgb
-from previewlab.preview.decoding.rgb_decoder import has_factors
-from previewlab.preview.decoding.tae_decoder import taesd_refusal
-from previewlab.preview.decoding.vae_decoder import vae_decoder
-from previewlab.preview.decoding.vae_memory import VAE_MEMORY, VaeMemory, copy_mb, fp32_decoder, set_vae_memory, vae_memory
-
 
 @dataclass(frozen=True)
 class Spec:

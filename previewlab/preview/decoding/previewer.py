@@ -5,10 +5,9 @@ import time
 
 import torch
 
-from previewlab.preview.decoding import decoders
-
-from previewlab.preview.decoding import encoders
-from previewlab.preview.decoding.decoders import WHOLE, Cut
+from previewlab.preview.decoding import decoders, encoders
+from previewlab.preview.decoding.rgb_decoder import has_factors
+from previewlab.preview.decoding.stops import WHOLE, Cut, cut_for, upsample_factors
 from previewlab.preview.frames import grid_size
 from previewlab.preview.models import Model
 from previewlab.preview.settings import PreviewSettings
@@ -35,9 +34,8 @@ class Previewer:
         width x height px: the preview shows their grid, so the grid's long side decides. The decoder's stages
         are read once; then this is a few integer operations per preview."""
         if name not in self._factors:
-            self._factors[name] = decoders.upsample_factors(name, self.model)
-        return decoders.cut_for(s.decode_at, self._factors[name], max(grid_size(batch, width, height)),
-                                s.preview_max)
+            self._factors[name] = upsample_factors(name, self.model)
+        return cut_for(s.decode_at, self._factors[name], max(grid_size(batch, width, height)), s.preview_max)
 
     def sides(self, name: str, s: PreviewSettings, width: int, height: int, batch: int = 1,
               smallest: int | None = None) -> tuple[int, ...]:
@@ -93,7 +91,7 @@ class Previewer:
         if self.model.space.video:  # a clip's previews go through clip(), which is not compiled
             self.compile_ms[key] = 0.0
             return 0.0
-        if name == "latent2rgb" and not decoders.has_factors(self.model):
+        if name == "latent2rgb" and not has_factors(self.model):
             # its first call fits factors to the latents it is given: never to these zeros. It compiles at its
             # first preview instead, in that row's time
             self.compile_ms[key] = 0.0

@@ -283,7 +283,7 @@ class LatentSpace:
 
         dtype: the latents' dtype (the transformer's or UNet's); the arithmetic runs in it, as in the pipeline.
         ZImagePipeline, CogView4 and AuraFlow cast to the VAE's dtype before unscaling: for them, pass the
-        VAE's dtype and cast the latents to it first (decoders.vae_decoder does). LTX (mean_std_buffers) unscales
+        VAE's dtype and cast the latents to it first (vae_decoder.vae_decoder does). LTX (mean_std_buffers) unscales
         in float32 and casts after (unscaling.unscaler), so pass it the callback's latents uncast
         (LatentSpace.cast_first is False). A VAE with timestep_conditioning also takes a timestep: see `timestep`
         and vae_decoder.decode_args.

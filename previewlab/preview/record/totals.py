@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from previewlab.preview.decoding import decoders
+from previewlab.preview.decoding.vae_memory import copy_mb, vae_memory
 from previewlab.preview.models import Model, device_name
 from previewlab.preview.names import check
 from previewlab.preview.record.records import ENDED, PREVIEW_STAGES, StepRow, Totals, on_path_ms
@@ -58,8 +58,8 @@ def run_record(model: Model, meta: RunMeta, rows: list[StepRow], phases: Phases,
                     skipped=sum(r.skipped for r in rows), bytes=sum(r.bytes for r in rows),
                     inflight_peak=inflight_peak, offload=model.offload, compile=int(compiled),
                     channels_last=int(model.channels_last), compile_ms=compile_ms,
-                    vae_copy_mb=decoders.copy_mb(pipe), steps_run=len(rows),
+                    vae_copy_mb=copy_mb(pipe), steps_run=len(rows),
                     frames_sent=sum(r.frames for r in rows), **asdict(usage or Usage()), timing=timing,
                     scheduler=type(scheduler).__name__ if scheduler is not None else "",
-                    vae=decoders.vae_memory(pipe))
+                    vae=vae_memory(pipe))
     return RunRecord(meta, totals)
