@@ -18,7 +18,7 @@ from previewlab import watch as preview_watch
 from previewlab.preview.models import synthetic_pipeline
 from previewlab.preview.record.records import STEP_COLUMNS
 from previewlab.server.embedded import serve
-from previewlab.server.ws.protocol import unpack_frame
+from previewlab.server.ws.binary import unpack_frame
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,8 @@ def test_decoder_none_leaves_the_output_bit_identical(pipe):
 def test_watchs_keywords_build_one_frozen_settings_value_and_bad_ones_fail_in_one_line(pipe):
     from dataclasses import FrozenInstanceError
 
-    from previewlab.preview.call.callback import Watch, WatchSettings
+    from previewlab.preview.call.callback import Watch
+    from previewlab.preview.call.watch_settings import WatchSettings
     from previewlab.preview.settings import PreviewSettings, SettingsError
 
     w = preview_watch(pipe, decoder="latent2rgb", every=2, mode="sync", inflight=3)

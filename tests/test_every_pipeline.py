@@ -321,7 +321,7 @@ def test_ltx_decodes_as_its_pipeline_does(tinies):
 
 
 def test_a_video_pipeline_runs_in_the_engine_and_its_final_image_is_the_first_frame(tinies):
-    from previewlab.preview.call.callback import model_of
+    from previewlab.preview.call.script_pipe import model_of
     from previewlab.preview.call.engine import RunContext, generate
     from previewlab.preview.settings import PreviewSettings, RunSettings
 

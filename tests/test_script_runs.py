@@ -14,7 +14,7 @@ import torch
 from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 
 from previewlab import serve, watch as preview_watch
-from previewlab.preview.call.callback import WatchError
+from previewlab.preview.call.call_owner import WatchError
 from previewlab.preview.models import synthetic_pipeline
 
 

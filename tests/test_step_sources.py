@@ -341,7 +341,7 @@ def test_the_callback_and_the_engine_count_pipeline_steps_with_pndm(tiny):
 def test_the_engine_runs_a_pipeline_without_a_step_callback(tinies, name):
     """The server's and the bench's engine: a pipeline without a callback (HunyuanVideo 1.5), or in pixel space
     (IF), runs with the scheduler's step as its step source."""
-    from previewlab.preview.call.callback import model_of
+    from previewlab.preview.call.script_pipe import model_of
     from previewlab.preview.call.engine import RunContext, generate
     from previewlab.preview.settings import PreviewSettings, RunSettings
 

@@ -1,7 +1,7 @@
 """Hooks on a pipeline's own modules that say where a measured call's phases pass: its text encoders (start and
 end), its denoiser's first forward (step 1 begins), and its VAE decoder's final decode (start and end). A Modular
-run (modular_run.py) and a user's watched call (callback.py) read their phases this way; the engine's classic
-run encodes and decodes itself and marks them directly.
+run (modular_run.py) and a user's watched call (watch_phases.py) read their phases this way; the engine's classic
+run encodes and decodes itself and tells its lifecycle where they passed.
 
 No hook changes what a module computes: each only calls back. The denoiser's hook removes itself at its first
 call (arm() sets it again for the next call), so the steps pay for no phase hook. A VAE decode inside a step (a sync
