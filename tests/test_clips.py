@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from previewlab.preview.decoding import clips
-from previewlab.preview.models.taehv import TAEHV, Layout
+from previewlab.preview.models.taehv import TAEHV
+from previewlab.preview.models.taehv_files import Layout
 from previewlab.preview.names import check_frames
 from previewlab.preview.settings import PreviewSettings, RunSettings, SettingsError
 

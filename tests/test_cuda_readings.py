@@ -73,7 +73,8 @@ def test_the_reference_compares_event_times_with_the_gpu_span_and_has_no_sync_ro
 def test_a_sync_inside_preview_models_code_is_previewlabs_too(monkeypatch):
     """The decoders under preview/models/ (TAEHV, TAESD, the latent spaces) run every step too: a sync there is
     per-step code's. Before, only files directly in preview/ were attributed, so these were never caught."""
-    from previewlab.preview.models.taehv import TAEHV, Layout
+    from previewlab.preview.models.taehv import TAEHV
+    from previewlab.preview.models.taehv_files import Layout
 
     real = F.pixel_shuffle
 

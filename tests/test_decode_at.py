@@ -23,7 +23,8 @@ from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
 from previewlab.preview.timing.stopwatch import Stopwatch
 from previewlab.preview.models.presets import TINY
-from previewlab.preview.models.taehv import TAEHV, Layout
+from previewlab.preview.models.taehv import TAEHV
+from previewlab.preview.models.taehv_files import Layout
 from previewlab.preview.models.taesd import Decoder, _from_combined, cut, upsample_factors
 from previewlab.preview.decoding.previewer import Previewer
 from previewlab.preview.record.records import STEP_COLUMNS, StepRow

@@ -341,7 +341,8 @@ def test_the_video_tae_previews_wan_latents_from_a_published_layout(tinies, tmp_
     """decoder taesd with madebyollin/taehv's taew2_1 layout (random weights): on Wan and on Qwen-Image, whose
     VAE is Wan 2.1's. The TAE takes the model's own latents (as madebyollin's TAEs do), one latent frame, one frame."""
     from previewlab.preview.models import ModelError
-    from previewlab.preview.models.taehv import TAEHV, Layout
+    from previewlab.preview.models.taehv import TAEHV
+    from previewlab.preview.models.taehv_files import Layout
 
     t = tiny_of(tinies, name)
     torch.manual_seed(0)

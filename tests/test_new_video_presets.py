@@ -21,7 +21,7 @@ from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.models import Model, load, tae_channels
 from previewlab.preview.models.families import CHANNELS, Family
 from previewlab.preview.models.presets import PRESETS, TINY_VIDEO
-from previewlab.preview.models.taehv import FAMILY_FILES
+from previewlab.preview.models.taehv_files import FAMILY_FILES
 from previewlab.preview.models.video_presets import FPS, clip_defaults
 from previewlab.preview.names import DecoderName
 from previewlab.preview.record.kept_events import Gathered

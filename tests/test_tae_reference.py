@@ -91,6 +91,23 @@ def test_taesana_decodes_as_the_reference_does(tmp_path):
     assert float((got - want).abs().max()) < 1e-3
 
 
+
+@pytest.mark.parametrize("channels,variant", [(4, None), (16, None), (32, "flux_2"), (32, "f32")])
+def test_every_taesd_layout_is_the_references_layer_for_layer(channels, variant):
+    """The layer order is the published files' keys (N.* of one nn.Sequential): each decoder (and encoder; there
+    is no F32 one here) has the reference's layers in its order, and its state dict the same keys and shapes."""
+    from previewlab.preview.models.taesd import Decoder, Encoder, F32Decoder
+
+    ref = taesd_ref.TAESD(encoder_path=None, decoder_path=None, latent_channels=channels, arch_variant=variant)
+    gn = variant == "flux_2"
+    pairs = [(F32Decoder(channels) if variant == "f32" else Decoder(channels, gn), ref.decoder)]
+    if variant != "f32":
+        pairs.append((Encoder(channels, gn), ref.encoder))
+    for ours, theirs in pairs:
+        assert [type(m).__name__ for m in ours] == [type(m).__name__ for m in theirs]
+        assert [(k, v.shape) for k, v in ours.state_dict().items()] == [
+            (k, v.shape) for k, v in theirs.state_dict().items()]
+
 def test_a_file_of_none_of_the_layouts_names_what_was_expected(tmp_path):
     with pytest.raises(TaeError, match="expected taehv, taew2_1.*taeh3, taehv1_5_super") as e:
         load_taehv({"decoder.7.conv.weight": torch.zeros(1)})
@@ -113,8 +130,8 @@ def test_every_taehv_file_is_taken_for_its_own_family_only(name, tmp_path):
     channels is refused in one line naming the file's family; the synthetic presets build its layout."""
     from previewlab.preview.models.families import CHANNELS
     from previewlab.preview.models.loading import LoadError, load_taesd
-    from previewlab.preview.models.taehv import layout_of, read_state
-    from previewlab.preview.models.video_presets import TAE_LAYOUTS
+    from previewlab.preview.models.taehv_files import TAE_LAYOUTS, layout_of
+    from previewlab.preview.models.taesd import read_state
 
     _, path = saved(tmp_path, name, seed=3)
     family = FILE_FAMILY[name]

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from previewlab.preview.models.taehv import TAEHV, Layout, layout_of, load_taehv
+from previewlab.preview.models.taehv import TAEHV, load_taehv
+from previewlab.preview.models.taehv_files import Layout, layout_of
 from previewlab.preview.models.taesd import TaeError
 
 # name -> (latent channels, patch, strides per stage): madebyollin's published files

@@ -15,7 +15,7 @@ from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
 from previewlab.preview.frames import Frame
 from previewlab.preview.models.presets import TINY_VIDEO
-from previewlab.preview.models.taehv import FAMILY_FILES
+from previewlab.preview.models.taehv_files import FAMILY_FILES
 from previewlab.preview.names import DecoderName, FrameChoice
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings

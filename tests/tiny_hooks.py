@@ -139,7 +139,8 @@ from torch import nn
 
 from previewlab.preview.models.offline_tokenizers import (GEMMA3_SPECIALS, QWEN_CHAT, clip_tokenizer,
                                                           mistral_tokenizer, t5_tokenizer)
-from previewlab.preview.models.video_presets import byt5, gemma3 as _gemma3, ltx2_parts, qwen25_vl_text
+from previewlab.preview.models.new_video_presets import ltx2_parts
+from previewlab.preview.models.text_encoders import byt5, gemma3 as _gemma3, qwen25_vl_text
 from previewlab.bench.survey.outputs import arrays
 from tests import tiny_pipes
 from tests.tiny_pipes import Tiny, _call, _seeded, _t5, _tiny, qwen2_tokenizer
@@ -248,7 +249,7 @@ def deepfloyd_if() -> Tiny:
 
 
 def _ltx2_parts(channels: int) -> dict[str, Any]:
-    """LTX-2's text, audio and denoising parts (video_presets.ltx2_parts) with the Gemma 3 tokenizer above."""
+    """LTX-2's text, audio and denoising parts (new_video_presets.ltx2_parts) with the Gemma 3 tokenizer above."""
     return ltx2_parts(channels, gemma3_tokenizer())
 
 

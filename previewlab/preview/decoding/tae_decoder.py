@@ -10,7 +10,8 @@ from previewlab.preview.decoding.stops import Cut, shrink
 from previewlab.preview.decoding.contract import Decode, DecoderError, Note
 from previewlab.preview.models import Model, taesd
 from previewlab.preview.models.families import CHANNELS
-from previewlab.preview.models.taehv import FAMILY_FILES, NO_TAE, TAEHV
+from previewlab.preview.models.taehv import TAEHV
+from previewlab.preview.models.taehv_files import FAMILY_FILES, NO_TAE
 from previewlab.preview.models.taesd import PREFIXES
 
 # madebyollin/taesd's file stem per image family (taesd.PREFIXES, read the other way)

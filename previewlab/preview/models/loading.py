@@ -18,7 +18,8 @@ from torch import nn
 from previewlab.preview.models.families import CHANNELS, FAMILIES, Family, FamilyError
 from previewlab.preview.models.latent_formats import Factors
 from previewlab.preview.models.reading import latent_space
-from previewlab.preview.models.taehv import FAMILY_FILES, is_taehv, load_taehv
+from previewlab.preview.models.taehv import load_taehv
+from previewlab.preview.models.taehv_files import FAMILY_FILES, is_taehv
 from previewlab.preview.models.taesd import PREFIXES, TaeError, load_tae, read_state
 
 TaeKind = Literal["diffusers", "madebyollin", "none"]

@@ -1,5 +1,5 @@
-"""Tokenizers built offline for the synthetic presets (no hub): CLIP, T5, and Mistral-, Qwen- and Gemma-style
-ones. Token ids do not change compute: the pipelines pad every prompt to a fixed length."""
+"""Tokenizers built offline for the synthetic presets (no hub): CLIP, T5, and Mistral-, Llama-, Qwen- and
+Gemma-style ones. Token ids do not change compute: the pipelines pad every prompt to a fixed length."""
 from __future__ import annotations
 
 import string
@@ -50,6 +50,22 @@ def mistral_tokenizer() -> Any:
     tok.add_special_tokens(specials)
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
                                    pad_token="<pad>", chat_template=CHAT_TEMPLATE, model_max_length=512)
+
+
+def llama_tokenizer() -> Any:
+    """A character-level WordLevel tokenizer with Llama 3's special tokens, standing in for HunyuanVideo's
+    LlamaTokenizerFast: the pipeline pads and truncates to a fixed length, so ids do not change compute."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                "<unk>"]
+    tok = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(specials + CHARS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(),
+                                                 pre_tokenizers.Split(pattern="", behavior="isolated")])
+    tok.add_special_tokens(specials)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
+                                   unk_token="<unk>", pad_token="<|end_of_text|>", model_max_length=512)
 
 
 def _chars(specials: list[str], *, pad: str, unk: str, eos: str, bos: str | None = None,

@@ -1,6 +1,6 @@
-"""Synthetic presets of the newer families (SD3, FLUX.1, FLUX.2, and the video families of video_presets.py):
-real diffusers pipeline classes with random seeded weights and tokenizers built offline, on the CPU. Their
-pictures are noise; their shapes, latent layouts and decode paths are the real ones.
+"""Synthetic presets of the newer families (SD3, FLUX.1, FLUX.2, and the video families of video_presets.py and
+new_video_presets.py): real diffusers pipeline classes with random seeded weights and tokenizers built offline, on
+the CPU. Their pictures are noise; their shapes, latent layouts and decode paths are the real ones.
 
 The tiny presets run 2-4 steps of a 64x64 image (or a 64 px clip of a few frames) in a couple of seconds on a
 CPU, for tests. Each comes with its family's TAE in madebyollin's layout (random weights, the real
@@ -16,10 +16,13 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from previewlab.preview.models import video_presets
+from previewlab.preview.models import new_video_presets, video_presets
 from previewlab.preview.models.families import Family
 from previewlab.preview.models.offline_tokenizers import clip_tokenizer, mistral_tokenizer, t5_tokenizer
+from previewlab.preview.models.taehv import TAEHV
+from previewlab.preview.models.taehv_files import TAE_LAYOUTS
 from previewlab.preview.models.taesd import Decoder
+from previewlab.preview.models.text_encoders import t5
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # transformers warns that torchvision is missing
 
@@ -36,13 +39,6 @@ def _clip(hidden: int, projection: int | None = None, layers: int = 2, heads: in
                          intermediate_size=inter, num_attention_heads=heads, num_hidden_layers=layers,
                          max_position_embeddings=77, projection_dim=projection or hidden, hidden_act=act)
     return CLIPTextModelWithProjection(cfg) if projection else CLIPTextModel(cfg)
-
-
-def _t5(d_model: int) -> Any:
-    from transformers import T5Config, T5EncoderModel
-
-    return T5EncoderModel(T5Config(vocab_size=1000, d_model=d_model, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
-                                   relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1))
 
 
 def _vae16(scaling: float, shift: float, widths: tuple[int, ...] = (16,) * 4, layers: int = 1, groups: int = 8) -> Any:
@@ -76,7 +72,7 @@ def _tiny_sd3() -> Any:
     return StableDiffusion3Pipeline(
         transformer=transformer, scheduler=_flow_scheduler(False), vae=_vae16(1.5305, 0.0609),
         text_encoder=_clip(32, 32), tokenizer=clip_tokenizer(), text_encoder_2=_clip(32, 32),
-        tokenizer_2=clip_tokenizer(), text_encoder_3=_t5(64), tokenizer_3=t5_tokenizer())
+        tokenizer_2=clip_tokenizer(), text_encoder_3=t5(64), tokenizer_3=t5_tokenizer())
 
 
 def _sd35_medium() -> Any:
@@ -108,7 +104,7 @@ def _tiny_flux1() -> Any:
                                          attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
                                          pooled_projection_dim=32, guidance_embeds=True, axes_dims_rope=(4, 6, 6))
     return FluxPipeline(scheduler=_flow_scheduler(True), vae=_vae16(0.3611, 0.1159), text_encoder=_clip(32),
-                        tokenizer=clip_tokenizer(), text_encoder_2=_t5(32), tokenizer_2=t5_tokenizer(),
+                        tokenizer=clip_tokenizer(), text_encoder_2=t5(32), tokenizer_2=t5_tokenizer(),
                         transformer=transformer)
 
 
@@ -160,11 +156,12 @@ def _taesd(channels: int, groupnorm: bool = False) -> Callable[[], nn.Module]:
 
 
 def _taehv(family: Family) -> Callable[[], nn.Module]:
-    return functools.partial(video_presets.tae, family)
+    """previewlab's TAEHV in the layout of the family's published file, random weights (build_preset seeds them)."""
+    return functools.partial(TAEHV, TAE_LAYOUTS[family])
 
 
 def _video(build: Callable[[], Any], family: Family, frames: int, size: int = 64) -> Preset:
-    tae = _taehv(family) if family in video_presets.TAE_LAYOUTS else None
+    tae = _taehv(family) if family in TAE_LAYOUTS else None
     return Preset(build, family, tae, size, frames, video_presets.FPS[family])
 
 
@@ -184,9 +181,9 @@ PRESETS: dict[str, Preset] = {
     "synthetic:tiny-ltxv": _video(video_presets.tiny_ltxv, "ltxv", 9),
     # the newer families at their real latent channels and compression: HunyuanVideo 1.5 (32 channels, 16x / 4x)
     # 5 frames, 2 latent frames of 4 x 4; LTX-2 and LTX-2.3 (128 channels, 32x / 8x) 9 frames, as LTX-Video
-    "synthetic:tiny-hunyuanvideo15": _video(video_presets.tiny_hunyuanvideo15, "hunyuanvideo15", 5),
-    "synthetic:tiny-ltx2": _video(video_presets.tiny_ltx2, "ltx2", 9),
-    "synthetic:tiny-ltx2_3": _video(video_presets.tiny_ltx2_3, "ltx2_3", 9),
+    "synthetic:tiny-hunyuanvideo15": _video(new_video_presets.tiny_hunyuanvideo15, "hunyuanvideo15", 5),
+    "synthetic:tiny-ltx2": _video(new_video_presets.tiny_ltx2, "ltx2", 9),
+    "synthetic:tiny-ltx2_3": _video(new_video_presets.tiny_ltx2_3, "ltx2_3", 9),
     # real size (parameter_counts): transformer 1,418,996,800, VAE 126,892,531, the one-layer UMT5 stand-in
     # 197,048,320; 7.0 GB in float32. 9 frames (3 latent frames) at 128 px, on 2 CPU cores (torch 2.13): about 7 s
     # a step without guidance, 13 s with it (two transformer calls); at 160 px 9 s and 19 s

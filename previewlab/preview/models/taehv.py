@@ -17,11 +17,11 @@ Cheaper previews: `time_upscale` and `space_upscale` switch the growing and the 
 switched-off grow keeps the last of its `stride` outputs (the weights' last-timestep rows), as the reference
 patches them. smaller(k) leaves out the last k upsamples of a loaded decoder, sharing its weights: a preview at
 the preview's size, switched per preview. The weights are madebyollin's files unchanged (`.pth` or `.safetensors`), whose keys are
-`decoder.N.*`; the variant (latent channels, patch size, which stages grow in time) is read from the keys' shapes.
+`decoder.N.*`; the variant (latent channels, patch size, which stages grow in time) is read from the keys' shapes
+(taehv_files.py, with the file each family has).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -29,34 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from previewlab.preview.models.families import Family
-from previewlab.preview.models.taesd import TaeError, cut, read_state
-
-WIDTHS = (256, 128, 64, 64)  # decoder features per stage, then the last conv's input
-SUPER_WIDTHS = (512, 256, 128, 64)
-# madebyollin's published file per family (its name also carries the CogVideoX trim rule and H3's chunks); Mochi
-# has none. HunyuanVideo 1.5 and Wan 2.2 also have a Super decoder (taehv1_5_super, taew2_2_super), the same
-# family's latents.
-FAMILY_FILES: dict[Family, str] = {
-    "wan21": "taew2_1", "wan22": "taew2_2", "hunyuanvideo": "taehv", "cogvideox": "taecvx",
-    "hunyuanvideo15": "taehv1_5", "ltx2": "taeltx_2", "ltx2_3": "taeltx2_3", "minimaxh3": "taeh3"}
-# families with no TAE previewlab can load, and why, for decoder taesd's refusal (Mochi's says only its channels)
-NO_TAE: dict[Family, str] = {
-    "ltxv": "no published TAE fits LTX-Video 0.9's latents (madebyollin's taeltx_2 is for LTX-2's VAE, another "
-            "latent space of the same 128 channels)",
-    "qwenimage21": "madebyollin's taeqi2_1 (Qwen-Image 2.1: 64 channels, 16x, RGBA) came after the taesd code "
-                   "previewlab follows (5cccb12), so previewlab has no decoder for it",
-    "cascade_c": "no TAE is published for Stable Cascade's stage C latents",
-    "cascade_b": "no TAE is published for Stable Cascade's stage B latents"}
-
-
-def conv(n_in: int, n_out: int, **kwargs: object) -> nn.Conv2d:
-    return nn.Conv2d(n_in, n_out, 3, padding=1, **kwargs)  # type: ignore[arg-type]
-
-
-class Clamp(nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(x / 3) * 3  # soft clamp of the latents to (-3, 3)
+from previewlab.preview.models.taehv_files import Layout, layout_of
+from previewlab.preview.models.taesd import Clamp, TaeError, conv, cut, read_state
 
 
 class MemBlock(nn.Module):
@@ -100,54 +74,6 @@ class TGrow(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _, c, h, w = x.shape
         return self.conv(x).reshape(-1, c, h, w)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What a weight file decodes: latent channels, the pixel-shuffle patch, the temporal stride each stage's
-    grow was trained with, whether it keeps the warm-up frames of an even-length input (CogVideoX), decodes in
-    H3's chunks (MiniMax H3), and is the larger Super decoder."""
-    channels: int
-    patch: int
-    strides: tuple[int, int, int]
-    cogvideox: bool = False
-    h3: bool = False
-    super_: bool = False
-
-    @property
-    def widths(self) -> tuple[int, ...]:
-        return SUPER_WIDTHS if self.super_ else WIDTHS
-
-    @property
-    def grows(self) -> tuple[int, int, int]:
-        """The decoder indices of its three TGrow layers."""
-        return (7, 14, 21) if self.super_ else (7, 13, 19)
-
-
-EXPECTED = ("expected taehv, taew2_1, taew2_2, taecvx, taehv1_5, taeltx_2, taeltx2_3, taeh3, taehv1_5_super or "
-            "taew2_2_super .pth / .safetensors from github.com/madebyollin/taehv")
-
-
-def layout_of(state: Mapping[str, torch.Tensor], name: str = "") -> Layout:
-    """The layout from a decoder state dict's keys and shapes (keys `decoder.N.*` or `N.*`); the file's name
-    adds what the keys cannot say (taecvx's trim, taeh3's chunks), as the reference reads it. Raises TaeError."""
-    def weight(i: int, rest: str) -> torch.Tensor | None:
-        return state.get(f"decoder.{i}.{rest}", state.get(f"{i}.{rest}"))
-
-    super_ = weight(1, "conv.0.weight") is not None  # a SuperMemBlock's depthwise conv right after the 1x1 in
-    first = weight(0 if super_ else 1, "weight")
-    widths = SUPER_WIDTHS if super_ else WIDTHS
-    grows = [weight(i, "conv.weight") for i in ((7, 14, 21) if super_ else (7, 13, 19))]
-    last = weight(22, "weight")
-    if first is None or last is None or any(g is None for g in grows) or int(first.shape[0]) != widths[0]:
-        raise TaeError("not a madebyollin TAEHV decoder (no first / decoder.22 convs or TGrow layers of its "
-                       f"widths); {EXPECTED}")
-    patch = int(round((int(last.shape[0]) / 3) ** 0.5))
-    grown = widths[1:4] if super_ else widths[:3]  # a Super grow follows its stage's pixel shuffle
-    strides = tuple(int(g.shape[0]) // n for g, n in zip(grows, grown))  # type: ignore[union-attr]
-    base = Path(name).name.lower()
-    return Layout(int(first.shape[1]), patch, strides, cogvideox="taecvx" in base,  # type: ignore[arg-type]
-                  h3="taeh3" in base, super_=super_)
 
 
 class TAEHV(nn.Module):
@@ -311,11 +237,6 @@ def take(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
     if idx == list(range(idx[0], idx[0] + len(idx))):
         return x[:, idx[0]:idx[0] + len(idx)]
     return torch.stack([x[:, k] for k in idx], 1)
-
-
-def is_taehv(state: Mapping[str, torch.Tensor]) -> bool:
-    """A state dict in TAEHV's layout (its decoder's TGrow layers), not TAESD's."""
-    return any(k in state for k in ("decoder.7.conv.weight", "7.conv.weight"))
 
 
 def load_taehv(source: str | Path | Mapping[str, torch.Tensor], *, time_upscale: tuple[bool, bool, bool] = (True, True, True),

@@ -41,7 +41,7 @@ def conv(n_in: int, n_out: int, **kwargs: object) -> nn.Conv2d:
 
 class Clamp(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(x / 3) * 3
+        return torch.tanh(x / 3) * 3  # soft clamp of the latents to (-3, 3)
 
 
 class Block(nn.Module):
@@ -62,42 +62,44 @@ class Block(nn.Module):
         return self.fuse(self.conv(x) + self.skip(x))
 
 
+def _blocks(n: int, gn: bool = False) -> list[nn.Module]:
+    """Three Blocks of width n at one resolution (gn: TAEF2's midblock GroupNorm in each)."""
+    return [Block(n, n, gn) for _ in range(3)]
+
+
+def _down(gn: bool = False) -> list[nn.Module]:
+    """An encoder stage: a strided conv that halves each side, then three Blocks at the lower resolution."""
+    return [conv(64, 64, stride=2, bias=False), *_blocks(64, gn)]
+
+
+def _up(n_in: int, n_out: int, gn: bool = False) -> list[nn.Module]:
+    """A decoder stage: three Blocks, a 2x nearest upsample, a conv to the next stage's width."""
+    return [*_blocks(n_in, gn), nn.Upsample(scale_factor=2), conv(n_in, n_out, bias=False)]
+
+
+# The stages are spliced into one flat list: its indices are the published state dicts' keys (encoder.0 ...,
+# decoder.N), so the order of every layer here is the weights' own.
+
+
 def Encoder(latent_channels: int = 4, use_midblock_gn: bool = False) -> nn.Sequential:
     """RGB (B, 3, H, W) in [0, 1], H and W multiples of 8 -> latents (B, C, H/8, W/8), roughly in [-3, 3]."""
-    gn = use_midblock_gn
-    return nn.Sequential(
-        conv(3, 64), Block(64, 64),
-        conv(64, 64, stride=2, bias=False), Block(64, 64), Block(64, 64), Block(64, 64),
-        conv(64, 64, stride=2, bias=False), Block(64, 64), Block(64, 64), Block(64, 64),
-        conv(64, 64, stride=2, bias=False), Block(64, 64, gn), Block(64, 64, gn), Block(64, 64, gn),
-        conv(64, latent_channels),
-    )
+    layers = [conv(3, 64), Block(64, 64), *_down(), *_down(), *_down(use_midblock_gn), conv(64, latent_channels)]
+    return nn.Sequential(*layers)
 
 
 def Decoder(latent_channels: int = 4, use_midblock_gn: bool = False) -> nn.Sequential:
     """Latents (B, C, h, w) in the model's space -> RGB (B, 3, 8h, 8w) in [0, 1] (clamp it: the last conv is
     unbounded). Decoder() with no arguments is TAESD for SD1.x/2.x (and SDXL with taesdxl weights)."""
-    gn = use_midblock_gn
-    return nn.Sequential(
-        Clamp(), conv(latent_channels, 64), nn.ReLU(),
-        Block(64, 64, gn), Block(64, 64, gn), Block(64, 64, gn), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
-        Block(64, 64), Block(64, 64), Block(64, 64), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
-        Block(64, 64), Block(64, 64), Block(64, 64), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
-        Block(64, 64), conv(64, 3),
-    )
+    layers = [Clamp(), conv(latent_channels, 64), nn.ReLU(), *_up(64, 64, use_midblock_gn), *_up(64, 64),
+              *_up(64, 64), Block(64, 64), conv(64, 3)]
+    return nn.Sequential(*layers)
 
 
 def F32Decoder(latent_channels: int = 32) -> nn.Sequential:
     """Sana's DC-AE latents (B, C, h, w) -> RGB (B, 3, 32h, 32w) in [0, 1] (clamp it), the reference's layout."""
-    return nn.Sequential(
-        Clamp(), conv(latent_channels, 256), nn.ReLU(),
-        Block(256, 256), Block(256, 256), Block(256, 256), nn.Upsample(scale_factor=2), conv(256, 128, bias=False),
-        Block(128, 128), Block(128, 128), Block(128, 128), nn.Upsample(scale_factor=2), conv(128, 64, bias=False),
-        Block(64, 64), Block(64, 64), Block(64, 64), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
-        Block(64, 64), Block(64, 64), Block(64, 64), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
-        Block(64, 64), Block(64, 64), Block(64, 64), nn.Upsample(scale_factor=2), conv(64, 64, bias=False),
-        Block(64, 64), conv(64, 3),
-    )
+    layers = [Clamp(), conv(latent_channels, 256), nn.ReLU(), *_up(256, 128), *_up(128, 64), *_up(64, 64),
+              *_up(64, 64), *_up(64, 64), Block(64, 64), conv(64, 3)]
+    return nn.Sequential(*layers)
 
 
 def _factor(m: nn.Module) -> int:
