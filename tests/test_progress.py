@@ -19,7 +19,8 @@ from starlette.testclient import TestClient
 from previewlab.preview.judging import progress
 from previewlab.preview.judging.progress import SETTLE_CHANGE, settle, settle_line
 from previewlab.preview.frames import Frame, KeptFrames
-from previewlab.preview.record.records import STEP_COLUMNS, TOTALS_COLUMNS, StepRow, Totals, from_cells
+from previewlab.preview.record.cells import from_cells
+from previewlab.preview.record.records import STEP_COLUMNS, TOTALS_COLUMNS, StepRow, Totals
 from previewlab.preview.record.run import RunMeta, RunRecord
 from tests.conftest import SAME_ORIGIN, acks_not_awaited, recv_until
 

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from previewlab.preview.record.history import history
-from previewlab.preview.record.records import TOTALS_COLUMNS, StepRow, Totals, from_cells, json_cells
+from previewlab.preview.record.cells import from_cells, json_cells
+from previewlab.preview.record.records import TOTALS_COLUMNS, StepRow, Totals
 from previewlab.preview.settings import PreviewSettings, Purpose, RunSettings
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ class RunMeta:
 
     @classmethod
     def from_row(cls, row: Mapping[str, str]) -> RunMeta:
-        """A runs.csv line's meta (records.from_cells; decoder "direct": no preview settings). Raises ValueError
+        """A runs.csv line's meta (cells.from_cells; decoder "direct": no preview settings). Raises ValueError
         (SettingsError among them) naming a cell that does not parse."""
         preview = None if row.get("decoder") == "direct" else from_cells(PreviewSettings, row)
         return from_cells(cls, row, preview=preview)

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal, TypeVar, get_args
 
 from previewlab.preview.record.csv_writer import as_csv_row
-from previewlab.preview.record.records import STEP_COLUMNS, TOTALS_COLUMNS, StepRow, from_cells
+from previewlab.preview.record.cells import from_cells
+from previewlab.preview.record.records import STEP_COLUMNS, TOTALS_COLUMNS, StepRow
 from previewlab.preview.record.run import RunMeta
 from previewlab.preview.record.run_ids import valid
 from previewlab.preview.settings import PreviewSettings
