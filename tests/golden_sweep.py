@@ -42,11 +42,12 @@ def digest() -> dict[str, Any]:
     import csv
 
     from previewlab.bench.advice import of_sweep
-    from previewlab.bench.report import figures
+    from previewlab.bench.report_figures import figures
     from previewlab.bench.rows import answer, read
     from previewlab.preview.judging.answers import answers
     from previewlab.bench.summary import summarize
-    from previewlab.bench.sweep import Plan, run_sweep
+    from previewlab.bench.plan import Plan
+    from previewlab.bench.sweep import run_sweep
     from previewlab.preview.models import load
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
@@ -70,9 +71,9 @@ def digest() -> dict[str, Any]:
         summary = [_kept(r.to_row()) for r in summarize(sweep.runs, sweep.steps, analysis.findings)]
         advice = list(analysis.advice.lines)
         report = figures(sweep)
-    overhead = {line: [(every, e.signed()) for every, e in points] for line, points in report["overhead"].items()}
+    overhead = {line: [(every, e.signed()) for every, e in points] for line, points in report.overhead.items()}
     return {"runs.csv": runs, "steps.csv": steps, "summary": summary, "advice": advice,
-            "report overhead": overhead, "report intervals": {k: e.signed() for k, e in report["intervals"].items()}}
+            "report overhead": overhead, "report intervals": {k: e.signed() for k, e in report.intervals.items()}}
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import torch
 from diffusers import (AutoencoderKL, EulerDiscreteScheduler, FlowMatchEulerDiscreteScheduler,
                        UniPCMultistepScheduler)
 
-from previewlab.bench import cli
+from previewlab.bench import cli, flags
 from previewlab.bench.axes import AxisError, schedulers_for
 from previewlab.bench.compare import baselines_apart
 from previewlab.preview.judging.analysis import baseline_noise
@@ -21,7 +21,8 @@ from previewlab.preview.judging.estimates import Estimate
 from previewlab.bench.summary import mode_ratios
 from previewlab.bench.summary_rows import STAGES, ConfigSummary, Spread, Stages
 from previewlab.bench.rows import SweepRow
-from previewlab.bench.sweep import Plan, run_sweep
+from previewlab.bench.plan import Plan
+from previewlab.bench.sweep import run_sweep
 from previewlab.preview.decoding import decoders
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from previewlab.preview.decoding.vae_memory import Fp32Decoder, as_vae_would, set_vae_memory, vae_memory
@@ -72,13 +73,13 @@ def test_two_schedulers_by_two_step_counts_each_have_their_own_baselines(tmp_pat
 ])
 def test_bad_axis_values_are_one_line_from_the_parser(argv, needle, capsys):
     with pytest.raises(SystemExit) as e:
-        cli.parser().parse_args(argv)
+        flags.parser().parse_args(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith("previewlab bench: ") and needle in err and err.count("\n") == 1
 
 
 def test_one_step_count_stays_one_int_and_names_nothing():
-    args = cli.parser().parse_args(["--steps", "8"])
+    args = flags.parser().parse_args(["--steps", "8"])
     assert args.steps == (8,)
     plan = Plan(RunSettings(steps=8), ("latent2rgb",), (1,), steps=args.steps, schedulers=("euler",))
     names = [plan.name(p, setup=u) for _, _, p, u in plan.schedule()]

@@ -69,7 +69,8 @@ def test_a_second_bench_is_refused_and_resume_finishes_the_stopped_one_without_a
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory) -> Path:
     """One sweep's folder, written by the bench's own writer: a warm-up, one pair."""
-    from previewlab.bench.sweep import Plan, run_sweep
+    from previewlab.bench.plan import Plan
+    from previewlab.bench.sweep import run_sweep
     from previewlab.preview.models import load
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
@@ -95,7 +96,8 @@ def ahead(src: Path, dst: Path) -> list[str]:
 
 def test_a_local_sweep_names_its_runs_after_the_folders_newest(swept, tmp_path):
     """Before: each process numbered from its own clock, so a folder's ids repeated or ran backwards."""
-    from previewlab.bench.sweep import Plan, run_sweep
+    from previewlab.bench.plan import Plan
+    from previewlab.bench.sweep import run_sweep
     from previewlab.preview.models import load
     from previewlab.preview.settings import PreviewSettings, RunSettings
 

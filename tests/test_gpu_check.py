@@ -13,7 +13,8 @@ import torch
 
 from previewlab.preview.judging.analysis import paired
 from previewlab.bench.rows import SweepRow, read
-from previewlab.bench.sweep import Plan, capped
+from previewlab.bench.plan import Plan
+from previewlab.bench.sweep import capped
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from tests.conftest import previewlab_here
 

@@ -223,7 +223,8 @@ def test_the_bench_writes_the_columns_into_steps_csv_and_runs_csv(tiny, tmp_path
     """The bench reads a run's progress on its own thread, between runs: none of it inside a timed run."""
     from previewlab.bench import sweep
     from previewlab.bench.rows import read
-    from previewlab.bench.sweep import Plan, run_sweep
+    from previewlab.bench.plan import Plan
+    from previewlab.bench.sweep import run_sweep
     from previewlab.preview.settings import PreviewSettings, RunSettings
 
     inside: list[int] = []  # progress work counted while a timed run went on

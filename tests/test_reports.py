@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -12,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from previewlab.bench.compare import per_config
-from previewlab.bench.report import draw_breakdown, draw_noise, draw_overhead, draw_per_step, figures, titled
+from previewlab.bench.report_figures import figures
+from previewlab.bench.report_plots import draw_breakdown, draw_noise, draw_overhead, draw_per_step, titled
 from previewlab.bench.rows import Sweep, SweepRow, SweepStep, read
 from tests.conftest import SAME_ORIGIN, previewlab_here
 
@@ -44,7 +46,7 @@ def test_report_writes_html_and_plots_whose_figures_match_the_csvs(sweep):
     assert "SYNTHETIC synthetic:tiny" in html and "64x64" in html and "4 steps" in html and "float32" in html
 
     fig = figures(read(sweep))
-    assert sorted(dict(fig["overhead"]["vae sync"])) == [1, 2] and "latent2rgb/every2/sync" in fig["stacked"]
+    assert sorted(dict(fig.overhead["vae sync"])) == [1, 2] and "latent2rgb/every2/sync" in fig.stacked
 
 
 # Hand-written rows, as read back from runs.csv and steps.csv (every value a string), in the order they ran: each
@@ -92,18 +94,18 @@ SWEEP = Sweep(tuple(RUNS), tuple(STEPS))
 def test_figures_leave_out_warmup_and_first_runs():
     fig = figures(SWEEP)
     # the pairs' medians: of +10, +20, +60 % and of +4, +6 %
-    assert [(n, round(e.value, 6)) for n, e in fig["overhead"]["vae sync"]] == [(1, 20.0), (2, 5.0)]
-    assert fig["bytes"]["vae turbojpeg"] == 300                  # the median of 100, 300, 200, 400, 500
-    assert fig["stacked"][L2]["decode"] == pytest.approx(3.0)  # the mean ms a preview: 6 ms over 2 previews
-    assert fig["per_step"][V1] == {1: 17.0}                      # denoise + on_path: 15, 17, 25
-    assert {s.config: s.runs for s in fig["summary"]} == {V1: 3, V2: 2, L2: 1, "none": 6}
+    assert [(n, round(e.value, 6)) for n, e in fig.overhead["vae sync"]] == [(1, 20.0), (2, 5.0)]
+    assert fig.preview_bytes["vae turbojpeg"] == 300                  # the median of 100, 300, 200, 400, 500
+    assert fig.stacked[L2]["decode"] == pytest.approx(3.0)  # the mean ms a preview: 6 ms over 2 previews
+    assert fig.per_step[V1] == {1: 17.0}                      # denoise + on_path: 15, 17, 25
+    assert {s.config: s.runs for s in fig.summary} == {V1: 3, V2: 2, L2: 1, "none": 6}
 
 
 def test_compare_takes_the_same_runs():
     """compare's figures are the analysis's: an overhead its finding's (the summary's), any other over the steady
     runs."""
     got = per_config(RUNS, "overhead_pct")
-    summary = {r.config: r.overhead for r in figures(SWEEP)["summary"] if r.overhead is not None}
+    summary = {r.config: r.overhead for r in figures(SWEEP).summary if r.overhead is not None}
     assert got == summary
     assert {c: (round(e.value, 6), e.n) for c, e in got.items()} == {V1: (20.0, 3), V2: (5.0, 2), L2: (0.0, 1)}
     wall = per_config(RUNS, "wall_s")[V1]
@@ -293,14 +295,15 @@ def test_the_breakdown_takes_the_advices_parts_and_the_per_step_plot_whole_steps
 
     runs = RUNS[:-1] + [_run("g", L2, 1.0, previews=3, decode=36.0)]
     fig = figures(Sweep(tuple(runs), tuple(STEPS + [_step("g", L2, 6, 10, decode=30, decoder="latent2rgb")])))
-    assert fig["stacked"][L2]["decode"] == pytest.approx(12.0)  # the mean of 2, 4 and 30 (their median: 4)
-    assert fig["stacked"][L2] == {k: fig["analysis"].finding(L2).parts[k] for k in fig["stacked"][L2]}
+    assert fig.stacked[L2]["decode"] == pytest.approx(12.0)  # the mean of 2, 4 and 30 (their median: 4)
+    found = fig.analysis.finding(L2)
+    assert found is not None and fig.stacked[L2] == {k: found.parts[k] for k in fig.stacked[L2]}
     f, ax = plt.subplots()
     draw_breakdown(ax, fig)
     assert "mean" in ax.get_xlabel() and "median" not in ax.get_xlabel()
     plt.close(f)
     f, ax = plt.subplots()
-    draw_per_step(ax, {"per_step": {"vae/every1/sync": {1: 15.0, 2: 17.0, 3: 16.0}}})
+    draw_per_step(ax, replace(fig, per_step={"vae/every1/sync": {1: 15.0, 2: 17.0, 3: 16.0}}))
     f.canvas.draw()
     lo, hi = ax.get_xlim()
     shown = [t for t in ax.get_xticks() if lo <= t <= hi]

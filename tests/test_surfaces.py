@@ -21,7 +21,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from previewlab.bench import compare, report
-from previewlab.bench.cli import finish
+from previewlab.bench.finish import finish
+from previewlab.bench.report_figures import figures
 from previewlab.bench.rows import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, Config, Judging, SweepRow, SweepStep, read
 from previewlab.preview.judging.answers import ANSWER_COLUMNS
 from previewlab.preview.judging.estimates import Estimate
@@ -160,7 +161,7 @@ def test_every_surface_gives_the_same_figures_to_the_digit(tmp_path, tiny, capsy
         runs_csv = {r["run_id"]: r for r in csv.DictReader(f)}
     assert report.main([str(sweep_dir)]) == 0  # no --budget: the folder's
     html = (sweep_dir / "report.html").read_text()
-    fig = report.figures(read(sweep_dir))
+    fig = figures(read(sweep_dir))
     capsys.readouterr()
     assert compare.main([str(sweep_dir), str(sweep_dir)]) == 0
     compared = capsys.readouterr().out
@@ -200,9 +201,9 @@ def test_every_surface_gives_the_same_figures_to_the_digit(tmp_path, tiny, capsy
         assert cell(summary_csv[name], "overhead") == shown and summary_csv[name]["verdict"] == verdict
         row = re.search(rf"<tr><td>{re.escape(name)}</td>.*?</tr>", html)
         assert row is not None and f"<td>{shown}</td><td>{verdict}" in row.group(0), name
-        assert fig["intervals"][name] == Estimate(e.value, e.n, e.lo, e.hi, e.level_pct)
+        assert fig.intervals[name] == Estimate(e.value, e.n, e.lo, e.hi, e.level_pct)
         (line,) = [ln for ln in compared.splitlines() if ln.startswith(name + " ")]
-        assert line.count(compare.cell(fig["intervals"][name], compare.FIGURES["overhead_pct"])) == 2, line
+        assert line.count(compare.cell(fig.intervals[name], compare.FIGURES["overhead_pct"])) == 2, line
         assert any(ln.startswith(f"{name}: {shown}: {verdict}") for ln in said.splitlines()), name
         listed_of = [m["figures"]["finding"] for m in listed.values() if m["figures"]["config"] == name]
         assert listed_of and all(x["overhead"] == f["overhead"] and x["parts"] == f["parts"] for x in listed_of)
@@ -238,7 +239,7 @@ def test_every_surface_gives_the_same_figures_to_the_digit(tmp_path, tiny, capsy
     assert vae["parts"]["decode"] == pytest.approx(mean + 0.125 * sum(k % 4 for k in runs_k) / len(runs_k))
     assert want["vae/every1/sync"][:2] == ("decode", f"{vae['parts']['decode']:.1f}")
     for name, f in found.items():
-        assert fig["stacked"][name] == f["parts"], name  # the report's breakdown is the analysis's parts
+        assert fig.stacked[name] == f["parts"], name  # the report's breakdown is the analysis's parts
     assert order_line(bench) == order_line(html.replace("&lt;", "<")) == order_line(advice_lines) == order_line(said)
     # the table's stage spreads are the medians (p50) its header names: vae's decode median is 30 and a bit
     assert 30.0 <= float(summary_csv["vae/every1/sync"]["decode_ms_p50"]) < 31.0
@@ -280,10 +281,10 @@ def test_report_and_compare_judge_a_folder_at_its_own_budget_and_noise_limit(tmp
     sweep = read(d)
     rows = tuple(SweepRow(Config.of(name_of(rec.meta.preview), rec.meta.preview), role, 1, rec)  # type: ignore[arg-type]
                  for role, rec, _ in ordered)
-    fig = report.figures(type(sweep)(rows, (), sweep.judging))
-    noise, advice = fig["noise"], fig["analysis"].advice
-    assert noise.limit_pct == 2.0 and advice.budget == 12.5
-    assert report.figures(type(sweep)(rows, (), sweep.judging), budget=3.0)["analysis"].advice.budget == 3.0
+    fig = figures(type(sweep)(rows, (), sweep.judging))
+    noise, advice = fig.noise, fig.analysis.advice
+    assert noise is not None and noise.limit_pct == 2.0 and advice.budget == 12.5
+    assert figures(type(sweep)(rows, (), sweep.judging), budget=3.0).analysis.advice.budget == 3.0
     (d / "sweep.json").write_text("{not json")
     with pytest.raises(Exception, match="sweep.json: not a sweep's budget and noise limit"):
         read(d)
@@ -293,7 +294,7 @@ def test_a_sweep_counterbalances_its_pairs():
     """Issue 54, 4: every pair ran the baseline first, so the order's own effect could not be told from noise.
     Odd repeats run the baseline first, even ones the configuration first; a direct call stays right before its
     baseline, last in its repeat, and the analysis pairs every run with its own baseline."""
-    from previewlab.bench.sweep import Plan
+    from previewlab.bench.plan import Plan
     from previewlab.preview.judging.analysis import Entry, paired
     from previewlab.preview.settings import PreviewSettings, RunSettings
 

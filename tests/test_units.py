@@ -12,7 +12,7 @@ from previewlab.bench.board import Board
 from previewlab.bench.cluster import Writer
 from previewlab.bench.nodes import ClusterError, Node, usable
 from previewlab.bench.rows import read
-from previewlab.bench.sweep import Narrow, Plan
+from previewlab.bench.plan import Narrow, Plan
 from previewlab.bench.unit import Load, NodeReport, UnitJob, look, run_unit
 from previewlab.preview.judging.analysis import paired
 from previewlab.preview.settings import PreviewSettings, RunSettings

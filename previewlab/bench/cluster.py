@@ -2,40 +2,39 @@
 
 The driver (this process) asks every node what it can run (bench/unit.py's look: the devices torch sees, the
 model there or not), plans the sweep from one node's load of the model, then hands each unit (one configuration
-with its own baselines and warm-up) to a node with a free slot: one GPU each where the sweep runs on GPUs, one
-CPU each otherwise (--threads N: N CPUs). A unit's rows are written only once it has finished, so a unit lost with its node runs again
-on another and nothing is counted twice; Ctrl-C cancels what runs and keeps what finished. The driver chooses
-the node itself (Ray's node affinity), so it knows what runs where: the progress line and runs.csv say it.
+with its own baselines and warm-up) to a node with a free slot (bench/dispatch.py): one GPU each where the sweep
+runs on GPUs, one CPU each otherwise (--threads N: N CPUs). A unit's rows are written only once it has finished,
+so a unit lost with its node runs again on another and nothing is counted twice; Ctrl-C cancels what runs and
+keeps what finished. The driver chooses the node itself (Ray's node affinity), so it knows what runs where: the
+progress line and runs.csv say it.
 """
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import logging
 import signal
 import socket
-import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import ray
-from ray.exceptions import NodeDiedError, RayError, RayTaskError
+from ray.exceptions import RayError
 
 from previewlab.bench.board import Board
-from previewlab.bench.cli import finish, meta_line, plan_of, variants
+from previewlab.bench.dispatch import Dispatch, say
+from previewlab.bench.finish import finish, meta_line
+from previewlab.bench.from_flags import plan_of, prepare, variants
+from previewlab.bench.nodes import ClusterError, first_line, on, probe, usable
 from previewlab.bench.ray_auth import token_here
-from previewlab.bench.nodes import ClusterError, Node, first_line, on, probe, usable
 from previewlab.bench.resume import held as by_key, unit_held
 from previewlab.bench.rows import RUNS_CSV_COLUMNS, STEPS_CSV_COLUMNS, SweepRow, last_run_id
-from previewlab.bench.unit import UnitJob, UnitResult, prepare, run_unit
+from previewlab.bench.unit import UnitJob, UnitResult
 from previewlab.preview.record.csv_writer import CsvAppender, CsvSchemaError, appendable
 from previewlab.preview.record.run_ids import RunIds
 
-TRIES = 3          # a unit whose worker or node dies is run again, up to this many tries in all
-POLL_S = 1.0       # how often the driver wakes while units run (Ctrl-C is heard between waits)
 CONNECT_S = 10.0   # a head that does not take a TCP connection in this long is not there
 
 
@@ -44,13 +43,13 @@ def sweep_on_ray(args: argparse.Namespace, counts: tuple[int, ...], held: tuple[
     local bench's (2: refused, 130: interrupted, 3: noisy with --strict), or 1 where a unit failed. held: the
     folder's runs (--resume): the units it holds whole are not run again."""
     if args.trace is not None or args.cprofile is not None:
-        _say("previewlab bench: --trace and --cprofile trace one run on this machine; leave them out with --ray")
+        say("previewlab bench: --trace and --cprofile trace one run on this machine; leave them out with --ray")
         return 2
     try:  # before the cluster: a folder of an older previewlab is refused at once, and nothing is written
         for name, columns in (("runs.csv", RUNS_CSV_COLUMNS), ("steps.csv", STEPS_CSV_COLUMNS)):
             appendable(args.out / name, columns)
     except CsvSchemaError as e:
-        _say(f"previewlab bench: --out {args.out}: {e}")
+        say(f"previewlab bench: --out {args.out}: {e}")
         return 2
     try:
         _connect(args.ray)
@@ -59,15 +58,11 @@ def sweep_on_ray(args: argparse.Namespace, counts: tuple[int, ...], held: tuple[
         finally:
             ray.shutdown()
     except ClusterError as e:
-        _say(f"previewlab bench: --ray {args.ray}: {e}")
+        say(f"previewlab bench: --ray {args.ray}: {e}")
         return 2
     except KeyboardInterrupt:  # while the nodes were asked, the model's first load, or the summary
-        _say(f"\nbench: interrupted; the units that finished, if any, are in {args.out}/runs.csv")
+        say(f"\nbench: interrupted; the units that finished, if any, are in {args.out}/runs.csv")
         return 130
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _answers(address: str) -> None:
@@ -182,9 +177,9 @@ def _sweep(args: argparse.Namespace, counts: tuple[int, ...], held: tuple[SweepR
     try:
         out = Writer(args.out)
     except CsvSchemaError as e:  # another process wrote there since it was checked
-        _say(f"previewlab bench: --out {args.out}: {e}")
+        say(f"previewlab bench: --out {args.out}: {e}")
         return 2
-    _say(f"{'synthetic ' if facts.synthetic else ''}model {facts.name} ({facts.described}); {len(jobs)} unit{'s' * (len(jobs) > 1)} of "
+    say(f"{'synthetic ' if facts.synthetic else ''}model {facts.name} ({facts.described}); {len(jobs)} unit{'s' * (len(jobs) > 1)} of "
          f"{','.join(map(str, counts))} steps on {len(places)} node{'s' * (len(places) > 1)}, "
          f"{'one GPU' if gpu else f'{cpus} CPU' + 's' * (cpus > 1)} a unit "
          f"-> {args.out}")
@@ -194,116 +189,18 @@ def _sweep(args: argparse.Namespace, counts: tuple[int, ...], held: tuple[SweepR
     try:
         failed = Dispatch(jobs, places, asks, out.write, board).run()
     except KeyboardInterrupt:
-        _say(f"\nbench: interrupted; the units that finished ({len(out.units)} of {len(jobs)}) are in "
+        say(f"\nbench: interrupted; the units that finished ({len(out.units)} of {len(jobs)}) are in "
              f"{args.out}/runs.csv; the running ones were cancelled, the queued ones dropped")
         return 130
     finally:
         out.close()
     runs = list(held) + out.runs
     if not runs:
-        _say("previewlab bench: no unit finished, so there is nothing to summarize")
+        say("previewlab bench: no unit finished, so there is nothing to summarize")
         return 1
     where = "; ".join(f"{d} on {', '.join(sorted(ns))}" for d, ns in out.where().items())
     status = finish(args, runs, meta_line(args, facts, settings, runs[0].record, counts, where), [])
     if failed:
-        _say(f"previewlab bench: {failed} of {len(jobs)} units failed (said above); the summary holds the others")
+        say(f"previewlab bench: {failed} of {len(jobs)} units failed (said above); the summary holds the others")
         return status or 1
     return status
-
-
-class Dispatch:
-    """The units' life on the cluster: queued (for the cluster, not a node: whichever frees a slot first takes
-    the next), running on a node, then done, failed, or queued again where their worker or node died. The nodes
-    still usable, each with its free slots."""
-
-    def __init__(self, jobs: list[UnitJob], places: list[tuple[Node, int]], asks: dict[str, float],
-                 write: Callable[[UnitResult], None], board: Board) -> None:
-        self.jobs, self.asks, self.write, self.board = jobs, asks, write, board
-        self.queue = collections.deque(jobs)
-        self.free = {n.id: slots for n, slots in places}
-        self.nodes = {n.id: n for n, _ in places}
-        self.running: dict[ray.ObjectRef, tuple[UnitJob, Node]] = {}
-        self.tries: collections.Counter[int] = collections.Counter()
-        self.failed = 0
-        self.remote = ray.remote(run_unit)
-
-    def run(self) -> int:
-        """Runs every unit, at most a node's slots at once, writing each as it finishes; how many failed. On
-        KeyboardInterrupt, cancels what runs and re-raises."""
-        try:
-            while self.queue or self.running:
-                self._fill()
-                if not self.running:  # what finished is kept and summarized
-                    self._stop("every node that could run a unit was lost")
-                    break
-                try:
-                    done, _ = ray.wait(list(self.running), num_returns=1, timeout=POLL_S)
-                except RayError as e:  # the head itself is gone
-                    self._stop(f"the cluster stopped answering ({first_line(e)})")
-                    break
-                for ref in done:
-                    self._settle(ref)
-                    _say("  " + self.board.line())
-        except KeyboardInterrupt:
-            for ref in self.running:
-                ray.cancel(ref, force=True)
-            raise
-        return self.failed
-
-    def _say(self, job: UnitJob, what: str) -> None:
-        _say(f"  unit {job.index + 1}/{len(self.jobs)} {job.name}: {what}")
-
-    def _fill(self) -> None:
-        for node in list(self.nodes.values()):
-            while self.queue and self.free[node.id] > 0:
-                job = self.queue.popleft()
-                ref = self.remote.options(max_retries=0, scheduling_strategy=on(node.id), **self.asks) \
-                    .remote(job, node.name)
-                self.running[ref] = (job, node)
-                self.free[node.id] -= 1
-                self.tries[job.index] += 1
-                self.board.start(node.name)
-                self._say(job, f"starts on {node.name}")
-
-    def _settle(self, ref: ray.ObjectRef) -> None:
-        job, node = self.running.pop(ref)
-        self.free[node.id] += 1
-        try:
-            result: UnitResult = ray.get(ref)
-        except RayTaskError as e:  # the unit itself raised: another try would raise again
-            self.failed += 1
-            self.board.finish(node.name, ok=False)
-            self._say(job, f"failed on {node.name}: {first_line(e)}")
-        except RayError as e:  # its worker or its node died
-            self._again(job, node, e)
-        else:
-            self.write(result)
-            self.board.finish(node.name)
-            self._say(job, f"done on {node.name} ({result.device}, its model loaded in {result.load_s:.1f} s)")
-
-    def _again(self, job: UnitJob, node: Node, e: RayError) -> None:
-        """A unit whose worker or node died: queued again (first in line), or given up after TRIES."""
-        self.board.again(node.name)
-        # a node Ray says died, or that the cluster no longer lists alive, takes no more units
-        if node.id in self.nodes and (isinstance(e, NodeDiedError) or not _alive(node.id)):
-            del self.nodes[node.id]
-            self.board.lose(node.name)
-            _say(f"  node {node.name} lost")
-        if self.tries[job.index] >= TRIES:
-            self.failed += 1
-            self.board.drop()
-            self._say(job, f"gave up after {TRIES} tries ({first_line(e)})")
-        else:
-            self.queue.appendleft(job)
-            self._say(job, f"did not finish on {node.name} ({first_line(e)}); runs again")
-
-    def _stop(self, why: str) -> None:
-        _say(f"  {why}; {len(self.queue)} units not run")
-        self.failed += len(self.queue)
-        for _ in self.queue:
-            self.board.drop()
-        self.queue.clear()
-
-
-def _alive(node: str) -> bool:
-    return any(n["NodeID"] == node and n.get("Alive") for n in ray.nodes())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from previewlab.bench.sweep import Plan
+from previewlab.bench.plan import Plan
 from previewlab.preview.call.fidelity_pass import FidelityError, measure
 from previewlab.preview.judging.fidelity import Final, Sample
 from previewlab.preview.models import Model

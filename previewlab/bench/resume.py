@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 if TYPE_CHECKING:
     from previewlab.bench.rows import SweepRow
-    from previewlab.bench.sweep import Plan, Slot
+    from previewlab.bench.plan import Plan, Slot
 
 Key = tuple[str, str, str, int, int]  # model, configuration name, role, repeat, steps
 Held = Counter[Key]

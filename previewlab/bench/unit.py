@@ -6,7 +6,6 @@ comes back (UnitResult, NodeReport, Facts) are frozen records, so they cross pro
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import importlib.metadata
 import tempfile
@@ -15,11 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from previewlab.bench.rows import SweepRow, SweepStep
-from previewlab.bench.sweep import Plan
+from previewlab.bench.plan import Plan
 
 if TYPE_CHECKING:
     from previewlab.preview.models import Model
-    from previewlab.preview.settings import RunSettings
 
 
 @dataclass(frozen=True)
@@ -146,18 +144,3 @@ def look(model: str, taesd: str | None) -> NodeReport:
         missing = f"--taesd: no such file or folder: {taesd}"
     return NodeReport(tuple(allowed_devices()[1:]), gpus, missing, importlib.metadata.version("previewlab"))
 
-
-def prepare(args: argparse.Namespace, load: Load, counts: tuple[int, ...]) -> tuple[Facts, RunSettings] | str:
-    """Loads the sweep's model here and checks every flag against it, as `previewlab bench` does before its first
-    run: the model's facts and the sweep's base run, or the one line that refuses the sweep."""
-    from previewlab.bench.axes import AxisError
-    from previewlab.bench.cli import checked
-    from previewlab.preview.decoding.decoders import DecoderError
-    from previewlab.preview.models import ModelError
-    from previewlab.preview.settings import SettingsError
-
-    try:
-        model = load_model(load)
-        return checked(args, model, counts)
-    except (ModelError, SettingsError, DecoderError, AxisError) as e:
-        return str(e)

@@ -16,7 +16,8 @@ from previewlab.preview.judging.estimates import Estimate
 from previewlab.bench.rows import SweepRow
 from previewlab.bench.summary import steady, summarize
 from previewlab.bench.summary_rows import ConfigSummary
-from previewlab.bench.sweep import Plan, read_back, run_sweep
+from previewlab.bench.plan import Plan
+from previewlab.bench.sweep import read_back, run_sweep
 from previewlab.preview.models import Model
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunRecord
