@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from previewlab.bench.gpu.reference import Span, compare
 from previewlab.bench.gpu.syncs import caught_syncs
-from previewlab.preview.models.families import constant
+from previewlab.preview.models.unscaling import constant
 from previewlab.preview.frames import to_uint8_hwc
 from previewlab.preview.record.records import StepRow
 

@@ -361,7 +361,7 @@ def test_a_clips_layout_is_read_from_where_the_vae_channels_sit(first):
     """A clip's step latents come (B, C, T, h, w) (Wan), (B, T, C, h, w) (CogVideoX; AnyFlow's rollout, whose
     prepare_latents names channels first) or channels last with conditioning channels after them (Kandinsky 5,
     which decodes [..., :C]): each becomes the same (B, T, C, h, w) clip, and its first frame the same image."""
-    from previewlab.preview.models.families import LatentSpace
+    from previewlab.preview.models.latent_spaces import LatentSpace
 
     space = LatentSpace(family=None, channels=16, factor=8, packing="spatial", unscale="scale", vae="X",
                         frames=True, video=True, frames_first=first, temporal=4)
@@ -380,7 +380,7 @@ def test_a_clips_layout_is_read_from_where_the_vae_channels_sit(first):
 def test_latents_stacked_per_target_preview_the_first():
     """Marigold Intrinsics denoises one 4-channel latent per target stacked on the channels (8 for albedo and
     shading): a preview shows the first target's."""
-    from previewlab.preview.models.families import LatentSpace
+    from previewlab.preview.models.latent_spaces import LatentSpace
 
     space = LatentSpace(family=None, channels=4, factor=8, packing="spatial", unscale="scale", vae="X")
     z = torch.randn(1, 8, 3, 3)
@@ -398,7 +398,7 @@ def test_unpatched_tokens_and_a_stack_of_items_show_the_image_being_made():
     """Bria Fibo without do_patching hands a token per latent pixel, (B, h*w, C), and unpacks them itself with
     _unpack_latents_no_patch; JoyImage Edit hands (B, items, C, T, h, w), the references first and the image
     being made last."""
-    from previewlab.preview.models.families import LatentSpace
+    from previewlab.preview.models.latent_spaces import LatentSpace
 
     z = torch.randn(1, 16, 2, 3)
     patched = LatentSpace(family=None, channels=16, factor=16, packing="packed", unscale="scale", vae="X",

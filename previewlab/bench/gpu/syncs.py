@@ -22,14 +22,14 @@ from previewlab.preview.controls import Controls
 from previewlab.preview.decoding.previewer import Previewer
 from previewlab.preview.call.engine import Run, RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
-from previewlab.preview.models.families import constant
+from previewlab.preview.models.unscaling import constant
 from previewlab.preview.models import Model
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
 STEP_CODE = ("meter.py", "preview_maker.py", "stages.py", "sync.py", "row_ledger.py", "overlap.py", "decoders.py",
              "stops.py", "rgb_decoder.py", "tae_decoder.py", "vae_decoder.py", "vae_memory.py", "frames.py",
-             "controls.py", "previewer.py", "taesd.py", "families.py", "unscaling.py", "latent_formats.py",
+             "controls.py", "previewer.py", "taesd.py", "latent_spaces.py", "unscaling.py", "latent_formats.py",
              "targets.py", "streams.py", "encoders.py", "clips.py", "taehv.py", "fit.py")
 PACKAGE = "preview"
 

@@ -2,7 +2,7 @@
 
 A decoder is built once per model (its constants then) and called as decode(latents, height, width): the
 latents as the callback hands them (packed for FLUX), the image size in pixels (FLUX needs it to unpack).
-Each pipeline's latent space (families.py) says how the latents reach the TAE, latent2rgb and the VAE.
+Each pipeline's latent space (latent_spaces.py) says how the latents reach the TAE, latent2rgb and the VAE.
 A clip (a video pipeline's latents) is previewed by a ClipDecode (build_clip): the frames a clips.Pick names.
 A registry, not reflection: a user's decoder name is looked up in DECODERS, and a miss lists the valid names.
 

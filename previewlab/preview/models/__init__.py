@@ -6,8 +6,9 @@ SD1.5-family pipeline trained here on drawn scenes (bench/demo/train.py) and shi
 pictures are real, its costs a small model's, and `Model.note` says so everywhere it is reported.
 
 One module per kind of thing: model.py (Model), devices.py, names.py (what --model may name), demo.py,
-sd_presets.py (SD1.5, SDXL), presets.py (SD3, FLUX) and video_presets.py, loading.py and single_file.py (what
-users have), previews.py (a model's TAE and factors), loader.py (load). The names importers use are here.
+sd_presets.py (SD1.5, SDXL), presets.py (SD3, FLUX), video_presets.py and new_video_presets.py, loading.py and
+single_file.py (what users have), previews.py (a model's TAE and factors), loader.py (load). The names importers
+use are here.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ for a latent space with none known).
 
 rgb = latent . F + bias, latent channels as rows, columns R, G, B; the result is an image in about [-1, 1]
 (map it with (rgb + 1) / 2 and clamp to [0, 1]). The latents are the diffusion model's own, unpacked to
-(B, C, h, w): families.LatentSpace.tae_input gives them (for FLUX.2 the batch-norm-normalised latents,
+(B, C, h, w): latent_spaces.LatentSpace.tae_input gives them (for FLUX.2 the batch-norm-normalised latents,
 unpatchified to 32 channels at 1/8, as ComfyUI reshapes them with `latent_rgb_factors_reshape`).
 
 Values copied from ComfyUI, comfy/latent_formats.py at Comfy-Org/ComfyUI commit
@@ -276,7 +276,7 @@ LATENT_RGB["ltx2_3"] = LATENT_RGB["ltx2"]
 
 
 def latent2rgb(factors: Factors, device: torch.device, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Latents (B, C, h, w) in the model's space (families.LatentSpace.tae_input) -> RGB (B, 3, h, w) in [0, 1],
+    """Latents (B, C, h, w) in the model's space (latent_spaces.LatentSpace.tae_input) -> RGB (B, 3, h, w) in [0, 1],
     at latent resolution. factors: a family's (LATENT_RGB), a model's own (the demo's) or fitted ones (fit.py).
     The factors go to the device once, here."""
     f, b = factors

@@ -61,6 +61,27 @@ def quiet(pipe: Any) -> None:
             loop.set_progress_bar_config(disable=True)
 
 
+def _place(pipe: Any, tiny: nn.Module | None, dev: torch.device, dtype: torch.dtype, *, offload: str,
+           channels_last: bool) -> None:
+    """A pipeline built on the CPU and its TAE, cast to `dtype` and put on `dev` (or offloaded to it), quiet."""
+    if dtype != torch.float32:
+        pipe.to(dtype=dtype)
+    if channels_last:
+        for part in (denoiser(pipe), pipe.vae):
+            part.to(memory_format=torch.channels_last)
+        if tiny is not None:
+            tiny.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    if offload == "model":
+        pipe.enable_model_cpu_offload(device=dev)  # needs the accelerate package
+    elif offload == "sequential":
+        pipe.enable_sequential_cpu_offload(device=dev)
+    else:
+        pipe.to(dev)  # load on the CPU, then move
+    quiet(pipe)
+    if tiny is not None:
+        tiny.to(dev, dtype).eval().requires_grad_(False)
+
+
 def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: str = "float32",
          seed: int = 0, offload: str = "none", channels_last: bool = False, variant: str | None = None,
          config: str | None = None) -> Model:
@@ -110,22 +131,7 @@ def load(name: str, *, taesd: str | None = None, device: str = "auto", dtype: st
         tiny, kind, own_rgb = previews_of(pipe, family, taesd)
     elif taesd is not None:
         tiny, kind = load_taesd(taesd, family, latent_space(pipe))
-    if tdtype != torch.float32:
-        pipe.to(dtype=tdtype)
-    if channels_last:
-        for part in (denoiser(pipe), pipe.vae):
-            part.to(memory_format=torch.channels_last)
-        if tiny is not None:
-            tiny.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    if offload == "model":
-        pipe.enable_model_cpu_offload(device=dev)  # needs the accelerate package
-    elif offload == "sequential":
-        pipe.enable_sequential_cpu_offload(device=dev)
-    else:
-        pipe.to(dev)  # load on the CPU, then move
-    quiet(pipe)
-    if tiny is not None:
-        tiny.to(dev, tdtype).eval().requires_grad_(False)
+    _place(pipe, tiny, dev, tdtype, offload=offload, channels_last=channels_last)
     return Model(name=name, pipe=pipe, family=family, synthetic=synthetic, taesd=tiny, taesd_kind=kind,
                  device=dev, dtype=tdtype, default_size=size, load_s=time.perf_counter() - t0, offload=offload,
                  channels_last=channels_last, note=note, latent_rgb=own_rgb,

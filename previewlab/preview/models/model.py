@@ -7,7 +7,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from previewlab.preview.models.families import Family, LatentSpace
+from previewlab.preview.models.families import Family
+from previewlab.preview.models.latent_spaces import LatentSpace
 from previewlab.preview.models.latent_formats import Factors
 from previewlab.preview.models.reading import latent_space
 

@@ -1,100 +1,19 @@
 """Reading a pipeline's latent space: from its VAE (class, config, 3-D convolutions), its spatial factor, its
-step callback's layout and its own code (the unpack it defines, the values its modules apply, the shape its
-prepare_latents builds), never from a list of pipeline classes; and why a pipeline cannot be previewed.
+step callback's layout and its own code (the unpack it defines: unpacks.py; the values its modules apply:
+vae_reading.py; the shape its prepare_latents builds), never from a list of pipeline classes; and why a pipeline
+cannot be previewed.
 """
 from __future__ import annotations
 
-import functools
 import inspect
-import sys
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from previewlab.preview.models.families import (CHANNELS, IMAGE_VAES, SDXL_SCALE, VIDEO_VAES, Family, FamilyError,
-                                                LatentSpace, Packing, vae_of, vae_scale_factor)
-from previewlab.preview.models.unscaling import Unscale
-
-
-# The static _unpack_latents signatures previewlab can call, and the packing each means: FLUX.1's 2x2 patches
-# (the image size says everything), LTX-Video's tokens (the frame count follows from the sequence and the size)
-UNPACKS: dict[tuple[str, ...], Packing] = {
-    ("latents", "height", "width", "vae_scale_factor"): "packed",
-    ("latents", "num_frames", "height", "width", "patch_size", "patch_size_t"): "ltx",
-}
-
-
-# what else a packed (FLUX.1-like) _unpack_latents may ask for beyond the latents, the image size and the scale
-# factor, and where the pipeline keeps it: its patch size, on itself (Krea 2) or its transformer's config
-# (NucleusMoE), which its final decode passes
-def _patch_size(pipe: Any) -> Any:
-    own = getattr(pipe, "patch_size", None)
-    return own if isinstance(own, int) else getattr(getattr(getattr(pipe, "transformer", None), "config", None),
-                                                    "patch_size", None)
-
-
-def _unpack_of(pipe: Any) -> tuple[Callable[..., torch.Tensor] | None, Packing | None, str | None]:
-    """The pipeline's own _unpack_latents and its packing when previewlab can call it: one of UNPACKS' static
-    signatures, or a packed one (a method too) that also takes the patch size the pipeline keeps; (None, None,
-    its signature) when it cannot; (None, None, None) when it has none."""
-    cls = type(pipe)
-    own = inspect.getattr_static(cls, "_unpack_latents", None)
-    if own is None:
-        return None, None, None
-    fn = own.__func__ if isinstance(own, staticmethod) else own if inspect.isfunction(own) else None
-    params = tuple(inspect.signature(fn).parameters) if fn is not None else ()
-    if isinstance(own, staticmethod) and params in UNPACKS:
-        return fn, UNPACKS[params], None
-    bound = getattr(pipe, "_unpack_latents", None)
-    args = params[1:] if not isinstance(own, staticmethod) else params
-    patch = _patch_size(pipe)
-    packed = {"latents", "height", "width"} <= set(args) <= {"latents", "height", "width", "vae_scale_factor",
-                                                             "patch_size"}
-    if bound is not None and args and args[0] == "latents" and packed and (patch is not None or "patch_size" not in args):
-        call = bound
-
-        def unpack(z: torch.Tensor, height: int, width: int, vae_scale_factor: int) -> torch.Tensor:
-            known = {"height": height, "width": width, "vae_scale_factor": vae_scale_factor, "patch_size": patch}
-            return call(z, *(known[a] for a in args[1:]))
-        return unpack, "packed", None
-    return None, None, f"_unpack_latents({', '.join(params) if fn is not None else 'self, ...'})"
-
-
-def _modular_unpack(pipe: Any) -> tuple[Callable[..., torch.Tensor] | None, Packing | None]:
-    """A Modular pipeline's own unpacking of packed latents: a component's `unpack_latents` (Qwen-Image's and
-    LTX-Video's pachifier), else a module-level `_unpack_latents` of its package (FLUX's, LTX-2's), when it takes
-    one of UNPACKS' signatures, or LTX's without the patch sizes (a pachifier knows its own). (None, None) for a
-    pipeline whose latents are not packed."""
-    found: list[Callable[..., torch.Tensor]] = []
-    for name in getattr(pipe, "components", {}) or {}:
-        part = getattr(pipe, name, None)
-        method = getattr(part, "unpack_latents", None)
-        if callable(method) and not isinstance(part, torch.nn.Module):
-            found.append(method)
-    package = type(pipe).__module__.rsplit(".", 1)[0]
-    for module_name, module in sorted(sys.modules.items()):
-        if module is not None and module_name.startswith(package + "."):
-            fn = vars(module).get("_unpack_latents")
-            if callable(fn):
-                found.append(fn)
-    patch = _patch_size(pipe)
-    for fn in found:
-        params = tuple(p for p in inspect.signature(fn).parameters if p != "self")
-        if params in UNPACKS:
-            return fn, UNPACKS[params]
-        if patch is not None and set(params) == {"latents", "height", "width", "vae_scale_factor", "patch_size"}:
-            # a packed unpack that also takes the patch size the pipeline keeps (Krea 2's decoders._unpack_latents:
-            # (B, h/p * w/p, C * p * p) -> (B, C, 1, h, w)), its arguments by name
-            own_packed = fn
-
-            def unpack(z: torch.Tensor, height: int, width: int, vae_scale_factor: int) -> torch.Tensor:
-                return own_packed(z, height=height, width=width, patch_size=patch,
-                                  vae_scale_factor=vae_scale_factor)
-            return unpack, "packed"
-        if params == ("latents", "num_frames", "height", "width"):
-            own = fn
-            return (lambda z, f, h, w, p=1, pt=1: own(z, f, h, w)), "ltx"
-    return None, None
+from previewlab.preview.models.families import Family, FamilyError, vae_of, vae_scale_factor
+from previewlab.preview.models.latent_spaces import LatentSpace, Packing
+from previewlab.preview.models.unpacks import modular_unpack, patches, unpack_of
+from previewlab.preview.models.vae_reading import denoiser_config, factor_of, family_of, unscale_of
 
 
 def makes_video(pipe: Any) -> bool:
@@ -131,7 +50,7 @@ def refusal(pipe: Any) -> str | None:
     if vae is None and not _pixel(pipe) and _second_stage(pipe) is None:
         return (f"{name} has no VAE (no vae, movq or vqvae component) and does not denoise in pixel space: previews "
                 "need one or the other")
-    _, _, odd = _unpack_of(pipe)
+    _, _, odd = unpack_of(pipe)
     if odd is not None:
         return (f"{name} packs its latents and unpacks them with {odd}, which needs more than the image size: "
                 "previewlab cannot unpack them")
@@ -165,11 +84,11 @@ def _staged_space(pipe: Any, kind: str, channels: int, family: Family | None, st
     unpacking."""
     from previewlab.preview.source.sources import is_modular
 
-    unpack, packed, _ = _unpack_of(pipe)
+    unpack, packed, _ = unpack_of(pipe)
     if unpack is None and is_modular(pipe):
-        unpack, packed = _modular_unpack(pipe)
+        unpack, packed = modular_unpack(pipe)
     packing: Packing = packed or "spatial"
-    patch, patch_t = _patches(pipe) if packing == "ltx" else (1, 1)
+    patch, patch_t = patches(pipe) if packing == "ltx" else (1, 1)
     video = makes_video(pipe) or packing == "ltx"
     return LatentSpace(family=family, channels=channels, factor=vae_scale_factor(pipe), packing=packing,
                        unscale="none", vae=kind, pipeline=type(pipe).__name__,
@@ -187,11 +106,6 @@ def inner_pipelines(pipe: Any) -> list[tuple[str, Any]]:
     return [(k, v) for k, v in own.items() if isinstance(v, DiffusionPipeline) and v is not pipe]
 
 
-def denoiser_config(pipe: Any) -> Any:
-    model = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
-    return getattr(model, "config", None)
-
-
 def _pixel(pipe: Any) -> bool:
     """The pipeline denoises images, not latents: no VAE, and a UNet or transformer that takes an RGB image (IF's
     super-resolution stages take 6 channels: the image and the low-resolution one beside it) and makes it (or 6: a
@@ -200,29 +114,6 @@ def _pixel(pipe: Any) -> bool:
     cfg = denoiser_config(pipe)
     taken = getattr(cfg, "in_channels", None)
     return cfg is not None and taken in (3, 6) and getattr(cfg, "out_channels", None) in (3, 6, None)
-
-
-@functools.lru_cache(maxsize=None)
-def _source(cls: type) -> str:
-    """The source of the modules that define a pipeline class and its bases ("" where none is readable)."""
-    parts = []
-    for base in cls.__mro__:
-        module = sys.modules.get(base.__module__)
-        if module is None or not base.__module__.startswith("diffusers.pipelines."):
-            continue
-        try:
-            parts.append(inspect.getsource(module))
-        except (OSError, TypeError):
-            continue
-    return "\n".join(parts)
-
-
-def _applies(cls: type, name: str) -> bool:
-    """Whether the pipeline's own code can read the VAE's config value `name`. A VAE may publish a shift or
-    statistics that a pipeline never applies (Kandinsky 5 decodes FLUX.1's VAE with / scaling_factor alone): a
-    pipeline whose modules never name the value cannot be applying it. Unreadable source: assume it does."""
-    text = _source(cls)
-    return not text or name in text
 
 
 def _frames_first(cls: type) -> bool:
@@ -249,72 +140,6 @@ def _temporal(pipe: Any) -> int:
     return 1
 
 
-def _unscale(pipe: Any, vae: Any, cfg: Any) -> Unscale:
-    cls = type(pipe)
-    if getattr(vae, "bn", None) is not None:
-        return "batch_norm"
-    if type(vae).__name__ == "VQModel":
-        return "none"
-    if type(vae).__name__ == "PaellaVQModel":
-        return "vq_scale"
-    if (getattr(cfg, "latents_mean", None) is not None and getattr(cfg, "latents_std", None) is not None
-            and _applies(cls, "latents_mean")):
-        return "mean_std" if getattr(cfg, "scaling_factor", None) is not None else "inv_std"
-    # LTX-Video's VAE keeps its statistics as buffers (registered, saved with the weights), not in its config
-    # (named_buffers, not getattr: a diffusers model answers getattr of a config name with a FutureWarning)
-    buffers = dict(vae.named_buffers(recurse=False)) if isinstance(vae, torch.nn.Module) else {}
-    if ("latents_mean" in buffers and "latents_std" in buffers
-            and getattr(cfg, "scaling_factor", None) is not None and _applies(cls, "vae.latents_mean")):
-        return "mean_std_buffers"
-    if getattr(cfg, "shift_factor", None) is not None and _applies(cls, "shift_factor"):
-        return "scale_shift"
-    return "scale" if getattr(cfg, "scaling_factor", None) is not None else "none"
-
-
-def _factor(pipe: Any, vae: Any, packing: Packing) -> int:
-    """Image pixels per latent pixel once unpacked. A packing pipeline may fold its 2x2 patches into its own
-    vae_scale_factor (Bria's is 16 over a VAE of factor 8): an AutoencoderKL's own stages say the real one."""
-    widths = getattr(vae.config, "block_out_channels", None)
-    if packing == "packed" and type(vae).__name__ == "AutoencoderKL" and widths:
-        return 2 ** (len(widths) - 1)
-    return vae_scale_factor(pipe)
-
-
-def _family(pipe: Any, vae: Any, channels: int, packing: Packing, unscale: Unscale) -> Family | None:
-    """A known family when the VAE is one of theirs: its class, channels and way of unscaling, with the
-    pipeline's scaling constants or its denoiser as the tie-breaker between two families of one VAE shape."""
-    cfg = vae.config
-    if packing == "flux2":
-        return "flux2" if channels == CHANNELS["flux2"] else None
-    known = VIDEO_VAES.get((type(vae).__name__, channels)) or IMAGE_VAES.get((type(vae).__name__, channels))
-    if known == "ltx2" and _ltx2_3(pipe):
-        return "ltx2_3"
-    if known is not None:
-        return known
-    if type(vae).__name__ != "AutoencoderKL":
-        return None
-    scale = float(getattr(cfg, "scaling_factor", 0.0) or 0.0)
-    if channels == 4 and unscale == "scale" or channels == 4 and unscale == "mean_std":
-        unet = getattr(pipe, "unet", None)
-        text_time = getattr(getattr(unet, "config", None), "addition_embed_type", None) == "text_time"
-        return "sdxl" if text_time or unscale == "mean_std" or abs(scale - SDXL_SCALE) < 1e-6 else "sd15"
-    if channels == 16 and unscale == "scale_shift":
-        shift = float(cfg.shift_factor)
-        if packing == "packed" or abs(shift - 0.1159) < 1e-6:
-            return "flux1"
-        transformer = type(getattr(pipe, "transformer", None)).__name__
-        return "sd3" if abs(shift - 0.0609) < 1e-6 or transformer.startswith("SD3") else "flux1"
-    return None
-
-
-def _ltx2_3(pipe: Any) -> bool:
-    """LTX-2.3 (and 2.5) against LTX-2: one VAE class, one latent shape, another VAE's weights (madebyollin's
-    taeltx2_3 against taeltx_2). The transformer says which: LTX-2.3's modulates its cross-attention by the
-    prompt (cross_attn_mod, audio_cross_attn_mod in its config), LTX-2.0's does not."""
-    cfg = denoiser_config(pipe)
-    return bool(getattr(cfg, "cross_attn_mod", False) or getattr(cfg, "audio_cross_attn_mod", False))
-
-
 def _takes(fn: Any, name: str) -> bool:
     try:
         return name in inspect.signature(fn).parameters
@@ -326,16 +151,6 @@ def _timestep(vae: Any) -> bool:
     """The VAE's decoder is conditioned on a timestep (LTX-Video 0.9.1 and later: timestep_conditioning), and its
     decode takes it as `temb`, as LTXPipeline hands it."""
     return bool(getattr(vae.config, "timestep_conditioning", False)) and _takes(getattr(vae, "decode", None), "temb")
-
-
-def _patches(pipe: Any) -> tuple[int, int]:
-    """LTX: (spatial, temporal) patch sizes of its transformer, by the names the pipeline passes its own
-    _unpack_latents (1, 1 for LTX-Video 0.9)."""
-    def size(name: str) -> int:
-        value = getattr(pipe, name, 1)
-        return value if isinstance(value, int) and value > 0 else 1
-
-    return size("transformer_spatial_patch_size"), size("transformer_temporal_patch_size")
 
 
 def latent_space(pipe: Any) -> LatentSpace:
@@ -359,22 +174,21 @@ def latent_space(pipe: Any) -> LatentSpace:
                           "z_dim, so its latents cannot be read")
     from previewlab.preview.source.sources import is_modular
 
-    unpack, packed, _ = _unpack_of(pipe)
+    unpack, packed, _ = unpack_of(pipe)
     if unpack is None and is_modular(pipe):
-        unpack, packed = _modular_unpack(pipe)
-    unscale = _unscale(pipe, vae, cfg)
+        unpack, packed = modular_unpack(pipe)
+    unscale = unscale_of(pipe, vae, cfg)
     packing: Packing = "flux2" if unscale == "batch_norm" else packed or "spatial"
-    patch, patch_t = _patches(pipe) if packing == "ltx" else (1, 1)
+    patch, patch_t = patches(pipe) if packing == "ltx" else (1, 1)
     # a VAE with 3-D convolutions takes (B, C, T, h, w) (Wan's, Qwen-Image's, HunyuanVideo's, CogVideoX's, ...)
     # (SVD's temporal decoder has 3-D convolutions too, but takes frames as a batch with num_frames)
     frames = any(isinstance(m, torch.nn.Conv3d) for m in vae.modules()) and not _takes(vae.decode, "num_frames")
     video = makes_video(pipe)
-    return LatentSpace(family=_family(pipe, vae, channels, packing, unscale), channels=channels,
-                       factor=_factor(pipe, vae, packing), packing=packing, unscale=unscale, vae=type(vae).__name__,
+    return LatentSpace(family=family_of(pipe, vae, channels, packing, unscale), channels=channels,
+                       factor=factor_of(pipe, vae, packing), packing=packing, unscale=unscale, vae=type(vae).__name__,
                        frames=frames, quantized=type(vae).__name__ == "VQModel", pipeline=type(pipe).__name__,
                        unit=type(vae).__name__ == "PaellaVQModel",
                        unpack=unpack if packing == "packed" else None,
                        unpack_clip=unpack if packing == "ltx" else None, patch=patch, patch_t=patch_t,
                        timestep=_timestep(vae), video=video, frames_first=video and _frames_first(type(pipe)),
                        temporal=_temporal(pipe) if video else 1)
-

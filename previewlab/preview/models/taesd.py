@@ -11,7 +11,7 @@ decodes Sana's DC-AE latents (32 channels at 1/32): the reference's F32Decoder, 
 cut() leaves out a decoder's last upsampling stages, sharing its weights, for a preview smaller than the image.
 
 Every TAE takes latents in the diffusion model's own space (what the UNet or transformer sees, unpacked to
-(B, C, h, w)), never the VAE's unscaled latents: see families.LatentSpace.tae_input.
+(B, C, h, w)), never the VAE's unscaled latents: see latent_spaces.LatentSpace.tae_input.
 """
 from __future__ import annotations
 

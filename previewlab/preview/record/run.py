@@ -60,7 +60,7 @@ class RunMeta:
     synthetic: bool
     model_note: str
     family: str       # the latent space's known family, or "unnamed"
-    space: str        # the latent space as read from the VAE (families.LatentSpace.describe)
+    space: str        # the latent space as read from the VAE (latent_spaces.LatentSpace.describe)
     device: str       # cpu | cuda | mps
     dtype: str
     prompt: str
