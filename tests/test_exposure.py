@@ -115,7 +115,7 @@ def test_one_address_cannot_hold_every_connection(make_app):
     from tests.conftest import live_server
 
     srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
-    with live_server(app, **connection_limits(srv.max_clients)) as addr:
+    with live_server(app, **connection_limits(srv.limits.max_clients)) as addr:
         host, port = addr.rsplit(":", 1)
         idle = []
         for _ in range(100):  # the default limit is max_clients + 64 = 96

@@ -81,18 +81,18 @@ def test_a_frame_waits_for_its_runs_announcement_and_no_other_run_loses_its_own(
 
     srv, _ = make_app()
     sent: list[tuple[str, int]] = []
-    srv.hub.frame = lambda p: sent.append((p.run_id, p.step))  # type: ignore[method-assign]
+    srv.relay.hub.frame = lambda p: sent.append((p.run_id, p.step))  # type: ignore[method-assign]
 
     def frame(rid: str, step: int) -> Frame:
         return Frame(rid, step, "taesd", "jpeg", 8, 8, b"\xff\xd8")
 
-    srv.frame(frame("A", 1))
-    srv.frame(frame("A", 2))   # replaces A's step 1: previews are latest-wins
-    srv.frame(frame("B", 1))   # B started before A was announced (a slow disk)
+    srv.relay.frame(frame("A", 1))
+    srv.relay.frame(frame("A", 2))   # replaces A's step 1: previews are latest-wins
+    srv.relay.frame(frame("B", 1))   # B started before A was announced (a slow disk)
     assert sent == []
     srv.relay.announce(RunMeta.of(srv.model, "A", RunSettings()))
     assert sent == [("A", 2)]
     srv.relay.announce(RunMeta.of(srv.model, "B", RunSettings()))  # A's announcement left B's frame held
     assert sent == [("A", 2), ("B", 1)]
-    srv.frame(frame("B", 2))
+    srv.relay.frame(frame("B", 2))
     assert sent[-1] == ("B", 2)

@@ -49,15 +49,15 @@ def test_stuck_reader_is_dropped_and_costs_nothing(make_app):
     srv, app = make_app(limits=SessionLimits(send_timeout_s=1.0))
     with live_server(app, sndbuf=16 * 1024) as addr:
         stuck = raw_ws(addr, rcvbuf=4096)
-        wait_until(lambda: len(srv.hub.clients) == 1, what="the stuck client to register")
-        stuck_client = next(iter(srv.hub.clients.values()))
+        wait_until(lambda: len(srv.relay.hub.clients) == 1, what="the stuck client to register")
+        stuck_client = next(iter(srv.relay.hub.clients.values()))
         # PNG previews of noise are large: the stuck socket fills within a few frames
         frames, done = asyncio.run(drive(f"ws://{addr}/ws", {"steps": 30, "width": 128, "height": 128,
                                                               "decoder": "taesd", "encoder": "png"}))
         assert done["status"] == "done" and frames == 30  # the reading client got every frame
         assert stuck_client.killed == "send timeout"
         assert stuck_client.frames_sent < 10 and stuck_client.slot is None  # released: no frame kept for it
-        assert stuck_client not in srv.hub.clients.values()
+        assert stuck_client not in srv.relay.hub.clients.values()
         rows = srv.store.rows(done["run_id"])
         assert len(rows) == 30
         # while its send was blocked, newer frames replaced the one in its slot: counted as drops, not queued
@@ -72,7 +72,7 @@ def test_abrupt_disconnect_mid_frame_releases_the_client(make_app):
             async with websockets.connect(f"ws://{addr}/ws", max_size=None) as ws:
                 await ws.recv()
                 victim = raw_ws(addr)
-                while len(srv.hub.clients) < 2:  # the victim is registered before the run starts
+                while len(srv.relay.hub.clients) < 2:  # the victim is registered before the run starts
                     await asyncio.sleep(0.01)
                 await ws.send(json.dumps({"type": "start", "steps": 40, "width": 128, "height": 128,
                                           "decoder": "vae", "encoder": "png"}))
@@ -87,7 +87,7 @@ def test_abrupt_disconnect_mid_frame_releases_the_client(make_app):
 
         done = asyncio.run(scenario())
         assert done["status"] == "done" and len(srv.store.rows(done["run_id"])) == 40
-        wait_until(lambda: len(srv.hub.clients) == 0, what="both clients to be released")  # each released once
+        wait_until(lambda: len(srv.relay.hub.clients) == 0, what="both clients to be released")  # each released once
 
 
 def test_message_over_64kib_closes_1009(make_app):

@@ -24,7 +24,7 @@ from tests.conftest import live_server, make_run
 def _big_runs(root: Path, runs: int, steps: int) -> None:
     kinds = {f.name: str(f.type) for f in fields(StepRow)}  # each cell one its column reads: a number, or text
     cell = {c: "12.345" if "float" in k else "12" if "int" in k else "text" for c, k in kinds.items()}
-    cell["mode"] = "sync"  # a Literal column reads only its names (cells.from_cells)
+    cell["mode"] = "sync"  # a Literal column reads only its names (records.from_cells)
     for k in range(runs):
         rid = f"20261130-120000-{k:03d}"
         buf = io.StringIO()
@@ -125,7 +125,7 @@ def test_an_export_that_keeps_flowing_outlives_the_response_deadline(make_app, t
             time.sleep(0.1)  # the export takes well over the deadline: 12 runs of 4 pieces or more
             yield piece
     srv.store.csv_chunks = slow  # type: ignore[method-assign]
-    with live_server(app, sndbuf=4096, **connection_limits(srv.max_clients, response_timeout_s=0.5)) as addr:
+    with live_server(app, sndbuf=4096, **connection_limits(srv.limits.max_clients, response_timeout_s=0.5)) as addr:
         t0 = time.monotonic()
         with urllib.request.urlopen(f"http://{addr}/runs/steps.csv", timeout=60) as r:
             body = r.read().decode()

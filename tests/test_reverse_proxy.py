@@ -139,7 +139,7 @@ def previewlab_server(tiny, data: Path, access: Access) -> Iterator[int]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    uv = uvicorn.Server(uvicorn_config(build_app(server), "127.0.0.1", port, server.max_clients, access.proxies))
+    uv = uvicorn.Server(uvicorn_config(build_app(server), "127.0.0.1", port, server.limits.max_clients, access.proxies))
     t = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
     t.start()
     wait_until(lambda: uv.started or not t.is_alive(), 30, "uvicorn to start")
@@ -260,7 +260,7 @@ def test_connections_from_a_trusted_proxy_count_per_client(make_app):
     from tests.conftest import live_server
 
     srv, app = make_app(access=Access(hosts=("127.0.0.1",), proxies=parse(PROXY, "test")))
-    config = uvicorn_config(app, "127.0.0.1", 0, srv.max_clients, srv.access.proxies)
+    config = uvicorn_config(app, "127.0.0.1", 0, srv.limits.max_clients, srv.access.proxies)
     keywords = {k: getattr(config, k) for k in ("http", "ws", "proxy_headers", "limit_concurrency")}
     with live_server(app, **keywords) as addr:
         port = int(addr.rsplit(":", 1)[1])

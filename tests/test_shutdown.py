@@ -63,7 +63,7 @@ def test_resets_after_the_handshake_leave_no_task_behind(make_app):
 
         wait_until(lambda: not asyncio.run_coroutine_threadsafe(leftovers(), loop).result(5), 5,
                    "the reset peers' tasks to end")
-        assert srv.hub.clients == {}
+        assert srv.relay.hub.clients == {}
 
 
 @pytest.mark.slow
@@ -117,7 +117,7 @@ def test_half_sent_requests_are_closed_and_whole_ones_still_served(make_app):
     """Item 12: uvicorn's keep-alive timer is disarmed by the first byte, so a request head sent a byte at a
     time (or never finished) held its connection forever. Here the head has a deadline (0.5 s in this test)."""
     srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
-    with live_server(app, **connection_limits(srv.max_clients, head_timeout_s=0.5)) as addr:
+    with live_server(app, **connection_limits(srv.limits.max_clients, head_timeout_s=0.5)) as addr:
         host, port = addr.rsplit(":", 1)
         with socket.create_connection((host, int(port))) as slow:
             slow.sendall(b"GET /runs HTTP/1.1\r\nHost: 127")
@@ -175,7 +175,7 @@ def test_a_wildcard_bind_prints_a_url_its_own_guard_accepts():
 def test_a_huge_head_gets_400_and_a_slow_body_is_closed(make_app):
     """The head is capped at 16 KiB; a body sent slowly after its response was made holds nothing either."""
     srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
-    with live_server(app, **connection_limits(srv.max_clients, head_timeout_s=0.5)) as addr:
+    with live_server(app, **connection_limits(srv.limits.max_clients, head_timeout_s=0.5)) as addr:
         host, port = addr.rsplit(":", 1)
         with socket.create_connection((host, int(port))) as big:
             big.sendall(b"GET /runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 20_000)
@@ -266,7 +266,7 @@ def test_an_idle_pre_connect_is_closed_calmly_and_a_half_request_is_named(make_a
 
     srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
     with caplog.at_level(logging.DEBUG, logger="previewlab.server"), \
-            live_server(app, **connection_limits(srv.max_clients, head_timeout_s=0.3)) as addr:
+            live_server(app, **connection_limits(srv.limits.max_clients, head_timeout_s=0.3)) as addr:
         host, port = addr.rsplit(":", 1)
         with socket.create_connection((host, int(port))) as idle:  # connected, not a byte sent
             idle.settimeout(5)

@@ -78,7 +78,7 @@ def test_a_peer_that_never_reads_its_pongs_is_not_read_either(make_app):
     reads from that peer is bounded by the buffers between them, and every ping is still answered once the peer
     reads. The frame budget is lifted here so that only the backpressure is at work."""
     srv, app = make_app()
-    limits = connection_limits(srv.max_clients)
+    limits = connection_limits(srv.limits.max_clients)
     assert issubclass(limits["ws"], BoundedWebSocket)
     peers: list[Counted] = []
 
@@ -135,7 +135,7 @@ def test_floods_of_pings_pongs_or_empty_fragments_are_closed_with_1008(make_app)
     connection's frame budget and a message has at most 64 fragments; a client like the page, acking every
     frame of a run, is nowhere near either."""
     srv, app = make_app()
-    with live_server(app, **connection_limits(srv.max_clients)) as addr:
+    with live_server(app, **connection_limits(srv.limits.max_clients)) as addr:
         floods = {
             "pings": (frame(PING) * 5000, "frames at once"),
             "unsolicited pongs": (frame(PONG) * 5000, "frames at once"),
@@ -226,8 +226,8 @@ def test_peers_that_pipeline_and_never_read_are_aborted_at_the_response_deadline
             self.lost = True
             super().connection_lost(exc)
 
-    assert issubclass(connection_limits(srv.max_clients)["http"], BoundedH11)
-    limits = {**connection_limits(srv.max_clients), "http": Recorded, "limit_concurrency": 4}
+    assert issubclass(connection_limits(srv.limits.max_clients)["http"], BoundedH11)
+    limits = {**connection_limits(srv.limits.max_clients), "http": Recorded, "limit_concurrency": 4}
     with live_server(app, sndbuf=16 * KiB, **limits) as addr:
         stuck = [pipeline(addr, SCRIPT, 40) for _ in range(3)]
         wait_until(lambda: all(answered(s) for s in stuck), 10, "the server to answer the stuck peers")
@@ -245,7 +245,7 @@ def test_one_connection_is_answered_a_bounded_number_of_requests(make_app):
     pipelined 2,000 `GET /` each and never read kept both cores busy for as long as they liked. Now a
     connection is closed after MAX_REQUESTS_PER_CONNECTION answers, and what was queued beyond is dropped."""
     srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
-    with live_server(app, **connection_limits(srv.max_clients)) as addr:
+    with live_server(app, **connection_limits(srv.limits.max_clients)) as addr:
         host, port = addr.rsplit(":", 1)
         with socket.create_connection((host, int(port))) as s:
             s.sendall(f"GET /runs HTTP/1.1\r\nHost: {addr}\r\n\r\n".encode() * (3 * MAX_REQUESTS_PER_CONNECTION))
@@ -272,7 +272,7 @@ def test_a_peer_that_floods_after_its_close_is_reset(make_app):
                 after_close[0] += 1
             return super()._over_budget(frame)
 
-    with live_server(app, **{**connection_limits(srv.max_clients), "ws": Counted}) as addr:
+    with live_server(app, **{**connection_limits(srv.limits.max_clients), "ws": Counted}) as addr:
         s = raw_ws(addr)
         s.sendall(b"".join(frame(0x1, b"{}") for _ in range(22)))  # bad messages: the server closes, 1008
         s.settimeout(15)
@@ -292,7 +292,7 @@ def test_a_whole_head_over_16_kib_gets_400_and_one_under_it_is_served(make_app):
     """h11_max_incomplete_event_size bounds only a head that has not arrived whole: a 60 KiB head sent in one
     packet was answered. Now the whole request line and headers are capped at 16 KiB."""
     srv, app = make_app(access=Access(hosts=("127.0.0.1",)))
-    with live_server(app, **connection_limits(srv.max_clients)) as addr:
+    with live_server(app, **connection_limits(srv.limits.max_clients)) as addr:
         host, port = addr.rsplit(":", 1)
         for head_bytes, expect in ((60 * KiB, b"HTTP/1.1 400"), (15 * KiB, b"HTTP/1.1 200")):
             start = f"GET /runs HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nX-Pad: ".encode()

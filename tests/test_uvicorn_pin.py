@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # previewlab's subclasses of uvicorn's classes: where each is written, and its uvicorn base
 SUBCLASSES = (("previewlab/server/http/http11.py", "BoundedH11", H11Protocol),
               ("previewlab/server/http/ws_limits.py", "BoundedWebSocket", WebSocketsSansIOProtocol),
-              ("previewlab/server/cli.py", "Graceful", uvicorn.Server))
+              ("previewlab/server/shutdown.py", "Graceful", uvicorn.Server))
 SPEC = re.compile(r"(?P<coroutine>async )?(?P<name>[\w.]+)(?:\((?P<params>[\w, ]*)\))?")
 
 
@@ -146,7 +146,7 @@ def test_every_uvicorn_internal_previewlab_relies_on_is_where_it_expects(made):
 
 
 def test_every_uvicorn_name_a_subclass_reads_is_listed(made):
-    """The list and the code cannot drift apart: what BoundedH11, BoundedWebSocket and cli.py's Graceful read or
+    """The list and the code cannot drift apart: what BoundedH11, BoundedWebSocket and shutdown.py's Graceful read or
     override of uvicorn's own is in UVICORN_INTERNALS (attributes reached through them, such as a cycle's, are
     listed by hand)."""
     unlisted = {}

@@ -17,6 +17,7 @@ from previewlab.server.core.limits import DEFAULT_KEEP_RUNS, DEFAULT_MAX_PIXEL_S
 
 if TYPE_CHECKING:
     from previewlab.server.http.guard import Access
+    from previewlab.server.server import Server
 
 
 class Parser(argparse.ArgumentParser):
@@ -203,17 +204,37 @@ def serve(args: argparse.Namespace) -> int:
 
 def serve_on(sock: socket.socket, args: argparse.Namespace, access: Access) -> int:
     """The model loaded, the Server built and uvicorn run on the bound socket `sock`; 2 when one cannot be."""
-    from previewlab.server.data.owner import InUse, in_use
-    from previewlab.server.http.exposure import page_url
-
-    token = access.token
+    from previewlab.server.data.owner import in_use
 
     owned = in_use(args.data_dir)
     if owned:  # asked before the model loads; the Server takes the lock itself
         print(f"previewlab serve: --data-dir {args.data_dir}: {owned}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    server = served(args, access)
+    if server is None:
+        return 2
+    from previewlab.server.app import build_app
+    from previewlab.server.http.http11 import uvicorn_config
+    from previewlab.server.shutdown import Graceful
+
+    app = build_app(server)
+    announce(server, args, sock.getsockname()[1])  # --port 0: the one bound
+    # after a signal uvicorn raises it again once it has shut down, so an abandoned model thread (graceful) is not
+    # waited for at exit
+    config = uvicorn_config(app, args.host, sock.getsockname()[1], args.max_clients, access.proxies)
+    Graceful(config, server).run(sockets=[sock])
+    return 0
+
+
+def served(args: argparse.Namespace, access: Access) -> Server | None:
+    """The model loaded (a Ctrl-C meanwhile stops it) and the Server built on it; None when either cannot be,
+    said in one line."""
     from previewlab.preview.models import ModelError, load
+    from previewlab.server.data.owner import InUse
+    from previewlab.server.server import Server
+    from previewlab.server.ws.options import RunOptions
+    from previewlab.server.ws.session import SessionLimits
 
     try:
         with ctrl_c_kept():
@@ -222,31 +243,29 @@ def serve_on(sock: socket.socket, args: argparse.Namespace, access: Access) -> i
                          config=args.config)
     except ModelError as e:
         print(f"previewlab serve: {e}", file=sys.stderr)
-        return 2
-    import uvicorn
-
-    from previewlab.server.app import build_app
-    from previewlab.server.http.guard import is_loopback
-    from previewlab.server.http.http11 import SHUTDOWN_ABORT_S, abort_all, uvicorn_config
-    from previewlab.server.ws.options import RunOptions
-    from previewlab.server.server import Server
-    from previewlab.server.ws.session import SessionLimits
-
+        return None
     try:
-        server = Server(model, args.data_dir, access=access,
-                        limits=SessionLimits(max_clients=args.max_clients, send_timeout_s=args.send_timeout),
-                        runs=RunOptions(max_side=args.max_side, max_pixel_steps=args.max_pixel_steps,
-                                        inflight=args.inflight, compile_decoder=args.compile == "decoder",
-                                        shutdown_grace_s=args.shutdown_grace),
-                        keep_runs=args.keep_runs, noise_limit=args.noise_limit)
+        return Server(model, args.data_dir, access=access,
+                      limits=SessionLimits(max_clients=args.max_clients, send_timeout_s=args.send_timeout),
+                      runs=RunOptions(max_side=args.max_side, max_pixel_steps=args.max_pixel_steps,
+                                      inflight=args.inflight, compile_decoder=args.compile == "decoder",
+                                      shutdown_grace_s=args.shutdown_grace),
+                      keep_runs=args.keep_runs, noise_limit=args.noise_limit)
     except (OSError, InUse) as e:  # the folder cannot be made or listed, or has an owner; never a damaged run
         print(f"previewlab serve: --data-dir {args.data_dir}: {e}", file=sys.stderr)
-        return 2
-    app = build_app(server)
+        return None
+
+
+def announce(server: Server, args: argparse.Namespace, port: int) -> None:
+    """The lines `previewlab serve` prints once it is ready: the model, the page's URL, and what may reach it."""
+    from previewlab.server.http.exposure import page_url
+    from previewlab.server.http.guard import is_loopback
+
+    model, access = server.model, server.access
     label = (" (SYNTHETIC model: random weights, real costs, noise pictures)" if model.synthetic
              else f" ({model.note})" if model.note else "")
-    url, note = page_url(args.host, sock.getsockname()[1], token, args.allow_host)  # --port 0: the one bound
-    if token and not is_loopback(args.host):
+    url, note = page_url(args.host, port, access.token, args.allow_host)
+    if access.token and not is_loopback(args.host):
         print(f"WARNING: listening on {args.host}, beyond loopback; the page needs the token in its URL", flush=True)
     print(f"previewlab: {model.name}{label} on {model.device}; open {url}; latent space {model.space.describe()}",
           flush=True)
@@ -256,59 +275,6 @@ def serve_on(sock: socket.socket, args: argparse.Namespace, access: Access) -> i
         print(f"previewlab: a client's address is the one X-Forwarded-For names when the peer is "
               f"{access.proxies.describe()} ({access.proxies.named_by}); from any other peer the header is ignored",
               flush=True)
-
-    class Graceful(uvicorn.Server):
-        """On SIGTERM / Ctrl-C: stop the run and close clients with 1001 before uvicorn shuts down. A second one
-        while the run is still given its grace shuts down at once, the clients closed with 1001 first; a third
-        is uvicorn's force exit. What it reads and overrides of uvicorn's own: http11.UVICORN_INTERNALS."""
-        signals = 0  # SIGTERM and Ctrl-C received so far
-
-        def handle_exit(self, sig: int, frame: object) -> None:
-            import asyncio
-
-            self.signals += 1
-            loop = asyncio.get_event_loop()
-
-            def shut_down() -> None:  # uvicorn's own handling, once: told again, a Ctrl-C would force its exit
-                if not self.should_exit:
-                    uvicorn.Server.handle_exit(self, sig, frame)  # type: ignore[arg-type]
-
-            def stopped(task: asyncio.Task[str]) -> None:
-                if not task.cancelled() and task.exception() is None and task.result():
-                    print(f"previewlab: {task.result()}", flush=True)  # where the run it stopped is kept
-                shut_down()
-
-            if self.should_exit or self.signals > 2:  # uvicorn is shutting down: a Ctrl-C forces its exit
-                super().handle_exit(sig, frame)  # type: ignore[arg-type]
-            elif self.signals == 1:
-                loop.create_task(server.graceful()).add_done_callback(stopped)
-            else:
-                # uvicorn's shutdown closes each open WebSocket with 1012 (service restart) and aborts what is
-                # left 2.5 s later (1006): the watchers are closed with 1001 first, as graceful() closes them
-                closed = loop.create_task(server.hub.close_all(1001, "server shutting down"))
-                closed.add_done_callback(lambda _: shut_down())
-
-        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-            # uvicorn cancels the tasks still running 3 s into shutdown and logs a traceback for each (60 stuck
-            # peers: 2,162 lines); the connections still open just before that are aborted instead, so their
-            # tasks end as for a peer that left, and one line per kind says what was cut off
-            import asyncio
-
-            timer = asyncio.get_running_loop().call_later(SHUTDOWN_ABORT_S, self.abort_left)
-            try:
-                await super().shutdown(sockets)
-            finally:
-                timer.cancel()
-
-        def abort_left(self) -> None:
-            for kind, n in abort_all(self.server_state.connections).items():
-                logging.getLogger("previewlab.server").warning("shutdown: cancelled %d %s", n, kind)
-
-    # after a signal uvicorn raises it again once it has shut down, so an abandoned model thread (graceful) is not
-    # waited for at exit
-    Graceful(uvicorn_config(app, args.host, sock.getsockname()[1], args.max_clients, access.proxies)).run(sockets=[sock])
-    return 0
-
 
 
 if __name__ == "__main__":

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from previewlab.preview.call.final import write_whole
-from previewlab.preview.frames import Frame
-from previewlab.preview.record.records import StepRow
-from previewlab.preview.record.run import RunEnd, RunMeta
-
+from previewlab.preview.record.run import RunMeta
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
-from previewlab.server.app import Server, build_app
+from previewlab.server.app import build_app
+from previewlab.server.hop import ToLoop
+from previewlab.server.server import Server
 from previewlab.server.worker import Busy
+from previewlab.server.ws.protocol import Set
 
 log = logging.getLogger("previewlab.server")
 LOOP_WAIT_S = 5.0  # keep_final's wait for the loop to have made the run's folder (it takes milliseconds)
@@ -48,8 +48,8 @@ class WatchSource:
     async def start(self, settings: RunSettings) -> RunMeta:
         raise Busy("this page watches a script's own pipeline: start generations from the script")
 
-    def set(self, changes: dict[str, Any]) -> None:
-        self.watch.controls.set(**changes)
+    def set(self, change: Set) -> None:
+        self.watch.controls.set(**change.changes)
 
     def live(self) -> PreviewSettings:
         """The watch's own preview settings (what the script chose, with the page's live changes)."""
@@ -71,13 +71,14 @@ class WatchSource:
         pass
 
 
-class Embedded:
-    """The watch's RunEvents, called on the denoising thread: each hands its event to the server's loop, none
-    waits. The server is the RunEvents on the loop."""
+class Embedded(ToLoop):
+    """The watch's page, and its RunEvents: told on the denoising thread, each event hops to the server's loop
+    (hop.py), where its relay hears it; none waits."""
 
     def __init__(self, server: Server, uv: Any, thread: threading.Thread, loop: asyncio.AbstractEventLoop,
                  url: str, watch: Any) -> None:
-        self.server, self.uv, self.thread, self.loop, self.url, self.watch = server, uv, thread, loop, url, watch
+        super().__init__(loop, server.relay)
+        self.server, self.uv, self.thread, self.url, self.watch = server, uv, thread, url, watch
         self.closed = False
         self.pid = os.getpid()  # the process the page belongs to (at_exit: never a forked child's)
         self._closing = threading.Lock()
@@ -86,26 +87,13 @@ class Embedded:
         """The watch's next run id, from the store that keeps its runs (one scheme, ordered, never one it holds)."""
         return self.server.store.new_id()
 
-    def _call(self, fn: Any, *args: Any) -> None:
-        self.loop.call_soon_threadsafe(fn, *args)
-
     def started(self, meta: RunMeta) -> None:
+        """A script's run has no worker to make its folder: the relay makes it first, on the writer (the loop never
+        waits on the disk)."""
         def begin() -> None:
-            self.server.relay.begin_later(meta)  # on the writer: the loop never waits on the disk
-            self.server.started(meta)
-        self._call(begin)
-
-    def row(self, row: StepRow) -> None:
-        self._call(self.server.row, row)
-
-    def frame(self, frame: Frame) -> None:
-        self._call(self.server.frame, frame)
-
-    def error(self, run_id: str, message: str) -> None:
-        self._call(self.server.error, run_id, message)
-
-    def ended(self, end: RunEnd) -> None:
-        self._call(self.server.ended, end)
+            self.server.relay.begin_later(meta)
+            self.server.relay.started(meta)
+        self.call(begin)
 
     def keep_final(self, run_id: str, png: bytes) -> bool:
         """A script's saved image as its run's final image (final.png beside its rows), written whole on the
@@ -200,7 +188,7 @@ def serve(watch: Any, *, host: str = "127.0.0.1", port: int = 8000, data_dir: st
     access = access_for(host, allow_remote=allow_remote, token=token, allow_hosts=allow_hosts,
                         forwarded_allow_ips=forwarded_allow_ips, cli=False)
     server = Server(watch.model, Path(data_dir), access=access, source=WatchSource(watch))
-    config = uvicorn_config(build_app(server), host, port, server.max_clients, access.proxies)
+    config = uvicorn_config(build_app(server), host, port, server.limits.max_clients, access.proxies)
     uv = uvicorn.Server(config)
     holder: dict[str, Any] = {}
 

@@ -4,18 +4,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from previewlab.preview.call import fidelity_pass
 from previewlab.preview.decoding.tae_decoder import taesd_refusal
-from previewlab.preview.judging import fidelity
-from previewlab.preview.judging.fidelity import Final, Sample
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
 from previewlab.preview.judging.digest import WATCH
-from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT, SAMPLES_FOR_LEVEL
-from previewlab.preview.frames import Frame
+from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
 from previewlab.preview.models import Model
-from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunEnd, RunMeta
 from previewlab.preview.settings import SIDE_STREAM_DEVICES, RunSettings, SettingsError
 
@@ -24,17 +19,17 @@ from previewlab.server.data.disk import DiskReads
 from previewlab.server.http.exports import Slots
 from previewlab.server.figures import PAGE, Figures
 from previewlab.server.http.guard import Access
-from previewlab.server.ws.sender import Client, Hub
+from previewlab.server.ws.sender import Client
 from previewlab.server.core.limits import DEFAULT_KEEP_RUNS
 from previewlab.server.measure import Series, refusal, standing
 from previewlab.server.core.metrics import Metrics
 from previewlab.server.ws.options import Offer, RunOptions
 from previewlab.server.ws.relay import Relay
 from previewlab.server.ws.session import SessionLimits
-from previewlab.server.data import fidelity_files
 from previewlab.server.data.owner import InUse
 from previewlab.server.data.store import Store
-from previewlab.server.data.writes import DRAIN_S, Stalled
+from previewlab.server.data.writes import Stalled
+from previewlab.server.fidelity_job import FidelityJob
 from previewlab.server.worker import Busy, RunOwner, TaskError, Worker
 
 log = logging.getLogger("previewlab.server")
@@ -51,11 +46,12 @@ def mode_note(device: str) -> str:
 
 class Server:
     """Its parts: the data folder (store; disk, its reads off the loop; exports, the CSVs streaming now), the
-    counters (metrics), the runs shown to the watchers (relay, which holds the hub), and the runs' owner (worker:
-    a Worker, or a script's watch given as `source`), built once the loop runs (attach). Its settings: who may
-    drive it (access), what each watcher is held to (limits), what a start may ask (runs), what it offers (offer).
-    It answers each watcher's messages (handle). The worker tells its runs to the relay; a watch's hop tells them
-    to the Server, which hands them on."""
+    counters (metrics), the runs shown to the watchers (relay, which holds the hub), the page's fidelity pass
+    (fidelity), and the runs' owner (worker: a Worker, or a script's watch given as `source`), built once the loop
+    runs (attach). Its settings: who may drive it (access), what each watcher is held to (limits), what a start may
+    ask (runs), what it offers (offer). It answers each watcher's messages (handle) and drives the page's measure
+    series (series). The runs' owner tells its runs to the relay: the worker, or a watch through the embedded
+    page's hop (hop.py). SIGTERM and Ctrl-C: shutdown.py."""
 
     def __init__(self, model: Model, data_dir: Path, *, access: Access = Access(),
                  limits: SessionLimits = SessionLimits(), runs: RunOptions = RunOptions(),
@@ -79,8 +75,7 @@ class Server:
         self.relay.on_done = self._measured
         self.relay.on_gone = self._watcher_left
         self.series: Series | None = None  # the page's measure series, while one runs (measure.py)
-        self.judged: protocol.Outbound | None = None  # the fidelity pass's last line (running, done or failed)
-        self._judging: asyncio.Task[None] | None = None  # the task that awaits the pass's end
+        self.fidelity = FidelityJob(model, self.store, self.disk, self.relay.hub, self.figures.decoders)
         self.source = source
         self.worker: RunOwner | None = None  # `source`, or a Worker on the running loop (attach)
 
@@ -102,31 +97,6 @@ class Server:
         if drained:  # a stalled disk would hold the loop here: the process's end releases the lock instead
             self.store.close()
 
-    @property
-    def hub(self) -> Hub:
-        """The watchers: the relay built them, with its callbacks on their frames."""
-        return self.relay.hub
-
-    @property
-    def max_clients(self) -> int:
-        return self.limits.max_clients
-
-    # -- RunEvents, for the embedded server's hop from a watch (the worker tells the relay itself) -----------
-    def started(self, meta: RunMeta) -> None:
-        self.relay.started(meta)
-
-    def row(self, row: StepRow) -> None:
-        self.relay.row(row)
-
-    def frame(self, f: Frame) -> None:
-        self.relay.frame(f)
-
-    def error(self, run_id: str, message: str) -> None:
-        self.relay.error(run_id, message)
-
-    def ended(self, end: RunEnd) -> None:
-        self.relay.ended(end)
-
     # -- messages from one client ----------------------------------------------------------------------------
     def hello(self) -> protocol.Outbound:
         live = self.worker.live() if self.worker is not None else None
@@ -135,7 +105,7 @@ class Server:
         said = self.offer.hello(self.model, live, running=self.relay.current, starts=self.source is None)
         # advice_budget: the budget the advice is judged at until the page's Budget field says another
         return {**said, "measure": self.series.message() if self.series is not None else None,
-                "fidelity": self.judged,
+                "fidelity": self.fidelity.line,
                 "mode_note": mode_note(self.model.device.type), "advice_budget": DEFAULT_BUDGET_PCT}
 
     def _runnable(self, decoder: str | None) -> None:
@@ -155,7 +125,8 @@ class Server:
             raise protocol.ProtocolError(f"a measure series of {series.config} is running: its runs keep the "
                                          "settings it measures; stop it first")
         if isinstance(msg, protocol.MeasureFidelity):
-            await self._fidelity(msg.settings, msg.seeds)
+            worker = self.worker if self.source is None and isinstance(self.worker, Worker) else None
+            await self.fidelity.start(worker, msg.settings, msg.seeds)
         elif isinstance(msg, protocol.Measure):
             await self._measure(msg.settings)
         elif isinstance(msg, protocol.Start):
@@ -164,7 +135,7 @@ class Server:
         elif isinstance(msg, protocol.Set):
             self._runnable(msg.changes.get("decoder"))
             try:
-                self.worker.set(msg.changes)
+                self.worker.set(msg)
             except (Busy, SettingsError) as e:
                 raise protocol.ProtocolError(str(e)) from None
         elif isinstance(msg, protocol.Stop):
@@ -199,7 +170,7 @@ class Server:
         starts stopped). False: none was running."""
         if self.series is None or not self.series.stop(why):
             return False
-        self.hub.text(self.series.message())
+        self.relay.hub.text(self.series.message())
         self._release(self.series)
         return True
 
@@ -213,7 +184,7 @@ class Server:
     def _watcher_left(self) -> None:
         """A watcher left: with none left, the series and its run stop (nobody would see what it measures; a
         page that reconnects sees how it ended)."""
-        if not self.hub.clients and self._end_series("its page closed and no other tab watched it"):
+        if not self.relay.hub.clients and self._end_series("its page closed and no other tab watched it"):
             assert self.worker is not None
             self.worker.stop()
 
@@ -250,13 +221,13 @@ class Server:
             self._release(series)
             raise
         self._began(series, started)
-        self.hub.text(series.message(_now(first)))
+        self.relay.hub.text(series.message(_now(first)))
 
     def _began(self, series: Series, meta: RunMeta) -> None:
         """A run of `series` started, held from retention; a series that ended while the run was starting (its
         run started stopped), or that no tab watches any more, stops it at once."""
         series.runs.add(meta.run_id)
-        if not self.hub.clients:  # its tab left while the run started
+        if not self.relay.hub.clients:  # its tab left while the run started
             self._end_series("its page closed and no other tab watched it")
         if series.state == "running":
             self.store.retention.hold(series.key, [meta.run_id])
@@ -280,7 +251,7 @@ class Server:
             return  # stopped meanwhile
         nxt = series.after(end, judged, gone)
         if nxt is None:
-            self.hub.text(series.message(""))
+            self.relay.hub.text(series.message(""))
             self._release(series)
             return
         try:
@@ -288,104 +259,12 @@ class Server:
         except protocol.ProtocolError as e:
             if series.state == "running":
                 series.state, series.why = "failed", f"its next run could not start: {e}"
-                self.hub.text(series.message(""))
+                self.relay.hub.text(series.message(""))
                 self._release(series)
             return
         self._began(series, started)
         if series.state == "running":
-            self.hub.text(series.message(_now(nxt)))
-
-    # -- the fidelity pass (preview/call/fidelity_pass.py), untimed, between runs -----------------------------
-    async def _fidelity(self, settings: RunSettings, seeds: int) -> None:
-        """What each decoder this model can run shows of `settings`' runs (their size, steps, target, decode_at
-        and preview size) against the full VAE, over `seeds` seeds: one job on the model's thread, never beside a
-        run (refused in one line while one goes), and no run folder made. Its samples are kept in the data folder
-        (fidelity_files), where the analysis of these settings' runs reads them; its line goes to every watcher."""
-        worker = self.worker
-        if self.source is not None or not isinstance(worker, Worker):
-            raise protocol.ProtocolError("fidelity: a script owns the runs here (serve(watch)); measure it with "
-                                         "previewlab bench --fidelity")
-        if worker.state != "idle":
-            what = "the fidelity pass" if worker.state == "judging" else f"run {worker.run_id}"
-            raise protocol.ProtocolError(f"fidelity: {what} is running; the pass runs between runs, never beside a "
-                                         f"timed one: wait for it to end or stop it")
-        if self.model.space.video:
-            raise protocol.ProtocolError("fidelity: a video model's clips are not measured yet (images only)")
-        decoders = [d for d in self.figures.decoders if d != "none"]
-        meta = RunMeta.of(self.model, "", settings)
-        p = settings.preview
-        what = (f"{', '.join(decoders)} at {p.decode_at}, {settings.width}x{settings.height}, {settings.steps} steps, "
-                f"{seeds} seed{'s' * (seeds != 1)}")
-
-        def job(should_stop: Callable[[], bool]) -> tuple[list[Sample], list[Final]]:
-            return fidelity_pass.measure(self.model, settings, decoders, [p.decode_at], [settings.steps], seeds,
-                                         previewer=worker.previewer, should_stop=should_stop)
-        try:
-            done = worker.job(job)  # the worker is held from here: a start meanwhile is refused
-        except Busy as e:
-            raise protocol.ProtocolError(f"fidelity: {e}") from None
-        self.judged = protocol.fidelity("running", f"measuring fidelity of {what}: untimed, no run recorded")
-        self.hub.text(self.judged)
-        # its end is awaited apart: this watcher's next messages (a Stop) are handled meanwhile
-        self._judging = asyncio.get_running_loop().create_task(self._judged(done, meta, what, seeds))
-
-    async def _judged(self, done: asyncio.Future[tuple[list[Sample], list[Final]]], meta: RunMeta, what: str,
-                      seeds: int) -> None:
-        """The pass's end: its samples kept (off the loop) and its line told to every watcher."""
-        try:
-            samples, finals = await done
-            got = len({s.seed for s in samples})
-            if got < seeds:
-                raise fidelity_pass.FidelityError(f"fidelity: stopped after {got} of {seeds} seeds; nothing kept")
-            await self.disk.run(lambda: fidelity_files.write(self.store.root, meta, samples, finals))
-        except (fidelity_pass.FidelityError, OSError) as e:
-            self.judged = protocol.fidelity("failed", str(e) if isinstance(e, fidelity_pass.FidelityError) else
-                                            f"fidelity: could not keep its samples: {e}")
-        except Exception as e:
-            log.exception("the fidelity pass failed")
-            self.judged = protocol.fidelity("failed", f"fidelity: {type(e).__name__}: {str(e)[:200]}")
-        else:
-            figs = fidelity.figures(samples, finals, synthetic=meta.synthetic)
-            short = "" if all(f.ssim.sure for f in figs.figures) else (
-                f"; short of the 95 % level ({SAMPLES_FOR_LEVEL} seeds reach it): the advice does not build on it")
-            self.judged = protocol.fidelity("done", f"measured fidelity of {what}: " +
-                                            "; ".join(f"{f.name} {f.said()}" for f in figs.figures) + short)
-        self.hub.text(self.judged)
-
-    # -- SIGTERM / Ctrl-C ------------------------------------------------------------------------------------
-    async def graceful(self) -> str:
-        """Stop the run at its next step, let it write its last rows and its final image for up to
-        runs.shutdown_grace_s, close clients with 1001. A run still inside a step (or its final decode) after
-        that is recorded `interrupted` with the rows it has, and the worker is abandoned: the process exits
-        without waiting for the step. Returns the line that says where the stopped run is kept ("": none ran)."""
-        grace, relay = self.runs.shutdown_grace_s, self.relay
-        going = relay.current
-        if self.series is not None:
-            self.series.stop("the server shut down")
-        if self.worker is not None and self.worker.stop() and not await self.worker.ended(grace):
-            self.worker.abandon()
-            await asyncio.sleep(0)  # rows the run handed over before it was abandoned land first
-            meta = relay.current
-            if meta is not None:
-                why = (f"the server shut down while the run was still in a step or its final decode after "
-                       f"{grace:g} s (--shutdown-grace): its rows so far are kept, its final image is not")
-                log.warning("shutdown: run %s recorded interrupted after %g s (--shutdown-grace)", meta.run_id, grace)
-                relay.ended(RunEnd(meta, "interrupted", error=why))
-        await relay.flush(DRAIN_S)  # no waiting for acks: the last rows and end written and queued (a stalled
-        # disk: not past DRAIN_S)
-        for _ in range(30):  # and sent, for up to 3 s, before the close frame
-            if not any(c.texts for c in self.hub.clients.values()):
-                break
-            await asyncio.sleep(0.1)
-        await self.hub.close_all(1001, "server shutting down")
-        return self.stopped_line(going.run_id) if going is not None else ""
-
-    def stopped_line(self, rid: str) -> str:
-        """"stopped run X at step 34; its rows and image are in runs/X", from what was written."""
-        last_rid, last_step = self.relay.last_row
-        at = f"at step {last_step}" if last_rid == rid and last_step else "before its first step"
-        kept = "its rows and image are" if self.store.final_image(rid) is not None else "its rows are"
-        return f"stopped run {rid} {at}; {kept} in {self.store.root / rid}"
+            self.relay.hub.text(series.message(_now(nxt)))
 
 
 def _now(settings: RunSettings) -> str:

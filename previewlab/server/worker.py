@@ -2,8 +2,9 @@
 
 States: idle -> starting -> running -> (stopping ->) idle, or starting -> stopping when a Stop lands while the
 run's folder is made; a second start while one runs or starts is refused. The worker tells its
-RunEvents (the server) of each run on the event loop: `started` from start(), the rest from the model's thread,
-handed over with call_soon_threadsafe; that thread never waits for the loop.
+RunEvents (the relay) of each run on the event loop: `started` from start(), the rest from the model's thread,
+through the hop (hop.py's ToLoop); that thread never waits for the loop. A run's end goes through the worker,
+which is idle again before the events hear it.
 """
 from __future__ import annotations
 
@@ -13,20 +14,23 @@ import logging
 import threading
 from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Protocol, TypeVar
 
 from previewlab.preview.controls import Controls
 from previewlab.preview.decoding.previewer import Previewer
 from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.call.call_args import TaskError, img2img_pipe
 from previewlab.preview.models import Model
-from previewlab.preview.frames import Frame
-from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunEnd, RunEvents, RunMeta
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from previewlab.preview.timing.stopwatch import Clock, host_clock
 
 from previewlab.server.data.store import Store
+from previewlab.server.hop import ToLoop
+from previewlab.server.ws.protocol import Set
+
+if TYPE_CHECKING:
+    import PIL.Image
 
 log = logging.getLogger("previewlab.server")
 State = Literal["idle", "starting", "running", "stopping", "judging"]  # starting: its folder is being made;
@@ -46,36 +50,12 @@ class RunOwner(Protocol):
     @property
     def state(self) -> str: ...
     async def start(self, settings: RunSettings) -> RunMeta: ...  # raises Busy, TaskError, OSError, InUse
-    def set(self, changes: dict[str, Any]) -> None: ...     # raises Busy, SettingsError
+    def set(self, change: Set) -> None: ...                 # raises Busy, SettingsError
     def stop(self) -> bool: ...                             # False: nothing was running
     def live(self) -> PreviewSettings | None: ...           # the preview settings now (None: no run's own)
     async def ended(self, timeout_s: float) -> bool: ...    # the run in progress has ended (False: still going)
     def abandon(self) -> None: ...                          # shutdown gives up on the run: it reports nothing more
     def shutdown(self) -> None: ...                         # blocks: call it off the loop
-
-
-class ToLoop:
-    """A run's events as the model's thread tells them: each handed to the worker's loop, where its RunEvents
-    hear it (call_soon_threadsafe, never waited for); nothing once shutdown has abandoned the run. Its end goes
-    through the worker, which is idle again before the events hear it."""
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-
-    def started(self, meta: RunMeta) -> None:
-        self.worker._call(self.worker.events.started, meta)
-
-    def row(self, row: StepRow) -> None:
-        self.worker._call(self.worker.events.row, row)
-
-    def frame(self, frame: Frame) -> None:
-        self.worker._call(self.worker.events.frame, frame)
-
-    def error(self, run_id: str, message: str) -> None:
-        self.worker._call(self.worker.events.error, run_id, message)
-
-    def ended(self, end: RunEnd) -> None:
-        self.worker._call(self.worker._ended, end)
 
 
 class Worker:
@@ -85,6 +65,7 @@ class Worker:
         """begin: makes a run's folder, off the loop; clock: each run's host clock, asked once per run (tests: a
         fake one, a run's walls made noisy)."""
         self.model, self.store, self.loop, self.events, self.begin = model, store, loop, events, begin
+        self.told = ToLoop(loop, events)  # the model's thread tells the run's rows, frames and errors through it
         self.clock = clock
         self.previewer = Previewer(model, compile_decoder)  # decoders are built once and kept across runs
         self.inflight = inflight
@@ -94,7 +75,6 @@ class Worker:
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="previewlab-model")
         self._first = True
-        self.abandoned = False  # shutdown gave up on the run in progress (abandon)
         self.future: Future[None] | None = None  # the run in progress, or the last one
 
     async def start(self, settings: RunSettings) -> RunMeta:
@@ -125,10 +105,10 @@ class Worker:
         self.future = self._pool.submit(self._run, settings, meta)
         return meta
 
-    def set(self, changes: dict[str, Any]) -> None:
+    def set(self, change: Set) -> None:
         if self.state == "idle" or self.controls is None:
             raise Busy("no generation is running; put preview settings in start")
-        self.controls.set(**changes)
+        self.controls.set(**change.changes)
 
     def live(self) -> PreviewSettings | None:
         """The running run's preview settings with its live changes; None when idle (the page shows defaults)."""
@@ -164,12 +144,13 @@ class Worker:
         self._stop.set()
         return True
 
-    def _call(self, fn: Callable[..., None], *args: Any) -> None:
-        if not self.abandoned:  # an abandoned run's late rows and end would follow the end shutdown recorded
-            self.loop.call_soon_threadsafe(fn, *args)
+    @property
+    def abandoned(self) -> bool:
+        """Shutdown gave up on the run in progress (abandon): the hop hands nothing more to the loop."""
+        return self.told.muted
 
     def _run(self, settings: RunSettings, meta: RunMeta) -> None:
-        rid, told = meta.run_id, ToLoop(self)
+        rid = meta.run_id
         assert self.controls is not None
         try:
             init = (self._init_image(settings.init, settings.width, settings.height) if settings.init is not None
@@ -177,7 +158,7 @@ class Worker:
             context = RunContext(self.model, settings, rid, controls=self.controls, should_stop=self._stop.is_set,
                                  init_image=init, image_path=self.store.final_image_path(rid), first_run=self._first,
                                  inflight=self.inflight, previewer=self.previewer, clock=self.clock())
-            run = generate(context, told)
+            run = generate(context, self.told)
             self._first = False
             if self.abandoned:  # shutdown recorded the run interrupted, without its image: keep disk and record one
                 self.store.final_image_path(rid).unlink(missing_ok=True)
@@ -190,9 +171,9 @@ class Worker:
         except Exception as e:
             log.exception("run %s failed", rid)
             end = RunEnd.failed(meta, e)
-        told.ended(end)
+        self.told.call(self._ended, end)  # idle again before the events hear the end
 
-    def _init_image(self, rid: str, width: int, height: int) -> Any:
+    def _init_image(self, rid: str, width: int, height: int) -> PIL.Image.Image:
         """A past run's final image at the run's size, read on the model's thread: the input of an img2img run.
         Resized here, because SD's and SDXL's img2img pipelines run at their input image's size (they take no
         height or width): the run's size, its rows and the work limit would not agree otherwise."""
@@ -228,7 +209,7 @@ class Worker:
     def abandon(self) -> None:
         """Shutdown's grace is over and the run is still inside a step or its final decode: nothing it does from
         now on reaches the events (the server records its end itself), and shutdown no longer waits for it."""
-        self.abandoned = True
+        self.told.mute()
         self._stop.set()
 
     def shutdown(self) -> None:

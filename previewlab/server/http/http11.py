@@ -96,7 +96,7 @@ UVICORN_INTERNALS: dict[type, tuple[str, ...]] = {
         "pause_writing()", "resume_writing()", "async receive()", "async send(message)", "handle_events()",
         "read_paused", "writable", "queue", "close_sent", "client", "transport", "loop",
         "conn.events"),  # websockets' list of parsed events, which uvicorn's handle_events drains
-    uvicorn.Server: (  # cli.py's Graceful, abort_all, embedded.py
+    uvicorn.Server: (  # shutdown.py's Graceful, abort_all, embedded.py
         "handle_exit(sig, frame)", "async shutdown(sockets)",
         "should_exit", "started", "servers", "server_state.connections"),
 }

@@ -10,14 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from previewlab.server.ws import protocol
-from previewlab.server.ws.sender import Client, Hub
+from previewlab.server.ws.sender import Client
 from previewlab.server.core.limits import BAD_BURST, BAD_PER_S, SET_BURST, SET_PER_S, RateLimit, clip
 from previewlab.server.ws.options import Offer
+
+if TYPE_CHECKING:
+    from previewlab.server.ws.relay import Relay  # which imports SessionLimits from here
 
 log = logging.getLogger("previewlab.server")
 
@@ -37,11 +40,12 @@ class SessionLimits:
 
 
 class Served(Protocol):
-    """What a session asks of the server (server.py's Server): the watchers, what each is held to, the `hello`,
-    the offer each message is checked against, and the handler of a valid one (it raises ProtocolError)."""
+    """What a session asks of the server (server.py's Server): its relay, which holds the watchers (hub), what
+    each is held to, the `hello`, the offer each message is checked against, and the handler of a valid one (it
+    raises ProtocolError)."""
 
     @property
-    def hub(self) -> Hub: ...
+    def relay(self) -> Relay: ...
     @property
     def limits(self) -> SessionLimits: ...
     @property
@@ -51,7 +55,7 @@ class Served(Protocol):
 
 
 async def serve_client(server: Served, ws: WebSocket) -> None:
-    hub, limits = server.hub, server.limits
+    hub, limits = server.relay.hub, server.limits
     if len(hub.clients) >= limits.max_clients:
         log.warning("refused a watcher: %d connected, the cap is %d", len(hub.clients), limits.max_clients)
         await ws.close(1013)  # before accept: the handshake is refused with 403
