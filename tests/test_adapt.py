@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from previewlab.server.ws.adapt import DROPS_TO_STEP, LEVELS, MIN_SIDE, PROBE_AFTER, Level, Link, Reencoder
-from previewlab.server.ws.protocol import pack_frame, unpack_frame
+from previewlab.server.ws.binary import pack_frame, unpack_frame
 from previewlab.server.ws.sender import Client, Hub, Packed
 
 

@@ -62,12 +62,12 @@ def folder(tiny, tmp_path_factory) -> Path:
 
 
 class Counting(Store):
-    """The real store, counting the meta.json files the figures read."""
+    """The real store, counting the runs the figures read (each read asks first for the end the store holds)."""
     reads = 0
 
-    def ended_meta(self, rid):
+    def pending(self, rid):
         self.reads += 1
-        return super().ended_meta(rid)
+        return super().pending(rid)
 
 
 @pytest.fixture

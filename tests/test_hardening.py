@@ -340,7 +340,7 @@ def test_runs_query_is_validated(make_app):
 def test_an_ack_after_done_is_recorded_and_exported(make_app):
     """Item 3: the browser acks the last frame as `done` goes out. Before, the run's deliveries file was closed
     by then and the ack was dropped (8 runs in 10 for a browser that acks 25 ms after each frame)."""
-    from previewlab.server.ws.protocol import unpack_frame
+    from previewlab.server.ws.binary import unpack_frame
     from tests.conftest import wait_until
 
     srv, app = make_app()

@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from previewlab.preview.judging.analysis import Role, paired
+from previewlab.preview.judging.advice import analyze
+from previewlab.preview.judging.analysis import Entry, Finding, Role, paired
 from previewlab.preview.judging.estimates import Estimate, estimate
 from previewlab.preview.record.records import Totals
 from previewlab.preview.record.run import RunEnd, RunMeta, RunRecord
 from previewlab.preview.settings import PreviewSettings, RunSettings
+from previewlab.server.core.run_figures import RunFigures
 from previewlab.server.measure import MAX_PAIRS, Refused, Series, more_pairs, order_of
 from tests.conftest import SAME_ORIGIN, recv_until, wait_until
 
@@ -31,12 +33,15 @@ def _meta(rid: str, settings: RunSettings) -> RunMeta:
                    height=settings.height, seed=0, guidance=7.5, preview=settings.preview, purpose=settings.purpose)
 
 
-def _judged(pairs: int) -> dict[str, Any]:
-    """An analysis as a run's `done` carries it, with `pairs` pairs of the series' configuration (0: no finding)."""
-    if not pairs:
-        return {"analysis": {"findings": []}}
-    e = estimate([float(i) for i in range(pairs)])
-    return {"analysis": {"findings": [{"name": CONFIG, "overhead": e.to_json(), "more_for_level": e.more_for_level}]}}
+def _judged(pairs: int) -> RunFigures:
+    """A run's figures as its `done` carries them, its analysis with `pairs` pairs of the series' configuration (0:
+    no finding)."""
+    zeros: dict[str, Any] = {f.name: 0 for f in fields(Totals)}
+    run = Entry(CONFIG, "config", True, RunRecord(_meta("r", SETTINGS), Totals(**{**zeros, "status": "done",
+                                                                                 "scheduler": "", "wall_s": 1.0})))
+    found = (Finding(CONFIG, SETTINGS.preview, "cpu", pairs, estimate([float(i) for i in range(pairs)]), {}),
+             ) if pairs else ()
+    return RunFigures(run, replace(analyze([]), findings=found))
 
 
 def _drive(series: Series, pairs_after: list[int], runs: int) -> list[RunSettings]:

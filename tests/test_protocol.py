@@ -6,8 +6,9 @@ import json
 import pytest
 
 from previewlab.preview.settings import RunSettings
-from previewlab.server.ws import protocol
-from previewlab.server.ws.protocol import Ack, ProtocolError, Set, Start, Stop, pack_frame, parse, unpack_frame
+from previewlab.server.ws import outbound, protocol
+from previewlab.server.ws.binary import pack_frame, unpack_frame
+from previewlab.server.ws.protocol import Ack, ProtocolError, Set, Start, Stop, parse
 
 DEFAULTS = RunSettings(steps=20, width=64, height=64, max_side=256)
 
@@ -75,10 +76,10 @@ def test_a_client_chooses_whether_its_previews_are_adapted_to_its_link():
 
 
 def test_a_delivery_says_this_tabs_link_in_the_servers_words():
-    d = protocol.Delivery("r", 3, 7, send_ms=1.0, ack_rtt_ms=90.0, client_decode_ms=1.0, client_paint_ms=2.0,
+    d = outbound.Delivery("r", 3, 7, send_ms=1.0, ack_rtt_ms=90.0, client_decode_ms=1.0, client_paint_ms=2.0,
                           nbytes=12000, age_ms=180.4, link_mbps=1.93, made=60, delivered=38, adapted="320 px, q60")
-    msg = protocol.delivery(d)
+    msg = outbound.delivery(d)
     assert msg["link_line"] == "this tab: 1.93 Mbit/s, 38 of 60 previews, newest 180 ms old"
     assert msg["adapted_line"] == "adapted to this link: 320 px, q60"
-    first = protocol.delivery(protocol.Delivery("r", 1, 1, 1.0, 2.0, 0.0, 0.0))
+    first = outbound.delivery(outbound.Delivery("r", 1, 1, 1.0, 2.0, 0.0, 0.0))
     assert first["link_line"] == "this tab: rate not measured yet" and first["adapted_line"] == ""

@@ -14,7 +14,8 @@ from starlette.testclient import TestClient
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunEnd
 from previewlab.server.data.run_files import MAX_STEP_ROWS, RowLimits
-from previewlab.server.data.store import Store, export_header
+from previewlab.server.data.columns import DeliveryRow, export_header
+from previewlab.server.data.store import Store
 from tests.conftest import SAME_ORIGIN
 from tests.test_full_disk import meta_of
 
@@ -25,7 +26,7 @@ def _run(store: Store, steps: int, deliveries: int = 0) -> str:
     for step in range(1, steps + 1):
         store.step(StepRow(run_id=rid, step=step, timestep=999.0, preview=1))
     for k in range(deliveries):
-        store.delivery(rid, step=1 + k % steps, seq=k, client="c1", kind="ack", send_ms=1.0)
+        store.delivery(DeliveryRow(rid, 1 + k % steps, k, "c1", "ack", send_ms=1.0))
     return rid
 
 
@@ -65,12 +66,12 @@ def test_deliveries_past_the_limit_are_refused_and_a_late_ack_too(tmp_path: Path
     store.limits = RowLimits(steps=5, deliveries=7)
     full = _run(store, 5, deliveries=9)
     ended = _end(store, full)
-    store.delivery(full, step=5, seq=99, client="c1", kind="ack", send_ms=1.0)  # late: the run has ended
+    store.delivery(DeliveryRow(full, 5, 99, "c1", "ack", send_ms=1.0))  # late: the run has ended
     assert ended.status == "failed" and ended.error is not None and ended.error.startswith(
         "deliveries.csv keeps at most 7 rows")
     roomy = _run(store, 5, deliveries=6)
     assert _end(store, roomy).status == "done"
-    store.delivery(roomy, step=5, seq=99, client="c1", kind="ack", send_ms=2.0)  # the 7th: there is room
+    store.delivery(DeliveryRow(roomy, 5, 99, "c1", "ack", send_ms=2.0))  # the 7th: there is room
     for rid in (full, roomy):
         assert sum(1 for _ in open(tmp_path / rid / "deliveries.csv")) == 1 + 7
     exported = _rows(store.csv(store.ids()))

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 import websockets
 
-from previewlab.server.ws.protocol import unpack_frame
+from previewlab.server.ws.binary import unpack_frame
 from tests.conftest import live_server
 
 pytestmark = pytest.mark.slow

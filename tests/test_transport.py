@@ -24,7 +24,7 @@ import websockets
 
 from previewlab.server.http.http11 import BoundedH11, connection_limits
 from previewlab.server.core.limits import FRAME_BURST, MAX_FRAGMENTS, MAX_REQUESTS_PER_CONNECTION
-from previewlab.server.ws.protocol import unpack_frame
+from previewlab.server.ws.binary import unpack_frame
 from previewlab.server.http.ws_limits import BoundedWebSocket
 from previewlab.server.http.guard import Access
 from tests.conftest import live_server, raw_ws, wait_until

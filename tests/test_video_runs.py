@@ -173,7 +173,7 @@ def test_the_server_streams_clips_switches_frames_live_and_limits_work_by_frames
     import websockets
 
     from previewlab.server.ws.options import RunOptions
-    from previewlab.server.ws.protocol import unpack_frame
+    from previewlab.server.ws.binary import unpack_frame
     from tests.conftest import live_server
 
     async def session(url: str) -> tuple[dict, list[tuple[dict, bytes]], list[dict], dict, list[str]]:

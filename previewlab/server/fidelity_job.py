@@ -19,7 +19,7 @@ from previewlab.server.data import fidelity_files
 from previewlab.server.data.disk import DiskReads
 from previewlab.server.data.store import Store
 from previewlab.server.worker import Busy, Worker
-from previewlab.server.ws import protocol
+from previewlab.server.ws import outbound, protocol
 from previewlab.server.ws.sender import Hub
 
 log = logging.getLogger("previewlab.server")
@@ -34,7 +34,7 @@ class FidelityJob:
         """decoders: those this model can run (the figures'); the pass measures each but none."""
         self.model, self.store, self.disk, self.hub = model, store, disk, hub
         self.decoders = [d for d in decoders if d != "none"]
-        self.line: protocol.Outbound | None = None
+        self.line: outbound.Outbound | None = None
         self._ending: asyncio.Task[None] | None = None  # the task that awaits the pass's end
 
     async def start(self, worker: Worker | None, settings: RunSettings, seeds: int) -> None:
@@ -61,7 +61,7 @@ class FidelityJob:
             done = worker.job(job)  # the worker is held from here: a start meanwhile is refused
         except Busy as e:
             raise protocol.ProtocolError(f"fidelity: {e}") from None
-        self.line = protocol.fidelity("running", f"measuring fidelity of {what}: untimed, no run recorded")
+        self.line = outbound.fidelity("running", f"measuring fidelity of {what}: untimed, no run recorded")
         self.hub.text(self.line)
         # its end is awaited apart: this watcher's next messages (a Stop) are handled meanwhile
         self._ending = asyncio.get_running_loop().create_task(self._ended(done, meta, what, seeds))
@@ -75,15 +75,15 @@ class FidelityJob:
                 raise fidelity_pass.FidelityError(f"fidelity: stopped after {got} of {seeds} seeds; nothing kept")
             await self.disk.run(lambda: fidelity_files.write(self.store.root, meta, samples, finals))
         except (fidelity_pass.FidelityError, OSError) as e:
-            self.line = protocol.fidelity("failed", str(e) if isinstance(e, fidelity_pass.FidelityError) else
+            self.line = outbound.fidelity("failed", str(e) if isinstance(e, fidelity_pass.FidelityError) else
                                           f"fidelity: could not keep its samples: {e}")
         except Exception as e:
             log.exception("the fidelity pass failed")
-            self.line = protocol.fidelity("failed", f"fidelity: {type(e).__name__}: {str(e)[:200]}")
+            self.line = outbound.fidelity("failed", f"fidelity: {type(e).__name__}: {str(e)[:200]}")
         else:
             figs = fidelity.figures(samples, finals, synthetic=meta.synthetic)
             short = "" if all(f.ssim.sure for f in figs.figures) else (
                 f"; short of the 95 % level ({SAMPLES_FOR_LEVEL} seeds reach it): the advice does not build on it")
-            self.line = protocol.fidelity("done", f"measured fidelity of {what}: " +
+            self.line = outbound.fidelity("done", f"measured fidelity of {what}: " +
                                           "; ".join(f"{f.name} {f.said()}" for f in figs.figures) + short)
         self.hub.text(self.line)

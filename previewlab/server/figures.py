@@ -9,37 +9,24 @@ folder's names, not a stat of every run (Figures.keyed). The analysis of a run t
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Collection
 
-from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Analysis, Surface, analyze, said
+from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Analysis, analyze
 from previewlab.preview.judging.answers import answers
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
 from previewlab.preview.judging.fidelity import Fidelities
-from previewlab.preview.judging.progress import settle_line
-from previewlab.preview.judging.stages import on_path_share_pct
+from previewlab.preview.judging.surface import Surface
 from previewlab.preview.names import DECODER_NAMES
-from previewlab.preview.judging.analysis import Entry, cost_key, entry, overhead_pct, paired
+from previewlab.preview.judging.analysis import Entry, cost_key, entry, paired
 from previewlab.preview.record.run import RunRecord
 
+from previewlab.server.core.run_figures import RunFigures, finite, run_figures
 from previewlab.server.data import fidelity_files
 from previewlab.server.data.store import Store
-
-
-def finite(x: Any) -> Any:
-    """A figure as JSON can carry it: a number that is not finite (a hand-edited meta.json's NaN) as null, in
-    lists and mappings too, so one odd run never fails a listing (the app answers JSON without NaN)."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [finite(v) for v in x]
-    return x
 
 
 def shared(meta: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +118,11 @@ class Figures:
         return k
 
     def _read(self, rid: str) -> Entry | None:
-        meta = self.store.ended_meta(rid)
+        """Run rid as the analysis reads it: its end the writer still holds, else its meta.json's."""
+        end = self.store.pending(rid)
+        if end is not None:  # meta.json could not take it yet: the end as it will be written
+            return entry(RunRecord(end.meta, end.totals), end.status, changed=bool(end.changes)) if end.totals else None
+        meta = self.store.meta_or_none(rid)
         if meta is None:
             return None
         if not isinstance(meta.get("totals"), dict):
@@ -160,14 +151,9 @@ class Figures:
         return next(e for e in group if e.record.run_id == rid), group
 
     def analysis(self, rid: str, budget: float = DEFAULT_BUDGET_PCT) -> dict[str, Any] | None:
-        """The analysis of the runs of rid's settings, rid's configuration the one in use, with the settings'
-        group (group_of); None: no such run."""
-        me, group = self.like(rid)
-        if me is None:
-            return None
-        current = me.name if me.role == "config" else None
-        a = analyze(group, budget, current, self.noise_limit, self.surface, self.decoders, self.fidelity(me))
-        return finite({**a.to_json(), "group": group_of(me)})
+        """/analysis: the analysis of the runs of rid's settings (of_run), as JSON; None: no such run."""
+        judged = self.of_run(rid, budget)
+        return judged.analysis_json() if judged is not None else None
 
     def fidelity(self, me: Entry) -> Fidelities:
         """The page's fidelity pass over the settings of run `me` (its group, target and preview size), where one
@@ -204,52 +190,13 @@ class Figures:
             out.append({**m, "figures": finite(run_figures(me, a, pairs.get(me.record.run_id)))})
         return out
 
-    def of_run(self, rid: str, budget: float = DEFAULT_BUDGET_PCT) -> dict[str, Any]:
-        """A run's figures and its settings' analysis, for its `done` message ({} while it has none)."""
+    def of_run(self, rid: str, budget: float = DEFAULT_BUDGET_PCT) -> RunFigures | None:
+        """A run's figures: the analysis of the runs of its settings, its configuration the one in use, and its
+        pair, for its `done` message and /analysis (None: no such run, or none with figures yet)."""
         me, group = self.like(rid)
         if me is None:
-            return {}
+            return None
         a = analyze(group, budget, me.name if me.role == "config" else None, self.noise_limit, self.surface,
                     self.decoders, self.fidelity(me))
         pair = next(((r, b) for ps in paired(group).values() for r, b in ps if r.record.run_id == rid), None)
-        return finite({"figures": run_figures(me, a, pair), "analysis": {**a.to_json(), "group": group_of(me)}})
-
-
-def group_of(e: Entry) -> str:
-    """The settings a run is measured with, as one string (analysis.cost_key): the page updates the figures of
-    the listed runs of one group from a newer analysis of it."""
-    return "|".join(map(str, cost_key(e.record.meta)))
-
-
-def run_figures(e: Entry, a: Analysis, pair: tuple[Entry, Entry] | None) -> dict[str, Any]:
-    """One run's figures as the run list, This run and the comparison show them: its own costs, its role, its
-    pair's overhead (against the baseline right before it), and its configuration's verdict over all its pairs."""
-    t, steps = e.record.totals, max(1, e.record.totals.steps_run or e.record.meta.steps)
-    peak = t.peak_mem_mb if t.mem_source and t.peak_mem_mb > 0 else None
-    out: dict[str, Any] = {
-        "group": group_of(e), "role": "warm-up" if e.role == "warmup" else "baseline" if e.role == "baseline" else "preview",
-        "steady": e.steady, "why": e.why, "config": e.name,
-        "wall_s": t.wall_s, "wall_per_step": t.wall_s * 1e3 / steps, "denoise_per_step": t.denoise_ms / steps,
-        # the previews' share of the denoising path (stages.py), and that path's ms (denoising and previews)
-        "preview_on_path": t.on_path_ms, "on_path_share_pct": on_path_share_pct(t.on_path_ms, t.denoise_ms),
-        "denoising_path_ms": t.denoise_ms + t.on_path_ms,
-        # a clip's preview sends several frames: KiB a frame is over the frames sent (a record from before
-        # frames_sent counts one a preview)
-        "previews": t.previews,
-        "kb_per_frame": t.bytes / (t.frames_sent or t.previews) / 1024 if t.previews else 0.0,
-        "decode_ms": t.decode_ms, "encode_ms": t.encode_ms, "peak_mem_mb": peak, "busy_pct": t.busy_pct,
-        "pair": None, "mem_over_mb": None, "finding": None, "noisy": bool(a.noise and a.noise.noisy),
-        # how much the picture still changed (judging/progress.py), the line under the cost chart
-        "settle_step": t.settle_step, "last_final_ssim": t.last_final_ssim,
-        "settle_line": settle_line(e.record.meta, t)}
-    if pair is not None:
-        r, b = pair
-        x = overhead_pct(r.record, b.record)
-        out["pair"] = {"baseline": b.record.run_id, "overhead_pct": x, "said": f"{x:+.1f} %"}
-        bt = b.record.totals
-        if peak is not None and bt.mem_source == t.mem_source and bt.peak_mem_mb > 0:
-            out["mem_over_mb"] = peak - bt.peak_mem_mb
-    f = a.finding(e.name) if e.role == "config" else None
-    if f is not None:
-        out["finding"] = f.to_json(said(f.overhead, a.more))
-    return out
+        return RunFigures(me, a, pair)

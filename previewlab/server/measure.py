@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
-from typing import Any, Literal, Mapping, Sequence
+from typing import Literal, Sequence
 
 from previewlab.preview.judging.analysis import Entry, cost_key, findings, name_of
 from previewlab.preview.judging.estimates import LEVEL_PCT, SAMPLES_FOR_LEVEL, Estimate, coverage_pct
 from previewlab.preview.record.run import RunEnd, RunMeta
 from previewlab.preview.settings import Purpose, RunSettings
 
-from previewlab.server.ws import protocol
+from previewlab.server.core.run_figures import RunFigures
+from previewlab.server.ws import outbound
 
 MAX_PAIRS = 24  # pairs a series starts at most: 6 reach 95 % whatever the noise; 24 started and still short means
 # runs that do not pair (a preview's fallback, a live change), and more would only repeat that
@@ -160,9 +161,10 @@ class Series:
         self.ran.append(purpose)
         return self.baseline if purpose == "baseline" else self.measured
 
-    def after(self, end: RunEnd, judged: Mapping[str, Any], gone: Sequence[str] = ()) -> RunSettings | None:
-        """The run to start now that `end`'s run has ended and `judged` (its figures and its settings' analysis)
-        went out (None: the series is over; state says how). gone: its held runs no longer in the data folder."""
+    def after(self, end: RunEnd, judged: RunFigures | None, gone: Sequence[str] = ()) -> RunSettings | None:
+        """The run to start now that `end`'s run has ended and `judged` (its figures and its settings' analysis;
+        None: it has none) went out (None: the series is over; state says how). gone: its held runs no longer in
+        the data folder."""
         if self.state != "running":
             return None
         if end.status != "done":
@@ -170,10 +172,10 @@ class Series:
             self.why = f"its {end.meta.purpose or 'run'} {end.meta.run_id} ended {end.status}" + \
                 (f": {end.error}" if end.error else "")
             return None
-        found = next((f for f in (judged.get("analysis") or {}).get("findings", []) if f["name"] == self.config), None)
-        if found is not None and found["overhead"] is not None:
-            self.pairs = int(found["overhead"]["n"])
-            if self.pairs >= self.needs and not found["more_for_level"]:
+        found = judged.analysis.finding(self.config) if judged is not None else None
+        if found is not None and found.overhead is not None:
+            self.pairs = found.overhead.n
+            if self.pairs >= self.needs and not found.overhead.more_for_level:
                 self.state = "done"
                 return None
         if gone:  # its pairs went with them: going on would only run to its bound, short of what it counted
@@ -207,7 +209,7 @@ class Series:
         return (f"(adds {self.adds} to its {self.had} at the 95 % level: at {self.needs} its interval leaves out "
                 f"one more pair at each end)")
 
-    def message(self, now: str = "") -> protocol.Outbound:
+    def message(self, now: str = "") -> outbound.MeasureMessage:
         """Its progress line: the pairs it has of those it aims at, its bound, what runs now, or how it ended."""
         has = f"{self.pairs} of {self.needs} pairs"
         if not self.counted:
@@ -220,4 +222,4 @@ class Series:
             line = f"measured {self.config}: {has}, its interval at the 95 % level"
         else:
             line = f"measuring {self.config} {self.state} at {has}: {self.why}"
-        return protocol.measure(self.state, self.config, self.pairs, self.needs, line, adds=self.adds, most=self.most)
+        return outbound.measure(self.state, self.config, self.pairs, self.needs, line, adds=self.adds, most=self.most)

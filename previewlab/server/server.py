@@ -4,7 +4,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
 
 from previewlab.preview.decoding.tae_decoder import taesd_refusal
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
@@ -14,13 +13,14 @@ from previewlab.preview.models import Model
 from previewlab.preview.record.run import RunEnd, RunMeta
 from previewlab.preview.settings import SIDE_STREAM_DEVICES, RunSettings, SettingsError
 
-from previewlab.server.ws import protocol
+from previewlab.server.ws import outbound, protocol
 from previewlab.server.data.disk import DiskReads
 from previewlab.server.http.exports import Slots
 from previewlab.server.figures import PAGE, Figures
 from previewlab.server.http.guard import Access
 from previewlab.server.ws.sender import Client
 from previewlab.server.core.limits import DEFAULT_KEEP_RUNS
+from previewlab.server.core.run_figures import RunFigures
 from previewlab.server.measure import Series, refusal, standing
 from previewlab.server.core.metrics import Metrics
 from previewlab.server.ws.options import Offer, RunOptions
@@ -98,7 +98,7 @@ class Server:
             self.store.close()
 
     # -- messages from one client ----------------------------------------------------------------------------
-    def hello(self) -> protocol.Outbound:
+    def hello(self) -> outbound.Outbound:
         live = self.worker.live() if self.worker is not None else None
         if self.series is not None and self.series.state == "running":
             live = self.series.measured.preview  # the user's settings, not those of the baseline running now
@@ -235,14 +235,14 @@ class Server:
             assert self.worker is not None
             self.worker.stop()
 
-    def _measured(self, end: RunEnd, judged: dict[str, Any]) -> None:
+    def _measured(self, end: RunEnd, judged: RunFigures | None) -> None:
         """A run ended and its figures went out: the series goes on, or ends (_next_of)."""
         series = self.series
         if series is None or series.state != "running" or self.worker is None or end.meta.run_id not in series.runs:
             return  # a run from before the series (its end waited for acks), or none of the series'
         asyncio.get_running_loop().create_task(self._next_of(series, end, judged))
 
-    async def _next_of(self, series: Series, end: RunEnd, judged: dict[str, Any]) -> None:
+    async def _next_of(self, series: Series, end: RunEnd, judged: RunFigures | None) -> None:
         """The series' next run, or its end, told to every watcher; decided once its held runs were looked for
         in the folder (off the loop), started off the callback that heard the last one end."""
         held = series.held

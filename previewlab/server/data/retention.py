@@ -18,7 +18,8 @@ import os
 import shutil
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+
+from previewlab.preview.record.run import RunEnd
 
 from previewlab.server.data.run_files import OnceLog
 from previewlab.server.data.store_reader import RunReader, Stored, status_of
@@ -37,7 +38,7 @@ class Retention:
     the writer's maps and is handed the folder's reader when it prunes, never holding the store: a Store
     dropped is freed at once, with its folder lock."""
 
-    def __init__(self, keep_runs: int, pending: Mapping[str, dict[str, Any]], writing: Mapping[str, Any],
+    def __init__(self, keep_runs: int, pending: Mapping[str, RunEnd], writing: Mapping[str, object],
                  log_once: OnceLog, cheap_s: float = CHEAP_S) -> None:
         self.keep_runs = keep_runs
         self.cheap_s = cheap_s
@@ -109,10 +110,12 @@ class Retention:
     def _is_cheap(self, reader: RunReader, rid: str) -> bool:
         """A whole run whose totals say it took under cheap_s; one without totals (interrupted) is not."""
         if rid not in self._cheap:
-            meta = self._pending.get(rid) or reader.meta_or_none(rid)
-            totals = meta.get("totals") if meta is not None else None
-            wall = totals.get("wall_s") if isinstance(totals, dict) else None
-            self._cheap[rid] = isinstance(wall, (int, float)) and not isinstance(wall, bool) and wall < self.cheap_s
+            end = self._pending.get(rid)
+            if end is not None:
+                wall = end.totals.wall_s if end.totals is not None else None
+            else:
+                wall = _wall_s(reader.meta_or_none(rid))
+            self._cheap[rid] = wall is not None and wall < self.cheap_s
         return self._cheap[rid]
 
     def _status_of(self, reader: RunReader, rid: str) -> Stored | None:
@@ -120,10 +123,17 @@ class Retention:
         a status previewlab never writes, counted with the failed)."""
         pending = self._pending.get(rid)
         if pending is not None:
-            return status_of(pending)
+            return pending.status
         if rid not in self._status:
             status = status_of(reader.meta_or_none(rid))
             if status is None or status == "running":
                 return status  # it may still end, or be put right: read it again next time
             self._status[rid] = status
         return self._status[rid]
+
+
+def _wall_s(meta: Mapping[str, object] | None) -> float | None:
+    """A meta.json's wall time, seconds, where its totals give one as a number."""
+    totals = meta.get("totals") if meta is not None else None
+    wall = totals.get("wall_s") if isinstance(totals, dict) else None
+    return wall if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None

@@ -15,12 +15,12 @@ breaks another run.
 
 One object, three parts: the Store is the folder's reader (store_reader.RunReader, its base: the list, a run's
 rows, the exports) with the writes here, and its retention (retention.py), handed the store when it prunes;
-run_files.py reads and writes a run's files safely. Reading runs can be slow (thousands of files): the server
-calls runs(), rows() and csv() off the event loop, and its writes (step, delivery, finish, close_run) come from
-its writer thread (server/data/writes.py); begin() too, in order ahead of the run's rows, and a start waits for it
-with a deadline, because a run whose folder cannot be made must not start (a stalled disk: refused, the folder
-removed if it comes later, discard()). A folder deleted under the server, or locked by another, is checked at
-each begin() (_own()).
+run_files.py reads and writes a run's files safely, columns.py says what their CSVs' columns are. Reading runs
+can be slow (thousands of files): the server calls runs(), rows() and csv() off the event loop, and its writes
+(step, delivery, finish, close_run) come from its writer thread (server/data/writes.py); begin() too, in order
+ahead of the run's rows, and a start waits for it with a deadline, because a run whose folder cannot be made must
+not start (a stalled disk: refused, the folder removed if it comes later, discard()). A folder deleted under the
+server, or locked by another, is checked at each begin() (_own()).
 
 A full disk loses no kept run: a run folder appears whole (renamed into place) or not at all; a run whose rows
 could not all be written ends `failed`, and an end that cannot be written is kept in memory, listed, and written
@@ -39,7 +39,7 @@ import shutil
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from previewlab.preview.record.csv_writer import CsvAppender, to_csv_text
 from previewlab.preview.record.records import STEP_COLUMNS, StepRow
@@ -48,15 +48,15 @@ from previewlab.preview.record.run_ids import RUN_ID, RunIds, roomy
 
 from previewlab.server.core.limits import DEFAULT_KEEP_RUNS
 from previewlab.server.data.owner import FolderLock, InUse
-from previewlab.server.data.retention import WHOLE, Retention
-from previewlab.server.data.run_files import MAX_DELIVERY_ROWS, MAX_LINE_CHARS, MAX_STEP_ROWS, Damaged, OnceLog
-from previewlab.server.data.run_files import write_text
+from previewlab.server.data.retention import Retention
+from previewlab.server.data.columns import DELIVERY_COLUMNS, EXPORT_COLUMNS, LIST_COLUMNS, DeliveryRow, export_header
+from previewlab.server.data.run_files import MAX_LINE_CHARS, MAX_STEP_ROWS, Damaged, OnceLog, write_text
 from previewlab.server.data.run_files import write_json as _write_json  # a name tests replace to fill the disk at one write
-from previewlab.server.data.store_reader import (DELIVERY_COLUMNS, EXPORT_CHUNK, EXPORT_COLUMNS, LIST_COLUMNS, DeliveryRow, RunReader,
-                           export_header, inert, status_of)
+from previewlab.server.data.store_reader import EXPORT_CHUNK, RunReader, status_of
 
-__all__ = ["Store", "Damaged", "RUN_ID", "DELIVERY_COLUMNS", "EXPORT_CHUNK", "EXPORT_COLUMNS", "LIST_COLUMNS", "MAX_LINE_CHARS",
-           "MAX_STEP_ROWS", "MAX_DELIVERY_ROWS", "WHOLE", "export_header", "inert"]
+__all__ = ["Store", "Damaged", "RUN_ID", "EXPORT_CHUNK", "EXPORT_COLUMNS", "LIST_COLUMNS", "MAX_LINE_CHARS", "MAX_STEP_ROWS",
+           "export_header"]
+
 TMP_PREFIX = ".new-"  # a run folder being made; never matches RUN_ID, so no listing sees it
 
 
@@ -68,7 +68,7 @@ class Store(RunReader):
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
         self.owner = FolderLock(root)  # raises InUse: another server writes here (owner.py)
-        self._pending: dict[str, dict[str, Any]] = {}  # run -> its end, not yet written to meta.json
+        self._pending: dict[str, RunEnd] = {}  # run -> its end, not yet written to meta.json
         super().__init__(root, self._pending, OnceLog())
         self._steps: dict[str, CsvAppender] = {}
         self._deliveries: dict[str, CsvAppender] = {}
@@ -87,21 +87,21 @@ class Store(RunReader):
             if meta is not None and status_of(meta) == "running":  # the process died mid-run
                 ended = {**meta, "status": "interrupted"}
                 if not self._best_effort(f"{rid}/meta.json", _write_json, self.root / rid / "meta.json", ended):
-                    self._pending[rid] = ended  # a read-only or full folder: listed so, written when it can be
+                    with contextlib.suppress(ValueError):  # a read-only or full folder: listed so, written when
+                        self._pending[rid] = RunEnd.from_json(ended)  # it can be (one that is no run's: as it is)
         self.prune()
 
-    def ended_meta(self, rid: str) -> dict[str, Any] | None:
-        """Run rid's meta as the listing gives it: its end the writer holds when meta.json could not take it
-        yet, else its meta.json; None when damaged."""
+    def pending(self, rid: str) -> RunEnd | None:
+        """Run rid's end when the writer holds it because meta.json could not take it yet (else None: its
+        meta.json says how it ended)."""
         with self._lock:
-            pending = self._pending.get(rid)
-        return pending if pending is not None else self.meta_or_none(rid)
+            return self._pending.get(rid)
 
     def prune(self, keep: Iterable[str] = ()) -> list[str]:
         """Retention over this folder (retention.Retention.prune): the runs removed."""
         return self.retention.prune(self, keep)
 
-    def _best_effort(self, what: str, fn: Any, *args: Any) -> bool:
+    def _best_effort(self, what: str, fn: Callable[..., object], *args: Any) -> bool:
         """Writes beside the run (meta, rows) must never end the run's delivery: log once, carry on."""
         try:
             fn(*args)
@@ -199,23 +199,24 @@ class Store(RunReader):
         return self._best_effort(f"{rid}/steps.csv", write_text, self.root / rid / "steps.csv",
                                  to_csv_text(rows, STEP_COLUMNS))
 
-    def delivery(self, rid: str, **fields: Any) -> None:
+    def delivery(self, row: DeliveryRow) -> None:
         """A delivery of an open run goes to its appender; one that comes after the run's end (the browser acks
         the last frame as `done` goes out) is appended to the closed run's file, so the export joins it."""
+        rid = row.run_id
         w = self._deliveries.get(rid)
         if w:
             if self._room(rid, "deliveries.csv"):
-                self._run_write(rid, "deliveries.csv", w.append, [DeliveryRow(rid, **fields)])
+                self._run_write(rid, "deliveries.csv", w.append, [row])
         elif rid in self._closed and self.known(rid) and self._room(rid, "deliveries.csv", open_run=False):
             def late() -> None:
                 late_w = CsvAppender(self.root / rid / "deliveries.csv", DELIVERY_COLUMNS, fsync=False)
                 try:
-                    late_w.append([DeliveryRow(rid, **fields)])
+                    late_w.append([row])
                 finally:
                     late_w.close()
             self._best_effort(f"{rid}/deliveries.csv", late)
 
-    def _run_write(self, rid: str, name: str, fn: Any, *args: Any) -> None:
+    def _run_write(self, rid: str, name: str, fn: Callable[..., object], *args: Any) -> None:
         try:
             fn(*args)
         except OSError as e:
@@ -231,18 +232,18 @@ class Store(RunReader):
         if lost is not None and end.status != "failed":
             end = replace(end, status="failed", error=f"{lost}; rows after that are missing")
         with self._lock:
-            self._pending[rid] = end.to_json()
+            self._pending[rid] = end
         self.retry_pending()
         return end
 
     def retry_pending(self) -> None:
         with self._lock:
-            for rid, meta in list(self._pending.items()):
+            for rid, end in list(self._pending.items()):
                 if not (self.root / rid).is_dir():  # removed meanwhile: nothing left to correct
                     del self._pending[rid]
-                elif self._best_effort(f"{rid}/meta.json", _write_json, self.root / rid / "meta.json", meta):
+                elif self._best_effort(f"{rid}/meta.json", _write_json, self.root / rid / "meta.json", end.to_json()):
                     del self._pending[rid]
-                    self.retention.ended(rid, status_of(meta))
+                    self.retention.ended(rid, end.status)
 
     def close_run(self, rid: str) -> None:
         self._closed.append(rid)

@@ -4,80 +4,43 @@ exports, and never breaks another run. The server calls these off the event loop
 
 A meta.json is passed on as it was written where it is shown (the list, /runs, the exports' cells: a guidance
 of 7 stays 7, not 7.000). Where it is acted on, it is read typed: its status here (status_of: retention, a
-restart), its run by run.RunEnd/RunRecord/RunMeta.from_json."""
+restart), its run by run.RunEnd/RunRecord/RunMeta.from_json. What the exports' columns and cells are is
+columns.py's."""
 from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal, TypeVar, get_args
 
 from previewlab.preview.record.csv_writer import as_csv_row
-from previewlab.preview.record.cells import from_cells
-from previewlab.preview.record.records import STEP_COLUMNS, TOTALS_COLUMNS, StepRow
-from previewlab.preview.record.run import RunMeta
+from previewlab.preview.record.records import STEP_COLUMNS, StepRow
+from previewlab.preview.record.run import RunEnd
 from previewlab.preview.record.run_ids import valid
-from previewlab.preview.settings import PreviewSettings
 
+from previewlab.server.data.columns import (DELIVERY_COLUMNS, EXPORT_COLUMNS, LIST_COLUMNS, DeliveryRow, export_header,
+                                            list_row, run_context)
 from previewlab.server.data.export_cache import ExportCache, Packer, unpack
 from previewlab.server.data.pacer import Pacer, no_pause
 from previewlab.server.data.run_files import (MAX_IMAGE_BYTES, Damaged, OnceLog, RowLimits, csv_rows, open_own, read_meta,
                                               stamp)
 
-
-
-@dataclass(frozen=True)
-class DeliveryRow:
-    """A deliveries.csv line: one frame's trip to one client, acked (its timings, ms) or dropped (none)."""
-    run_id: str
-    step: int
-    seq: int
-    client: str
-    kind: Literal["ack", "drop"]
-    send_ms: float | None = None
-    ack_rtt_ms: float | None = None
-    client_decode_ms: float | None = None
-    client_paint_ms: float | None = None
-    nbytes: int | None = None        # as sent over its link (server/ws/adapt.py re-encodes for a slow one)
-    age_ms: float | None = None      # made to painted (the ack), ms
-    link_mbps: float | None = None   # the rate its link delivered over the last acks
-    adapted: str = ""                # its re-encode ("320 px, q60"), "" as made
-
-    def to_row(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, str]) -> DeliveryRow:
-        return from_cells(cls, row)
-
-
-DELIVERY_COLUMNS = tuple(f.name for f in fields(DeliveryRow))
-# a run's context, repeated on each step row of the server's CSVs (device_name comes from the run's totals)
-RUN_CONTEXT = ("model", "model_note", "device", "device_name", "dtype", "prompt", "seed", "guidance", "steps",
-               "purpose")  # purpose: a measure series' baseline or measured run, "" a user's
-EXPORT_COLUMNS = STEP_COLUMNS + RUN_CONTEXT
-# the list's CSV, a row per run: what it was asked (meta.json's fields), how it ended, then its totals' own fields
-LIST_COLUMNS = tuple(dict.fromkeys(
-    [f.name for f in fields(RunMeta) if f.name != "preview"] + [f.name for f in fields(PreviewSettings)]
-    + ["status", "error", "damaged", "changes"] + list(TOTALS_COLUMNS)))
 # a meta.json's status: running from begin() until the run's end (run.Status: the rest) is written
 Stored = Literal["running", "done", "stopped", "failed", "interrupted"]
 STORED: tuple[Stored, ...] = get_args(Stored)
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula
 EXPORT_CHUNK = 64 << 10         # characters per piece of a streamed export
 RUN_FILES = ("meta.json", "steps.csv", "deliveries.csv")  # what a run's export is made of
 
 
 class RunReader:
     """What the server reads of the data folder; the Store is one, with its writes. pending: the ends the writer
-    holds but could not write yet (listed as they are); log: the store's."""
+    holds but could not write yet (listed as they will be written); log: the store's."""
 
-    def __init__(self, root: Path, pending: Mapping[str, dict[str, Any]], log: OnceLog) -> None:
+    def __init__(self, root: Path, pending: Mapping[str, RunEnd], log: OnceLog) -> None:
         self.root = root
         self.damaged: dict[str, str] = {}  # run id -> what is wrong, found by a listing or an export
         self._pending = pending
@@ -104,7 +67,7 @@ class RunReader:
         out = []
         for rid in ids[:limit]:
             try:
-                meta = self._pending.get(rid) or self.meta(rid)
+                meta = self._listed(rid)
             except Damaged as e:
                 self._damaged(rid, str(e))
                 out.append({"run_id": rid, "status": "damaged", "damaged": self.damaged[rid]})
@@ -113,6 +76,12 @@ class RunReader:
                 del self.damaged[rid]  # its meta.json reads now: whatever was wrong has been put right
             out.append({**meta, "damaged": self.damaged[rid]} if rid in self.damaged else meta)
         return out
+
+    def _listed(self, rid: str) -> dict[str, Any]:
+        """Run rid's meta as a listing shows it: its end the writer holds when meta.json could not take it yet,
+        as it will be written, else its meta.json. Raises Damaged."""
+        end = self._pending.get(rid)
+        return end.to_json() if end is not None else self.meta(rid)
 
     def known(self, rid: str) -> bool:
         path = self.root / rid  # a link, even to a run folder, is not one of this folder's runs
@@ -155,7 +124,7 @@ class RunReader:
         w.writerow(LIST_COLUMNS)
         for rid in rids:
             try:
-                meta = self._pending.get(rid) or self.meta(rid)
+                meta = self._listed(rid)
             except Damaged as e:
                 self._damaged(rid, str(e))
                 meta = {"run_id": rid, "status": "damaged", "damaged": self.damaged[rid]}
@@ -275,45 +244,6 @@ def status_of(meta: Mapping[str, Any] | None) -> Stored | None:
     """A meta.json's status (STORED), read typed; None for no meta or a status previewlab never writes."""
     status = None if meta is None else meta.get("status")
     return next((known for known in STORED if known == status), None)
-
-
-def inert(v: Any) -> Any:
-    """A text cell a spreadsheet would evaluate (=, +, -, @, a tab or a CR first: "=HYPERLINK(...)" in a prompt)
-    gets a leading apostrophe, so it shows as the text it is (OWASP's advice on CSV injection). Numbers pass."""
-    return "'" + v if isinstance(v, str) and v.startswith(FORMULA_START) else v
-
-
-def _cell(v: Any) -> Any:
-    """A meta.json value as one cell: a list of texts (a run's changes) joined with arrows, any other list or
-    object as compact JSON, text made inert."""
-    if isinstance(v, list) and all(isinstance(x, str) for x in v):
-        v = " \u2192 ".join(v)
-    elif isinstance(v, (list, dict)):
-        v = json.dumps(v, ensure_ascii=False, separators=(",", ":"))
-    return inert(v)
-
-
-def run_context(meta: dict[str, Any]) -> dict[str, Any]:
-    """The run's context for each of its step rows (RUN_CONTEXT): meta.json's, and device_name from its totals
-    (a run that ended without totals, failed or interrupted, has none)."""
-    totals = meta.get("totals")
-    found = {**(totals if isinstance(totals, dict) else {}), **meta}
-    return {k: _cell(found.get(k, "")) for k in RUN_CONTEXT}
-
-
-def list_row(meta: dict[str, Any]) -> dict[str, Any]:
-    """A run's row in the list's CSV: its meta.json's fields, then its totals' (the meta's win where both have
-    one: its status says `interrupted`, its totals only how the steps ended)."""
-    totals = meta.get("totals")
-    found = {**(totals if isinstance(totals, dict) else {}), **meta}
-    return {k: _cell(found.get(k)) for k in LIST_COLUMNS}
-
-
-def export_header() -> str:
-    """The exports' header line (EXPORT_COLUMNS), as csv writes it."""
-    buf = io.StringIO()
-    csv.writer(buf).writerow(EXPORT_COLUMNS)
-    return buf.getvalue()
 
 
 R = TypeVar("R", StepRow, DeliveryRow)

@@ -30,7 +30,7 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from previewlab.server.ws.protocol import pack_frame, unpack_frame
+from previewlab.server.ws.binary import pack_frame, unpack_frame
 
 HEADROOM = 0.8          # a level fits when its frame crosses the link in this share of the time between frames
 PROBE_AFTER = 8         # frames acked with no drop at a level before the next richer one is tried
@@ -93,7 +93,7 @@ class Reencoder:
         return buf.getvalue(), img.width, img.height
 
     def frame(self, blob: bytes, level: Level) -> bytes:
-        """A packed preview (protocol.frame) at `level`: each of its JPEGs re-encoded, its header's size and
+        """A packed preview (binary.frame) at `level`: each of its JPEGs re-encoded, its header's size and
         `adapted` saying so. A non-JPEG preview, or the level that keeps frames as made, is returned as it is."""
         header, data = unpack_frame(blob)
         if level.quality == 0 or header.get("format") != "jpeg":

@@ -16,7 +16,7 @@ from previewlab.preview.timing.busy import usable_cores
 from previewlab.preview.timing.stopwatch import Clock, host_clock
 from previewlab.preview.settings import MAX_NUM_FRAMES, PreviewSettings, RunSettings, default_mode
 
-from previewlab.server.ws import protocol
+from previewlab.server.ws import outbound, protocol
 from previewlab.server.core.limits import DEFAULT_MAX_PIXEL_STEPS
 
 
@@ -83,9 +83,9 @@ class Offer:
                               encoders=self.encoders)
 
     def hello(self, model: Model, live: PreviewSettings | None, running: RunMeta | None,
-              starts: bool) -> protocol.Outbound:
+              starts: bool) -> outbound.Outbound:
         """The defaults offered carry the preview settings now: a running run's live ones, or a script's (live)."""
         defaults = self.defaults if live is None else replace(self.defaults, preview=live)
-        return protocol.hello(model, defaults, max_pixel_steps=self.max_pixel_steps, encoders=self.encoders,
+        return outbound.hello(model, defaults, max_pixel_steps=self.max_pixel_steps, encoders=self.encoders,
                               running=running, starts=starts, decoder_note=self.decoder_note,
                               vocabulary=self.vocabulary, cores=usable_cores())

@@ -14,20 +14,23 @@ import functools
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Callable
 
 from previewlab.preview.judging import progress
 from previewlab.preview.frames import Frame, KeptFrames
 from previewlab.preview.record.records import StepRow
 from previewlab.preview.record.run import RunEnd, RunMeta, RunRecord
 
-from previewlab.server.ws import protocol
+from previewlab.server.ws import binary, outbound, protocol
+from previewlab.server.core.run_figures import RunFigures
+from previewlab.server.data.columns import DeliveryRow
 from previewlab.server.data.disk import DiskReads
 from previewlab.server.ws.sender import Client, Hub, Packed
 from previewlab.server.core.limits import MAX_EVENT_CHARS, clip
 from previewlab.server.core.metrics import Metrics
 from previewlab.server.ws.session import SessionLimits
-from previewlab.server.data.store import Damaged, Store
+from previewlab.server.data.run_files import Damaged
+from previewlab.server.data.store import Store
 from previewlab.server.data.owner import InUse
 from previewlab.server.data.writes import DRAIN_S, OrderedWrites
 
@@ -50,11 +53,11 @@ class Relay:
     that ended and waits for acks (closing: at most one), and the frames held until their run is announced."""
 
     def __init__(self, store: Store, metrics: Metrics, disk: DiskReads, limits: SessionLimits,
-                 judge: Callable[[str], dict[str, Any]] | None = None) -> None:
+                 judge: Callable[[str], RunFigures | None] | None = None) -> None:
         """judge: a run's figures and its settings' analysis, by id, for its `done` (read on the writer thread,
-        after its end is written)."""
+        after its end is written; None: it has none)."""
         self.store, self.metrics, self.disk, self.judge = store, metrics, disk, judge
-        self.on_done: Callable[[RunEnd, dict[str, Any]], None] | None = None  # after each `done` went out
+        self.on_done: Callable[[RunEnd, RunFigures | None], None] | None = None  # after each `done` went out
         self.on_gone: Callable[[], None] | None = None  # after a watcher left (the hub's clients: those left)
         self.ack_wait_s = limits.ack_wait_s
         self.hub = Hub(limits.send_timeout_s, on_sent=self._sent, on_drop=self._dropped, on_gone=self._gone)
@@ -99,7 +102,7 @@ class Relay:
 
     def announce(self, meta: RunMeta) -> None:
         self.announced = meta.run_id
-        self.hub.text(protocol.run(meta))
+        self.hub.text(outbound.run(meta))
         held = self._held.pop(meta.run_id, None)
         if held is not None:
             self.frame(held)
@@ -109,7 +112,7 @@ class Relay:
             row = replace(row, event=clip(row.event, MAX_EVENT_CHARS))
         self.metrics.step(row)
         self.last_row = (row.run_id, row.step)
-        message = protocol.step(row)
+        message = outbound.step(row)
         self.writes.submit(functools.partial(self.store.step, row), then=lambda: self.hub.text(message))
 
     def frame(self, f: Frame) -> None:
@@ -120,11 +123,11 @@ class Relay:
             self._held[f.run_id] = f  # only the newest: previews are latest-wins everywhere
             return
         self._seq += 1
-        blob = protocol.frame(f, self._seq, sent_at_ms=round(time.time() * 1e3, 3))
+        blob = binary.frame(f, self._seq, sent_at_ms=round(time.time() * 1e3, 3))
         self.hub.frame(Packed(f.run_id, f.step, self._seq, blob, self.hub.clock(), f.width, f.height))
 
     def error(self, run_id: str, message: str) -> None:
-        text = protocol.error(message, run_id)
+        text = outbound.error(message, run_id)
         self.writes.submit(None, then=lambda: self.hub.text(text))
 
     def ended(self, end: RunEnd) -> None:
@@ -158,10 +161,11 @@ class Relay:
         end, side_logs, rid = closing.end, closing.side_logs, closing.end.meta.run_id
         kept = self._kept.pop(rid, None)
         recorded = end
-        judged: dict[str, Any] = {}
+        judged: RunFigures | None = None
+        message: outbound.Outbound | None = None  # its `done`, made on the writer with its figures
 
         def write() -> None:
-            nonlocal recorded, judged
+            nonlocal recorded, judged, message
             # `failed` if the disk lost some of its rows; its progress first, off the loop and after the run
             recorded = self.store.finish(self._progressed(end, kept))
             self.store.close_run(rid)
@@ -170,11 +174,13 @@ class Relay:
             if self.judge is not None:
                 try:
                     judged = self.judge(rid)
+                    message = outbound.done(recorded, judged)  # its figures as JSON, here: off the loop
                 except Exception:  # the end goes out with its record whatever the analysis does
+                    judged = None
                     log.exception("run %s: its figures failed; its end is delivered without them", rid)
 
         def then() -> None:
-            self.hub.text(protocol.done(recorded, judged))
+            self.hub.text(message if message is not None else outbound.done(recorded))
             self.disk.submit(self.store.prune, self.store.open_runs())  # retention, off the loop
             if self.on_done is not None:
                 self.on_done(recorded, judged)
@@ -223,16 +229,15 @@ class Relay:
         else:
             c.link.trip(sent.t0, now, sent.nbytes, page_s)  # its rate is measured all the same
         rate = c.link.rate_bps()
-        d = protocol.Delivery(sent.run_id, sent.step, msg.seq, send_ms=round(sent.send_ms, 3),
+        d = outbound.Delivery(sent.run_id, sent.step, msg.seq, send_ms=round(sent.send_ms, 3),
                               ack_rtt_ms=round(rtt, 3), client_decode_ms=msg.client_decode_ms,
                               client_paint_ms=msg.client_paint_ms, nbytes=sent.nbytes,
                               age_ms=round((now - sent.made) * 1e3, 3) if sent.made else None,
                               link_mbps=round(rate / 1e6, 3) if rate is not None else None,
                               made=c.made if sent.run_id == c.run else None,
                               delivered=c.delivered if sent.run_id == c.run else None, adapted=sent.adapted)
-        self.writes.submit(functools.partial(self.store.delivery, d.run_id, step=d.step, seq=d.seq,
-                                             client=c.cid, kind="ack", **d.timings()))
-        self.hub.text(protocol.delivery(d, c.link.slow_page(sent.adapted)), only=c)  # wakes its sender: the next may go
+        self.writes.submit(functools.partial(self.store.delivery, d.row(str(c.cid))))
+        self.hub.text(outbound.delivery(d, c.link.slow_page(sent.adapted)), only=c)  # wakes its sender: the next may go
         self._settle()
 
     def _sent(self, c: Client, p: Packed) -> None:
@@ -240,8 +245,8 @@ class Relay:
 
     def _dropped(self, c: Client, p: Packed) -> None:
         self.metrics.frames_dropped.inc()
-        self.writes.submit(functools.partial(self.store.delivery, p.run_id, step=p.step, seq=p.seq, client=c.cid,
-                                             kind="drop"))
+        dropped = DeliveryRow(p.run_id, p.step, p.seq, str(c.cid), "drop")
+        self.writes.submit(functools.partial(self.store.delivery, dropped))
         self._settle()
 
     def _gone(self, c: Client) -> None:

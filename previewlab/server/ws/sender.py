@@ -13,6 +13,7 @@ import concurrent.futures
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -130,7 +131,7 @@ class Hub:
                 log.warning("client %d: its sender did not end within %.0f s; left behind", c.cid,
                             RELEASE_TIMEOUT_S)
 
-    def text(self, msg: dict[str, Any], only: Client | None = None) -> None:
+    def text(self, msg: Mapping[str, object], only: Client | None = None) -> None:
         data = json.dumps(msg, separators=(",", ":"))
         for c in [only] if only else list(self.clients.values()):
             c.texts.append(data)

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from previewlab.server.ws import protocol
+from previewlab.server.ws import outbound, protocol
 from previewlab.server.ws.sender import Client
-from previewlab.server.core.limits import BAD_BURST, BAD_PER_S, SET_BURST, SET_PER_S, RateLimit, clip
+from previewlab.server.core.limits import BAD_BURST, BAD_PER_S, SET_BURST, SET_PER_S, MAX_MESSAGE_BYTES, RateLimit, clip
 from previewlab.server.ws.options import Offer
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class Served(Protocol):
     def limits(self) -> SessionLimits: ...
     @property
     def offer(self) -> Offer: ...
-    def hello(self) -> protocol.Outbound: ...
+    def hello(self) -> outbound.Outbound: ...
     async def handle(self, c: Client, msg: protocol.Message) -> None: ...
 
 
@@ -72,8 +72,8 @@ async def serve_client(server: Served, ws: WebSocket) -> None:
                 break
             text = message.get("text")
             size = len(text.encode("utf-8", "replace")) if text is not None else len(message.get("bytes") or b"")
-            if size > protocol.MAX_MESSAGE_BYTES:
-                log.info("client %d: message of %d bytes, over %d; closing", c.cid, size, protocol.MAX_MESSAGE_BYTES)
+            if size > MAX_MESSAGE_BYTES:
+                log.info("client %d: message of %d bytes, over %d; closing", c.cid, size, MAX_MESSAGE_BYTES)
                 await hub.kill(c, 1009, "message too big")
                 break
             try:
@@ -92,7 +92,7 @@ async def serve_client(server: Served, ws: WebSocket) -> None:
                     log.warning("client %d: too many bad messages; closing", c.cid)
                     await hub.kill(c, 1008, "too many bad messages")
                     break
-                hub.text(protocol.error(why), only=c)
+                hub.text(outbound.error(why), only=c)
     except WebSocketDisconnect:
         pass
     except asyncio.CancelledError:
