@@ -22,6 +22,8 @@ from previewlab.preview.record.records import STEP_COLUMNS
 if TYPE_CHECKING:
     from previewlab.server.ws.session import SessionLimits
 
+pytest_plugins = ["tests.browser_fixtures"]  # chromium and tabs: the browser tests' one setup
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (make test runs -n auto) each worker takes its share of the cores, and so do the

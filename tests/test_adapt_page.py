@@ -12,10 +12,9 @@ import csv
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import sync_playwright
 
+from tests.browser_fixtures import wait_js
 from tests.conftest import live_server
-from tests.test_browser import ARGS, CHROMIUM, wait_js
 
 PAGE_MS = 1000
 SLOW_PAGE = """
@@ -34,21 +33,18 @@ def deliveries(runs: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_a_page_that_paints_slowly_keeps_its_previews_as_made(make_app, tmp_path):
+def test_a_page_that_paints_slowly_keeps_its_previews_as_made(make_app, tmp_path, tabs):
     srv, app = make_app(tmp_path / "runs")
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page()
+    with live_server(app) as addr:
+        page, _ = tabs.new()
         page.add_init_script(SLOW_PAGE)
-        page.goto(f"http://{addr}/")
-        page.wait_for_selector("#conn.ok")
+        tabs.load(page, f"http://{addr}/")
         for field, value in (("#steps", "10"), ("#width", "128"), ("#height", "128")):
             page.fill(field, value)
         page.select_option("#decoder", "vae")
         page.click("#start")
         wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 60)
         caption, said = page.text_content("#caption") or "", page.text_content("#adapted") or ""
-        browser.close()
     rows = deliveries(tmp_path / "runs")
     acked = [r for r in rows if r["kind"] == "ack"]
     assert sum(r["kind"] == "drop" for r in rows) >= 2  # the slow page held previews back: the hub dropped some

@@ -1,82 +1,30 @@
 """End to end in real headless Chromium (Debian's /usr/bin/chromium) driven by Playwright."""
 from __future__ import annotations
 
-import contextlib
 import csv
 import re
 import io
 import json
 import time
 import urllib.request
-from pathlib import Path
-from typing import Any, Iterator
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
 
+from tests.browser_fixtures import script_page, wait_js
 from tests.conftest import live_server
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
 
-
-
-def open_page(pw: Any, addr: str) -> tuple[Any, Page, list[str]]:
-    """The page at addr in a new Chromium, once connected: (the browser, the page, the errors it raises)."""
-    browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-    page = browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"http://{addr}/")
-    page.wait_for_selector("#conn.ok")
-    return browser, page, errors
-
-
-@contextlib.contextmanager
-def script_page(w: Any, data_dir: Path) -> Iterator[tuple[Page, list[str]]]:
-    """serve(w)'s page open in Chromium: the page and the errors it raised; the watch removed at the end."""
-    from previewlab.server.embedded import serve
-
-    served = serve(w, port=0, data_dir=data_dir)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(served.url)
-            page.wait_for_selector("#conn.ok")
-            yield page, errors
-            browser.close()
-    finally:
-        w.remove()
-
-def wait_js(page, expression: str, timeout_s: float = 60) -> None:
-    """page.wait_for_function evaluates its predicate with eval() inside the page, which the page's
-    Content-Security-Policy (script-src 'self') forbids; page.evaluate goes through the debugger instead."""
-    deadline = time.monotonic() + timeout_s
-    while not page.evaluate(expression):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {expression}")
-        time.sleep(0.05)
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run", "--disable-sync"]
-
-
-def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path):
+def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path, tabs):
     srv, app = make_app()
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page(accept_downloads=True)
-        console_errors: list[str] = []
-        page.on("pageerror", lambda e: console_errors.append(str(e)))
+    with live_server(app) as addr:
+        page, console_errors = tabs.new(accept_downloads=True)
         # a Content-Security-Policy violation is a console message, not a page error
         page.on("console", lambda m: console_errors.append(m.text) if "Content Security Policy" in m.text else None)
         listings: list[str] = []  # every request for the run list
         page.on("request", lambda r: listings.append(r.url) if "/runs?" in r.url or r.url.endswith("/runs") else None)
-        page.goto(f"http://{addr}/")
-        page.wait_for_selector("#conn.ok")
+        tabs.load(page, f"http://{addr}/")
         assert page.is_visible("#banner")  # the model is synthetic
         page.fill("#steps", "60")
         page.select_option("#decoder", "latent2rgb")
@@ -142,48 +90,43 @@ def test_page_runs_switches_decoder_paints_and_exports_csv(make_app, tmp_path):
         # the page load and its first hello at most; before, every finished run fetched the whole list again
         assert len(listings) <= 2 and all("limit=" in u for u in listings), listings
         assert console_errors == []
-        browser.close()
 
 
-def test_a_page_that_reconnects_to_a_restarted_server_can_start_again(make_app, tmp_path):
+def test_a_page_that_reconnects_to_a_restarted_server_can_start_again(make_app, tmp_path, tabs):
     """Issue 18, item 9: the server went away mid-run and came back; its hello says nothing is running. Before,
     the page stayed "running" with Start disabled until reloaded."""
     data = tmp_path / "runs"
     srv, app = make_app(data_dir=data)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page()
-        with live_server(app) as addr:
-            page.goto(f"http://{addr}/")
-            page.wait_for_selector("#conn.ok")
-            page.fill("#steps", "1000")
-            page.click("#start")
-            wait_js(page, "document.getElementById('f-status').textContent.startsWith('running')")
-            assert page.is_disabled("#start")
-        wait_js(page, "!document.getElementById('conn').classList.contains('ok')")
-        # the server's own close code stays while the reconnects are refused (each a 1006 that says nothing new)
-        first = page.text_content("#conn") or ""
-        time.sleep(3.5)
-        assert first.startswith("disconnected (") and "1006" not in first and page.text_content("#conn") == first
-        # and they back off: 1 s, 2 s, then 4 s before the next try (issue 44)
-        assert page.evaluate("Number(document.getElementById('conn').dataset.retryMs)") >= 4000
-        srv2, app2 = make_app(data_dir=data)
-        with live_server(app2, port=int(addr.rsplit(":", 1)[1])):
-            page.wait_for_selector("#conn.ok", timeout=30_000)
-            wait_js(page, "!document.getElementById('start').disabled", 10)
-            assert page.is_disabled("#stop") and "ended while disconnected" in (page.text_content("#f-status") or "")
-        browser.close()
+    page, _ = tabs.new()
+    with live_server(app) as addr:
+        tabs.load(page, f"http://{addr}/")
+        page.fill("#steps", "1000")
+        page.click("#start")
+        wait_js(page, "document.getElementById('f-status').textContent.startsWith('running')")
+        assert page.is_disabled("#start")
+    wait_js(page, "!document.getElementById('conn').classList.contains('ok')")
+    # the server's own close code stays while the reconnects are refused (each a 1006 that says nothing new)
+    first = page.text_content("#conn") or ""
+    time.sleep(3.5)
+    assert first.startswith("disconnected (") and "1006" not in first and page.text_content("#conn") == first
+    # and they back off: 1 s, 2 s, then 4 s before the next try (issue 44)
+    assert page.evaluate("Number(document.getElementById('conn').dataset.retryMs)") >= 4000
+    srv2, app2 = make_app(data_dir=data)
+    with live_server(app2, port=int(addr.rsplit(":", 1)[1])):
+        page.wait_for_selector("#conn.ok", timeout=30_000)
+        wait_js(page, "!document.getElementById('start').disabled", 10)
+        assert page.is_disabled("#stop") and "ended while disconnected" in (page.text_content("#f-status") or "")
 
 
-def test_a_clip_preview_plays_its_frames_on_the_canvas(make_app, tmp_path):
+def test_a_clip_preview_plays_its_frames_on_the_canvas(make_app, tmp_path, tabs):
     """Issue 22: a preview of several frames is one message; the page draws its first frame, acks it once, then
     plays the frames in a loop: the canvas changes between frames of the same message."""
     from previewlab.preview import models
 
     wan = models.load("synthetic:tiny-wan21", device="cpu")
     srv, app = make_app(model=wan)
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser, page, errors = open_page(pw, addr)
+    with live_server(app) as addr:
+        page, errors = tabs.open(addr)
         page.wait_for_selector("#frames-label:not([hidden])")  # a video model: the clip's controls show
         assert page.input_value("#num_frames") == "5" and page.input_value("#fps") == "16"
         # issue 35, item 4: a synthetic clip model starts with latent2rgb, and the page says why
@@ -217,7 +160,6 @@ def test_a_clip_preview_plays_its_frames_on_the_canvas(make_app, tmp_path):
         # one ack per message: a second for the same seq would be a bad message, answered with an error
         assert page.is_hidden("#error"), page.text_content("#error")
         assert errors == []
-        browser.close()
 
 
 BLANK_CANVAS = """() => { const c = document.getElementById('preview');
@@ -226,21 +168,17 @@ BLANK_CANVAS = """() => { const c = document.getElementById('preview');
     return true; }"""
 
 
-def test_a_none_run_after_a_taesd_run_starts_clean_and_each_run_shows_its_final_image(make_app):
+def test_a_none_run_after_a_taesd_run_starts_clean_and_each_run_shows_its_final_image(make_app, tabs):
     """Issue 23, items 7 and 9: a run starts with a clean panel (a decoder `none` run kept the TAESD run's
     picture, step, decoder and counts); the final image appears when it is written, and the run list opens a
     past run's; the chart's step ticks are whole steps and the browser's render is drawn apart from the step's
     stack; no request of the page is answered 4xx (the favicon was a 404)."""
     srv, app = make_app()
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
+    with live_server(app) as addr:
+        page, errors = tabs.new()
         failed: list[str] = []
         page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-        page.goto(f"http://{addr}/")
-        page.wait_for_selector("#conn.ok")
+        tabs.load(page, f"http://{addr}/")
         page.fill("#steps", "3")
         page.select_option("#decoder", "taesd")
         page.select_option("#mode", "sync")
@@ -295,7 +233,6 @@ def test_a_none_run_after_a_taesd_run_starts_clean_and_each_run_shows_its_final_
                       "document.getElementById('final').naturalWidth === 64")
         assert first in (page.text_content("#final-caption") or "")
         assert failed == [] and errors == []
-        browser.close()
 
 
 def _finished(rid: str, *, decoder: str, wall_s: float, steps_run: int, denoise_ms: float, on_path_ms: float = 0.0,
@@ -314,7 +251,7 @@ def _finished(rid: str, *, decoder: str, wall_s: float, steps_run: int, denoise_
 
 
 def test_overhead_is_wall_time_against_the_baseline_before_it_and_the_page_reflows_and_clears_its_errors(
-        make_app, tmp_path):
+        make_app, tmp_path, tabs):
     """Issue 23, items 6 and 9; issue 34, items 1, 5 and 6; issue 43. Overhead % is the bench's, computed by the
     server: each run with previews against the no-preview run of the same settings right before it; the
     configuration's figure, the median of its pairs with its interval and verdict. Figures worked by hand from
@@ -343,11 +280,8 @@ def test_overhead_is_wall_time_against_the_baseline_before_it_and_the_page_reflo
     for m in metas:
         make_run(data, m["run_id"], meta=m)
     srv, app = make_app(data, runs=RunOptions(max_pixel_steps=64 * 64 * 10))
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page(viewport={"width": 800, "height": 900})
-        page.goto(f"http://{addr}/")
-        page.wait_for_selector("#conn.ok")
+    with live_server(app) as addr:
+        page, _ = tabs.open(addr, viewport={"width": 800, "height": 900})
         wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 8")
         heads = page.locator("#runs th").all_text_contents()
         table = {cells[heads.index("run")]: cells for cells in
@@ -403,10 +337,9 @@ def test_overhead_is_wall_time_against_the_baseline_before_it_and_the_page_reflo
         assert page.is_visible("#error")
         page.fill("#seed", "7")
         page.wait_for_selector("#error", state="hidden")
-        browser.close()
 
 
-def test_a_scripts_page_offers_no_start_and_shows_what_the_script_ran(tmp_path):
+def test_a_scripts_page_offers_no_start_and_shows_what_the_script_ran(tmp_path, tabs):
     """Issue 23, item 9: serve(watch) showed the server's lighthouse defaults and a Start that was then
     refused; its run list said nothing of the call's guidance. Now the page hides what it cannot do, its live
     controls show the watch's own settings, and the run shows the steps, size and guidance the script ran."""
@@ -418,7 +351,7 @@ def test_a_scripts_page_offers_no_start_and_shows_what_the_script_ran(tmp_path):
 
     pipe = synthetic_pipeline("synthetic:tiny")
     w = preview_watch(pipe, decoder="latent2rgb", every=2)
-    with script_page(w, tmp_path / "runs") as (page, errors):
+    with script_page(tabs, w, tmp_path / "runs") as (page, errors):
         assert page.is_visible("#script-note")
         assert page.is_hidden("#start") and page.is_hidden("#prompt") and page.is_hidden("#steps")
         assert (page.input_value("#decoder"), page.input_value("#every")) == ("latent2rgb", "2")
@@ -446,22 +379,18 @@ def test_a_scripts_page_offers_no_start_and_shows_what_the_script_ran(tmp_path):
         assert page.locator("#runs button.use-input").count() == 0 and errors == []
 
 
-def test_decode_at_is_a_live_control_and_its_runs_record_where_the_decoder_stopped(make_app):
+def test_decode_at_is_a_live_control_and_its_runs_record_where_the_decoder_stopped(make_app, tabs):
     """Issue 24: the page offers decode_at beside Max size, its values from hello. A TAESD run at 64 px sent at
     32 px, started decoding at full size then switched live to the preview's size, records each row's decode_at
     and decode size; the caption names the decode size while it differs from the size sent; a second tab shows
     the run's live value; a value the server refuses shows the error banner."""
     srv, app = make_app()
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
+    with live_server(app) as addr:
+        page, errors = tabs.new()
         hellos: list[dict] = []
         page.on("websocket", lambda ws: ws.on(
             "framereceived", lambda f: hellos.append(json.loads(f)) if isinstance(f, str) and '"hello"' in f else None))
-        page.goto(f"http://{addr}/")
-        page.wait_for_selector("#conn.ok")
+        tabs.load(page, f"http://{addr}/")
         wait_js(page, "document.getElementById('decode_at').options.length > 0")
         offered = hellos[0]["choices"]["decode_at"]
         assert offered == ["preview", "full", "half_latents"]
@@ -490,9 +419,7 @@ def test_decode_at_is_a_live_control_and_its_runs_record_where_the_decoder_stopp
         page.click("#start")
         wait_js(page, "document.getElementById('caption').textContent.includes('decoded 64x64, sent 32x32')")
         # another tab shows the run's live settings, not the page's default
-        other = browser.new_page()
-        other.goto(f"http://{addr}/")
-        other.wait_for_selector("#conn.ok")
+        other, _ = tabs.open(addr)
         wait_js(other, "document.getElementById('decode_at').value === 'full'", 10)
         other.close()
         switched = int(page.evaluate("document.getElementById('preview').dataset.step"))
@@ -522,23 +449,17 @@ def test_decode_at_is_a_live_control_and_its_runs_record_where_the_decoder_stopp
         assert {r["preview_width"] for r in rows if r["frames"] != "0"} == {"32"}  # the same size sent either way
         assert page.is_hidden("#error"), page.text_content("#error")
         assert errors == []
-        browser.close()
 
 
-def test_the_page_watches_a_modular_pipeline_folder(make_app, modular_folder, tmp_path):
+def test_the_page_watches_a_modular_pipeline_folder(make_app, modular_folder, tmp_path, tabs):
     """Issue 32: a Modular Diffusers folder (modular_model_index.json) as --model; the page runs it, paints its
     previews from previewlab's loop block, switches the decoder live, and shows the pipeline's own image."""
     from previewlab.preview.models import load
 
     model = load(str(modular_folder), device="cpu")
     srv, app = make_app(tmp_path / "runs", model=model)
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"http://{addr}/")
-        page.wait_for_selector("#conn.ok")
+    with live_server(app) as addr:
+        page, errors = tabs.open(addr)
         page.fill("#steps", "12")
         page.fill("#width", "64")
         page.fill("#height", "64")
@@ -556,7 +477,6 @@ def test_the_page_watches_a_modular_pipeline_folder(make_app, modular_folder, tm
         assert [int(x["step"]) for x in rows] == list(range(1, 13))
         assert all(x["preview"] == "1" for x in rows) and {x["decoder"] for x in rows} == {"latent2rgb", "vae"}
         assert errors == []
-        browser.close()
 
 
 class NoisyClocks:
@@ -582,7 +502,7 @@ class NoisyClocks:
         return lambda: t0 + (time.perf_counter() - t0) * f
 
 
-def test_on_a_noisy_machine_the_page_says_so_measures_its_baselines_and_advises_nothing_on_noise(make_app):
+def test_on_a_noisy_machine_the_page_says_so_measures_its_baselines_and_advises_nothing_on_noise(make_app, tabs):
     """Issue 43: the page renders the server's analysis and computes none. Measure overhead runs the current
     settings' baselines interleaved with runs of the preview settings until the interval holds at 95 %, leaving
     the user's choices as they were; with walls made noisy by a fake clock the page shows the NOISY MACHINE line,
@@ -590,13 +510,8 @@ def test_on_a_noisy_machine_the_page_says_so_measures_its_baselines_and_advises_
     from previewlab.server.ws.options import RunOptions
 
     srv, app = make_app(runs=RunOptions(clock=NoisyClocks()))
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"http://{addr}/")
-        page.wait_for_selector("#conn.ok")
+    with live_server(app) as addr:
+        page, errors = tabs.open(addr, viewport={"width": 1280, "height": 900})
         # on a CPU the default mode is sync, and the page says why
         assert page.input_value("#mode") == "sync" and "no side stream" in (page.text_content("#mode-note") or "")
         assert (page.text_content("#advice") or "").startswith("no advice yet")
@@ -666,7 +581,6 @@ def test_on_a_noisy_machine_the_page_says_so_measures_its_baselines_and_advises_
         wait_js(page, "document.querySelectorAll('#runs tbody tr').length >= 15")
         assert page.evaluate("document.querySelector('#runs tbody tr:last-child').dataset.kept") == "1"
         assert errors == []
-        browser.close()
 
 
 SHOWN = "(id) => !document.getElementById(id).hidden && document.getElementById(id).getClientRects().length > 0"
@@ -674,7 +588,7 @@ PLACE = """(id) => { const r = document.getElementById(id).getBoundingClientRect
     return [r.left + window.scrollX, r.top + window.scrollY, r.width]; }"""  # on the page, wherever it scrolled
 
 
-def test_the_run_list_says_what_ran_and_a_runs_end_shows_its_final_image_in_place(make_app, tmp_path):
+def test_the_run_list_says_what_ran_and_a_runs_end_shows_its_final_image_in_place(make_app, tmp_path, tabs):
     """Issue 35, items 1 and 3. The list and the comparison name each run's model (its note on hover) and its
     live changes, from meta.json (a run from before has none: ""); a real run's end puts its final image where
     the previews were, drawn as large, with the last preview one click away and back."""
@@ -688,13 +602,8 @@ def test_the_run_list_says_what_ran_and_a_runs_end_shows_its_final_image_in_plac
     for m in (old, changed):
         make_run(data, m["run_id"], meta=m)
     srv, app = make_app(data)
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"http://{addr}/")
-        page.wait_for_selector("#conn.ok")
+    with live_server(app) as addr:
+        page, errors = tabs.open(addr, viewport={"width": 1400, "height": 900})
         wait_js(page, "document.querySelectorAll('#runs tbody tr').length === 2")
         heads = page.locator("#runs th").all_text_contents()
         cells = {r: page.locator("#runs tbody tr", has_text=r).locator("td") for r in (old["run_id"], changed["run_id"])}
@@ -744,24 +653,19 @@ def test_the_run_list_says_what_ran_and_a_runs_end_shows_its_final_image_in_plac
         page.click("#stop")
         wait_js(page, "document.getElementById('f-status').textContent.startsWith('stopped')", 120)
         assert errors == []
-        browser.close()
 
 
-def test_a_prompt_over_the_servers_limit_is_cut_with_a_word_before_the_run(make_app):
+def test_a_prompt_over_the_servers_limit_is_cut_with_a_word_before_the_run(make_app, tabs):
     """Issue 35, item 6: the textarea cut a paste at 2,000 characters with no message. The page counts the
     prompt as the server does (characters: code points), against the limit its hello sends, and says when it
     cut one; a prompt cut there is one the server takes. A model without a vocabulary shows no word hint."""
     srv, app = make_app()
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
+    with live_server(app) as addr:
+        page, errors = tabs.new()
         hellos: list[dict] = []
         page.on("websocket", lambda ws: ws.on(
             "framereceived", lambda f: hellos.append(json.loads(f)) if isinstance(f, str) and '"hello"' in f else None))
-        page.goto(f"http://{addr}/")
-        page.wait_for_selector("#conn.ok")
+        tabs.load(page, f"http://{addr}/")
         assert hellos[0]["max_prompt"] == 2000 and hellos[0]["vocabulary"] is None
         assert page.is_hidden("#words")
         page.fill("#prompt", "a cat")
@@ -784,10 +688,9 @@ def test_a_prompt_over_the_servers_limit_is_cut_with_a_word_before_the_run(make_
         with urllib.request.urlopen(f"http://{addr}/runs") as r:
             assert json.loads(r.read())[0]["prompt"] == "🙂" * 2000
         assert errors == []
-        browser.close()
 
 
-def test_the_demo_models_page_hints_its_words_and_fills_a_prompt_it_knows(make_app):
+def test_the_demo_models_page_hints_its_words_and_fills_a_prompt_it_knows(make_app, tabs):
     """Issue 35, item 5: "in the middle" is no word of the demo model's ("in the center" is). Its page lists
     the colors, shapes, places and backgrounds it knows under the prompt, and the example button fills
     captions made of them."""
@@ -795,13 +698,8 @@ def test_the_demo_models_page_hints_its_words_and_fills_a_prompt_it_knows(make_a
     from previewlab.preview.models import load
 
     srv, app = make_app(model=load("demo", device="cpu"))
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"http://{addr}/")
-        page.wait_for_selector("#conn.ok")
+    with live_server(app) as addr:
+        page, errors = tabs.open(addr)
         page.wait_for_selector("#words:not([hidden])")
         hint = page.text_content("#words-text") or ""
         assert "Colors: red, green, blue, yellow, purple, orange, white, black." in hint
@@ -817,10 +715,9 @@ def test_the_demo_models_page_hints_its_words_and_fills_a_prompt_it_knows(make_a
         assert all(set(p.replace(",", " ,").split()) <= known for p in filled)  # every word one it learnt
         assert page.text_content("#prompt-count") == f"{len(filled[1])} / 2,000"
         assert errors == []
-        browser.close()
 
 
-def test_the_demo_models_page_names_the_words_of_a_prompt_it_ignores(make_app):
+def test_the_demo_models_page_names_the_words_of_a_prompt_it_ignores(make_app, tabs):
     """Issue 45, item 19: an emoji in a prompt for the demo model silently ran off-prompt (the tokenizer reads it
     as four end-of-text tokens). The page knows the words the model learnt and names each piece of the prompt
     that is not one, as the tokenizer cuts it, while the prompt is typed; a prompt of its words names none."""
@@ -829,11 +726,8 @@ def test_the_demo_models_page_names_the_words_of_a_prompt_it_ignores(make_app):
     from tests.test_demo_model import demo_pieces
 
     srv, app = make_app(model=load("demo", device="cpu"))
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
+    with live_server(app) as addr:
+        page, errors = tabs.new()
         page.goto(f"http://{addr}/")
         page.wait_for_selector("#words:not([hidden])")
         assert page.is_hidden("#words-ignored")  # its own default prompt: words it learnt
@@ -848,4 +742,3 @@ def test_the_demo_models_page_names_the_words_of_a_prompt_it_ignores(make_app):
         page.click("#example")  # a caption it knows
         assert page.is_hidden("#words-ignored")
         assert errors == []
-        browser.close()

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page
 from starlette.testclient import TestClient
 
 from previewlab.preview.judging.fidelity import Sample
 from previewlab.preview.record.run import RunMeta
 from previewlab.server.data import fidelity_files
+from tests.browser_fixtures import wait_js
 from tests.conftest import SAME_ORIGIN, acks_not_awaited, live_server, make_run, recv_until
-from tests.test_browser import open_page, wait_js
 
 SETTINGS = {"steps": 2, "width": 64, "height": 64, "decoder": "latent2rgb", "every": 1, "mode": "sync"}
 
@@ -119,7 +119,7 @@ def _point(page: Page, name: str) -> str:
 
 
 @pytest.mark.slow  # real uvicorn and Chromium
-def test_the_picture_of_configurations_marks_the_advised_one_and_measure_fidelity_fills_it(make_app, tmp_path):
+def test_the_picture_of_configurations_marks_the_advised_one_and_measure_fidelity_fills_it(make_app, tmp_path, tabs):
     # a real model's runs (prepared: vae in use, over the budget; taesd and latent2rgb under it) and its decoders'
     # fidelity from 6 seeds: the rule leaves latent2rgb out (SSIM below 0.5) and advises taesd
     demo = tmp_path / "demo"
@@ -129,41 +129,39 @@ def test_the_picture_of_configurations_marks_the_advised_one_and_measure_fidelit
     fidelity_files.write(demo, RunMeta.from_json(metas[-1]), samples, [])
     tiny_data = tmp_path / "tiny"
     _prepare(tiny_data, "synthetic:tiny", {"latent2rgb": 1.01}, pairs=2)
-    with sync_playwright() as pw:
-        srv, app = make_app(demo)
-        with live_server(app) as addr:
-            browser, page, errors = open_page(pw, addr)
-            wait_js(page, "!!document.querySelector('#glance g.point')", 30)
-            assert _point(page, "taesd/every1/sync") == "point fid advised"
-            assert _point(page, "vae/every1/sync") == "point no-fid in-use"  # its decoder's fidelity not measured
-            assert _point(page, "latent2rgb/every1/sync") == "point fid"
-            head = page.text_content("#advice-head") or ""
-            assert head.startswith("taesd every 1: +2.0 %") and "SSIM 0.62 [0.60, 0.65] (6 seeds)" in head, head
-            assert page.evaluate("!document.getElementById('advice-more').open")  # the rest opens on demand
-            assert "advised (taesd/every1/sync)" in (page.text_content("#glance-note") or "")
-            browser.close()
-        # a synthetic model's server, its runs' fidelity not measured: Measure fidelity fills the picture
-        srv, app = make_app(tiny_data)
-        with live_server(app) as addr:
-            browser, page, errors2 = open_page(pw, addr)
-            wait_js(page, "!!document.querySelector('#glance g.point')", 30)
-            assert _point(page, "latent2rgb/every1/sync") == "point no-fid in-use"
-            for k, v in (("steps", "2"), ("width", "64"), ("height", "64"), ("fidelity-seeds", "1")):
-                page.fill(f"#{k}", v)
-            page.select_option("#decoder", "latent2rgb")
-            page.select_option("#mode", "sync")
-            page.click("#fidelity")
-            wait_js(page, "document.getElementById('fidelity-line').textContent.startsWith('measuring fidelity')", 10)
-            assert page.is_disabled("#start") and page.is_disabled("#measure")
-            wait_js(page, "document.getElementById('fidelity-line').textContent.startsWith('measured fidelity')", 60)
-            wait_js(page, "!!document.querySelector('#glance g.fid')", 10)
-            assert _point(page, "latent2rgb/every1/sync") == "point fid in-use"  # synthetic: never advised
-            assert "short of the 95 % level" in (page.text_content("#fidelity-line") or "")
-            assert "SYNTHETIC" in (page.text_content("#glance-note") or "")
-            assert srv.store.ids() == [m.name for m in sorted(tiny_data.iterdir()) if m.name[0].isdigit()]
-            assert not page.is_disabled("#fidelity")
-            browser.close()
-        assert errors == [] and errors2 == []
+    srv, app = make_app(demo)
+    with live_server(app) as addr:
+        page, errors = tabs.open(addr)
+        wait_js(page, "!!document.querySelector('#glance g.point')", 30)
+        assert _point(page, "taesd/every1/sync") == "point fid advised"
+        assert _point(page, "vae/every1/sync") == "point no-fid in-use"  # its decoder's fidelity not measured
+        assert _point(page, "latent2rgb/every1/sync") == "point fid"
+        head = page.text_content("#advice-head") or ""
+        assert head.startswith("taesd every 1: +2.0 %") and "SSIM 0.62 [0.60, 0.65] (6 seeds)" in head, head
+        assert page.evaluate("!document.getElementById('advice-more').open")  # the rest opens on demand
+        assert "advised (taesd/every1/sync)" in (page.text_content("#glance-note") or "")
+        page.close()
+    # a synthetic model's server, its runs' fidelity not measured: Measure fidelity fills the picture
+    srv, app = make_app(tiny_data)
+    with live_server(app) as addr:
+        page, errors2 = tabs.open(addr)
+        wait_js(page, "!!document.querySelector('#glance g.point')", 30)
+        assert _point(page, "latent2rgb/every1/sync") == "point no-fid in-use"
+        for k, v in (("steps", "2"), ("width", "64"), ("height", "64"), ("fidelity-seeds", "1")):
+            page.fill(f"#{k}", v)
+        page.select_option("#decoder", "latent2rgb")
+        page.select_option("#mode", "sync")
+        page.click("#fidelity")
+        wait_js(page, "document.getElementById('fidelity-line').textContent.startsWith('measuring fidelity')", 10)
+        assert page.is_disabled("#start") and page.is_disabled("#measure")
+        wait_js(page, "document.getElementById('fidelity-line').textContent.startsWith('measured fidelity')", 60)
+        wait_js(page, "!!document.querySelector('#glance g.fid')", 10)
+        assert _point(page, "latent2rgb/every1/sync") == "point fid in-use"  # synthetic: never advised
+        assert "short of the 95 % level" in (page.text_content("#fidelity-line") or "")
+        assert "SYNTHETIC" in (page.text_content("#glance-note") or "")
+        assert srv.store.ids() == [m.name for m in sorted(tiny_data.iterdir()) if m.name[0].isdigit()]
+        assert not page.is_disabled("#fidelity")
+    assert errors == [] and errors2 == []
 
 
 def test_a_pages_pass_judges_only_the_target_and_preview_size_it_ran_at():

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page
 
+from tests.browser_fixtures import script_page, wait_js
 from tests.conftest import live_server, make_run, wait_until
-from tests.test_browser import open_page, script_page, wait_js
 
 pytestmark = pytest.mark.slow  # real uvicorn and Chromium: make test runs them, the quick loop leaves them out
 
@@ -33,11 +33,11 @@ def _line(page: Page) -> str:
     return page.text_content("#measure-line") or ""
 
 
-def test_every_auto_is_refused_on_the_page_in_one_line_and_no_run_starts(make_app):
+def test_every_auto_is_refused_on_the_page_in_one_line_and_no_run_starts(make_app, tabs):
     """Before, Measure with every auto said "0 of 6 pairs" after 62 s and went on: no autopilot run pairs."""
     srv, app = make_app()
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser, page, errors = open_page(pw, addr)
+    with live_server(app) as addr:
+        page, errors = tabs.open(addr)
         _settings(page, every="auto")
         page.click("#measure")
         page.wait_for_selector("#error:not([hidden])")
@@ -47,16 +47,15 @@ def test_every_auto_is_refused_on_the_page_in_one_line_and_no_run_starts(make_ap
         time.sleep(0.5)  # a series would have started its first run by now
         assert srv.series is None and srv.store.ids() == [] and page.is_hidden("#measure-line")
         assert not page.is_disabled("#measure") and errors == []
-        browser.close()
 
 
-def test_measure_again_adds_the_pairs_it_names_counted_from_those_the_figure_has(make_app):
+def test_measure_again_adds_the_pairs_it_names_counted_from_those_the_figure_has(make_app, tabs):
     """Before, a second Measure after a 6-pair series said "0 of 6", then "7 of 7" after one pair. Now it says
     at its start what it adds to the 6 pairs the figure has (3: at 9 its 95 % interval leaves out one more pair at
     each end), and its bound; it ends at the 9 it named."""
     srv, app = make_app()
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser, page, errors = open_page(pw, addr)
+    with live_server(app) as addr:
+        page, errors = tabs.open(addr)
         _settings(page)
         page.click("#measure")
         wait_js(page, f"{LINE}.startsWith('measuring')", 30)
@@ -79,19 +78,16 @@ def test_measure_again_adds_the_pairs_it_names_counted_from_those_the_figure_has
         assert [m["purpose"] for m in added] == ["baseline", "measured", "measured", "baseline", "baseline",
                                                  "measured"]
         assert errors == []
-        browser.close()
 
 
-def test_a_series_stops_with_its_run_once_the_last_tab_watching_it_has_closed(make_app):
+def test_a_series_stops_with_its_run_once_the_last_tab_watching_it_has_closed(make_app, tabs):
     """Before, a series went on making runs after its tab was closed (40 to 50 runs in 40 s), until a Stop from a
     new tab. A second tab keeps it going; once the last one has gone, the series and its run stop, no run
     follows, and a tab that opens later reads how it ended."""
     srv, app = make_app()
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser, page, errors = open_page(pw, addr)
-        other = browser.new_page()
-        other.goto(f"http://{addr}/")
-        other.wait_for_selector("#conn.ok")
+    with live_server(app) as addr:
+        page, errors = tabs.open(addr)
+        other, _ = tabs.open(addr)
         _settings(page, steps=400)  # a run of several seconds: the tabs close during one
         page.click("#measure")
         wait_js(page, f"{LINE}.startsWith('measuring')", 30)
@@ -109,12 +105,11 @@ def test_a_series_stops_with_its_run_once_the_last_tab_watching_it_has_closed(ma
         assert srv.store.ids() == ran and srv.worker.state == "idle"  # no run after it
         meta = json.loads((srv.store.root / ran[0] / "meta.json").read_text())
         assert meta["status"] == "stopped" and meta["totals"]["steps_run"] < 400
-        later = browser.new_page()
+        later, _ = tabs.new()
         later.goto(f"http://{addr}/")
         wait_js(later, f"{LINE}.includes('stopped')", 10)
         assert "its page closed and no other tab watched it" in _line(later)
         assert errors == []
-        browser.close()
 
 
 def _run(rid: str, *, decoder: str, wall_s: float, previews: int = 0, first_run: int = 0) -> dict[str, Any]:
@@ -126,7 +121,7 @@ def _run(rid: str, *, decoder: str, wall_s: float, previews: int = 0, first_run:
     return dict(settings, run_id=rid, status="done", totals=totals)
 
 
-def test_the_budget_field_shows_the_budget_the_advice_is_judged_at(make_app, tmp_path):
+def test_the_budget_field_shows_the_budget_the_advice_is_judged_at(make_app, tmp_path, tabs):
     """Before, the Budget field showed 10 while the advice was judged at 5 % until the field was edited. The field
     shows the server's budget from the start, and the advice follows what it shows."""
     data = tmp_path / "runs"
@@ -136,8 +131,8 @@ def test_the_budget_field_shows_the_budget_the_advice_is_judged_at(make_app, tmp
               _run(ids[4], decoder="latent2rgb", wall_s=1.2, previews=2)]:
         make_run(data, m["run_id"], meta=m)
     srv, app = make_app(data)
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser, page, errors = open_page(pw, addr)
+    with live_server(app) as addr:
+        page, errors = tabs.open(addr)
         wait_js(page, "document.getElementById('advice').textContent.startsWith('advice')", 30)
 
         def budgets() -> tuple[float, float, list[str]]:
@@ -153,10 +148,9 @@ def test_the_budget_field_shows_the_budget_the_advice_is_judged_at(make_app, tmp
         shown, judged, said = budgets()
         assert shown == judged == 7.5 and set(said) == {"7.5"}, (shown, judged, said)
         assert errors == []
-        browser.close()
 
 
-def test_a_scripts_page_names_what_a_script_can_do_never_the_measure_button_it_lacks(tmp_path: Path):
+def test_a_scripts_page_names_what_a_script_can_do_never_the_measure_button_it_lacks(tmp_path: Path, tabs):
     """Before, serve(watch)'s page said "Measure runs the pairs" and had no Measure button. It says how a script
     gets pairs: its calls with previews off and on, which watch.summary() measures."""
     from previewlab import watch as preview_watch
@@ -164,7 +158,7 @@ def test_a_scripts_page_names_what_a_script_can_do_never_the_measure_button_it_l
 
     pipe = synthetic_pipeline("synthetic:tiny")
     w = preview_watch(pipe, decoder="latent2rgb", every=1)
-    with script_page(w, tmp_path / "runs") as (page, errors):
+    with script_page(tabs, w, tmp_path / "runs") as (page, errors):
         for _ in range(2):  # a warm-up, then a call with previews and no baseline beside it
             pipe("a cat", num_inference_steps=2, height=64, width=64, callback_on_step_end=w,
                  callback_on_step_end_tensor_inputs=w.tensor_inputs)

@@ -8,27 +8,24 @@ import re
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from tests.browser_fixtures import Tabs, wait_js
 from tests.conftest import live_server, previewlab_here, wait_until
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run", "--disable-sync"]
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
+VIEWPORT = {"width": 1280, "height": 900}
 SEED_SPAN = 2**32  # the page's random seeds: 0 to 2**32 - 1
 
 
 def get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=10) as r:
         return bytes(r.read())
-
-
-def wait_js(page: Any, expression: str, timeout_s: float = 30) -> None:
-    """Poll a predicate through the debugger (the page's CSP forbids wait_for_function's eval)."""
-    wait_until(lambda: bool(page.evaluate(expression)), timeout_s, expression)
 
 
 def text(page: Any, selector: str) -> str:
@@ -75,34 +72,6 @@ def run(ws: ClientConnection, **fields: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield browser
-        browser.close()
-
-
-ERRORS: dict[int, list[str]] = {}  # what each page raised, by id(page): close() asserts there was nothing
-
-
-def open_page(browser: Any, addr: str) -> Any:
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    errors = ERRORS.setdefault(id(page), [])
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"http://{addr}/")
-    page.wait_for_selector("#conn.ok")
-    return page
-
-
-def close(page: Any) -> None:
-    errors = ERRORS.pop(id(page), [])
-    page.close()
-    assert errors == [], errors
-
-
-@pytest.fixture(scope="module")
 def noisy(tiny: Any, tmp_path_factory: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     """A server whose runs have ended on a noisy machine: the first run after the load (a warm-up), two
     no-preview baselines 1x and 3x as long as they took, then a run with full-VAE previews every 3 steps, paired
@@ -123,11 +92,11 @@ def noisy(tiny: Any, tmp_path_factory: Any) -> Iterator[tuple[str, dict[str, Any
 
 
 @pytest.mark.slow
-def test_the_noisy_machine_line_is_shown_once_on_the_page(chromium, noisy):
+def test_the_noisy_machine_line_is_shown_once_on_the_page(tabs, noisy):
     """NOISY MACHINE was shown twice: beside the figures (#noisy) and again as the advice's first line. The
     advice's copy is left out where the line beside it shows."""
     addr, last = noisy
-    page = open_page(chromium, addr)
+    page, errors = tabs.open(addr, viewport=VIEWPORT)
     wait_js(page, "document.getElementById('advice').textContent.startsWith('advice (budget')")
     assert page.is_visible("#noisy") and text(page, "#noisy").startswith("NOISY MACHINE")
     shown = "".join(text(page, s) for s in ("#noisy", "#baselines", "#advice-head", "#advice", "#glance-note"))
@@ -135,17 +104,17 @@ def test_the_noisy_machine_line_is_shown_once_on_the_page(chromium, noisy):
     judged = json.loads(get(f"http://{addr}/analysis?run={last['run_id']}"))
     assert judged["noise"]["noisy"] and text(page, "#advice") == "\n".join(
         ln for ln in judged["advice"]["lines"] if ln.strip() != judged["noise_line"])
-    close(page)
+    assert errors == [], errors
 
 
 @pytest.mark.slow
-def test_a_reload_shows_the_newest_run_whole_as_its_advice_does(chromium, noisy):
+def test_a_reload_shows_the_newest_run_whole_as_its_advice_does(tabs, noisy):
     """A reload emptied the chart and This run but kept the old advice. A page loaded while nothing runs now shows
     the newest ended run as This run (its status, settings, steps, figures), its chart from its rows and its final
     image: the run its advice is about. Again after a reload."""
     addr, last = noisy
     rid = last["run_id"]
-    page = open_page(chromium, addr)
+    page, errors = tabs.open(addr, viewport=VIEWPORT)
     for _ in range(2):
         wait_js(page, f"document.getElementById('f-status').textContent === 'done {rid}'")
         wait_js(page, "window.previewlab.rows.length === 6")  # its 6 steps, drawn
@@ -157,7 +126,7 @@ def test_a_reload_shows_the_newest_run_whole_as_its_advice_does(chromium, noisy)
         assert page.is_visible("#final") and page.get_attribute("#final", "src") == f"/runs/{rid}/final.png"
         page.reload()
         page.wait_for_selector("#conn.ok")
-    close(page)
+    assert errors == [], errors
 
 
 def test_the_final_png_carries_its_settings_for_a1111_and_comfyui(noisy):
@@ -182,7 +151,7 @@ def test_the_final_png_carries_its_settings_for_a1111_and_comfyui(noisy):
 
 
 @pytest.mark.slow
-def test_a_tab_opened_mid_series_shows_the_runs_own_settings(chromium, make_app):
+def test_a_tab_opened_mid_series_shows_the_runs_own_settings(tabs, make_app):
     """A tab opened while a measure series of 300-step runs went showed Steps 20, the server's default. It shows
     the running run's settings now (its steps, size, prompt and seed)."""
     from previewlab.server.ws.session import SessionLimits
@@ -192,26 +161,27 @@ def test_a_tab_opened_mid_series_shows_the_runs_own_settings(chromium, make_app)
         until(ws, "hello")
         began = start(ws, "measure", steps=300, decoder="latent2rgb", every=1, prompt="a blue square", seed=9)
         assert began["steps"] == 300
-        page = open_page(chromium, addr)
+        page, errors = tabs.open(addr, viewport=VIEWPORT)
         wait_js(page, "document.getElementById('f-status').textContent.startsWith('running')")
         got = {k: page.input_value(f"#{k}") for k in ("steps", "width", "height", "prompt", "seed")}
         assert got == {"steps": "300", "width": "64", "height": "64", "prompt": "a blue square", "seed": "9"}, got
         assert text(page, "#f-step").endswith(" / 300") or " / 300 · " in text(page, "#f-step")
         page.click("#stop")
         wait_js(page, "document.getElementById('measure-line').textContent.includes('stopped')")
-        close(page)
+        assert errors == [], errors
 
 
 @pytest.fixture(scope="module")
-def page_run(chromium: Any, tiny: Any, tmp_path_factory: Any) -> Iterator[dict[str, Any]]:
+def page_run(chromium: Browser, tiny: Any, tmp_path_factory: Any) -> Iterator[dict[str, Any]]:
     """A fresh server's page; a run of 9 steps with full-VAE previews every 3, started by Ctrl+Enter in the prompt
     (or, where that starts nothing within 5 s, by Start: started_by_keys says which). Every text the Step figure
     showed is recorded."""
     from previewlab.server.app import Server, build_app
 
     srv = Server(tiny, tmp_path_factory.mktemp("page") / "runs")
+    tabs = Tabs(chromium)  # the module's: its tests look at the one run
     with live_server(build_app(srv)) as addr:
-        page = open_page(chromium, addr)
+        page, errors = tabs.open(addr, viewport=VIEWPORT)
         page.evaluate("""() => { const el = document.getElementById('f-step'); window.stepTexts = [];
             new MutationObserver(() => window.stepTexts.push(el.textContent))
               .observe(el, { childList: true, characterData: true, subtree: true }); }""")
@@ -231,7 +201,8 @@ def page_run(chromium: Any, tiny: Any, tmp_path_factory: Any) -> Iterator[dict[s
         wait_js(page, "document.getElementById('f-status').textContent.startsWith('done')", 60)
         wait_js(page, "window.previewlab.rows.length === 9")
         yield {"page": page, "addr": addr, "started_by_keys": keys}
-        close(page)
+        tabs.close()
+        assert errors == [], errors
 
 
 @pytest.mark.slow

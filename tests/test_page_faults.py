@@ -21,16 +21,8 @@ import websockets
 from starlette.testclient import TestClient
 
 from previewlab.server.ws.session import SessionLimits
+from tests.browser_fixtures import wait_js
 from tests.conftest import ROOT, SAME_ORIGIN, live_server, recv_until, wait_until
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run", "--disable-sync"]
-
-
-def wait_js(page: Any, expression: str, timeout_s: float = 30) -> None:
-    """Poll a predicate through the debugger (the page's CSP forbids wait_for_function's eval)."""
-    wait_until(lambda: bool(page.evaluate(expression)), timeout_s, expression)
 
 
 def page_numeric_fields() -> list[str]:
@@ -73,33 +65,6 @@ def test_every_numeric_field_of_the_page_names_the_text_it_was_sent(make_app):
                 ws.send_text(json.dumps({"type": "start", field: typed}))
                 message = recv_until(ws, "error")["message"]
                 assert message.startswith(f"{field}={typed!r}: "), (field, message)
-
-
-@pytest.mark.slow
-def test_the_page_sends_the_interval_as_typed(make_app):
-    """In Chromium: `abc` typed as the interval, then Start; the banner names what was typed. A number input
-    holding text it cannot parse (`1e`) reads "", which goes as it is: before, Number("") sent 0."""
-    from playwright.sync_api import sync_playwright
-
-    srv, app = make_app()  # loopback names are always let in
-    with live_server(app) as addr, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        page = browser.new_page()
-        page.goto(f"http://{addr}/")
-        page.wait_for_selector("#conn.ok")
-        page.fill("#every", "abc")
-        page.click("#start")
-        page.wait_for_selector("#error:not([hidden])")
-        assert page.text_content("#error") == "every='abc': must be an integer from 1 to 10000, or auto"
-        page.fill("#every", "1")
-        page.fill("#quality", "")
-        page.click("#quality")
-        page.keyboard.type("1e")  # outside the start form: its own checks do not stop the start
-        assert page.evaluate("document.getElementById('quality').validity.badInput")
-        page.click("#start")
-        wait_js(page, "document.getElementById('error').textContent.startsWith('quality=')")
-        assert page.text_content("#error") == "quality='': must be an integer from 1 to 100"
-        browser.close()
 
 
 # -- 2. a script's saved image ----------------------------------------------------------------------------------
@@ -257,3 +222,25 @@ def test_a_second_ctrl_c_during_the_grace_still_closes_with_1001(tmp_path):
     out = p.stdout.read() if p.stdout else ""
     assert closed == (1001, "server shutting down"), out
     assert rc in (0, 130, -signal.SIGINT) and "Traceback" not in out, out
+
+
+# -- 1, in Chromium: last in the module, since asyncio.run() cannot start while its browser is open -----------
+@pytest.mark.slow
+def test_the_page_sends_the_interval_as_typed(make_app, tabs):
+    """In Chromium: `abc` typed as the interval, then Start; the banner names what was typed. A number input
+    holding text it cannot parse (`1e`) reads "", which goes as it is: before, Number("") sent 0."""
+    srv, app = make_app()  # loopback names are always let in
+    with live_server(app) as addr:
+        page, _ = tabs.open(addr)
+        page.fill("#every", "abc")
+        page.click("#start")
+        page.wait_for_selector("#error:not([hidden])")
+        assert page.text_content("#error") == "every='abc': must be an integer from 1 to 10000, or auto"
+        page.fill("#every", "1")
+        page.fill("#quality", "")
+        page.click("#quality")
+        page.keyboard.type("1e")  # outside the start form: its own checks do not stop the start
+        assert page.evaluate("document.getElementById('quality').validity.badInput")
+        page.click("#start")
+        wait_js(page, "document.getElementById('error').textContent.startsWith('quality=')")
+        assert page.text_content("#error") == "quality='': must be an integer from 1 to 100"
