@@ -5,23 +5,22 @@ the call's clock; None: not reached, and its phase is 0."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from previewlab.preview.timing.stopwatch import Stopwatch
 from previewlab.preview.record.totals import Phases
+from previewlab.preview.timing.stopwatch import Mark, Stopwatch
 
 
 @dataclass
 class CallMarks:
     t0: float | None = None          # the call's start: its text encoding, else its first denoiser forward
-    te0: Any = None                  # text encoding
-    te1: Any = None
-    denoise0: Any = None             # where step 1 begins
+    te0: Mark | None = None          # text encoding
+    te1: Mark | None = None
+    denoise0: Mark | None = None     # where step 1 begins
     t_denoised: float | None = None
-    denoised: Any = None             # the last step's work is queued
-    drain0: Any = None               # the wait for the previews in flight begins (a watch drains after the call)
-    decode0: Any = None              # the final decode: previews in flight have finished, the VAE is free
-    decode1: Any = None
+    denoised: Mark | None = None     # the last step's work is queued
+    drain0: Mark | None = None       # the wait for the previews in flight begins (a watch drains after the call)
+    decode0: Mark | None = None      # the final decode: previews in flight have finished, the VAE is free
+    decode1: Mark | None = None
     t_decoded: float | None = None   # host time at decode1: the device may still be decoding
     copy_ms: float = 0.0             # the final image's host copy after the device passed decode1 (the engine's)
     final_encode_ms: float = 0.0     # PNG encode and write (the engine's, or a watch's save())

@@ -20,10 +20,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from previewlab.preview.timing.ranges import Ranges
+from previewlab.preview.pipeline.row_ledger import Marks
 from previewlab.preview.pipeline.stages import decode_resize
-from previewlab.preview.timing.stopwatch import Stopwatch
 from previewlab.preview.pipeline.streams import side_stream
+from previewlab.preview.timing.ranges import Ranges
+from previewlab.preview.timing.stopwatch import Mark, Stopwatch
 
 
 class InFlight:
@@ -62,11 +63,11 @@ class Overlap:
         self.flight = InFlight(limit)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="previewlab-encode")
         self.stream = side_stream(self.dev) if self.dev is not None else None
-        self.last_copied: Any = None  # the latest preview's copy event: the run's end depends on it
+        self.last_copied: Mark | None = None  # the latest preview's copy event: the run's end depends on it
 
     def submit(self, latents: torch.Tensor, decode: Callable[[torch.Tensor], torch.Tensor],
                to_u8: Callable[[torch.Tensor], torch.Tensor], finish: Callable[[np.ndarray, float], None],
-               marks: Any, on_device: bool = False) -> Future[None]:
+               marks: Marks, on_device: bool = False) -> Future[None]:
         """Start one preview; finish(host uint8 array, sync_ms) runs on the encode thread. latents: what the
         preview decodes (one image's, or a batch's for a grid); decode gives the frames (F, 3, H, W) to show (one
         for an image, a clip's picked frames).
@@ -86,8 +87,8 @@ class Overlap:
         return self.pool.submit(self._host_part, host, copied, finish, on_device)
 
     def _device_part(self, latents: torch.Tensor, decode: Callable[[torch.Tensor], torch.Tensor],
-                     to_u8: Callable[[torch.Tensor], torch.Tensor], marks: Any,
-                     on_device: bool) -> tuple[torch.Tensor, Any]:
+                     to_u8: Callable[[torch.Tensor], torch.Tensor], marks: Marks,
+                     on_device: bool) -> tuple[torch.Tensor, Mark | None]:
         dev, stream = self.dev, self.stream
         assert dev is not None
         lat = latents.clone()  # on the main stream, ordered before the next step can touch `latents`
@@ -105,7 +106,7 @@ class Overlap:
         marks.copied = self.last_copied = copied
         return host, copied
 
-    def _host_part(self, host: Any, copied: Any, finish: Callable[[np.ndarray, float], None],
+    def _host_part(self, host: Any, copied: Mark | None, finish: Callable[[np.ndarray, float], None],
                    on_device: bool) -> None:
         try:
             # the copy must have landed before a byte of `host` is read; for an on-device encoder this wait

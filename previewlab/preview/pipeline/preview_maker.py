@@ -166,8 +166,8 @@ class PreviewMaker:
         c.frames, c.latent_frames = len(sizes), render.latent_frames
         h_axis = 2 if enc.on_device else 1
         c.preview_height, c.preview_width = int(arr.shape[h_axis]), int(arr.shape[h_axis + 1])
-        frame = Frame(p.run_id, row.step, row.decoder, enc.format, c.preview_width, c.preview_height, data,
-                      tuple(sizes), render.fps)
+        frame = Frame(p.run_id, row.step, row.decoder, enc.format, width=c.preview_width, height=c.preview_height,
+                      data=data, sizes=tuple(sizes), fps=render.fps)
         p.kept.keep(frame)  # a reference: its progress is read after the run ends, never here
         if p.events is not None:
             p.events.frame(frame)

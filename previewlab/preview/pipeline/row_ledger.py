@@ -2,11 +2,12 @@
 in step order once the device has passed them (asked without waiting; on a CPU at once)."""
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 from previewlab.preview.pipeline.meter_parts import MeterParts
 from previewlab.preview.record.records import StepCells, StepRow, on_path_ms
+from previewlab.preview.timing.stopwatch import Mark
 
 
 @dataclass
@@ -15,14 +16,14 @@ class Marks:
     handles, turned into milliseconds once the device has passed them."""
     row: StepRow
     cells: StepCells
-    start: Any
-    cb: Any
-    dec0: Any = None
-    dec1: Any = None
-    res1: Any = None
-    copied: Any = None     # CUDA overlap: the event after the device -> host copy
-    future: Any = None     # overlap: the encode thread's work for this row
-    end: Any = None        # CUDA overlap: the mark where the callback returned (the next row's start)
+    start: Mark                      # where the step's denoising began (the previous step's end)
+    cb: Mark                         # where it ended: the step callback
+    dec0: Mark | None = None         # the preview's decode began (None: no preview, or it failed)
+    dec1: Mark | None = None         # the decode ended, the resize began
+    res1: Mark | None = None         # the resize ended
+    copied: Mark | None = None       # CUDA overlap: the event after the device -> host copy
+    future: Future[None] | None = None  # overlap: the encode thread's work for this row
+    end: Mark | None = None          # CUDA overlap: the mark where the callback returned (the next row's start)
     touched: bool = False  # preview work ran in this step, or a preview was in flight while it denoised
 
 

@@ -5,19 +5,20 @@ sync waits for the device and copies on the spot; overlap copies on the side str
 thread. The encode and the hand-off are one function again (PreviewMaker._finish)."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
+from previewlab.preview.pipeline.row_ledger import Marks
 from previewlab.preview.timing.ranges import Ranges
 from previewlab.preview.timing.stopwatch import Stopwatch
 
 
-def decode_resize(sw: Stopwatch, ranges: Ranges, marks: Any, latents: torch.Tensor,
+def decode_resize(sw: Stopwatch, ranges: Ranges, marks: Marks, latents: torch.Tensor,
                   decode: Callable[[torch.Tensor], torch.Tensor],
                   to_u8: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """latents -> frames (decode) -> uint8 at the preview's size (to_u8), on the current stream. marks (a step's
-    ledger.Marks) gets dec0, dec1 and res1: the decode is dec0..dec1, the resize dec1..res1."""
+    row_ledger.Marks) gets dec0, dec1 and res1: the decode is dec0..dec1, the resize dec1..res1."""
     ranges.begin("decode")
     marks.dec0 = sw.mark()
     image = decode(latents)

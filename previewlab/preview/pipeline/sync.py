@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import torch
 
+from previewlab.preview.pipeline.row_ledger import Marks
 from previewlab.preview.pipeline.stages import decode_resize
 from previewlab.preview.timing.ranges import Ranges
 from previewlab.preview.timing.stopwatch import Stopwatch
@@ -18,7 +19,7 @@ class Sync:
 
     def submit(self, latents: torch.Tensor, decode: Callable[[torch.Tensor], torch.Tensor],
                to_u8: Callable[[torch.Tensor], torch.Tensor], finish: Callable[[Any, float], None],
-               marks: Any, on_device: bool = False) -> None:
+               marks: Marks, on_device: bool = False) -> None:
         """Make one preview now: decode and resize (stages.py), wait for the device, copy the pixels to the host
         (transfer_ms; an on-device encoder copies only its bytes, in finish), then finish(pixels, sync_ms):
         encode and hand off. sync_ms is the part of the wait no event times (Stopwatch.wait)."""

@@ -24,11 +24,32 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterator, Literal, Protocol
+from typing import Any, Callable, ContextManager, Iterator, Literal, Protocol, Self, TypeAlias, cast
 
 import torch
 
 Clock = Callable[[], float]
+
+
+class Event(Protocol):
+    """A recorded timing event on a device's stream, as torch.Event has it (a fake device's in tests): whether the
+    device has passed it (query, never a wait), a host wait for it (synchronize), and the device time in ms from
+    it to a later event that has passed too (elapsed_time)."""
+
+    def query(self) -> bool: ...
+    def synchronize(self) -> None: ...
+    def elapsed_time(self, end: Self, /) -> float: ...
+
+
+class NewEvent(Event, Protocol):
+    """A timing event not yet recorded, as an Api makes it: record(stream) puts it on that stream's timeline."""
+
+    def record(self, stream: Any, /) -> None: ...
+
+
+# What Stopwatch.mark() returns and ms(a, b) reads: a host time in s (no device, or a device timed by waits) or
+# an event on the device's timeline (timed by events); which one is the stopwatch's `timing`, fixed per run.
+Mark: TypeAlias = float | Event
 
 
 def host_clock() -> Clock:
@@ -43,10 +64,10 @@ class Device(Protocol):
 
     timing: Timing  # events, or waits where the device's events cannot time
 
-    def event(self) -> Any: ...                         # recorded now on the current stream; query/synchronize/elapsed_time
+    def event(self) -> Event: ...                       # recorded now on the current stream
     def stream(self) -> Any: ...                        # a new stream (preview/pipeline/streams.py keeps the ones in use)
     def use(self, stream: Any) -> ContextManager[Any]: ...  # make `stream` current
-    def after(self, stream: Any, event: Any) -> None: ...   # `stream` waits for `event` (no host wait)
+    def after(self, stream: Any, event: Event) -> None: ...  # `stream` waits for `event` (no host wait)
     def keep(self, tensor: torch.Tensor, stream: Any) -> None: ...  # the allocator must not reuse it early
     def to_host(self, tensor: torch.Tensor) -> torch.Tensor: ...    # a non-blocking copy into pinned memory
 
@@ -55,7 +76,7 @@ class Api(Protocol):
     """The device-generic calls `Accelerator` is built on: torch's (`TorchApi`), or a fake device's in tests.
     Events have torch.Event's methods (record, query, synchronize, elapsed_time); streams have wait_event."""
 
-    def event(self) -> Any: ...                  # a new timing event, not yet recorded
+    def event(self) -> NewEvent: ...             # a new timing event, not yet recorded
     def stream(self) -> Any: ...                 # a new stream
     def current(self) -> Any: ...                # this thread's current stream on the device
     def set(self, stream: Any) -> None: ...      # make `stream` this thread's current stream on the device
@@ -78,7 +99,7 @@ class TorchApi:
         self.streams = torch._C._dispatch_has_kernel_for_dispatch_key("aten::record_stream", key)
         self._pinned = True
 
-    def event(self) -> Any:
+    def event(self) -> NewEvent:
         return torch.Event(self.device, enable_timing=True)
 
     def stream(self) -> Any:
@@ -130,7 +151,7 @@ class Accelerator:
                 _backends[key] = Accelerator(TorchApi(torch.device(device.type, index)))
             return _backends[key]
 
-    def event(self) -> Any:
+    def event(self) -> Event:
         ev = self.api.event()
         ev.record(self.api.current())
         return ev
@@ -147,7 +168,7 @@ class Accelerator:
         finally:
             self.api.set(prev)
 
-    def after(self, stream: Any, event: Any) -> None:
+    def after(self, stream: Any, event: Event) -> None:
         stream.wait_event(event)
 
     def keep(self, tensor: torch.Tensor, stream: Any) -> None:
@@ -191,7 +212,8 @@ ACCELERATORS = ("cuda", "mps", "xpu")  # the device types Stopwatch times throug
 
 
 class Stopwatch:
-    """mark() returns a handle; ms(a, b) is the time between two handles once ready() says both have passed.
+    """mark() returns a Mark; ms(a, b) is the time between two marks once ready() says both have passed (None: a
+    mark not made, which times as 0).
 
     With a device timed by events, a mark is an event recorded on the current stream, so ms() is device time;
     ready() asks the event (query, never a wait), and wait() is the one place the host blocks for the device.
@@ -208,9 +230,9 @@ class Stopwatch:
         self._events = self.timing == "events"
         self.clock = clock
         # (event, host time): the latest point where host and device clocks met; maps device time to host time
-        self._anchor: tuple[Any, float] | None = None
+        self._anchor: tuple[Event, float] | None = None
 
-    def mark(self) -> Any:
+    def mark(self) -> Mark:
         if self.dev is None:
             return self.clock()
         ev = self.dev.event()
@@ -219,43 +241,45 @@ class Stopwatch:
         ev.synchronize()  # timed by waits: the device has done the work queued so far, so the host clock times it
         return self.clock()
 
-    def anchor(self, mark: Any, host_time: float) -> None:
+    def anchor(self, mark: Mark, host_time: float) -> None:
         """`mark` was recorded at `host_time` (a run's first mark). The clocks meet there only if the device has
         already passed it: behind work still queued (a user's own, before the pipeline call) the device reaches
         it later, by an unknown amount. Then the first wait that sees the device pass an event anchors them."""
-        if self._events and mark.query():
-            self._anchor = (mark, host_time)
+        if self._events and cast(Event, mark).query():
+            self._anchor = (cast(Event, mark), host_time)
 
-    def ms(self, a: Any, b: Any) -> float:
+    def ms(self, a: Mark | None, b: Mark | None) -> float:
         if a is None or b is None:
             return 0.0
-        if self._events:
-            if not b.query():
-                b.synchronize()  # only on a forced read (a run that failed mid-step); normal reads are ready
-            return float(a.elapsed_time(b))
-        return (b - a) * 1e3
+        if self._events:  # both are events (the casts only tell the type checker which half of Mark they are)
+            end = cast(Event, b)
+            if not end.query():
+                end.synchronize()  # only on a forced read (a run that failed mid-step); normal reads are ready
+            return float(cast(Event, a).elapsed_time(end))
+        return (cast(float, b) - cast(float, a)) * 1e3
 
-    def ready(self, h: Any) -> bool:
-        return not self._events or h is None or bool(h.query())
+    def ready(self, h: Mark | None) -> bool:
+        return not self._events or h is None or bool(cast(Event, h).query())
 
-    def host_time(self, h: Any) -> float | None:
+    def host_time(self, h: Mark | None) -> float | None:
         """When the device passed `h`, on the host clock; None without an anchor. Reading it waits for `h`
         (call it after the measured work, never inside it). Host and waits marks are host times already."""
         if not self._events:
-            return h
+            return cast(float | None, h)
         if self._anchor is None or h is None:
             return None
         ev, t = self._anchor
         return t + self.ms(ev, h) / 1e3
 
-    def wait(self, h: Any) -> Waited:
+    def wait(self, h: Mark | None) -> Waited:
         """Block until the device has passed `h` (the wait a host copy needs anyway). A waits mark has been
         passed when it was made: nothing to wait for."""
         if not self._events or h is None:
             return Waited(0.0, 0.0)
-        pending = not h.query()
+        ev = cast(Event, h)
+        pending = not ev.query()
         t0 = self.clock()
-        h.synchronize()
+        ev.synchronize()
         t1 = self.clock()
         wait = (t1 - t0) * 1e3
         passed = self.host_time(h) if pending else None
@@ -266,5 +290,5 @@ class Stopwatch:
         else:
             uncounted = min(wait, max(0.0, (t1 - max(t0, passed)) * 1e3))
         if pending:  # the device reached h during the wait: the clocks met again, at t1 less the wake-up
-            self._anchor = (h, t1)
+            self._anchor = (ev, t1)
         return Waited(wait, uncounted)
