@@ -207,7 +207,7 @@ def test_a_huge_hand_placed_csv_is_read_no_further_than_a_run_can_be(tmp_path):
     import io
 
     from previewlab.preview.record.records import STEP_COLUMNS
-    from previewlab.server.data.store import MAX_STEP_ROWS, Damaged
+    from previewlab.server.data.run_files import MAX_STEP_ROWS, Damaged
 
     rid = "20261130-120000-002"
     buf = io.StringIO()
@@ -228,7 +228,7 @@ def test_a_huge_hand_placed_csv_is_read_no_further_than_a_run_can_be(tmp_path):
 def test_a_one_line_csv_is_read_no_further_than_a_line_can_be(tmp_path):
     """Found by this round's own probe: a steps.csv of one 53 MB line of commas took gigabytes (the csv module
     builds the whole row before any check) and the run's export was silently empty."""
-    from previewlab.server.data.store import MAX_LINE_CHARS, Damaged
+    from previewlab.server.data.run_files import MAX_LINE_CHARS, Damaged
 
     rid = "20261130-120000-002"
     make_run(tmp_path, rid, steps="run_id,step\n1" + "," * (4 * MAX_LINE_CHARS) + "\n")

@@ -14,7 +14,8 @@ import pytest
 
 from previewlab.preview.record.records import STEP_COLUMNS, StepRow
 from previewlab.server.data.pacer import LIVE_SHARE, Pacer
-from previewlab.server.data.store import EXPORT_CHUNK, Store
+from previewlab.server.data.store import Store
+from previewlab.server.data.store_reader import EXPORT_CHUNK
 from tests.conftest import make_run
 from tests.test_full_disk import meta_of
 

@@ -17,7 +17,7 @@ import websockets
 from previewlab import serve, watch
 from previewlab.preview.models import synthetic_pipeline
 from previewlab.preview.record.records import STEP_COLUMNS, StepRow
-from previewlab.server.data.store import EXPORT_CHUNK
+from previewlab.server.data.store_reader import EXPORT_CHUNK
 from tests.conftest import live_server, make_run
 
 

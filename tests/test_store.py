@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from previewlab.preview.record.records import STEP_COLUMNS
-from previewlab.server.data.store import EXPORT_COLUMNS, LIST_COLUMNS, Damaged, Store, export_header
+from previewlab.server.data.columns import EXPORT_COLUMNS, LIST_COLUMNS, export_header
+from previewlab.server.data.run_files import Damaged
+from previewlab.server.data.store import Store
 from tests.conftest import GOOD, make_run
 
 

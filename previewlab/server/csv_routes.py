@@ -9,7 +9,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from previewlab.server.data.store import EXPORT_CHUNK, Damaged, export_header
+from previewlab.server.data.columns import export_header
+from previewlab.server.data.run_files import Damaged
+from previewlab.server.data.store_reader import EXPORT_CHUNK
 from previewlab.server.http.exports import answered, stream
 from previewlab.server.server import Server
 from previewlab.server.ws import protocol

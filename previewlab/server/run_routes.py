@@ -14,8 +14,8 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import BaseRoute, Route
 
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
+from previewlab.preview.record.run_ids import RUN_ID
 
-from previewlab.server.data.store import RUN_ID
 from previewlab.server.server import Server
 from previewlab.server.ws import protocol
 

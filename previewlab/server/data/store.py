@@ -49,13 +49,10 @@ from previewlab.preview.record.run_ids import RUN_ID, RunIds, roomy
 from previewlab.server.core.limits import DEFAULT_KEEP_RUNS
 from previewlab.server.data.owner import FolderLock, InUse
 from previewlab.server.data.retention import Retention
-from previewlab.server.data.columns import DELIVERY_COLUMNS, EXPORT_COLUMNS, LIST_COLUMNS, DeliveryRow, export_header
-from previewlab.server.data.run_files import MAX_LINE_CHARS, MAX_STEP_ROWS, Damaged, OnceLog, write_text
+from previewlab.server.data.columns import DELIVERY_COLUMNS, DeliveryRow
+from previewlab.server.data.run_files import OnceLog, write_text
 from previewlab.server.data.run_files import write_json as _write_json  # a name tests replace to fill the disk at one write
-from previewlab.server.data.store_reader import EXPORT_CHUNK, RunReader, status_of
-
-__all__ = ["Store", "Damaged", "RUN_ID", "EXPORT_CHUNK", "EXPORT_COLUMNS", "LIST_COLUMNS", "MAX_LINE_CHARS", "MAX_STEP_ROWS",
-           "export_header"]
+from previewlab.server.data.store_reader import RunReader, status_of
 
 TMP_PREFIX = ".new-"  # a run folder being made; never matches RUN_ID, so no listing sees it
 
