@@ -5,7 +5,8 @@ the baselines' noise and the advice. The page formats what it is sent and comput
 A run is read when first seen and kept by id; it is read again when a listing names it (or it just ended) and its
 meta.json changed, and dropped when the run is removed: a listing costs one stat per listed run and a scan of the
 folder's names, not a stat of every run (Figures.keyed). The analysis of a run takes the runs of the same settings
-(analysis.cost_key), in the order they ran.
+(analysis.cost_key), in the order they ran. A run's figures leave here typed, as a RunFigures
+(server/core/run_figures.py), and become JSON only where they are sent.
 """
 from __future__ import annotations
 
