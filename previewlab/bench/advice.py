@@ -9,7 +9,7 @@ from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT, Analysis, anal
 from previewlab.preview.judging.estimates import NOISE_LIMIT_PCT
 from previewlab.preview.judging.fidelity import NONE, Fidelities
 
-__all__ = ["DEFAULT_BUDGET_PCT", "of_sweep", "lines"]
+__all__ = ["of_sweep", "lines"]
 
 
 def of_sweep(runs: Sequence[SweepRow], budget: float = DEFAULT_BUDGET_PCT,

@@ -174,8 +174,18 @@ def ray_address(text: str) -> str:
 
 
 def parser() -> Parser:
+    """previewlab bench's parser: its flags in the order --help lists them."""
     p = Parser(prog="previewlab bench", description=DESCRIPTION,
                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    _model_and_axes(p)
+    _runs_and_previews(p)
+    _output_and_judging(p)
+    return p
+
+
+def _model_and_axes(p: Parser) -> None:
+    """The model, the preview axes (decoders, intervals, modes) and the run axes (steps, scheduler, VAE mode),
+    and the base run's size, seed, batch, clip and prompt."""
     p.add_argument("--model", default="synthetic:small",
                    help=f"demo | {' | '.join(SYNTHETIC)} | a local diffusers folder | a repo id in the local Hugging Face cache")
     p.add_argument("--taesd", default=None, help="TAESD weights: AutoencoderTiny folder or taesd_decoder.pth/.safetensors")
@@ -213,6 +223,11 @@ def parser() -> Parser:
     p.add_argument("--num-frames", type=ranged("--num-frames", 1, MAX_NUM_FRAMES), default=None,
                    help="a video model: the clip's length in frames (default: the model's)")
     p.add_argument("--prompt", default=RunSettings.prompt)
+
+
+def _runs_and_previews(p: Parser) -> None:
+    """Repeats and warm-ups, how the model loads (device, dtype, offload, compile, channels-last, variant,
+    config), the tracers, and how previews are made (encoder, target, quality, size, where decoders stop)."""
     p.add_argument("--repeats", type=repeats_value, default=3, help="measured pairs per configuration")
     p.add_argument("--warmup", type=warmup_value, default=1, help="warm-up rounds (kept in runs.csv, out of statistics)")
     p.add_argument("--device", type=device_named, default="auto",
@@ -242,6 +257,11 @@ def parser() -> Parser:
     p.add_argument("--decode-at", type=names("decode_at", DECODE_ATS), default=None,
                    help="where decoders stop, an axis of preview (a TAE stops at --preview-max), full (the image's size, "
                         "then resized), half_latents (latents halved first); default: preview, not an axis")
+
+
+def _output_and_judging(p: Parser) -> None:
+    """The bare call, the output folder and --resume, threads, the noise limit, --ray, the fidelity pass and
+    the advice's threshold, --strict."""
     p.add_argument("--direct", action="store_true",
                    help="also time the bare diffusers call, paired with decoder none (the engine's own cost)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder for runs.csv and steps.csv "
@@ -269,4 +289,3 @@ def parser() -> Parser:
                         f"{DEFAULT_MIN_SSIM:g}: docs/figures.md says why)")
     p.add_argument("--strict", action="store_true",
                    help="exit 3 when the machine was noisy (the baselines spread past --noise-limit)")
-    return p

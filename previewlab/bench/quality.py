@@ -116,8 +116,8 @@ def measure(model: str, decoder: str, image: Image, factors: tuple[int, ...], re
         h, w = int(small.shape[-2]), int(small.shape[-1])
         ref = resized(whole, h, w)
         same = c == WHOLE
-        rows.append(Row(model, decoder, c.label, w, h, ms, ms / whole_ms, None if same else psnr_db(small, ref),
-                        None if same else ssim(small.float(), ref)))
+        rows.append(Row(model, decoder, c.label, width=w, height=h, ms=ms, of_whole=ms / whole_ms,
+                        psnr_db=None if same else psnr_db(small, ref), ssim=None if same else ssim(small.float(), ref)))
     return rows
 
 

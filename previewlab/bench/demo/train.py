@@ -256,7 +256,7 @@ def train(plan: parts.Plan, out: Path, seed: int = 0, threads: int = 2) -> Repor
     report.seconds["taesd"] = clock() - t
     report.fp16_levels = parts.fp16_effect(vae, dec, enc.mean[:8] * scale)
     report.seconds = {k: round(v, 1) for k, v in report.seconds.items()}
-    report.megabytes = parts.save(out, vae, te, tok, unet, dec, factors, bias, report.latent2rgb_r2)
+    report.megabytes = parts.save(out, vae, te, tok, unet, dec, factors=factors, bias=bias, r2=report.latent2rgb_r2)
     (out / "training.json").write_text(json.dumps(asdict(report)))
     return report
 

@@ -48,7 +48,8 @@ def run_case(tests: Path, case: Case, timeout_s: int) -> Result:
     return Result(kind=kind, name=case.name, test=case.test or case.parts, result=f"failed: {why}", seconds=seconds)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The survey's flags (--worker: the case a worker process runs, as JSON)."""
     p = argparse.ArgumentParser(prog="python -m previewlab.bench.survey",
                                 description=(survey.__doc__ or "").split("\n\n")[0],
                                 formatter_class=argparse.RawTextHelpFormatter)
@@ -64,6 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--report", action="store_true", help="rewrite --out from --json and stop (the header kept)")
     p.add_argument("--note", action="append", default=[], help="a line for the results file's header (repeatable)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     tests = args.tests.resolve()
     if (tests / "tests" / "pipelines").is_dir():

@@ -141,35 +141,20 @@ def _flux3_distilled(tiny_hooks: Any) -> Any:
     return pipe, lambda: {k: v for k, v in flux3.kwargs().items() if k in names or k == "output"}, flux3.height
 
 
-SHARED_INPUTS = ("height", "width", "num_frames", "max_sequence_length")  # what the classic parts are sized for
+def _from_recipe(name: str) -> Built:
+    """A Modular pipeline tests/tiny_hooks.py builds itself (case.parts "recipe:NAME")."""
+    _, tiny_hooks = load_helpers()
+    if name == "flux3_distilled":
+        made, kwargs, side = _flux3_distilled(tiny_hooks)
+    else:
+        tiny = tiny_hooks.build(name)
+        made, kwargs, side = tiny.pipe, tiny.kwargs, tiny.height
+    return Built(made, kwargs, lambda p, kw: p(**kw), size_of(kwargs()) or (side, side), "modular")
 
 
-def build_modular(tests: Path, case: Case) -> Built:
-    """The Modular pipeline on the parts MODULAR_PARTS names, called with its tester config's inputs (else the
-    classic test's); NoStandIn where no parts are known."""
-    import diffusers.modular_pipelines as mp
-
-    process.enter("build")
-    pipe_cls = getattr(mp, case.pipeline)
-    if not case.parts:
-        raise NoStandIn("no tiny components: diffusers' tests have no classic test for it and its modular test "
-                        "loads them from the hub")
-    if case.parts.startswith("recipe:"):
-        _, tiny_hooks = load_helpers()
-        name = case.parts.split(":", 1)[1]
-        if name == "flux3_distilled":
-            made, kwargs, side = _flux3_distilled(tiny_hooks)
-        else:
-            tiny = tiny_hooks.build(name)
-            made, kwargs, side = tiny.pipe, tiny.kwargs, tiny.height
-        return Built(made, kwargs, lambda p, kw: p(**kw), size_of(kwargs()) or (side, side), "modular")
-    process.enter("import")
-    config = _test_instance(tests, f"{case.test}::{case.cls}") if case.cls else None
-    classic = _test_instance(tests, case.parts)
-    process.enter("build")
-    same_class = getattr(getattr(config, "pipeline_class", None), "__name__", "") == case.pipeline
-    blocks_cls = getattr(config, "pipeline_blocks_class", None) if same_class else None
-    pipe: Any = pipe_cls(blocks=blocks_cls()) if blocks_cls is not None else pipe_cls()
+def _stand_in_parts(pipe: Any, classic: Any) -> None:
+    """The classic test's tiny components into the Modular pipeline, with the processors the classic pipeline
+    makes for them; all in eval mode."""
     parts = classic.get_dummy_components()
     _align_vision_ids(parts)
     if "transformer_2" in pipe._component_specs and parts.get("transformer_2") is None and "transformer" in parts:
@@ -196,6 +181,31 @@ def build_modular(tests: Path, case: Case) -> Built:
                   if k.endswith("_processor") and getattr(same, k, None) is not None}
     pipe.update_components(**processors)
     _eval(pipe.components)
+
+
+SHARED_INPUTS = ("height", "width", "num_frames", "max_sequence_length")  # what the classic parts are sized for
+
+
+def build_modular(tests: Path, case: Case) -> Built:
+    """The Modular pipeline on the parts MODULAR_PARTS names, called with its tester config's inputs (else the
+    classic test's); NoStandIn where no parts are known."""
+    import diffusers.modular_pipelines as mp
+
+    process.enter("build")
+    pipe_cls = getattr(mp, case.pipeline)
+    if not case.parts:
+        raise NoStandIn("no tiny components: diffusers' tests have no classic test for it and its modular test "
+                        "loads them from the hub")
+    if case.parts.startswith("recipe:"):
+        return _from_recipe(case.parts.split(":", 1)[1])
+    process.enter("import")
+    config = _test_instance(tests, f"{case.test}::{case.cls}") if case.cls else None
+    classic = _test_instance(tests, case.parts)
+    process.enter("build")
+    same_class = getattr(getattr(config, "pipeline_class", None), "__name__", "") == case.pipeline
+    blocks_cls = getattr(config, "pipeline_blocks_class", None) if same_class else None
+    pipe: Any = pipe_cls(blocks=blocks_cls()) if blocks_cls is not None else pipe_cls()
+    _stand_in_parts(pipe, classic)
     output = getattr(config, "output_name", None) or MODULAR_PARTS[case.pipeline][1]
     names = {p.name for p in pipe._blocks.inputs}
 

@@ -71,6 +71,54 @@ def _watched(built: Built, decoder: str, ref: list[Any], steps: int | None) -> t
     return ("failed: " + "; ".join(problems) if problems else "pass"), source
 
 
+def _survey(built: Built, res: Result) -> bool:
+    """The built case's calls: plain twice (the second must match the first), watched once with each decoder,
+    plain again after remove(); its verdict into res. False where it ends early (no array to compare, or two
+    plain calls differ)."""
+    process.enter("plain call")
+    kw = built.inputs()
+    process.seed()
+    Bars.opened.clear()
+    try:
+        ref = arrays(built.call(built.pipe, kw))
+    except Exception as e:
+        if not built.fallback:
+            raise
+        what, built.inputs = built.fallback.pop(0)
+        built.size = size_of(built.inputs())
+        res.notes.append(f"inputs: {what} (with its own: {first_line(e)})")
+        kw = built.inputs()
+        process.seed()
+        Bars.opened.clear()
+        ref = arrays(built.call(built.pipe, kw))
+    res.steps = Bars.steps()
+    if not ref:
+        res.result = "not built: the call returns no array to compare"
+        return False
+    kw = built.inputs()
+    process.seed()
+    gap = differs(ref, arrays(built.call(built.pipe, kw)))
+    if gap:
+        res.result = f"nondeterministic: two plain calls differ ({gap})"
+        return False
+    sources = []
+    for decoder in DECODERS:
+        process.enter(f"the watched call with {decoder}")
+        res.decoders[decoder], source = _watched(built, decoder, ref, res.steps)
+        sources.append(source)
+    res.source = "/".join(sorted({s for s in sources if s})) or "-"
+    res.result = verdict(res.decoders)
+    process.enter("the plain call after remove()")
+    kw = built.inputs()
+    process.seed()
+    gap = differs(ref, arrays(built.call(built.pipe, kw)))
+    if gap and res.result == "pass":
+        res.result = f"failed: a plain call after remove() differs from the first ({gap})"
+    if res.steps is None:
+        res.notes.append("no progress bar ticked: rows not counted against steps")
+    return True
+
+
 def worker(tests: Path, case: Case, timeout_s: int) -> Result:
     """Build and survey one case in this process (see the package's docstring)."""
     import signal
@@ -85,47 +133,8 @@ def worker(tests: Path, case: Case, timeout_s: int) -> Result:
         res.kind = built.kind
         patch_loaded_modules()
         signal.alarm(timeout_s)
-        process.enter("plain call")
-        kw = built.inputs()
-        process.seed()
-        Bars.opened.clear()
-        try:
-            ref = arrays(built.call(built.pipe, kw))
-        except Exception as e:
-            if not built.fallback:
-                raise
-            what, built.inputs = built.fallback.pop(0)
-            built.size = size_of(built.inputs())
-            res.notes.append(f"inputs: {what} (with its own: {first_line(e)})")
-            kw = built.inputs()
-            process.seed()
-            Bars.opened.clear()
-            ref = arrays(built.call(built.pipe, kw))
-        res.steps = Bars.steps()
-        if not ref:
-            res.result = "not built: the call returns no array to compare"
+        if not _survey(built, res):
             return res
-        kw = built.inputs()
-        process.seed()
-        gap = differs(ref, arrays(built.call(built.pipe, kw)))
-        if gap:
-            res.result = f"nondeterministic: two plain calls differ ({gap})"
-            return res
-        sources = []
-        for decoder in DECODERS:
-            process.enter(f"the watched call with {decoder}")
-            res.decoders[decoder], source = _watched(built, decoder, ref, res.steps)
-            sources.append(source)
-        res.source = "/".join(sorted({s for s in sources if s})) or "-"
-        res.result = verdict(res.decoders)
-        process.enter("the plain call after remove()")
-        kw = built.inputs()
-        process.seed()
-        gap = differs(ref, arrays(built.call(built.pipe, kw)))
-        if gap and res.result == "pass":
-            res.result = f"failed: a plain call after remove() differs from the first ({gap})"
-        if res.steps is None:
-            res.notes.append("no progress bar ticked: rows not counted against steps")
         signal.alarm(0)
         if built.teardown is not None:
             try:
@@ -144,19 +153,24 @@ def worker(tests: Path, case: Case, timeout_s: int) -> Result:
             return res
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
-        phase = process.phase()
-        what = {"import": "the test file does not import here", "build": "building raised",
-                "plain call": "the plain call raised"}.get(phase, f"{phase} raised")
-        what += next((f" ({why})" for clue, why in MISSING.items() if clue in str(e)), "")
-        if case.pipeline in MODULAR_HINTS:
-            what += f" ({MODULAR_HINTS[case.pipeline]})"
-        res.result = f"{'not built' if phase in ('import', 'build', 'plain call', 'start') else 'failed'}: " \
-                     f"{what}: {first_line(e)}"
+        res.result = _raised(e, case)
     finally:
         signal.alarm(0)
         res.seconds = round(time.perf_counter() - start, 1)
         res.notes += list(dict.fromkeys(STOOD_IN))
     return res
+
+
+def _raised(e: BaseException, case: Case) -> str:
+    """The result of a case whose phase raised: not built (before its watched calls) or failed, and why."""
+    phase = process.phase()
+    what = {"import": "the test file does not import here", "build": "building raised",
+            "plain call": "the plain call raised"}.get(phase, f"{phase} raised")
+    what += next((f" ({why})" for clue, why in MISSING.items() if clue in str(e)), "")
+    if case.pipeline in MODULAR_HINTS:
+        what += f" ({MODULAR_HINTS[case.pipeline]})"
+    early = phase in ("import", "build", "plain call", "start")
+    return f"{'not built' if early else 'failed'}: {what}: {first_line(e)}"
 
 
 def _installed_kind(case: Case) -> str:
