@@ -19,7 +19,7 @@ from previewlab.preview.judging.estimates import estimate
 from previewlab.preview.models import load
 from previewlab.server.app import Server, build_app
 from previewlab.server.http.guard import Access
-from previewlab.server.ws.session import SessionLimits
+from previewlab.server.core.limits import SessionLimits
 
 ORIGIN = {"origin": "http://testserver"}  # the test client's host, as the guard allows it
 

@@ -20,7 +20,7 @@ from previewlab.preview.models import Model, load
 from previewlab.preview.record.records import STEP_COLUMNS
 
 if TYPE_CHECKING:
-    from previewlab.server.ws.session import SessionLimits
+    from previewlab.server.core.limits import SessionLimits
 
 pytest_plugins = ["tests.browser_fixtures"]  # chromium and tabs: the browser tests' one setup
 
@@ -168,7 +168,7 @@ def make_app(tiny, tmp_path):
 def acks_not_awaited() -> SessionLimits:
     """Limits for a test client that never acks its frames (the page acks each in milliseconds): a run's end
     waits for no ack, where the default waits SessionLimits.ack_wait_s (1 s) for one that never comes."""
-    from previewlab.server.ws.session import SessionLimits
+    from previewlab.server.core.limits import SessionLimits
 
     return SessionLimits(ack_wait_s=0.0)
 

@@ -9,7 +9,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from previewlab.server.core.limits import RateLimit
 from previewlab.server.http.guard import Access, split_host
-from previewlab.server.ws.session import SessionLimits
+from previewlab.server.core.limits import SessionLimits
 from tests.conftest import SAME_ORIGIN
 
 

@@ -78,7 +78,7 @@ def noisy(tiny: Any, tmp_path_factory: Any) -> Iterator[tuple[str, dict[str, Any
     with the baseline right before it. Yields its address and that last run's `done`."""
     from previewlab.server.app import Server, build_app
     from previewlab.server.ws.options import RunOptions
-    from previewlab.server.ws.session import SessionLimits
+    from previewlab.server.core.limits import SessionLimits
 
     srv = Server(tiny, tmp_path_factory.mktemp("noisy") / "runs", limits=SessionLimits(ack_wait_s=0.0),
                  runs=RunOptions(clock=Walls([1.0, 1.0, 3.0, 1.0])))
@@ -154,7 +154,7 @@ def test_the_final_png_carries_its_settings_for_a1111_and_comfyui(noisy):
 def test_a_tab_opened_mid_series_shows_the_runs_own_settings(tabs, make_app):
     """A tab opened while a measure series of 300-step runs went showed Steps 20, the server's default. It shows
     the running run's settings now (its steps, size, prompt and seed)."""
-    from previewlab.server.ws.session import SessionLimits
+    from previewlab.server.core.limits import SessionLimits
 
     srv, app = make_app(limits=SessionLimits(ack_wait_s=0.0))
     with live_server(app) as addr, connect(f"ws://{addr}/ws", max_queue=None) as ws:

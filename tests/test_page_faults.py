@@ -20,7 +20,7 @@ import pytest
 import websockets
 from starlette.testclient import TestClient
 
-from previewlab.server.ws.session import SessionLimits
+from previewlab.server.core.limits import SessionLimits
 from tests.browser_fixtures import wait_js
 from tests.conftest import ROOT, SAME_ORIGIN, live_server, recv_until, wait_until
 

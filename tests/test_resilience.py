@@ -23,7 +23,7 @@ import torch
 import websockets
 
 from previewlab.preview import models
-from previewlab.server.ws.session import SessionLimits
+from previewlab.server.core.limits import SessionLimits
 from tests.conftest import live_server, raw_ws, wait_until
 
 pytestmark = pytest.mark.slow

@@ -94,7 +94,7 @@ def test_the_last_frames_ack_is_in_the_runs_csv_when_done_arrives(make_app):
     after the last step's row, often after the run has ended. `done` now waits (bounded) for the acks of the
     frames a watcher holds, so the CSV fetched right after `done` has every ack. The client here acks each
     frame 0.3 s after it arrives and hangs up at `done`: before, the last ack was never sent."""
-    from previewlab.server.ws.session import SessionLimits
+    from previewlab.server.core.limits import SessionLimits
 
     srv, app = make_app(limits=SessionLimits(ack_wait_s=600))  # the bound never decides here
 
@@ -137,7 +137,7 @@ def test_a_watcher_that_never_acks_cannot_hold_a_runs_end(make_app):
     """The wait for acks is released by more than its timer: a watcher that leaves releases it, and so does the
     next run's start, whose `run` message then follows the last run's `done`. The bound here (600 s) is far
     over the test's own receive timeouts (60 s), so only those releases can end the wait."""
-    from previewlab.server.ws.session import SessionLimits
+    from previewlab.server.core.limits import SessionLimits
 
     # bad_burst: the start is sent again each time the worker is not idle yet ("already running" is a bad message)
     srv, app = make_app(limits=SessionLimits(ack_wait_s=600, bad_burst=10_000))

@@ -234,7 +234,7 @@ def served(args: argparse.Namespace, access: Access) -> Server | None:
     from previewlab.server.data.owner import InUse
     from previewlab.server.server import Server
     from previewlab.server.ws.options import RunOptions
-    from previewlab.server.ws.session import SessionLimits
+    from previewlab.server.core.limits import SessionLimits
 
     try:
         with ctrl_c_kept():

@@ -25,7 +25,7 @@ from previewlab.server.measure import Series, refusal, standing
 from previewlab.server.core.metrics import Metrics
 from previewlab.server.ws.options import Offer, RunOptions
 from previewlab.server.ws.relay import Relay
-from previewlab.server.ws.session import SessionLimits
+from previewlab.server.core.limits import SessionLimits
 from previewlab.server.data.owner import InUse
 from previewlab.server.data.store import Store
 from previewlab.server.data.writes import Stalled

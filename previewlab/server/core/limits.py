@@ -1,4 +1,5 @@
-"""What one client or one request may cost the server: token buckets and the work limit of a run.
+"""What one client or one request may cost the server: token buckets, the work limit of a run, and what each
+watcher's socket is held to (SessionLimits).
 
 Every limit here is a number a person can read in the README's "Who may drive it" section; the ones with a
 flag name it in their error, so whoever hits one knows what to change.
@@ -6,6 +7,7 @@ flag name it in their error, so whoever hits one knows what to change.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 # steps x width x height: 64 steps at 1024x1024, 256 at 512x512 or 1000 at 256x256. A CPU does about
@@ -78,3 +80,17 @@ def short(v: Any, limit: int = 40) -> str:
     text = repr(v)
     return text if len(text) <= limit else text[:limit] + "..."
 MAX_MESSAGE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """What each watcher's socket is held to: how many may watch at once, how long one send may take before
+    the watcher is dropped, how long a run's end waits for a watcher's ack of its last preview, and its two
+    buckets (burst, then a rate per second): bad messages, and `set`s."""
+    max_clients: int = 32
+    send_timeout_s: float = 10.0
+    ack_wait_s: float = 1.0  # a page acks a preview in milliseconds; a tab that never does delays `done` this long
+    bad_burst: int = BAD_BURST
+    bad_per_s: float = BAD_PER_S
+    set_burst: int = SET_BURST
+    set_per_s: float = SET_PER_S

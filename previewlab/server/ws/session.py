@@ -9,34 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from previewlab.server.ws import outbound, protocol
 from previewlab.server.ws.sender import Client
-from previewlab.server.core.limits import BAD_BURST, BAD_PER_S, SET_BURST, SET_PER_S, MAX_MESSAGE_BYTES, RateLimit, clip
+from previewlab.server.core.limits import MAX_MESSAGE_BYTES, RateLimit, SessionLimits, clip
+from previewlab.server.ws.relay import Relay
 from previewlab.server.ws.options import Offer
 
-if TYPE_CHECKING:
-    from previewlab.server.ws.relay import Relay  # which imports SessionLimits from here
 
 log = logging.getLogger("previewlab.server")
-
-
-@dataclass(frozen=True)
-class SessionLimits:
-    """What each watcher's socket is held to: how many may watch at once, how long one send may take before
-    the watcher is dropped, how long a run's end waits for a watcher's ack of its last preview, and its two
-    buckets (burst, then a rate per second): bad messages, and `set`s."""
-    max_clients: int = 32
-    send_timeout_s: float = 10.0
-    ack_wait_s: float = 1.0  # a page acks a preview in milliseconds; a tab that never does delays `done` this long
-    bad_burst: int = BAD_BURST
-    bad_per_s: float = BAD_PER_S
-    set_burst: int = SET_BURST
-    set_per_s: float = SET_PER_S
 
 
 class Served(Protocol):
