@@ -24,7 +24,7 @@ from tests.conftest import live_server, make_run
 def _big_runs(root: Path, runs: int, steps: int) -> None:
     kinds = {f.name: str(f.type) for f in fields(StepRow)}  # each cell one its column reads: a number, or text
     cell = {c: "12.345" if "float" in k else "12" if "int" in k else "text" for c, k in kinds.items()}
-    cell["mode"] = "sync"  # a Literal column reads only its names (records.from_cells)
+    cell["mode"] = "sync"  # a Literal column reads only its names (cells.from_cells)
     for k in range(runs):
         rid = f"20261130-120000-{k:03d}"
         buf = io.StringIO()
