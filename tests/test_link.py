@@ -13,6 +13,7 @@ import pytest
 
 from previewlab.bench.link import why_not
 from previewlab.server.ws.sender import ACK_GATE_S
+from tests.conftest import previewlab_here
 
 RATE_BPS = 96_000
 
@@ -61,8 +62,7 @@ def test_the_newest_preview_never_waits_behind_a_queue_of_stale_ones(shaped):
 
 
 def test_a_link_that_cannot_be_read_is_refused_in_one_line():
-    done = subprocess.run([sys.executable, "-m", "previewlab", "load", "--link", "fast"], capture_output=True,
-                          text=True, timeout=120)
+    done = previewlab_here("load", "--link", "fast")  # refused before any process, socket or namespace
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == ("previewlab load: --link 'fast': expected RATE[:DELAY], a rate in kbit, mbit or "
                                    "gbit and a round-trip delay in ms or s, for example 1mbit, 10mbit:40ms")

@@ -103,7 +103,8 @@ pytestmark_slow = pytest.mark.slow
 
 # Full-VAE previews at two sizes and a run without previews, read in a fresh process: the resident set's rise is
 # what the process takes from the system, so a heap that earlier tests left holding freed pages (a long pytest
-# worker) hides part of it; a server or a script starts as this process does.
+# worker) hides part of it; a server or a script starts as this process does. One step a run: a preview, then the
+# final decode (at 320 px each VAE decode takes about 3 s on a quiet CPU; a second step's preview told nothing new).
 _CPU_RUNS = """
 import json
 from previewlab.preview.call.engine import RunContext, generate
@@ -112,7 +113,7 @@ from previewlab.preview.settings import PreviewSettings, RunSettings
 tiny = load("synthetic:tiny", device="cpu")
 out = {}
 for name, side, decoder in (("warm", 128, "vae"), ("small", 128, "vae"), ("large", 320, "vae"), ("none", 128, "none")):
-    s = RunSettings(steps=2, width=side, height=side, preview=PreviewSettings(decoder=decoder, preview_max=side))
+    s = RunSettings(steps=1, width=side, height=side, preview=PreviewSettings(decoder=decoder, preview_max=side))
     run = generate(RunContext(tiny, s, name))
     t = run.record.totals
     out[name] = dict(previews=[r.mem_mb for r in run.rows if r.preview], all=[r.mem_mb for r in run.rows],
