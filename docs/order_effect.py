@@ -17,7 +17,8 @@ from starlette.testclient import TestClient
 from previewlab.preview.judging.analysis import overhead_pct, paired
 from previewlab.preview.judging.estimates import estimate
 from previewlab.preview.models import load
-from previewlab.server.app import Server, build_app
+from previewlab.server.app import build_app
+from previewlab.server.server import Server
 from previewlab.server.http.guard import Access
 from previewlab.server.core.limits import SessionLimits
 

@@ -154,7 +154,8 @@ def live_server(app, host: str = "127.0.0.1", sndbuf: int | None = None, port: i
 
 @pytest.fixture
 def make_app(tiny, tmp_path):
-    from previewlab.server.app import Server, build_app
+    from previewlab.server.app import build_app
+    from previewlab.server.server import Server
     from previewlab.server.http.guard import Access
 
     def make(data_dir: Path | None = None, model=None, *, access: Access = Access(hosts=("testserver",)), **kw):

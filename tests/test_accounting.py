@@ -22,8 +22,9 @@ from previewlab.preview.call.callback import Watch
 from previewlab.preview.source.modular import step_loops
 from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
-from previewlab.preview.decoding.decoders import DecoderName
-from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
+from previewlab.preview.names import DecoderName
+from previewlab.preview.names import Mode
+from previewlab.preview.settings import PreviewSettings, RunSettings
 from previewlab.preview.timing.stopwatch import Accelerator, Device, Stopwatch
 
 UNET_MS, TAESD_MS, VAE_MS, TEXT_MS, COPY_MS = 500.0, 150.0, 100.0, 30.0, 2.0

@@ -17,7 +17,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from previewlab.preview.models import Model
-from previewlab.server.app import Server, build_app
+from previewlab.server.app import build_app
+from previewlab.server.server import Server
 from previewlab.server.http.guard import Access
 from tests.conftest import SAME_ORIGIN, recv_until
 

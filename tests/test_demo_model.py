@@ -20,7 +20,9 @@ from previewlab.bench.demo import checker
 from previewlab.preview.models import demo_scenes as scenes
 from previewlab.bench.demo.check import generate as check_images
 from previewlab.preview.record.csv_writer import to_csv_text
-from previewlab.preview.decoding.decoders import DECODERS, WHOLE, DecoderError, check_name
+from previewlab.preview.decoding.contract import DecoderError
+from previewlab.preview.decoding.decoders import DECODERS, check_name
+from previewlab.preview.decoding.stops import WHOLE
 from previewlab.preview.frames import Frame
 from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.record.kept_events import Gathered

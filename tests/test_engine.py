@@ -177,7 +177,8 @@ def test_missing_model_and_weights_are_one_line_errors(tmp_path):
 def test_taesd_needs_weights_for_a_real_model(tiny, tmp_path):
     tiny.pipe.save_pretrained(tmp_path / "sd")
     m = models.load(str(tmp_path / "sd"), device="cpu")
-    from previewlab.preview.decoding.decoders import DecoderError, build
+    from previewlab.preview.decoding.contract import DecoderError
+    from previewlab.preview.decoding.decoders import build
 
     with pytest.raises(DecoderError, match="--taesd PATH"):
         build("taesd", m)

@@ -16,6 +16,7 @@ import torch
 
 from previewlab import watch as preview_watch
 from previewlab.preview.decoding import decoders
+from previewlab.preview.decoding.contract import DecoderError
 from previewlab.preview.decoding.vae_decoder import vae_decoder
 from previewlab.preview.frames import Frame
 from previewlab.preview.models import fit
@@ -209,7 +210,6 @@ class _Frames:
 
 
 def test_taesd_is_refused_before_the_run_where_no_tae_fits(tinies, tmp_path):
-    from previewlab.preview.decoding.decoders import DecoderError
     from previewlab.preview.models import ModelError
     from previewlab.preview.models.taesd import Decoder
 
@@ -293,7 +293,6 @@ def test_ltx_decodes_as_its_pipeline_does(tinies):
     latents_std buffers, the decode timestep its timestep-conditioned VAE takes. The vae decoder's whole clip is
     the pipeline's own clip; decoder taesd is refused in one line (no published TAE fits)."""
     from previewlab.preview.decoding import clips
-    from previewlab.preview.decoding.decoders import DecoderError
 
     t = tiny_of(tinies, "ltx")
     space = latent_space(t.pipe)
@@ -480,7 +479,7 @@ def test_stable_cascade_previews_each_stage_with_its_own_factors(tinies, name):
         assert [(r.step, r.preview, r.event) for r in rows] == [(1, 1, ""), (2, 1, "")], (name, decoder)
         assert record is not None
     if prior:
-        with pytest.raises(decoders.DecoderError, match="^decoder vae: StableCascadePriorPipeline has no VAE "):
+        with pytest.raises(DecoderError, match="^decoder vae: StableCascadePriorPipeline has no VAE "):
             preview_watch(t.pipe, decoder="vae")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from previewlab.bench import report
+from previewlab.bench.rows import read as read_sweep
 from previewlab.bench.report_figures import figures
 from previewlab.bench.cli import main as bench
 from previewlab.bench.advice import of_sweep
@@ -70,7 +71,7 @@ def test_the_report_plots_overhead_against_fidelity_and_fidelity_by_decoder(both
     assert report.main([str(fid)]) == 0
     page = (fid / "report.html").read_text()
     assert 'alt="overhead_vs_fidelity"' in page and 'alt="fidelity_by_decoder"' in page
-    fig = figures(report.read(fid))
+    fig = figures(read_sweep(fid))
     assert [p.name for p in fig.worth] == ["latent2rgb/every1/sync"] and not fig.worth[0].advised
     assert report.main([str(plain)]) == 0
     page = (plain / "report.html").read_text()

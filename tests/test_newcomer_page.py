@@ -76,7 +76,8 @@ def noisy(tiny: Any, tmp_path_factory: Any) -> Iterator[tuple[str, dict[str, Any
     """A server whose runs have ended on a noisy machine: the first run after the load (a warm-up), two
     no-preview baselines 1x and 3x as long as they took, then a run with full-VAE previews every 3 steps, paired
     with the baseline right before it. Yields its address and that last run's `done`."""
-    from previewlab.server.app import Server, build_app
+    from previewlab.server.app import build_app
+    from previewlab.server.server import Server
     from previewlab.server.ws.options import RunOptions
     from previewlab.server.core.limits import SessionLimits
 
@@ -176,7 +177,8 @@ def page_run(chromium: Browser, tiny: Any, tmp_path_factory: Any) -> Iterator[di
     """A fresh server's page; a run of 9 steps with full-VAE previews every 3, started by Ctrl+Enter in the prompt
     (or, where that starts nothing within 5 s, by Start: started_by_keys says which). Every text the Step figure
     showed is recorded."""
-    from previewlab.server.app import Server, build_app
+    from previewlab.server.app import build_app
+    from previewlab.server.server import Server
 
     srv = Server(tiny, tmp_path_factory.mktemp("page") / "runs")
     tabs = Tabs(chromium)  # the module's: its tests look at the one run

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from previewlab.preview.decoding import encoders
-from previewlab.preview.decoding.decoders import DecoderName
+from previewlab.preview.names import DecoderName
 from previewlab.preview.frames import Frame
 from previewlab.preview.call.engine import Run, RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
-from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
+from previewlab.preview.names import Mode
+from previewlab.preview.settings import PreviewSettings, RunSettings
 
 
 def frames_of(model, mode: Mode, decoder: DecoderName, steps: int = 6, **kw) -> tuple[list[Frame], Run]:

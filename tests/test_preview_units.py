@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 
 from previewlab.preview.decoding import decoders
+from previewlab.preview.decoding.contract import DecoderError
 
 from previewlab.preview.decoding import encoders
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
@@ -60,7 +61,7 @@ def test_decoder_shapes_and_ranges(tiny, tiny_xl, name, scale):
 
 
 def test_unknown_decoder_lists_valid_names(tiny):
-    with pytest.raises(decoders.DecoderError, match="allowed are none, latent2rgb, taesd, vae"):
+    with pytest.raises(DecoderError, match="allowed are none, latent2rgb, taesd, vae"):
         decoders.build("vqgan", tiny)
 
 
@@ -88,8 +89,10 @@ def test_turbojpeg_falls_back_to_pillow_once(caplog):
 def test_registries_are_the_names_the_types_allow():
     from typing import get_args
 
-    from previewlab.preview.decoding.decoders import DECODERS, DecoderName, cheaper
-    from previewlab.preview.decoding.encoders import ENCODERS, EncoderName
+    from previewlab.preview.decoding.decoders import DECODERS, cheaper
+    from previewlab.preview.names import DecoderName
+    from previewlab.preview.decoding.encoders import ENCODERS
+    from previewlab.preview.names import EncoderName
 
     assert list(DECODERS) == list(get_args(DecoderName)) and list(ENCODERS) == list(get_args(EncoderName))
     assert cheaper("vae", has_taesd=True) == "taesd" and cheaper("vae", has_taesd=False) == "latent2rgb"

@@ -130,7 +130,8 @@ def previewlab_server(tiny, data: Path, access: Access) -> Iterator[int]:
     each address may open one WebSocket handshake (and never another within the test)."""
     import uvicorn
 
-    from previewlab.server.app import Server, build_app
+    from previewlab.server.app import build_app
+    from previewlab.server.server import Server
     from previewlab.server.http.http11 import uvicorn_config
 
     access = dataclasses.replace(access, ws_burst=1, ws_per_s=1e-4)

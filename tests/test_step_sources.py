@@ -387,7 +387,7 @@ def test_a_diffusion_decoder_pipeline_previews_its_first_stage_latents(tinies):
     """LTX-2.5 has no VAE: a diffusion model (its diffusion_decoder) makes the video from LTX-2.3's latents. The
     watch previews those latents with LTX-2.3's latent2rgb factors at every step, bit-identically, says which
     stage it shows, and refuses decoder vae in one line (it was refused whole as having no VAE)."""
-    from previewlab.preview.decoding.decoders import DecoderError
+    from previewlab.preview.decoding.contract import DecoderError
     from previewlab.preview.models.reading import latent_space
 
     t = tiny_of(tinies, "ltx25_modular")

@@ -134,7 +134,8 @@ def order_line(text: str) -> str:
 def test_every_surface_gives_the_same_figures_to_the_digit(tmp_path, tiny, capsys):
     from previewlab.preview.call.callback import Watch
     from previewlab.preview.models import synthetic_pipeline
-    from previewlab.server.app import Server, build_app
+    from previewlab.server.app import build_app
+    from previewlab.server.server import Server
     from previewlab.server.http.guard import Access
 
     ordered = runs()

@@ -102,7 +102,8 @@ def test_a_tiny_video_presets_tae_decodes_its_latents_to_the_clip(models, latent
 @pytest.mark.parametrize("name", ["synthetic:tiny-mochi", "synthetic:tiny-ltxv"])
 def test_mochi_and_ltxv_have_no_tae(models, name):
     """Neither has a published TAE: madebyollin's taeltx_2 is for LTX-2's VAE, not LTX-Video 0.9's."""
-    from previewlab.preview.decoding.decoders import DecoderError, build
+    from previewlab.preview.decoding.contract import DecoderError
+    from previewlab.preview.decoding.decoders import build
 
     model = models[name]
     assert model.taesd is None and model.taesd_kind == "none" and PRESETS[name].tae is None

@@ -17,6 +17,7 @@ from typing import NoReturn, Sequence
 
 import torch
 
+from previewlab.preview.decoding import contract
 from previewlab.preview.decoding import clips
 
 from previewlab.preview.decoding import decoders
@@ -79,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _time(decode: decoders.ClipDecode, z: torch.Tensor, height: int, width: int, pick: clips.Pick, repeats: int,
+def _time(decode: contract.ClipDecode, z: torch.Tensor, height: int, width: int, pick: clips.Pick, repeats: int,
           max_s: float, jpeg: Encoder) -> tuple[list[float], int]:
     """Decode times in ms (after one warm-up; one timed decode when the warm-up took over max_s) and the JPEG
     bytes of the frames shown."""

@@ -13,8 +13,9 @@ from previewlab.bench.axes import Setup
 from previewlab.bench.rows import Role
 from previewlab.preview.judging.analysis import config_name
 from previewlab.preview.names import DecodeAt, DecoderName, FrameChoice
-from previewlab.preview.settings import Mode, PreviewSettings, RunSettings
-from previewlab.preview.source.targets import Target
+from previewlab.preview.names import Mode
+from previewlab.preview.settings import PreviewSettings, RunSettings
+from previewlab.preview.names import Target
 
 Slot = tuple[Role, int, PreviewSettings | None, Setup]  # role, repeat, preview settings (None: a direct call), run setup
 

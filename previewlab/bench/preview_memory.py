@@ -22,7 +22,7 @@ from previewlab.bench.flags import Parser
 from previewlab.preview.decoding import clips
 from previewlab.preview.decoding import decoders
 from previewlab.preview.frames import tile, to_uint8_hwc
-from previewlab.preview.decoding.decoders import DecoderName
+from previewlab.preview.names import DecoderName
 from previewlab.preview.timing.memory import Memory, reading_for
 from previewlab.preview.names import DecodeAt
 from previewlab.preview.models import load

@@ -2,7 +2,7 @@
 saves in time, outside any run.
 
 Each decoder runs whole (the image's size, as decode_at=full makes it) and at each cut decode_at offers
-(decoders.Cut): a TAE with its last 1, 2 or 3 upsampling stages left out (1/2, 1/4, 1/8 of the side), and
+(stops.Cut): a TAE with its last 1, 2 or 3 upsampling stages left out (1/2, 1/4, 1/8 of the side), and
 any decoder on latents halved per side (half latents). Each reduced image is compared with the same decoder's
 whole image resized to its size (bilinear with antialias, as frames.py resizes a preview): PSNR in dB, and
 scikit-image's SSIM when it is installed (the bench extra). ms per preview: the median of --repeats decodes after
@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 from previewlab.bench.flags import listof, ranged
+from previewlab.preview.decoding import contract
 from previewlab.preview.decoding import decoders, stops
-from previewlab.preview.decoding.decoders import WHOLE, Cut
+from previewlab.preview.decoding.stops import WHOLE, Cut
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
 from previewlab.preview.models.taesd import cut, load_tae, upsample_factors
 
@@ -193,7 +194,7 @@ def demo_rows(steps: int, repeats: int) -> list[Row]:
                        width=size, output_type="latent", generator=torch.Generator("cpu").manual_seed(0)).images
     rows = []
     for name in ("taesd", "vae", "latent2rgb"):
-        built: dict[Cut, decoders.Decode] = {}
+        built: dict[Cut, contract.Decode] = {}
 
         def image(c: Cut, name: str = name) -> torch.Tensor:
             if c not in built:

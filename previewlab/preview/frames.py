@@ -1,6 +1,6 @@
 """Frames: a preview image made ready to send, and the device-side work that produces its pixels (a batch's
 grid, the downscale, the uint8 conversion). The downscale works from the size it is given: a decoder that already
-stopped at the preview's size (decoders.Cut) is resized only by what is left, or not at all."""
+stopped at the preview's size (stops.Cut) is resized only by what is left, or not at all."""
 from __future__ import annotations
 
 import collections

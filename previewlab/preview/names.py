@@ -18,7 +18,7 @@ FramesName = Literal["first", "middle", "all"]  # a clip's preview: its first fr
 FrameChoice = Union[FramesName, int]  # or N frames spread evenly over the clip
 # where a preview decoder stops: `preview`, a TAE's last upsampling stages left out down to the preview's size;
 # `full`, the image's size, then resized; `half_latents`, the latents 2x smaller per side before the decoder
-# runs whole (the full VAE's cheap choice: blurrier). decoders.Cut says what each means per decoder.
+# runs whole (the full VAE's cheap choice: blurrier). stops.Cut says what each means per decoder.
 DecodeAt = Literal["preview", "full", "half_latents"]
 
 DECODER_NAMES: tuple[DecoderName, ...] = get_args(DecoderName)

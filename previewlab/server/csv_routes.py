@@ -9,12 +9,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from previewlab.server.core.limits import short
 from previewlab.server.data.columns import export_header
 from previewlab.server.data.run_files import Damaged
 from previewlab.server.data.store_reader import EXPORT_CHUNK
 from previewlab.server.http.exports import answered, stream
 from previewlab.server.server import Server
-from previewlab.server.ws import protocol
 
 
 def _attachment(name: str) -> dict[str, str]:
@@ -54,7 +54,7 @@ class CsvExports:
     async def run(self, request: Request) -> Response:
         rid, s = request.path_params["rid"], self.server
         if not await s.disk.run(s.store.known, rid):
-            return PlainTextResponse(f"unknown run id {protocol.short(rid)}", status_code=404)
+            return PlainTextResponse(f"unknown run id {short(rid)}", status_code=404)
         if request.method == "HEAD":  # what a GET would send, without the work
             return Response(media_type="text/csv", headers=_attachment(f"previewlab-{rid}.csv"))
         client, refused = self._slot(request)  # before the run is read: a client at its limit costs no parse

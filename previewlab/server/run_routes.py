@@ -16,8 +16,8 @@ from starlette.routing import BaseRoute, Route
 from previewlab.preview.judging.advice import DEFAULT_BUDGET_PCT
 from previewlab.preview.record.run_ids import RUN_ID
 
+from previewlab.server.core.limits import short
 from previewlab.server.server import Server
-from previewlab.server.ws import protocol
 
 RUNS_PAGE, RUNS_PAGE_MAX = 50, 500  # runs per /runs answer: by default, and at most (?limit=)
 LIMIT = re.compile(r"^[0-9]{1,4}$")
@@ -35,12 +35,12 @@ def page_args(query: QueryParams) -> tuple[int, str | None, str | None]:
     """?limit=N (1..RUNS_PAGE_MAX), ?before=ID, ?after=ID of /runs; ValueError with the line to answer."""
     raw = query.get("limit", str(RUNS_PAGE))
     if not LIMIT.match(raw) or not 1 <= int(raw) <= RUNS_PAGE_MAX:  # ASCII digits, and few: int() never sees more
-        raise ValueError(f"limit: a whole number from 1 to {RUNS_PAGE_MAX}, got {protocol.short(raw)}")
+        raise ValueError(f"limit: a whole number from 1 to {RUNS_PAGE_MAX}, got {short(raw)}")
     bounds = []
     for name in ("before", "after"):
         v = query.get(name)
         if v is not None and not RUN_ID.match(v):
-            raise ValueError(f"{name}: a run id like 20261130-120000-001, got {protocol.short(v)}")
+            raise ValueError(f"{name}: a run id like 20261130-120000-001, got {short(v)}")
         bounds.append(v)
     return int(raw), bounds[0], bounds[1]
 
@@ -50,7 +50,7 @@ def analysis_args(query: QueryParams) -> tuple[str, float]:
     with the line to answer."""
     rid = query.get("run", "")
     if not RUN_ID.match(rid):
-        raise ValueError(f"run: a run id like 20261130-120000-001, got {protocol.short(rid)}")
+        raise ValueError(f"run: a run id like 20261130-120000-001, got {short(rid)}")
     raw = query.get("budget", "")
     if raw == "":
         return rid, DEFAULT_BUDGET_PCT
@@ -59,7 +59,7 @@ def analysis_args(query: QueryParams) -> tuple[str, float]:
     except ValueError:
         budget = math.nan
     if not 0 < budget <= 1000:  # NaN and inf fail here too
-        raise ValueError(f"budget: a number of percent above 0 and at most 1000, got {protocol.short(raw)}")
+        raise ValueError(f"budget: a number of percent above 0 and at most 1000, got {short(raw)}")
     return rid, budget
 
 
@@ -103,7 +103,7 @@ class RunAnswers:
             return store.known(rid), store.final_image(rid)
         known, image = await self.server.disk.run(find)
         if not known:
-            return PlainTextResponse(f"unknown run id {protocol.short(rid)}", status_code=404)
+            return PlainTextResponse(f"unknown run id {short(rid)}", status_code=404)
         if image is None:
             return PlainTextResponse(f"run {rid} has no final image: it failed, is still running, or a script "
                                      "ran it and did not call watch.save()", status_code=404)

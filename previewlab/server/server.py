@@ -30,7 +30,8 @@ from previewlab.server.data.owner import InUse
 from previewlab.server.data.store import Store
 from previewlab.server.data.writes import Stalled
 from previewlab.server.fidelity_job import FidelityJob
-from previewlab.server.worker import Busy, RunOwner, TaskError, Worker
+from previewlab.preview.call.call_args import TaskError
+from previewlab.server.worker import Busy, RunOwner, Worker
 
 log = logging.getLogger("previewlab.server")
 

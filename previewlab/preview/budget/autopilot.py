@@ -65,7 +65,7 @@ from typing import Callable, Mapping
 
 from previewlab.preview.decoding import decoders
 from previewlab.preview.budget.step_costs import Books
-from previewlab.preview.decoding.decoders import DecoderName
+from previewlab.preview.names import DecoderName
 
 # What a preview at half the side is taken to cost, of the larger one's, until measured: the decode of a TAE with
 # one stage fewer took 0.40 to 0.58 of the whole one here (bench.quality), and the encode of a quarter of the

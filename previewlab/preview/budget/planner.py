@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from previewlab.preview.budget.autopilot import Autopilot
 from previewlab.preview.controls import Change, Controls
-from previewlab.preview.decoding.decoders import DECODER_NAMES
+from previewlab.preview.names import DECODER_NAMES
 from previewlab.preview.names import DecoderName
 from previewlab.preview.models import Model
 from previewlab.preview.decoding.previewer import Previewer
 from previewlab.preview.settings import PreviewSettings, should_preview
 
-# the live changes that move where a decoder stops (decoders.Cut), and so what a preview costs
+# the live changes that move where a decoder stops (stops.Cut), and so what a preview costs
 RESIZES = frozenset({"decode_at", "preview_max", "batch_preview"})  # (a batch's grid, or its first image)
 
 

@@ -7,7 +7,7 @@ memory and busy readings (usage.py).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -23,7 +23,7 @@ from previewlab.preview.record.records import StepCells, StepRow
 from previewlab.preview.record.run import Asked, RunEvents
 from previewlab.preview.settings import PreviewSettings
 from previewlab.preview.source.steps import Step
-from previewlab.preview.timing.stopwatch import Stopwatch
+from previewlab.preview.timing.stopwatch import Mark, Stopwatch
 from previewlab.preview.source.targets import X0Tap
 from previewlab.preview.timing.usage import RunUsage, Usage
 
@@ -56,7 +56,7 @@ class StepMeter:
                                 readings=self.readings, events=events, tap=tap, inflight=inflight)
         self.ledger = Ledger(self.parts)
         self.maker = PreviewMaker(self.parts)
-        self.last: Any = None  # the mark where the current step's denoising began
+        self.last: Mark | None = None  # the mark where the current step's denoising began
         self.in_flight = False  # a preview may still be running beside the next step
 
     @property
@@ -68,7 +68,7 @@ class StepMeter:
         """The run starts now: its memory is read from here (else from begin())."""
         self.readings.start()
 
-    def begin(self, mark: Any = None) -> None:
+    def begin(self, mark: Mark | None = None) -> None:
         """The denoising starts now (or at an earlier mark)."""
         self.readings.begin()
         self.last = mark if mark is not None else self.sw.mark()
@@ -93,6 +93,7 @@ class StepMeter:
             self._read_call(step)
         s = self.controls.get()
         row = self._scheduled_row(step.index, s)
+        assert self.last is not None, "a step ended before the denoising began (begin() not called)"
         marks = Marks(row, StepCells(event=row.event), self.last, cb, touched=self.in_flight)
         if self.plan.due(row.step, row.decoder, row.every):
             self.maker.make(marks, s, step.latents)

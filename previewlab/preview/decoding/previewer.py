@@ -5,6 +5,7 @@ import time
 
 import torch
 
+from previewlab.preview.decoding import contract
 from previewlab.preview.decoding import decoders, encoders
 from previewlab.preview.decoding.rgb_decoder import has_factors
 from previewlab.preview.decoding.stops import WHOLE, Cut, cut_for, upsample_factors
@@ -21,8 +22,8 @@ class Previewer:
 
     def __init__(self, model: Model, compile: bool = False) -> None:
         self.model, self.compile = model, compile
-        self._dec: dict[tuple[str, Cut], decoders.Decode | None] = {}
-        self._clip: dict[tuple[str, Cut], decoders.ClipDecode | None] = {}
+        self._dec: dict[tuple[str, Cut], contract.Decode | None] = {}
+        self._clip: dict[tuple[str, Cut], contract.ClipDecode | None] = {}
         self._enc: dict[str, encoders.Encoder] = {}
         self._factors: dict[str, tuple[int, ...]] = {}
         self.compile_ms: dict[tuple[str, Cut], float] = {}
@@ -55,7 +56,7 @@ class Previewer:
             out.append(side)
         return tuple(out)
 
-    def decoder(self, name: str, cut: Cut = WHOLE) -> decoders.Decode | None:
+    def decoder(self, name: str, cut: Cut = WHOLE) -> contract.Decode | None:
         key = (name, cut)
         if key not in self._dec:
             fn = decoders.build(name, self.model, self._notes.append, cut)
@@ -64,7 +65,7 @@ class Previewer:
             self._dec[key] = fn
         return self._dec[key]
 
-    def clip(self, name: str, cut: Cut = WHOLE) -> decoders.ClipDecode | None:
+    def clip(self, name: str, cut: Cut = WHOLE) -> contract.ClipDecode | None:
         """A video pipeline's clip decode for a decoder name (never compiled: its shapes follow the frames
         setting, which changes live)."""
         key = (name, cut)

@@ -17,6 +17,7 @@ from previewlab.preview.pipeline.row_ledger import Marks
 from previewlab.preview.decoding import clips
 from previewlab.preview.decoding import decoders
 from previewlab.preview.decoding import encoders
+from previewlab.preview.decoding.stops import WHOLE, Cut
 from previewlab.preview.frames import Frame, grid, tile, to_uint8_chw, to_uint8_hwc
 from previewlab.preview.pipeline.overlap import Overlap
 from previewlab.preview.pipeline.streams import jpeg_stream
@@ -92,7 +93,7 @@ class PreviewMaker:
             marks.touched = True
             p.plan.started()
 
-    def _render(self, decoder: str, s: PreviewSettings, latents: torch.Tensor, cut: decoders.Cut,
+    def _render(self, decoder: str, s: PreviewSettings, latents: torch.Tensor, cut: Cut,
                 cells: StepCells) -> _Render:
         """How this preview's pixels are made: an image's decode, or the frames of a clip that s.frames picks
         (clips.pick), decoding only the latent frames they need; the decoder stopped where `cut` says, and the
@@ -199,8 +200,8 @@ class PreviewMaker:
 
 # ---- event texts: what a row's event column says, every note of its step joined by "; " --------------------------
 
-def _compiled(decoder: str, ms: float, cut: decoders.Cut = decoders.WHOLE) -> str:
-    at = "" if cut == decoders.WHOLE else f" at {cut.label}"
+def _compiled(decoder: str, ms: float, cut: Cut = WHOLE) -> str:
+    at = "" if cut == WHOLE else f" at {cut.label}"
     return f"compiled {decoder}{at} in {ms:.0f} ms"
 
 
