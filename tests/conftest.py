@@ -28,10 +28,7 @@ pytest_plugins = ["tests.browser_fixtures"]  # chromium and tabs: the browser te
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (make test runs -n auto) each worker takes its share of the cores, and so do the
     processes it starts: torch's default, a thread per core in every worker, stalls them against each other
-    (2 workers on 2 cores: 1,222 s instead of 523 s serial, measured 2026-12-03). The files are handed out in the
-    order pytest_collection_modifyitems gives them, not in xdist's (the most tests first)."""
-    if hasattr(config.option, "loadscopereorder"):  # xdist's controller
-        config.option.loadscopereorder = False
+    (2 workers on 2 cores: 1,222 s instead of 523 s serial, measured 2026-12-03)."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers:
         import torch
@@ -40,21 +37,6 @@ def pytest_configure(config: pytest.Config) -> None:
         share = max(1, cores // int(workers))  # the cores this process may use, as -n auto counts them
         os.environ["OMP_NUM_THREADS"] = str(share)
         torch.set_num_threads(share)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files holding slow tests first, then the rest; within each, the files with more tests first. make test
-    hands each worker a file at a time (--dist loadfile): a long file handed out last kept one worker busy while
-    the other had nothing left, and xdist's own order, by the number of tests, put the files of a few long tests
-    (the demo's training, the Ray cluster, the shaped link) last. The tests of a file keep their order."""
-    by_file: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
-
-    def fast_then_small(tests: list[pytest.Item]) -> tuple[bool, int]:
-        return not any(t.get_closest_marker("slow") for t in tests), -len(tests)
-
-    items[:] = [t for tests in sorted(by_file.values(), key=fast_then_small) for t in tests]
 
 
 @pytest.fixture(scope="session")
