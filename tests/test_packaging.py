@@ -5,13 +5,12 @@ from __future__ import annotations
 import ast
 import functools
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
 import zipfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import mypy
 import pytest
@@ -23,53 +22,68 @@ TYPESHED = Path(mypy.__file__).parent / "typeshed" / "stdlib"
 Version = tuple[int, int]
 
 
+class Installed(NamedTuple):
+    clone: Path            # the checkout the wheel was built from
+    names: set[str]        # the wheel's files
+    site: Path             # the folder it was installed into
+    found: dict[str, str]  # where the installed package finds its modules and its page, from another folder
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """A clone made without symbolic links (core.symlinks=false, Git for Windows' default), as a fresh clone
+    builds it (no build/ or *.egg-info/ of the checkout's), built into a wheel and installed from it into a
+    folder of its own; what the installed package's modules resolve to, read from another folder."""
+    tmp = tmp_path_factory.mktemp("installed")
+    clone, site = tmp / "clone", tmp / "site"
+    subprocess.run(["git", "-c", "core.symlinks=false", "clone", "-q", str(ROOT), str(clone)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", ".", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp)], cwd=clone, check=True, capture_output=True)
+    wheel = next(tmp.glob("previewlab-*.whl"))
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+                           "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    code = ("import previewlab.preview.call.engine as e, previewlab.server.app as a, previewlab.bench.cli as b; "
+            "print(e.__file__); print(a.__file__); print(b.__file__); print(a.WEB)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = dict(zip(("engine", "app", "cli", "web"), out.stdout.split()))
+    return Installed(clone, set(zipfile.ZipFile(wheel).namelist()), site, found)
+
+
 @pytest.mark.slow
-def test_the_wheel_serves_the_page_from_any_folder(tmp_path):
+def test_the_wheel_serves_the_page_from_any_folder(installed: Installed) -> None:
     """Issue 20, item 1: the wheel held preview, bench and server but not web/, so an installed server stopped at
     start-up ("Directory .../site-packages/web does not exist")."""
-    # from the working tree less what git ignores, as a fresh clone builds it: the checkout's own build/ and
-    # *.egg-info/ (the SOURCES.txt of an earlier build) put in files that package-data leaves out
-    src = tmp_path / "clone"
-    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                             capture_output=True, check=True).stdout
-    for name in tracked.decode().split("\0")[:-1]:
-        origin, copy = ROOT / name, src / name
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        if origin.is_file():  # a file deleted in the working tree but not yet in the index is left out
-            shutil.copyfile(origin, copy)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", ".", "--no-deps", "--no-build-isolation",
-                    "-w", str(tmp_path)], cwd=src, check=True, capture_output=True)
-    wheel = next(tmp_path.glob("previewlab-*.whl"))
-    names = set(zipfile.ZipFile(wheel).namelist())
+    names = installed.names
     for shipped in ("web/index.html", "web/app.js", "web/style.css", "web/vendor/uPlot.iife.min.js",
                     "preview/models/demo_model/model_index.json",
                     "preview/models/single_file_configs/v1/model_index.json"):
         assert f"previewlab/{shipped}" in names, shipped
     # issue 45, item 15: the wheel left out web/favicon.svg (package-data listed html, js and css) and the
     # installed server answered /favicon.ico with a 500. Every file of the page travels, whatever its kind
-    page = subprocess.run(["git", "ls-files", "previewlab/web"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout
+    page = subprocess.run(["git", "ls-files", "previewlab/web"], cwd=installed.clone, capture_output=True,
+                          text=True, check=True).stdout
     missing = [f for f in page.split() if f not in names]
     assert "previewlab/web/favicon.svg" in page.split() and missing == [], missing
     # issue 20, item 3: one import name; nothing claims server, bench or preview in site-packages
     assert {n.split("/")[0] for n in names if not n.startswith("previewlab-")} == {"previewlab"}
-    site = tmp_path / "site"
-    zipfile.ZipFile(wheel).extractall(site)
-    # from another folder, with the unpacked wheel first on the path: the page is found inside it
-    out = subprocess.run([sys.executable, "-c", "import previewlab.server.app as a; print(a.__file__); print(a.WEB)"],
-                         cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, check=True).stdout.split()
-    assert out == [str(site / "previewlab" / "server" / "app.py"), str(site / "previewlab" / "web")]
+    # from another folder, with the installed package first on the path: the page is found inside it
+    site = installed.site
+    assert (installed.found["app"], installed.found["web"]) == (str(site / "previewlab" / "server" / "app.py"),
+                                                                str(site / "previewlab" / "web"))
     # the installed server answers the browser's icon request with the icon
     ask = ("from starlette.testclient import TestClient\n"
            "from previewlab.preview.models import load\n"
-           "from previewlab.server.app import Server, build_app\n"
+           "from previewlab.server.app import build_app\n"
+           "from previewlab.server.server import Server\n"
            "from previewlab.server.http.guard import Access\n"
            "srv = Server(load('synthetic:tiny', device='cpu'), 'runs', access=Access(hosts=('testserver',)))\n"
            "with TestClient(build_app(srv)) as c:\n"
            "    r = c.get('/favicon.ico')\n"
            "    print(r.status_code, r.headers['content-type'], r.content[:4])\n")
-    icon = subprocess.run([sys.executable, "-c", ask], cwd=tmp_path, capture_output=True, text=True,
+    icon = subprocess.run([sys.executable, "-c", ask], cwd=site.parent, capture_output=True, text=True,
                           env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     assert icon.stdout.split() == ["200", "image/svg+xml", "b'<svg'"], icon.stderr[-2000:]
 
@@ -216,27 +230,18 @@ def test_the_python_the_package_claims_is_the_one_its_code_needs():
                       "could be lowered, once an interpreter that old has run the tests")
 
 
-def test_a_checkout_without_symbolic_links_installs(tmp_path):
+@pytest.mark.slow
+def test_a_checkout_without_symbolic_links_installs(installed: Installed) -> None:
     """Issue 57, item 1: Git for Windows checks a link out as a small text file, and `pip install .` then failed
     (previewlab/preview "is not a directory"). The repository holds no link now, so such a clone is the
     checkout itself: it installs, and the installed package serves its page from where it was installed."""
     modes = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert not [line for line in modes.splitlines() if line.startswith("120000")]  # no symbolic link tracked
-    clone, site = tmp_path / "clone", tmp_path / "site"
-    subprocess.run(["git", "-c", "core.symlinks=false", "clone", "-q", str(ROOT), str(clone)], check=True)
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                           "--disable-pip-version-check", "--target", str(site), str(clone)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    code = ("import previewlab.preview.call.engine as e, previewlab.server.app as a, previewlab.bench.cli as b; "
-            "print(e.__file__); print(a.__file__); print(b.__file__); print(a.WEB)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site)})
-    assert out.returncode == 0, out.stderr[-2000:]
-    pkg = site / "previewlab"
-    assert out.stdout.split() == [str(pkg / "preview" / "call" / "engine.py"), str(pkg / "server" / "app.py"),
-                                  str(pkg / "bench" / "cli.py"), str(pkg / "web")]
-    assert (pkg / "web" / "index.html").is_file() and not (site / "tests").exists()
+    pkg = installed.site / "previewlab"
+    assert installed.found == {"engine": str(pkg / "preview" / "call" / "engine.py"),
+                               "app": str(pkg / "server" / "app.py"), "cli": str(pkg / "bench" / "cli.py"),
+                               "web": str(pkg / "web")}
+    assert (pkg / "web" / "index.html").is_file() and not (installed.site / "tests").exists()
 
 
 def test_the_readme_states_the_torch_range_that_is_tested():
