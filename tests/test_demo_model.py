@@ -52,6 +52,7 @@ def test_ships_within_25_mb_as_safetensors_and_loads_like_a_real_model(demo):
     assert demo.latent_rgb is not None and [list(r) for r in demo.latent_rgb[0]] == fit["factors"]
 
 
+@pytest.mark.slow  # 2.6 s here: the quick loop leaves it out
 def test_paints_the_color_and_place_a_held_out_caption_asks_for(demo):
     """Ten captions never drawn in training, at the run defaults (20 steps, guidance 7.5): the checker finds
     the named color in most of them. (The full figures over 50 captions are in the README.)"""

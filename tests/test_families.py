@@ -56,6 +56,7 @@ def psnr_db(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(10 * torch.log10(1 / ((a - b) ** 2).mean()))
 
 
+@pytest.mark.slow  # 3.9 s with its photo here: the quick loop leaves it out
 def test_real_taef2_round_trip_of_a_photo(photo_and_latents):
     x, z = photo_and_latents
     assert z.shape == (1, 32, x.shape[2] // 8, x.shape[3] // 8)

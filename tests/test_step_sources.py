@@ -383,6 +383,7 @@ def test_a_modular_pipelines_packed_latents_are_unpacked_by_its_own_code():
     assert w.source == "modular" and [r.preview for r in rows] == [1, 1] and all(not r.event for r in rows)
 
 
+@pytest.mark.slow  # 2.6 s here: the quick loop leaves it out
 def test_a_diffusion_decoder_pipeline_previews_its_first_stage_latents(tinies):
     """LTX-2.5 has no VAE: a diffusion model (its diffusion_decoder) makes the video from LTX-2.3's latents. The
     watch previews those latents with LTX-2.3's latent2rgb factors at every step, bit-identically, says which

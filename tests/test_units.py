@@ -112,6 +112,7 @@ def test_the_progress_line_counts_units_per_node() -> None:
     assert b.line().endswith("| 2 queued, 1 given up")
 
 
+@pytest.mark.slow  # 2.2 s here: the quick loop leaves it out
 def test_a_driver_writes_units_that_numbered_their_own_runs_under_its_own_ids(tmp_path: Path) -> None:
     plan = Plan(SETTINGS, ("latent2rgb", "taesd"), (1,), repeats=2, warmup=1, modes=("sync",))
     jobs = [UnitJob(i, Load("synthetic:tiny", device="cpu"), u) for i, u in enumerate(plan.units())]
