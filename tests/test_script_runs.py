@@ -43,18 +43,6 @@ def settled(page, n: int, timeout_s: float = 20.0) -> list[dict[str, Any]]:
         time.sleep(0.05)
 
 
-class Ticks:
-    """A clock that moves 1 us a reading, and as far as the test moves it: what a call's stage measures is its
-    readings, the same on any machine, and an idle gap is a jump the test makes."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        self.t += 1e-6
-        return self.t
-
-
 def fail_at_forward(pipe, n: int, exc: BaseException):
     """The denoiser raises at its n-th forward of the next call (a hook of the test's, removed after)."""
     seen = [0]
@@ -96,7 +84,9 @@ def test_a_call_that_raises_ends_failed_at_once_and_the_next_call_starts_clean(p
 def test_a_ctrl_c_mid_call_is_failed_when_the_next_call_begins_and_that_call_is_clean(pipe, tmp_path):
     """Item 2: torch hands no hook a KeyboardInterrupt. The next call's start ends the interrupted one as failed,
     saying so; the next call's text encoding is its own, not the idle gap or 0."""
-    clock = Ticks()
+    from tests.golden_sweep import TickClock
+
+    clock = TickClock()  # a call's figures count its readings; the idle gap is a jump of the test's
     w = preview_watch(pipe, decoder="none", mode="sync", clock=clock)
     page = serve(w, port=0, data_dir=tmp_path)
     try:
