@@ -352,7 +352,9 @@ def test_a_scripts_page_offers_no_start_and_shows_what_the_script_ran(tmp_path, 
     pipe = synthetic_pipeline("synthetic:tiny")
     w = preview_watch(pipe, decoder="latent2rgb", every=2)
     with script_page(tabs, w, tmp_path / "runs") as (page, errors):
-        assert page.is_visible("#script-note")
+        # the socket connects, then its hello shows the note and hides the start: wait for the hello, not only
+        # the socket (an immediate check failed once in CI, between the two)
+        page.wait_for_selector("#script-note", state="visible", timeout=30_000)
         assert page.is_hidden("#start") and page.is_hidden("#prompt") and page.is_hidden("#steps")
         assert (page.input_value("#decoder"), page.input_value("#every")) == ("latent2rgb", "2")
         pipe("a cat", num_inference_steps=4, height=64, width=64, guidance_scale=6.5,
