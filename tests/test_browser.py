@@ -301,6 +301,8 @@ def test_overhead_is_wall_time_against_the_baseline_before_it_and_the_page_reflo
         assert (cell(ids[1], "pair %"), cell(ids[1], said)) == ("", "")
         assert (cell(ids[2], "peak MiB"), cell(ids[4], "peak MiB")) == ("546", "")
         # the advice is the server's for the newest run's settings (taesd every 4, in use): nothing is sure enough
+        # the advice comes in its own answer, after the runs' table: wait for it, not for the table
+        wait_js(page, "document.getElementById('advice').textContent.startsWith('advice (')")
         advice = page.text_content("#advice") or ""
         assert advice.startswith("advice (budget 5 %") and "set:" not in advice and "keep:" not in advice
         # issue 54: one pair each names no cheapest and derives nothing; it says what to measure instead
@@ -552,8 +554,10 @@ def test_on_a_noisy_machine_the_page_says_so_measures_its_baselines_and_advises_
         said = judged["findings"][0]["said"]
         assert judged["findings"][0]["name"] == "latent2rgb/every1/sync" and "within noise" in said, said
         # the advice as the server said it, less its NOISY line: shown once, beside the figures (issue 56)
-        assert page.text_content("#advice") == "\n".join(
-            ln for ln in judged["advice"]["lines"] if ln.strip() != judged["noise_line"])
+        shown = "\n".join(ln for ln in judged["advice"]["lines"] if ln.strip() != judged["noise_line"])
+        # the page asks for the analysis in its own answer, after the runs' table: wait for it to be painted
+        wait_js(page, f"document.getElementById('advice').textContent === {json.dumps(shown)}", 30)
+        assert page.text_content("#advice") == shown
         # the noise: named beside the figures (the server's advice has it too), with the page's remedies
         assert judged["noise"]["noisy"] and page.is_visible("#noisy")
         assert page.text_content("#noisy") == judged["noise_line"] and judged["noise_line"].startswith("NOISY MACHINE")
