@@ -31,8 +31,13 @@ def size_of(kw: dict[str, Any]) -> tuple[int, int] | None:
     return (int(h), int(w)) if isinstance(h, int) and isinstance(w, int) else None
 
 
+DEPRECATED = "Deprecated Pipeline: "  # the skip diffusers' PipelineTesterMixin.setUp gives a deprecated pipeline
+
+
 def _test_instance(tests: Path, ref: str) -> Any:
-    """An instance of test class FILE::Class, set up (unittest's setUp patches some pipelines' helpers)."""
+    """An instance of test class FILE::Class, set up (unittest's setUp patches some pipelines' helpers). A
+    deprecated pipeline (Stable Cascade's three) is built all the same: its test skips itself in setUp, after
+    the mixin's own set-up, but 0.42.1 still ships it and users still run it (noted in STOOD_IN)."""
     import importlib
     import unittest
 
@@ -41,7 +46,12 @@ def _test_instance(tests: Path, ref: str) -> Any:
     cls = getattr(module, cls_name)
     inst = cls() if not issubclass(cls, unittest.TestCase) else cls("run")
     if hasattr(inst, "setUp"):
-        inst.setUp()
+        try:
+            inst.setUp()
+        except BaseException as e:  # pytest's skip (Skipped) is a BaseException
+            if type(e).__name__ not in ("Skipped", "SkipTest") or not str(e).startswith(DEPRECATED):
+                raise
+            STOOD_IN.append(f"built though its test skips it ({str(e)}): 0.42.1 still ships it")
     return inst
 
 

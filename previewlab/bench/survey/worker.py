@@ -29,7 +29,8 @@ def _watched(built: Built, decoder: str, ref: list[Any], steps: int | None) -> t
 
     kw = built.inputs()  # before the watch: LEdits++'s inversion belongs to no watched call
     try:
-        w = watch(built.pipe, decoder=decoder, mode="sync", size=built.size, source="auto")
+        # as a user's script watches it: no size=, the call's own height= and width= say it (issue 58)
+        w = watch(built.pipe, decoder=decoder, mode="sync", source="auto")
     except Exception as e:  # a refusal is an exception at watch()
         if decoder == "vae" and str(e).startswith("decoder vae: ") and " has no VAE (" in str(e):
             # a second stage makes the image (LTX-2.5's diffusion decoder): no VAE preview exists to make

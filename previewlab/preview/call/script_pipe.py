@@ -35,42 +35,63 @@ def model_of(pipe: Any, taesd: str | None) -> Model:
 
 
 def image_size(model: Model, latents: torch.Tensor, size: tuple[int, int] | None,
-               latent_hw: tuple[int, int] | None = None) -> tuple[int, int]:
+               latent_hw: tuple[int, int] | None = None, asked: tuple[int, int] | None = None) -> tuple[int, int]:
     """(height, width) in pixels of the call's image, from the callback's latents without a device read:
-    spatial latents carry it; FLUX's packed ones only their count of 2x2 patches, so a square is assumed
-    unless `size` says otherwise; LTX's tokens not even that, so the latent height and width its transformer
-    was called with (latent_hw) say it. Raises FamilyError for LTX latents with neither."""
+    spatial latents carry it; packed ones (B, tokens, D) only their count of tokens, so the size the call itself
+    was given (`asked`, its height= and width=) says it where that size makes as many tokens, else a square is
+    assumed; LTX's clip tokens not even that, so the latent height and width its transformer was called with
+    (latent_hw), else the call's own size. `size` (watch's size=) wins over all. Raises FamilyError for LTX
+    latents with neither."""
     if size is not None:
         return size
     vsf = model.vae_scale_factor
     if model.space.packing == "ltx":
-        if latent_hw is None:
-            raise FamilyError(f"{model.space.pipeline}: its packed clip latents do not say the clip's size; pass "
-                              "size=(height, width)")
-        return latent_hw[0] * vsf, latent_hw[1] * vsf
+        if latent_hw is not None:
+            return latent_hw[0] * vsf, latent_hw[1] * vsf
+        if asked is None:
+            raise FamilyError(f"{model.space.pipeline}: its packed clip latents do not say the clip's size, and its "
+                              "call was given no height= and width=; pass size=(height, width)")
+        return asked
     if (latents.dim() == 5 and not model.space.video and latents.shape[1] == 1
             and latents.shape[-1] >= model.space.channels):
         return int(latents.shape[2]) * vsf, int(latents.shape[3]) * vsf  # one frame, channels last (Kandinsky 5)
     if latents.dim() >= 4:  # (B, C, h, w), and clips: (B, C, T, h, w) or (B, T, C, h, w)
         return int(latents.shape[-2]) * vsf, int(latents.shape[-1]) * vsf
-    side = int(round(math.sqrt(int(latents.shape[1])))) * 2 * vsf
+    tokens = int(latents.shape[1])
+    if asked is not None:
+        h, w = asked[0] // vsf, asked[1] // vsf
+        # a token per 2x2 patch (FLUX, rounded as its prepare_latents rounds), or per latent pixel (Bria Fibo)
+        if tokens in ((h // 2) * (w // 2), h * w):
+            return asked
+    side = int(round(math.sqrt(tokens))) * 2 * vsf
     return side, side
 
 
-def call_inputs(pipe: Any) -> tuple[int, float | None]:
-    """(seed, guidance scale) of the pipeline's call in progress, for its record, without a device read: the
-    guidance scale it was called with (its __call__'s `guidance_scale`, else the `_guidance_scale` diffusers
-    pipelines keep for the call), and the seed of the torch.Generator it was given (initial_seed(), a host value;
-    a list's first, one per image). (-1, None) where the call does not show them: no generator (a random seed),
-    or a pipeline whose __call__ is not on the stack (a Modular one). A generator already drawn from before the
-    call still says the seed it was made with: the call did not start from it."""
-    found: dict[str, Any] = {}
+def call_locals(pipe: Any) -> dict[str, Any]:
+    """The local variables of the pipeline's __call__ in progress (a snapshot, read without a device read), {}
+    where its __call__ is not on the stack (a Modular pipeline's)."""
     frame: Any = sys._getframe(1)
     while frame is not None:  # the callback, or the scheduler's step, runs inside the pipeline's __call__
         if frame.f_code.co_name == "__call__" and frame.f_locals.get("self") is pipe:
-            found = frame.f_locals
-            break
+            return dict(frame.f_locals)
         frame = frame.f_back
+    return {}
+
+
+def asked_size(found: dict[str, Any]) -> tuple[int, int] | None:
+    """(height, width) px the call was given (its height= and width=, as its __call__ holds them), or None."""
+    h, w = found.get("height"), found.get("width")
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (h, w))
+    return (int(h), int(w)) if ok else None  # type: ignore[arg-type]
+
+
+def call_inputs(pipe: Any, found: dict[str, Any]) -> tuple[int, float | None]:
+    """(seed, guidance scale) of the pipeline's call in progress, for its record, without a device read, from
+    its __call__'s locals (call_locals): the guidance scale it was called with (its `guidance_scale`, else the
+    `_guidance_scale` diffusers pipelines keep for the call), and the seed of the torch.Generator it was given
+    (initial_seed(), a host value; a list's first, one per image). (-1, None) where the call does not show them:
+    no generator (a random seed), or a pipeline whose __call__ is not on the stack (a Modular one). A generator
+    already drawn from before the call still says the seed it was made with: the call did not start from it."""
     gen = found.get("generator")
     gen = gen[0] if isinstance(gen, (list, tuple)) and gen else gen
     seed = int(gen.initial_seed()) if isinstance(gen, torch.Generator) else -1
@@ -89,7 +110,6 @@ def _scale_of(pipe: Any) -> Any:
         return None
 
 
-
 def script_call(model: Model, step: Step, scheduler: Any, preview: PreviewSettings, fps: float,
                 size: tuple[int, int] | None, latent_hw: tuple[int, int] | None) -> tuple[ScriptCall, list[float]]:
     """What the call in progress asked, read at its first step without a device read, and its timestep values:
@@ -101,9 +121,10 @@ def script_call(model: Model, step: Step, scheduler: Any, preview: PreviewSettin
     total = len(set_ts) // order if set_ts is not None else steps
     timesteps = cpu_schedule(scheduler, max(total, steps))[-steps:] if steps else []
     known = (step.height, step.width) if step.height and step.width else None
-    h, w = image_size(model, latents, size or known, latent_hw)
+    found = call_locals(model.pipe)
+    h, w = image_size(model, latents, size or known, latent_hw, asked_size(found))
     space = model.space
     frames = clip_length(space.latent_frames(latents, h, w), space.temporal) if space.video else 1
-    seed, guidance = call_inputs(model.pipe)
+    seed, guidance = call_inputs(model.pipe, found)
     return ScriptCall(steps=steps, width=w, height=h, preview=preview, batch=int(latents.shape[0]),
                       num_frames=frames, fps=fps, seed=seed, guidance=guidance), timesteps

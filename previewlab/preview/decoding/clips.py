@@ -63,11 +63,12 @@ def indices(choice: FrameChoice, length: int) -> tuple[int, ...]:
 
 
 def pick(choice: FrameChoice, latent_frames: int, temporal: int, fps: float, *, causal: bool,
-         odd: bool = False) -> Pick:
+         odd: bool = False, tile: int = 1) -> Pick:
     """What a preview of T latent frames reads and shows. causal: a VAE or TAE (reads a prefix, shows frames
     of the pixel clip); else latent2rgb (reads and shows latent frames). fps: the clip's own rate (0: unknown,
     the page then plays at its default). odd: the decoder needs an odd number of latent frames
-    (CogVideoX's), so an even prefix reads one more."""
+    (CogVideoX's), so an even prefix reads one more. tile: the decoder decodes only whole tiles of this many
+    latent frames (Allegro's VAE: 6), so a prefix reads whole tiles, or the whole clip where that is shorter."""
     t, tf = max(1, latent_frames), max(1, temporal)
     seconds = clip_length(t, tf) / fps if fps > 0 else 0.0
     if causal:
@@ -76,6 +77,8 @@ def pick(choice: FrameChoice, latent_frames: int, temporal: int, fps: float, *, 
         n = _latent_of(shown[-1], tf) + 1
         if odd and n % 2 == 0 and n < t:
             n += 1
+        if tile > 1:
+            n = min(t, -(-n // tile) * tile)
         return Pick(tuple(range(n)), shown, length, seconds)
     reads = indices(choice, t)
     return Pick(reads, tuple(range(len(reads))), t, seconds)

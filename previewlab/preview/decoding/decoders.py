@@ -26,7 +26,7 @@ from previewlab.preview.models.taehv import TAEHV, take as _take
 from previewlab.preview.names import DECODER_NAMES, DecoderName, check
 from previewlab.preview.decoding.rgb_decoder import build_latent2rgb
 from previewlab.preview.decoding.tae_decoder import build_taesd
-from previewlab.preview.decoding.vae_decoder import build_vae, decode_args
+from previewlab.preview.decoding.vae_decoder import as_frames, build_vae, decode_args
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,8 @@ def _vae_clip(model: Model, cut: Cut) -> ClipDecode:
         frames = z.reshape(b * n, *z.shape[2:])
         one = to_vae(frames.to(dtype) if space.cast_first else frames, height, width)  # (B*n, C, 1, h, w)
         clip = smaller(one.reshape(b, n, *one.shape[1:2], *one.shape[3:]).transpose(1, 2))  # (B, C, n, h, w)
-        video = vae.decode(clip, return_dict=False, **args(clip))[0]  # (B, 3, F, H, W) in [-1, 1]
-        return ((_shown(video.transpose(1, 2), pick) + 1) / 2).clamp(0, 1)
+        video = vae.decode(clip, return_dict=False, **args(clip))[0]  # (B, 3, F, H, W) in [-1, 1], or (B, F, 3, ...)
+        return ((_shown(as_frames(video), pick) + 1) / 2).clamp(0, 1)
 
     return decode
 

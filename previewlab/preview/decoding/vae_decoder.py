@@ -30,10 +30,18 @@ def decode_args(model: Model) -> Callable[[torch.Tensor], dict[str, Any]]:
     return lambda z: {}
 
 
+def as_frames(video: torch.Tensor) -> torch.Tensor:
+    """A VAE's decoded clip as (B, F, 3, H, W): most video VAEs decode (B, 3, F, H, W), Allegro's (B, F, 3, H, W)
+    (its pipeline permutes it back). Read from where the 3 colour channels sit, shapes only; (B, 3, 3, H, W)
+    reads as the first (no clip a known VAE makes has 3 frames)."""
+    return video if video.shape[2] == 3 and video.shape[1] != 3 else video.transpose(1, 2)
+
+
 def vae_decoder(model: Model, cut: Cut = WHOLE) -> Decode:
     """The pipeline's own VAE, fed exactly what its final decode feeds it: callback latents -> (B, 3, H, W) in
     [-1, 1] (half_latents: the unscaled latents halved first, (B, 3, H/2, W/2)). Constants and the float32 copy
-    (when needed) are made here, once, never per call."""
+    (when needed) are made here, once, never per call. A VAE that decodes only whole tiles of latent frames
+    (space.tile_t: Allegro's) is handed the frame repeated to one tile, and the image is its first frame."""
     vae = vae_of(model.pipe)
     space = model.space
     if vae is None:  # a second stage makes the image (space.stage): nothing a preview can call
@@ -51,8 +59,10 @@ def vae_decoder(model: Model, cut: Cut = WHOLE) -> Decode:
             image = as_vae_would(vae, dec, z)
         else:
             z = z.to(vae.dtype)
+            if space.frames and space.tile_t > 1:
+                z = z.expand(-1, -1, space.tile_t, -1, -1)
             image = vae.decode(z, return_dict=False, **args(z))[0]
-            image = image[:, :, 0] if space.frames else image  # a Wan-style VAE: the image is frame 0
+            image = as_frames(image)[:, 0] if space.frames else image  # a Wan-style VAE: the image is frame 0
         return image * 2 - 1 if space.unit else image  # Stable Cascade's VQ-GAN decodes to [0, 1]
 
     return decode

@@ -79,6 +79,9 @@ class LatentSpace:
     video: bool = False          # the pipeline makes a clip: previews show the frames clips.pick chooses
     frames_first: bool = False   # video latents come (B, T, C, h, w) (CogVideoX), not (B, C, T, h, w)
     temporal: int = 1            # a clip: frames per latent frame after the first (Wan 4, Mochi 6; 1 for images)
+    # a clip: the VAE decodes only whole tiles of this many latent frames (Allegro's tiled decode: 24 frames / 4);
+    # its decodes read whole tiles, or the whole clip where it is shorter, as the pipeline's own decode reads it
+    tile_t: int = 1
     pipeline: str = ""
     patch: int = 1               # ltx: latent pixels per token side (transformer_spatial_patch_size)
     patch_t: int = 1             # ltx: latent frames per token (transformer_temporal_patch_size)

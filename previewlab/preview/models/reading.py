@@ -140,6 +140,16 @@ def _temporal(pipe: Any) -> int:
     return 1
 
 
+def _time_tile(vae: Any) -> int:
+    """Latent frames a VAE decodes only in whole tiles of: AutoencoderKLAllegro's tiled decode (its only decode)
+    takes tiles of kernel[0] frames, temporal_compression_ratio frames per latent frame (24 / 4 = 6); 1 for a
+    VAE that decodes any number of latent frames."""
+    kernel, ratio = getattr(vae, "kernel", None), getattr(vae.config, "temporal_compression_ratio", None)
+    if not getattr(vae, "use_tiling", False) or not isinstance(kernel, tuple) or not kernel:
+        return 1
+    return max(1, int(kernel[0]) // int(ratio)) if isinstance(ratio, int) and ratio > 0 else 1
+
+
 def _takes(fn: Any, name: str) -> bool:
     try:
         return name in inspect.signature(fn).parameters
@@ -191,4 +201,4 @@ def latent_space(pipe: Any) -> LatentSpace:
                        unpack=unpack if packing == "packed" else None,
                        unpack_clip=unpack if packing == "ltx" else None, patch=patch, patch_t=patch_t,
                        timestep=_timestep(vae), video=video, frames_first=video and _frames_first(type(pipe)),
-                       temporal=_temporal(pipe) if video else 1)
+                       temporal=_temporal(pipe) if video else 1, tile_t=_time_tile(vae) if frames else 1)

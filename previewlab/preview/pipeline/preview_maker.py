@@ -112,7 +112,8 @@ class PreviewMaker:
         clip = prev.clip(decoder, cut)
         assert clip is not None
         pick = clips.pick(s.frames, space.latent_frames(latents, h, w), space.temporal, p.fps,
-                          causal=decoders.causal(decoder, p.model), odd=space.family == "cogvideox")
+                          causal=decoders.causal(decoder, p.model), odd=space.family == "cogvideox",
+                          tile=space.tile_t if decoder == "vae" else 1)
         return _Render(lambda z: tile(made(clip(z, h, w, pick))), len(pick.reads), pick.fps)
 
     def _sync(self, marks: Marks, latents: torch.Tensor, s: PreviewSettings, render: _Render,

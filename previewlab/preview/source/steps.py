@@ -67,7 +67,8 @@ class CallbackSteps:
         call was seen yet (a chunked loop's i == 0 is a new call only then)."""
         if i == 0 or not self._ends:
             calls = getattr(pipe, "_num_timesteps", None)
-            self._ends = plan(getattr(pipe, "scheduler", None), calls if isinstance(calls, int) else None)
+            self._ends = plan(getattr(pipe, "scheduler", None), calls if isinstance(calls, int) else None,
+                              chunked=self.chunked)
             if fresh or not self.chunked:
                 self._index = 0
         if i < len(self._ends) and not self._ends[i]:
@@ -119,19 +120,20 @@ def step_ends(calls: int, warmup: int, order: int) -> list[bool]:
     return [k + 1 == calls or (k + 1 > warmup and (k + 1) % order == 0) for k in range(calls)]
 
 
-def plan(scheduler: Any, calls: int | None = None) -> list[bool]:
+def plan(scheduler: Any, calls: int | None = None, chunked: bool = False) -> list[bool]:
     """Which of a loop's iterations end a pipeline step, from the schedule the pipeline has set (host metadata: its
     length, the steps asked, the scheduler's order). The warm-up is the schedule's extra entries: PNDM's schedule
     for 2 steps is [501, 1, 1], its first step two iterations; Heun's (order 2) has an entry per half step. calls:
     the loop's own count where the pipeline says it (img2img runs the schedule's tail), else the schedule's length
-    from its begin index."""
+    from its begin index. chunked: the loop runs inside another (per_chunk), so `calls` may count every chunk's
+    iterations (AnyFlow FAR's _num_timesteps: chunks x steps) and says nothing of one loop's warm-up."""
     timesteps = getattr(scheduler, "timesteps", None)
     length = len(timesteps) if timesteps is not None else 0
     asked = getattr(scheduler, "num_inference_steps", None)
     order = max(1, int(getattr(scheduler, "order", 1) or 1))
     # the warm-up is counted on the iterations the loop runs, where the pipeline says them, as its progress bar
     # counts it: SANA-Sprint's SCM schedule for 2 steps has 3 entries and its loop runs the first 2, no warm-up
-    base = calls if calls is not None else length
+    base = calls if calls is not None and not chunked else length
     warmup = max(base - asked * order, 0) if isinstance(asked, int) and asked > 0 else 0
     if calls is None:
         calls = length - int(getattr(scheduler, "begin_index", None) or 0)
