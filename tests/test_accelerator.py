@@ -38,6 +38,7 @@ def test_the_backend_finds_out_whether_events_can_time():
     assert Accelerator(FakeApi(FakeDevice(clock), timing=False)).timing == "waits"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
 def test_generic_stages_are_device_times_with_no_wait_added(tiny, mode):
     """The generic backend's rows hold the fake device's own times, and it waits exactly where the fake device
@@ -60,6 +61,7 @@ def test_generic_stages_are_device_times_with_no_wait_added(tiny, mode):
     assert all(r.sync_ms < 0.5 + real_ms for r in run.rows), [r.sync_ms for r in run.rows]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
 def test_without_timing_events_the_edges_wait_and_say_so(tiny, mode):
     """A device whose events cannot time: every mark waits for the device, so the host clock between marks is

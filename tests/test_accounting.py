@@ -62,6 +62,7 @@ def measured(model: Any, mode: Mode, decoder: DecoderName, path: str = "fake",
     return run, dev, real_ms
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
 @pytest.mark.parametrize("decoder", ["none", "taesd"])
@@ -94,6 +95,7 @@ def test_every_device_millisecond_is_counted_once(tiny, mode, decoder, path):
         assert all(abs(x.transfer_ms - COPY_MS) < 0.5 for x in still.rows if x.preview)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("mode, decoder", [("sync", "none"), ("sync", "taesd"), ("overlap", "none")])
 def test_nothing_in_flight_after_the_last_step_drains_nothing(tiny, mode, decoder, path):
@@ -103,6 +105,7 @@ def test_nothing_in_flight_after_the_last_step_drains_nothing(tiny, mode, decode
     assert run.record.totals.drain_ms == pytest.approx(0.0, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_overlap_costs_the_drain_and_sync_costs_the_decodes(tiny):
     measured(tiny, "sync", "taesd")  # warm-up: a first run's host work is slow, and the device waits for it
     base, _, real_base = measured(tiny, "sync", "none")
@@ -130,6 +133,7 @@ def modular_xl(tiny_xl: Any) -> Any:
     return pipe
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("source", ["callback", "scheduler", "modular"])
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
@@ -265,6 +269,7 @@ def nvjpeg_frames(tiny: Any, dev: FakeDevice, clock: FakeClock, jpeg: FakeJpeg, 
     return run, list(told.frames)
 
 
+@pytest.mark.slow
 def test_nvjpeg_is_ordered_and_waits_for_nothing_else_in_every_run(tiny, monkeypatch):
     """torchvision's encoder syncs only the stream it was built under. Built under the main stream (a sync run
     first), each encode would wait for the queued steps; under one run's side stream, for the next decode, and
@@ -283,6 +288,7 @@ def test_nvjpeg_is_ordered_and_waits_for_nothing_else_in_every_run(tiny, monkeyp
         assert all((r.preview_width, r.preview_height) == (64, 64) for r in run.rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_overlap_runs_share_one_side_stream(tiny, path):
     """A new stream starts with an empty allocator pool: every run would pay cudaMalloc for the decode's
@@ -318,6 +324,7 @@ def test_a_host_bound_callback_is_on_the_path(tiny):
     assert run.record.totals.other_ms < LAUNCH_MS  # never left over as unexplained time
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
 def test_callback_clocks_ignore_the_users_queued_work(tiny, mode, path):

@@ -32,6 +32,7 @@ def test_the_interval_is_the_binomial_one_for_every_small_n():
         assert coverage_pct(n, k) == pytest.approx(level, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_the_interval_of_100000_samples_is_found():
     """The per-k sum took hours here (it grew with n cubed); one pass takes about a second. The normal
     approximation puts k within a few of n/2 - 0.98 sqrt(n), and the level just over 95 %."""

@@ -139,6 +139,7 @@ def test_killed_sweep_leaves_readable_csvs(tmp_path):
         assert n == want
 
 
+@pytest.mark.slow
 def test_trace_and_cprofile_write_named_stages(tmp_path):
     p = previewlab_here("bench", "--model", "synthetic:tiny", "--decoders", "taesd", "--every", "1", "--modes", "sync", "--steps", "3",
               "--repeats", "1", "--warmup", "0", "--trace", str(tmp_path / "t"), "--cprofile", str(tmp_path / "c"),
@@ -160,6 +161,7 @@ def test_trace_and_cprofile_write_named_stages(tmp_path):
     assert all(r["role"] in ("baseline", "config") for r in runs)  # traced runs never enter the statistics
 
 
+@pytest.mark.slow
 def test_dtype_and_channels_last_are_axes(tmp_path):
     p = previewlab_here("bench", "--model", "synthetic:tiny", "--decoders", "latent2rgb", "--every", "2", "--steps", "2",
               "--repeats", "1", "--warmup", "0", "--dtype", "float32,bfloat16", "--channels-last", "off,on",
@@ -220,6 +222,7 @@ def test_a_sweep_of_one_first_run_writes_its_summary_and_says_why_it_is_empty(tm
     assert (tmp_path / "summary.csv").read_text().strip() == "config"
 
 
+@pytest.mark.slow
 def test_a_noisy_sweep_says_so_first_and_last_and_strict_fails_it(tmp_path):
     """Issue 23, item 2: with the limit set below any real machine's spread, the summary's first line names the
     spread and the remedies, the bench's last line points at it, and --strict exits 3; the figures are still
@@ -241,6 +244,7 @@ def test_a_noisy_sweep_says_so_first_and_last_and_strict_fails_it(tmp_path):
     assert {r["threads"] for r in runs} == {"1"}  # --threads pinned torch's CPU threads
 
 
+@pytest.mark.slow
 def test_decode_at_is_an_axis_whose_rows_say_where_the_decoder_stopped(tmp_path):
     """Issue 24, item 4: --decode-at sweeps where a decoder stops. synthetic:tiny's TAE has one upsampling stage
     (its latents are at 1/2): at a preview_max of a quarter of the image, taesd at preview leaves it out and

@@ -33,6 +33,7 @@ def rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_two_schedulers_by_two_step_counts_each_have_their_own_baselines(tmp_path, capsys):
     code = cli.main(["--model", "synthetic:tiny", "--decoders", "none,latent2rgb", "--every", "1", "--scheduler",
                      "euler,dpmpp_2m", "--steps", "1,2", "--repeats", "1", "--warmup", "0", "--out", str(tmp_path)])

@@ -94,6 +94,7 @@ def ahead(src: Path, dst: Path) -> list[str]:
     return [f"{FUTURE}-{i:03d}" for i in range(len(ids))]
 
 
+@pytest.mark.slow
 def test_a_local_sweep_names_its_runs_after_the_folders_newest(swept, tmp_path):
     """Before: each process numbered from its own clock, so a folder's ids repeated or ran backwards."""
     from previewlab.bench.plan import Plan

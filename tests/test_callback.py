@@ -162,6 +162,7 @@ def test_serve_shows_the_users_run_over_ws(pipe, tmp_path):
     assert (run_dir / "steps.csv").is_file() and (run_dir / "meta.json").is_file()
 
 
+@pytest.mark.slow
 def test_summary_judges_noise_at_the_limit_it_is_given_and_refuses_one_out_of_range(pipe):
     # issue 54: a watch judged noise against a fixed 10 % whatever the bench's --noise-limit said
     w = preview_watch(pipe, decoder="latent2rgb", every=1)
@@ -177,6 +178,7 @@ def test_summary_judges_noise_at_the_limit_it_is_given_and_refuses_one_out_of_ra
             w.summary(**bad)
 
 
+@pytest.mark.slow
 def test_summary_says_what_the_call_cost_where_it_went_and_what_its_calls_support(pipe):
     w = preview_watch(pipe, decoder="vae", every=1, mode="sync")
     assert w.summary() == "no finished call yet"
@@ -210,6 +212,7 @@ def test_summary_says_what_the_call_cost_where_it_went_and_what_its_calls_suppor
     assert "nothing is derived from a figure short of the 95 % level: 5 more pairs of calls" in text
 
 
+@pytest.mark.slow
 def test_the_record_reads_seed_and_guidance_from_the_call(pipe):
     """Issue 35 item 9: watch.record said guidance=None and seed=-1 for a call given guidance_scale=3.0 and a
     seeded generator; both are read from the call now (no device read), and the output stays bit-identical."""

@@ -55,6 +55,7 @@ def test_a_port_in_use_is_one_line_before_the_url():
     one_line(p, f"--host 127.0.0.1 --port {port}: address already in use; another server may hold it")
 
 
+@pytest.mark.slow
 def test_bench_out_that_cannot_be_made_is_one_line():
     one_line(previewlab("bench", "--model", "synthetic:tiny", "--out", "/proc/nope", timeout=120),
              "--out /proc/nope: No such file or directory")

@@ -65,6 +65,7 @@ def _infinite(meta: dict[str, Any]) -> str:
     (_big_steps, "steps=99999999999999999999... (400 digits): past a signed 64-bit integer"),
     (_infinite, "guidance=1e999: past what a float holds (read as infinity)"),
 ], ids=["bytes", "steps", "1e999"])
+@pytest.mark.slow
 def test_a_meta_json_number_no_run_writes_is_damaged_and_breaks_nothing_else(
         real_runs: tuple[Path, list[str]], tmp_path: Path, tiny: Model, edit: Callable[[dict[str, Any]], str],
         said: str) -> None:

@@ -148,6 +148,7 @@ def test_a_lone_surrogate_is_refused_at_the_door_and_survives_on_disk(make_app, 
     assert json.loads(listed.content)[0]["prompt"] == "\U000103ff\ud800 x"  # the pair joined, the lone one kept
 
 
+@pytest.mark.slow
 def test_set_refuses_taesd_where_start_does(make_app, tiny):
     """Item 12: on a model without TAE weights, `set decoder=taesd` was accepted, and every preview failed (each
     a traceback in an embedded script's terminal); a start with it failed its run with a traceback. Both are now
@@ -171,6 +172,7 @@ def test_set_refuses_taesd_where_start_does(make_app, tiny):
     assert done["status"] == "stopped"
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_at_the_final_image_names_it_and_leaves_no_empty_file(make_app, monkeypatch):
     """Item 12: a disk that filled mid-run gave a `done` saying only "OSError: [Errno 28]", and left a 0-byte
     final.png that was then served as 200 image/png."""

@@ -120,6 +120,7 @@ def test_a_diffusers_autoencoder_tiny_cut_equals_madebyollins_layout_with_the_sa
             assert x.shape == y.shape == (1, 3, *side) and torch.allclose(x, y, atol=1e-5), c
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("channels,patch", [(16, 1), (48, 2)])  # taew2_1 / taehv / taecvx, taew2_2
 def test_taehv_leaves_out_its_last_spatial_upsamples_keeping_every_frame(channels, patch):
     torch.manual_seed(0)
@@ -193,6 +194,7 @@ def test_the_sides_the_autopilot_may_trade_are_the_ones_that_decode_fewer_pixels
     assert prev.sides("taesd", at, 1024, 512, batch=4) == (512, 256)
 
 
+@pytest.mark.slow
 def test_the_autopilot_decodes_smaller_before_it_widens_the_interval(tiny, monkeypatch):
     """The real engine with a clock on which the UNet takes 100 s a step and TAESD's upsampling stage 120 s
     (so the host's own milliseconds, which a busy machine stretches, do not count): a 10 % budget affords a
@@ -249,6 +251,7 @@ def test_with_compile_every_size_the_autopilot_may_trade_for_is_compiled_before_
     assert set(fixed.compile_ms) == {("taesd", WHOLE)}
 
 
+@pytest.mark.slow
 def test_the_real_taef2_half_side_decode_is_within_28_db_of_its_whole_decode_resized():
     """The issue's target, on the real weights and a photo (a 256 px crop of grace_hopper.jpg, encoded by the real
     TAEF2 encoder), through the quality bench: every cut the size it says, and 1/2 at 28 dB or more."""

@@ -62,6 +62,7 @@ def test_paints_the_color_and_place_a_held_out_caption_asks_for(demo):
     assert figures["color"] >= 60, figures
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decoder", ["latent2rgb", "taesd", "vae"])
 def test_every_decoder_previews_a_picture_and_the_record_says_demo(demo, decoder, tmp_path):
     told = Gathered()

@@ -145,6 +145,7 @@ def test_sdxl_family_runs_with_every_decoder(tiny_xl):
         assert r.record.totals.previews == 2 and r.record.meta.model == "synthetic:tiny-xl"
 
 
+@pytest.mark.slow
 def test_local_folder_and_taesd_file_load(tiny, tmp_path):
     tiny.pipe.save_pretrained(tmp_path / "sd")
     from previewlab.preview.models.taesd import Decoder

@@ -104,6 +104,7 @@ def test_a_transformer_in_pixel_space_previews_as_the_image(tinies):
         assert rows[0].event.startswith(f"pixel space: the latents are the image, so {decoder} shows them")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_none_latent2rgb_and_vae_preview_without_changing_the_image(tinies, name):
     t = tiny_of(tinies, name)
@@ -127,6 +128,7 @@ def test_none_latent2rgb_and_vae_preview_without_changing_the_image(tinies, name
             assert events == ["", ""], f"{name} {decoder}: a preview failed: {events}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_the_vae_decoder_feeds_the_vae_what_the_pipelines_own_decode_does(tinies, name):
     t = tiny_of(tinies, name)
@@ -247,6 +249,7 @@ def test_a_local_folder_of_any_pipeline_loads_and_runs_in_the_engine(tinies, tmp
     assert len(fitted) == (1 if SPACES[name][0] is None else 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", VIDEOS)
 def test_a_clip_previews_its_first_latent_frame_without_changing_the_clip(tinies, name):
     t = tiny_of(tinies, name)
@@ -335,6 +338,7 @@ def test_a_video_pipeline_runs_in_the_engine_and_its_final_image_is_the_first_fr
                                        "latents_mean by AutoencoderKLWan")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["wan", "qwenimage"])
 def test_the_video_tae_previews_wan_latents_from_a_published_layout(tinies, tmp_path, name):
     """decoder taesd with madebyollin/taehv's taew2_1 layout (random weights): on Wan and on Qwen-Image, whose
@@ -420,6 +424,7 @@ def test_ltx_unscaling_matches_the_pipeline_in_bfloat16():
     assert torch.equal(whole, plain)
 
 
+@pytest.mark.slow
 def test_a_compiled_latent2rgb_never_fits_its_factors_to_the_warm_up_zeros():
     from previewlab.preview.decoding.previewer import Previewer
 

@@ -77,6 +77,7 @@ def test_real_taef2_round_trip_of_a_photo(photo_and_latents):
         assert psnr_db(decoder(z[..., :32, :32]).clamp(0, 1), x[..., :256, :256]) < 25
 
 
+@pytest.mark.slow
 def test_flux2_latent2rgb_correlates_with_the_photo(photo_and_latents):
     x, z = photo_and_latents
     rgb = latent2rgb(LATENT_RGB["flux2"], CPU, torch.float32)(z)

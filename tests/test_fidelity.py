@@ -38,6 +38,7 @@ def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return plain, fid
 
 
+@pytest.mark.slow
 def test_the_pass_writes_fidelity_csv_and_no_timed_run_holds_its_work(both):
     plain, fid = both
     assert not (plain / "fidelity.csv").exists()
@@ -66,6 +67,7 @@ def test_summary_csv_carries_the_decoders_fidelity_labelled_synthetic_and_the_ad
     assert "set:" not in text  # never advised on
 
 
+@pytest.mark.slow
 def test_the_report_plots_overhead_against_fidelity_and_fidelity_by_decoder(both):
     plain, fid = both
     assert report.main([str(fid)]) == 0

@@ -52,6 +52,7 @@ def test_the_pass_runs_no_timed_run_and_the_analysis_then_carries_each_decoders_
             assert recv_until(late, "hello")["fidelity"]["state"] == "done"
 
 
+@pytest.mark.slow
 def test_the_pass_is_refused_in_one_line_while_a_run_goes(make_app):
     srv, app = make_app()
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:

@@ -212,6 +212,7 @@ def test_work_limit_refuses_with_the_limit_and_its_flag(make_app):
         assert recv_until(ws, "done")["status"] == "done"
 
 
+@pytest.mark.slow
 def test_stop_takes_effect_at_the_next_step_boundary(make_app):
     """Item 7: stop is read at the end of every step, so the run ends after the step in progress (plus the
     final image). Measured from the stop: at most two more steps are reported (the one running, and one
@@ -234,6 +235,7 @@ def test_guidance_is_validated(bad):
         RunSettings(guidance=bad)
 
 
+@pytest.mark.slow
 def test_guidance_is_recorded_everywhere(make_app, tmp_path):
     """Item 10: meta.json (and so /runs and `done`), generations.jsonl and both CSV exports."""
     data = tmp_path / "runs"
@@ -337,6 +339,7 @@ def test_runs_query_is_validated(make_app):
 
 # -- issue 18 ------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_an_ack_after_done_is_recorded_and_exported(make_app):
     """Item 3: the browser acks the last frame as `done` goes out. Before, the run's deliveries file was closed
     by then and the ack was dropped (8 runs in 10 for a browser that acks 25 ms after each frame)."""
@@ -365,6 +368,7 @@ def test_an_ack_after_done_is_recorded_and_exported(make_app):
         wait_until(acked, 10, "the late ack in the run's CSV")
 
 
+@pytest.mark.slow
 def test_an_encoder_this_server_cannot_run_is_refused_as_start_and_as_set(make_app):
     """Item 8: nvjpeg on a CPU server was accepted: as a start the run failed with 0 steps, as a set it demoted
     every watcher's decoder under a message that blamed the decoder."""

@@ -5,6 +5,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from previewlab.preview.controls import Controls
@@ -91,6 +92,7 @@ def test_a_real_runs_end_carries_its_live_change(tiny):
     assert RunEnd.of(end.meta, run.record.totals).changes == ""  # no rows given: nothing known
 
 
+@pytest.mark.slow
 def test_the_servers_done_message_and_runs_list_carry_the_changes(make_app, tmp_path):
     """A live change through the socket; the run stopped once a row shows it."""
     srv, app = make_app(tmp_path / "runs")

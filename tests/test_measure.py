@@ -143,6 +143,7 @@ def test_every_auto_is_refused_in_one_line_and_starts_nothing(make_app):
         assert srv.store.ids() == []
 
 
+@pytest.mark.slow
 def test_a_stop_between_two_runs_of_a_series_ends_the_series_and_the_run_it_was_starting(make_app):
     """Issue 54, item 4: a Stop while the worker was still starting the series' next run (making its folder)
     found nothing to stop (worker.stop() False); that run then ran whole, the series said "stopped". Now the run

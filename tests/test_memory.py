@@ -60,6 +60,7 @@ def fake_run(model, monkeypatch, mode: Mode, reading_of):
     return run, dev
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "overlap"])
 def test_each_preview_row_holds_its_own_memory_and_reading_it_adds_no_device_wait(tiny, monkeypatch, mode: Mode):
     from previewlab.preview.timing.memory import Nothing

@@ -38,6 +38,7 @@ def settings(decoder: DecoderName = "none", target: Target = "auto", steps: int 
     return RunSettings(steps=steps, width=64, height=64, preview=PreviewSettings(decoder=decoder, target=target, **kw))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["x0", "latents"])
 @pytest.mark.parametrize("decoder", ["latent2rgb", "taesd", "vae"])
 def test_every_decoder_and_target_previews_every_family(family_model, decoder, target):
@@ -51,6 +52,7 @@ def test_every_decoder_and_target_previews_every_family(family_model, decoder, t
     assert run.image is not None and run.image.shape == (64, 64, 3)
 
 
+@pytest.mark.slow
 def test_x0_leaves_the_image_as_a_plain_call_makes_it(family_model):
     plain = direct_call(family_model, settings(), "d", None)
     for target in ("x0", "latents"):
@@ -61,6 +63,7 @@ def test_x0_leaves_the_image_as_a_plain_call_makes_it(family_model):
     assert [r.target for r in shown.rows] == ["x0", "x0"]
 
 
+@pytest.mark.slow
 def test_x0_differs_from_the_latents_early_on(family_model):
     """x0 is the clean-image prediction: at step 1 it is far from the noisy latents it came from."""
     seen: dict[Target, list[bytes]] = {"x0": [], "latents": []}
@@ -126,6 +129,7 @@ def tae_file(m: Model, folder: Path) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FAMILIES)
 def test_watch_runs_every_family_with_every_decoder_and_target(name, tmp_path):
     m = load(name, device="cpu")

@@ -43,6 +43,7 @@ def test_a_modular_folder_loads_as_a_modular_pipeline(modular_model):
     assert modular_model.family == "sdxl" and not modular_model.synthetic
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("decoder", "mode"), [("latent2rgb", "sync"), ("vae", "overlap"), ("none", "sync")])
 def test_the_engine_runs_a_modular_pipeline_with_previews_and_its_own_image(modular_model, decoder, mode):
     s = RunSettings(steps=3, width=64, height=64, prompt="a red fox", seed=4,

@@ -81,6 +81,7 @@ def test_a_new_preset_reads_as_its_family_at_the_real_latent_shape(models, name)
         assert transformer.cross_attn_mod == transformer.audio_cross_attn_mod == (family == "ltx2_3")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NEW)
 def test_a_two_step_run_previews_every_frame_with_latent2rgb_and_the_tae(models, name):
     """generate(), the server's and the bench's run: a preview at each step showing the whole clip, latent2rgb
@@ -105,6 +106,7 @@ def test_a_two_step_run_previews_every_frame_with_latent2rgb_and_the_tae(models,
         assert run.image is not None and run.image.shape == (size, size, 3) and run.image.std() > 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NEW)
 def test_a_runs_final_image_is_the_pipelines_own_first_frame(models, name):
     """LTX-2 returns its latent output unpacked and denormalized: the final decode once unscaled it again (about 100
@@ -116,6 +118,7 @@ def test_a_runs_final_image_is_the_pipelines_own_first_frame(models, name):
     assert run.image is not None and np.abs(run.image.astype(int) - first).max() <= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NEW)
 def test_watch_previews_a_users_call_and_leaves_the_clip_unchanged(models, name, tmp_path):
     """A user's watch, the TAE loaded from madebyollin's file name for the family: HunyuanVideo 1.5 has no step

@@ -130,6 +130,7 @@ def test_a_reload_shows_the_newest_run_whole_as_its_advice_does(tabs, noisy):
     assert errors == [], errors
 
 
+@pytest.mark.slow
 def test_the_final_png_carries_its_settings_for_a1111_and_comfyui(noisy):
     """The saved PNG said nothing of how it was made. Its text chunks now hold A1111's `parameters` (its PNG Info
     reads them) and ComfyUI's API-format `prompt` graph, read back here with Pillow's PNG reader."""

@@ -22,6 +22,7 @@ def frames_of(model, mode: Mode, decoder: DecoderName, steps: int = 6, **kw) -> 
     return told.frames, run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decoder", ["latent2rgb", "taesd", "vae"])
 def test_overlap_frames_are_sync_frames(tiny, decoder):
     sync, rs = frames_of(tiny, "sync", decoder)

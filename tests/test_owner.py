@@ -105,6 +105,7 @@ def test_a_folder_nobody_can_write_is_not_locked(tmp_path):
         data.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_the_server_reads_as_windows_has_it():
     """Everything the server runs uses only what Windows has: mypy with --platform win32 reads the lock's
     msvcrt side and the rest of server/ as Windows' typeshed has them (no fcntl, os.pread, O_NOFOLLOW there). The

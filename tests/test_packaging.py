@@ -212,6 +212,7 @@ def _needs(path: Path) -> Iterator[tuple[Version, str]]:
         yield from ((version, f"{at}: {what}") for version, what in used if version is not None)
 
 
+@pytest.mark.slow
 def test_the_python_the_package_claims_is_the_one_its_code_needs():
     """Issue 44, item 6: pyproject claimed Python >= 3.10 while preview/call/callback.py imports typing.Unpack (3.11), so
     previewlab.watch() failed on 3.10. The claim, the type check's version and the code's needs agree: nothing in

@@ -255,6 +255,7 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
+@pytest.mark.slow
 def test_metrics_parse_and_move_with_a_run_and_logs_are_appended(make_app, tmp_path):
     srv, app = make_app(data_dir=tmp_path / "data")
     with TestClient(app) as client:

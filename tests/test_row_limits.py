@@ -41,6 +41,7 @@ def _rows(text: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text if text.startswith("run_id,") else export_header() + text)))
 
 
+@pytest.mark.slow
 def test_a_call_of_more_steps_than_a_run_keeps_is_recorded_readable_and_says_so(make_app, tmp_path):
     """20,001 steps through a real Store: it keeps 20,000 rows, the run ends failed naming the limit, and the
     run's CSV answers 200 with those rows, never damaged."""

@@ -54,6 +54,7 @@ def fail_at_forward(pipe, n: int, exc: BaseException):
     return pipe.unet.register_forward_pre_hook(hook)
 
 
+@pytest.mark.slow
 def test_a_call_that_raises_ends_failed_at_once_and_the_next_call_starts_clean(pipe, tmp_path):
     """Item 2: a RuntimeError at step 3 of 6. The run is failed with the error at once, not running until the
     script's next call; the scheduler is unwrapped; the next call's record is its own (its text encoding
@@ -81,6 +82,7 @@ def test_a_call_that_raises_ends_failed_at_once_and_the_next_call_starts_clean(p
         w.remove()
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_mid_call_is_failed_when_the_next_call_begins_and_that_call_is_clean(pipe, tmp_path):
     """Item 2: torch hands no hook a KeyboardInterrupt. The next call's start ends the interrupted one as failed,
     saying so; the next call's text encoding is its own, not the idle gap or 0."""
@@ -318,6 +320,7 @@ def test_a_call_that_fails_after_its_text_encoding_lends_the_next_call_nothing(p
         w.remove()
 
 
+@pytest.mark.slow
 def test_a_second_pipeline_sharing_the_components_is_not_measured_as_this_watchs_call(pipe, tmp_path):
     """Item 5, by another path: an img2img pipeline made from `pipe.components` fires the hooks on the shared
     text encoder, UNet and VAE. Its call is not this watch's: the scheduler is left unwrapped after it, and the

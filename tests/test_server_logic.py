@@ -13,6 +13,7 @@ from previewlab.server.ws.options import RunOptions
 from tests.conftest import SAME_ORIGIN, recv_until
 
 
+@pytest.mark.slow
 def test_hello_start_refuse_stop_and_csv(make_app):
     srv, app = make_app()
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:
@@ -113,6 +114,7 @@ def test_unknown_and_hostile_run_ids_are_404(make_app):
             assert client.get(f"/runs/{rid}.csv").status_code == 404
 
 
+@pytest.mark.slow
 def test_bad_messages_get_an_error_and_the_socket_stays_open(make_app):
     srv, app = make_app()
     with TestClient(app) as client, client.websocket_connect("/ws", headers=SAME_ORIGIN) as ws:

@@ -57,6 +57,7 @@ def test_config_folder_stands_in_for_the_shipped_configs(sd15_file, tmp_path):
 @pytest.mark.parametrize("kind,parts", [("v2", {"unet": 865_910_724, "text_encoder": 340_387_840}),
                                         ("xl_base", {"unet": 2_567_463_684, "text_encoder": 123_060_480,
                                                      "text_encoder_2": 694_659_840})])
+@pytest.mark.slow
 def test_shipped_configs_build_the_real_architectures(kind, parts, tmp_path):
     """SD 2.1 and SDXL have no test file (gigabytes); their configs build, on the meta device, the parameter
     counts the released models have."""

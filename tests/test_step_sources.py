@@ -187,6 +187,7 @@ def plain(t: Tiny, **extra: Any) -> list[np.ndarray]:
         return arrays(t.pipe(**{**t.kwargs(), **extra}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(HOOKS))
 def test_watch_previews_every_kind_of_hook_bit_identically(tinies, name):
     t = tiny_of(tinies, name)
@@ -337,6 +338,7 @@ def test_the_callback_and_the_engine_count_pipeline_steps_with_pndm(tiny):
     assert run.record.totals.status == "done" and run.record.totals.steps_run == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["if", "hunyuan15"])
 def test_the_engine_runs_a_pipeline_without_a_step_callback(tinies, name):
     """The server's and the bench's engine: a pipeline without a callback (HunyuanVideo 1.5), or in pixel space

@@ -43,6 +43,7 @@ def saved(tmp_path, name: str, seed: int) -> tuple[Any, str]:
     return taehv_ref.TAEHV(checkpoint_path=path).eval(), path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TAEHV_FILES)
 def test_every_taehv_file_decodes_as_the_reference_does(name, tmp_path):
     ref, path = saved(tmp_path, name, seed=len(name))
@@ -124,6 +125,7 @@ FILE_FAMILY: dict[str, Family] = {
     "taew2_2_super": "wan22"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TAEHV_FILES)
 def test_every_taehv_file_is_taken_for_its_own_family_only(name, tmp_path):
     """--taesd with a published file: the model of its family takes it; a model of another family of the same

@@ -33,6 +33,7 @@ def published_state(name: str) -> dict[str, torch.Tensor]:
     return state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PUBLISHED)
 def test_published_layouts_load_from_both_file_types_and_decode_alike(name, tmp_path):
     from safetensors.torch import save_file
@@ -86,6 +87,7 @@ def test_a_file_that_is_not_a_taehv_decoder_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("layout", [Layout(16, 1, (1, 2, 2)), Layout(48, 2, (1, 2, 2)),
                                     Layout(16, 1, (1, 2, 2), cogvideox=True)], ids=["wan21", "wan22", "cogvideox"])
+@pytest.mark.slow
 def test_keeping_the_frames_shown_is_the_whole_decode_s_frames_from_less_work(layout):
     """issue 24: the time grow's frames that a preview does not show are never made, exactly."""
     torch.manual_seed(0)

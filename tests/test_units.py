@@ -138,6 +138,7 @@ def test_a_driver_writes_units_that_numbered_their_own_runs_under_its_own_ids(tm
         "taesd/every1/sync": [("node1", "node1")] * 2, "latent2rgb/every1/sync": [("node0", "node0")] * 2}
 
 
+@pytest.mark.slow
 def test_a_sweep_over_two_devices_names_each_configuration_per_device(tmp_path: Path) -> None:
     plan = Plan(SETTINGS, ("latent2rgb",), (1,), repeats=1, warmup=0, modes=("sync",))
     job = UnitJob(0, Load("synthetic:tiny", device="cpu"), plan.units()[0])

@@ -171,6 +171,7 @@ def test_wan21_1_3b_is_the_published_architecture():
     assert PRESETS["synthetic:wan21-1.3b"].family == "wan21" and PRESETS["synthetic:wan21-1.3b"].fps == 16.0
 
 
+@pytest.mark.slow
 def test_a_synthetic_video_preset_starts_with_latent2rgb_because_its_tae_paints_black(models, make_app, tmp_path):
     """Issue 35, item 4: a random-weight TAEHV paints a near-black clip that does not visibly move, which reads
     as broken; latent2rgb shows the latents' own motion. So the server's default decoder for a synthetic clip
