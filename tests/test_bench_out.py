@@ -37,8 +37,12 @@ def test_a_second_bench_is_refused_and_resume_finishes_the_stopped_one_without_a
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_until(lambda: len(rows(out / "runs.csv")) >= 5, 120, "the first bench's warm-ups and three runs")
+        # held where it is (its runs take a fraction of a second, the second bench's start seconds: left running,
+        # the first could end whole before the Ctrl-C): the Ctrl-C waits for it and lands mid-sweep
+        first.send_signal(signal.SIGSTOP)
         second = previewlab_here("bench", *FLAGS, "--out", str(out))
         first.send_signal(signal.SIGINT)  # a user's Ctrl-C, mid-sweep
+        first.send_signal(signal.SIGCONT)
         first.wait(60)
     finally:
         first.kill()
