@@ -15,20 +15,14 @@ from previewlab.bench.survey.offline import STOOD_IN, NoStandIn, load_helpers
 
 @dataclass
 class Built:
-    """A built case: its pipeline, how to make its inputs and call it, the preview size, its kind."""
+    """A built case: its pipeline, how to make its inputs and call it, its kind."""
     pipe: Any
     inputs: Any            # () -> the call's kwargs, fresh
     call: Any              # (pipe, kwargs) -> output
-    size: tuple[int, int] | None
     kind: str
     teardown: Any = None
     # other inputs to try, in order, where the plain call with `inputs` raises: (what they are, () -> kwargs)
     fallback: list[tuple[str, Any]] = field(default_factory=list)
-
-
-def size_of(kw: dict[str, Any]) -> tuple[int, int] | None:
-    h, w = kw.get("height"), kw.get("width")
-    return (int(h), int(w)) if isinstance(h, int) and isinstance(w, int) else None
 
 
 DEPRECATED = "Deprecated Pipeline: "  # the skip diffusers' PipelineTesterMixin.setUp gives a deprecated pipeline
@@ -127,7 +121,7 @@ def build_classic(tests: Path, case: Case) -> Built:
             pipe.invert(**inversion)
         return _dummy_inputs(inst)
 
-    return Built(pipe, inputs, lambda p, kw: p(**kw), size_of(_dummy_inputs(inst)), kind,
+    return Built(pipe, inputs, lambda p, kw: p(**kw), kind,
                   getattr(inst, "tearDown", None))
 
 
@@ -148,18 +142,18 @@ def _flux3_distilled(tiny_hooks: Any) -> Any:
     pipe.update_components(transformer=flow_map, **{k: v for k, v in flux3.pipe.components.items()
                                                     if k in ("text_encoder", "tokenizer", "vae", "scheduler")})
     names = {p.name for p in pipe._blocks.inputs}
-    return pipe, lambda: {k: v for k, v in flux3.kwargs().items() if k in names or k == "output"}, flux3.height
+    return pipe, lambda: {k: v for k, v in flux3.kwargs().items() if k in names or k == "output"}
 
 
 def _from_recipe(name: str) -> Built:
     """A Modular pipeline tests/tiny_hooks.py builds itself (case.parts "recipe:NAME")."""
     _, tiny_hooks = load_helpers()
     if name == "flux3_distilled":
-        made, kwargs, side = _flux3_distilled(tiny_hooks)
+        made, kwargs = _flux3_distilled(tiny_hooks)
     else:
         tiny = tiny_hooks.build(name)
-        made, kwargs, side = tiny.pipe, tiny.kwargs, tiny.height
-    return Built(made, kwargs, lambda p, kw: p(**kw), size_of(kwargs()) or (side, side), "modular")
+        made, kwargs = tiny.pipe, tiny.kwargs
+    return Built(made, kwargs, lambda p, kw: p(**kw), "modular")
 
 
 def _stand_in_parts(pipe: Any, classic: Any) -> None:
@@ -229,8 +223,8 @@ def build_modular(tests: Path, case: Case) -> Built:
 
     call = lambda p, kw: p(**kw, output=output)  # noqa: E731
     if config is None:
-        return Built(pipe, classic_inputs, call, size_of(classic_inputs()), "modular")
+        return Built(pipe, classic_inputs, call, "modular")
     # the tester config's inputs, sized for the hub's parts; where they do not fit these, the classic test's sizes
     mine = lambda: _dummy_inputs(config)  # noqa: E731
-    return Built(pipe, mine, call, size_of(mine()), "modular",
+    return Built(pipe, mine, call, "modular",
                   fallback=[("the tester config's inputs at the classic test's sizes", sized_inputs)])

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from previewlab.bench.survey import process
-from previewlab.bench.survey.build import Built, build_classic, build_modular, kind_of, size_of
+from previewlab.bench.survey.build import Built, build_classic, build_modular, kind_of
 from previewlab.bench.survey.cases import Case
 from previewlab.bench.survey.modular_parts import MODULAR_HINTS
 from previewlab.bench.survey.offline import STOOD_IN, NoStandIn
@@ -86,7 +86,6 @@ def _survey(built: Built, res: Result) -> bool:
         if not built.fallback:
             raise
         what, built.inputs = built.fallback.pop(0)
-        built.size = size_of(built.inputs())
         res.notes.append(f"inputs: {what} (with its own: {first_line(e)})")
         kw = built.inputs()
         process.seed()
