@@ -13,9 +13,8 @@ import pytest
 import torch
 
 from fake_device import FakeApi, FakeClock, FakeDevice
-from previewlab.preview.names import DecoderName
+from previewlab.preview.names import DecoderName, Mode
 from previewlab.preview.call.engine import RunContext, generate
-from previewlab.preview.names import Mode
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from previewlab.preview.timing.stopwatch import Accelerator, Device, Stopwatch
 from test_accounting import STEPS, TAESD_MS, UNET_MS, VAE_MS, fake_gpu

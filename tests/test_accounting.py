@@ -22,8 +22,7 @@ from previewlab.preview.call.callback import Watch
 from previewlab.preview.source.modular import step_loops
 from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
-from previewlab.preview.names import DecoderName
-from previewlab.preview.names import Mode
+from previewlab.preview.names import DecoderName, Mode
 from previewlab.preview.settings import PreviewSettings, RunSettings
 from previewlab.preview.timing.stopwatch import Accelerator, Device, Stopwatch
 

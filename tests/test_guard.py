@@ -7,9 +7,8 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from previewlab.server.core.limits import RateLimit
+from previewlab.server.core.limits import RateLimit, SessionLimits
 from previewlab.server.http.guard import Access, split_host
-from previewlab.server.core.limits import SessionLimits
 from tests.conftest import SAME_ORIGIN
 
 

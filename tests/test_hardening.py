@@ -17,9 +17,8 @@ from starlette.websockets import WebSocketDisconnect
 
 from previewlab.preview.settings import RunSettings, SettingsError
 from previewlab.server.data import store as store_module
-from previewlab.server.core.limits import work_error
+from previewlab.server.core.limits import work_error, SessionLimits
 from previewlab.server.ws.options import RunOptions
-from previewlab.server.core.limits import SessionLimits
 from tests.conftest import GOOD, SAME_ORIGIN, live_server, make_run, recv_until
 
 

@@ -14,13 +14,12 @@ import torch
 
 from previewlab.bench.sweep import direct_call
 from previewlab import watch as preview_watch
-from previewlab.preview.names import DecoderName
+from previewlab.preview.names import DecoderName, Target
 from previewlab.preview.call.engine import RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
 from previewlab.preview.models import Model, ModelError, load
 from previewlab.preview.models.presets import TINY
 from previewlab.preview.settings import PreviewSettings, RunSettings
-from previewlab.preview.names import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"

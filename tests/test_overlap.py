@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 
 from previewlab.preview.decoding import encoders
-from previewlab.preview.names import DecoderName
+from previewlab.preview.names import DecoderName, Mode
 from previewlab.preview.frames import Frame
 from previewlab.preview.call.engine import Run, RunContext, generate
 from previewlab.preview.record.kept_events import Gathered
-from previewlab.preview.names import Mode
 from previewlab.preview.settings import PreviewSettings, RunSettings
 
 

@@ -9,10 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
-from previewlab.preview.decoding import decoders
+from previewlab.preview.decoding import decoders, encoders
 from previewlab.preview.decoding.contract import DecoderError
 
-from previewlab.preview.decoding import encoders
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
 from previewlab.preview.frames import preview_size, to_uint8_hwc
 from previewlab.preview.settings import PreviewSettings, RunSettings, SettingsError, should_preview

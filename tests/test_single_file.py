@@ -9,8 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from previewlab.preview.models import single_file
-from previewlab.preview.models import ModelError, load, synthetic_pipeline
+from previewlab.preview.models import single_file, ModelError, load, synthetic_pipeline
 from tests.ldm_checkpoint import ldm_state_dict
 
 

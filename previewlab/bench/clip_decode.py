@@ -17,10 +17,8 @@ from typing import NoReturn, Sequence
 
 import torch
 
-from previewlab.preview.decoding import contract
-from previewlab.preview.decoding import clips
+from previewlab.preview.decoding import contract, clips, decoders
 
-from previewlab.preview.decoding import decoders
 from previewlab.preview.decoding.encoders import Encoder, get as encoder
 from previewlab.preview.frames import tile, to_uint8_hwc
 from previewlab.preview.models import ModelError, load

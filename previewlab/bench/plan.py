@@ -12,10 +12,8 @@ from typing import Iterator
 from previewlab.bench.axes import Setup
 from previewlab.bench.rows import Role
 from previewlab.preview.judging.analysis import config_name
-from previewlab.preview.names import DecodeAt, DecoderName, FrameChoice
-from previewlab.preview.names import Mode
+from previewlab.preview.names import DecodeAt, DecoderName, FrameChoice, Mode, Target
 from previewlab.preview.settings import PreviewSettings, RunSettings
-from previewlab.preview.names import Target
 
 Slot = tuple[Role, int, PreviewSettings | None, Setup]  # role, repeat, preview settings (None: a direct call), run setup
 

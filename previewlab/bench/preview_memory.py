@@ -19,12 +19,10 @@ from typing import Callable, Sequence
 import torch
 
 from previewlab.bench.flags import Parser
-from previewlab.preview.decoding import clips
-from previewlab.preview.decoding import decoders
+from previewlab.preview.decoding import clips, decoders
 from previewlab.preview.frames import tile, to_uint8_hwc
-from previewlab.preview.names import DecoderName
+from previewlab.preview.names import DecoderName, DecodeAt
 from previewlab.preview.timing.memory import Memory, reading_for
-from previewlab.preview.names import DecodeAt
 from previewlab.preview.models import load
 from previewlab.preview.decoding.previewer import Previewer
 from previewlab.preview.settings import PreviewSettings

@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from previewlab.bench.flags import listof, ranged
-from previewlab.preview.decoding import contract
-from previewlab.preview.decoding import decoders, stops
+from previewlab.preview.decoding import contract, decoders, stops
 from previewlab.preview.decoding.stops import WHOLE, Cut
 from previewlab.preview.models.latent_formats import LATENT_RGB, latent2rgb
 from previewlab.preview.models.taesd import cut, load_tae, upsample_factors

@@ -19,13 +19,12 @@ from previewlab.server.http.exports import Slots
 from previewlab.server.figures import PAGE, Figures
 from previewlab.server.http.guard import Access
 from previewlab.server.ws.sender import Client
-from previewlab.server.core.limits import DEFAULT_KEEP_RUNS
+from previewlab.server.core.limits import DEFAULT_KEEP_RUNS, SessionLimits
 from previewlab.server.core.run_figures import RunFigures
 from previewlab.server.measure import Series, refusal, standing
 from previewlab.server.core.metrics import Metrics
 from previewlab.server.ws.options import Offer, RunOptions
 from previewlab.server.ws.relay import Relay
-from previewlab.server.core.limits import SessionLimits
 from previewlab.server.data.owner import InUse
 from previewlab.server.data.store import Store
 from previewlab.server.data.writes import Stalled

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from previewlab.preview.budget.autopilot import Autopilot
 from previewlab.preview.controls import Change, Controls
-from previewlab.preview.names import DECODER_NAMES
-from previewlab.preview.names import DecoderName
+from previewlab.preview.names import DECODER_NAMES, DecoderName
 from previewlab.preview.models import Model
 from previewlab.preview.decoding.previewer import Previewer
 from previewlab.preview.settings import PreviewSettings, should_preview

@@ -9,9 +9,8 @@ from typing import Callable, Mapping
 import numpy as np
 import torch
 
-from previewlab.preview.decoding import clips
+from previewlab.preview.decoding import clips, decoders
 
-from previewlab.preview.decoding import decoders
 from previewlab.preview.decoding.vae_decoder import vae_decoder
 from previewlab.preview.frames import grid, tile, to_uint8_hwc
 from previewlab.preview.models import Model

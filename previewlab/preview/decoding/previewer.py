@@ -5,8 +5,7 @@ import time
 
 import torch
 
-from previewlab.preview.decoding import contract
-from previewlab.preview.decoding import decoders, encoders
+from previewlab.preview.decoding import contract, decoders, encoders
 from previewlab.preview.decoding.rgb_decoder import has_factors
 from previewlab.preview.decoding.stops import WHOLE, Cut, cut_for, upsample_factors
 from previewlab.preview.frames import grid_size

@@ -14,9 +14,7 @@ import torch
 from previewlab.preview.budget.planner import also as _also
 from previewlab.preview.pipeline.meter_parts import MeterParts
 from previewlab.preview.pipeline.row_ledger import Marks
-from previewlab.preview.decoding import clips
-from previewlab.preview.decoding import decoders
-from previewlab.preview.decoding import encoders
+from previewlab.preview.decoding import clips, decoders, encoders
 from previewlab.preview.decoding.stops import WHOLE, Cut
 from previewlab.preview.frames import Frame, grid, tile, to_uint8_chw, to_uint8_hwc
 from previewlab.preview.pipeline.overlap import Overlap

@@ -26,9 +26,8 @@ from previewlab.server.core.run_figures import RunFigures
 from previewlab.server.data.columns import DeliveryRow
 from previewlab.server.data.disk import DiskReads
 from previewlab.server.ws.sender import Client, Hub, Packed
-from previewlab.server.core.limits import MAX_EVENT_CHARS, clip
+from previewlab.server.core.limits import MAX_EVENT_CHARS, clip, SessionLimits
 from previewlab.server.core.metrics import Metrics
-from previewlab.server.core.limits import SessionLimits
 from previewlab.server.data.run_files import Damaged
 from previewlab.server.data.store import Store
 from previewlab.server.data.owner import InUse
