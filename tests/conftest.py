@@ -39,22 +39,6 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(share)
 
 
-# The files that keep a worker longest (seconds of one worker, summed from pytest --durations=0, 2026-12-08),
-# longest first: make test gives each worker a file at a time (--dist loadfile), in collection order, and the
-# alphabet put most of them last, where the one file left keeps one worker busy while the other has none
-LONGEST_FIRST = ("test_cluster.py", "test_train_demo.py", "test_resilience.py", "test_single_file.py",
-                 "test_browser.py", "test_shutdown.py", "test_link.py", "test_last_pipelines.py", "test_script_runs.py",
-                 "test_readme.py", "test_packaging.py", "test_folder_life.py", "test_page_faults.py", "test_memory.py",
-                 "test_model_families.py", "test_bench.py", "test_measure_page.py", "test_step_sources.py",
-                 "test_gpu_check.py", "test_tae_reference.py", "test_reports.py")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The longest files first (LONGEST_FIRST), the rest after them in their order; a file's tests keep theirs."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
-
 @pytest.fixture(scope="session")
 def tiny() -> Model:
     return load("synthetic:tiny", device="cpu")
