@@ -16,13 +16,13 @@ Each case runs in a process of its own (one thread; nice the command) with a tim
 for its calls: build (modules in eval(), as loaded models are), call plainly twice (identical, else
 "nondeterministic"), then for each decoder of none, latent2rgb and vae: `watch(pipe, decoder=..., mode="sync",
 source="auto")` (no size=: as in a user's script, the call's own height= and width= say it), the call (with
-`callback_on_step_end=w` where `w.source` is "callback"), `w.rows`, `w.record`, `w.remove()`; and one plain
-call after the last watch. The global random state is seeded the same before every call. A pass: every watched output and the last plain one equal to the first plain call's, bit for
-bit, every array; one row per step (steps counted on the pipeline's own progress bar, independently of the
-watch); a preview at every step with latent2rgb and vae; no event that says "failed"; a record. Results: pass,
-refused: (watch() raised), failed: (the watched call raised, or a check above, or the calls' time limit),
-nondeterministic:, not built: (the test file does not import or skips itself, a hub load has no offline stand-in
-here, the plain call raises or takes longer than the limit).
+`callback_on_step_end=w` where `w.source` is "callback"), `w.rows`, `w.record`, `w.remove()`; and one plain call
+after the last watch. The global random state is seeded the same before every call. A pass: every watched output and
+the last plain one equal to the first plain call's, bit for bit, every array; one row per step (steps counted on the
+pipeline's own progress bar, independently of the watch); a preview at every step with latent2rgb and vae; no event
+that says "failed"; a record. Results: pass, refused: (watch() raised), failed: (the watched call raised, or a check
+above, or the calls' time limit), nondeterministic:, not built: (the test file does not import or skips itself, a
+hub load has no offline stand-in here, the plain call raises or takes longer than the limit).
 
 Hub loads inside the tests' components are served offline (stand_ins.py; the results file lists those a run
 used): tokenizers by previewlab's and the repository's offline ones (tests/tiny_pipes.py, tests/tiny_hooks.py), the
